@@ -1,0 +1,139 @@
+// Gather to / scatter from the full model layout.
+#include "engine/assemble.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "engine/error.h"
+
+namespace subdp {
+
+namespace {
+
+// Calls fn(local_offset, full_offset, len, held) for the runs of a local value; `held` says
+// whether this rank holds (trains) the run: kept prefix of unit-sliced tensors.
+template <class Fn>
+void for_each_run_with_pos(const Param& p, Fn fn) {
+  if (p.unit.layer < 0) {
+    fn(int64_t{0}, int64_t{0}, p.value.numel(), -1);
+    return;
+  }
+  const int64_t outer = p.outer(), inner = p.inner(), ext = p.value_extent();
+  const int64_t full_ext = p.full_shape.at(p.unit.axis), us = p.unit.unit_size;
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t a = 0; a < ext; a += us) {
+      const int64_t full_a = static_cast<int64_t>(p.mask->order[a / us]) * us;
+      fn((o * ext + a) * inner, (o * full_ext + full_a) * inner, us * inner, static_cast<int>(a / us));
+    }
+}
+
+std::map<std::string, Param*> by_name(Model& model) {
+  std::map<std::string, Param*> out;
+  for (Param* p : model.params().all()) out[p->name] = p;
+  return out;
+}
+
+// Grad-layout offset of a value run at unit position pos (kept prefix only).
+int64_t grad_offset(const Param& p, int64_t local_off, int pos) {
+  if (p.unit.layer < 0) return local_off;
+  const int64_t inner = p.inner(), ext = p.value_extent(), gext = p.grad_extent(), us = p.unit.unit_size;
+  const int64_t o = local_off / (ext * inner);
+  return (o * gext + static_cast<int64_t>(pos) * us) * inner;
+}
+
+}  // namespace
+
+std::vector<FullTensorSpec> full_specs(const ModelConfig& config) {
+  std::vector<FullTensorSpec> specs;
+  MemoryTracker::global().measure([&] {
+    auto units = model_units(config);
+    auto model = make_model(config, full_mask(units), 1, 0);
+    for (Param* p : model->params().all()) specs.push_back({p->name, p->full_shape, p->trainable});
+  });
+  return specs;
+}
+
+std::vector<NamedTensor> gather_full(Model& model, Optimizer* opt, const GradientSync& sync, Communicator& world,
+                                     const std::vector<FullTensorSpec>& specs) {
+  auto local = by_name(model);
+  std::map<const Param*, size_t> opt_index;
+  if (opt) {
+    size_t i = 0;
+    for (Param* p : model.params().trainable())
+      if (p->grad.defined()) opt_index[p] = i++;
+  }
+  const int states = opt ? opt->num_states() : 0;
+  std::vector<NamedTensor> out;
+  const int rank = world.rank();
+  for (const auto& spec : specs) {
+    for (int k = -1; k < (spec.trainable ? states : 0); ++k) {
+      // k = -1: values; k >= 0: optimizer state k.
+      std::vector<float> full(shape_numel(spec.shape), 0.f);
+      auto it = local.find(spec.name);
+      if (it != local.end()) {
+        const Param& p = *it->second;
+        const bool block_held = p.grad.defined() || !p.trainable;
+        const float* src = nullptr;
+        if (k < 0) src = p.value.f32();
+        else if (opt_index.count(&p)) src = opt->state(opt_index[&p])[k]->f32();
+        for_each_run_with_pos(p, [&](int64_t lo, int64_t fo, int64_t len, int pos) {
+          if (!src) return;
+          const bool unit_held = p.unit.layer < 0 || pos < p.mask->kept;
+          const int owner = sync.owner_of_group(sync.group_of(p, pos));
+          const bool writes = unit_held && owner == rank && (k < 0 || block_held);
+          if (!writes) return;
+          const float* from = k < 0 ? src + lo : src + grad_offset(p, lo, pos);
+          std::memcpy(full.data() + fo, from, sizeof(float) * len);
+        });
+      }
+      world.reduce_sum(full.data(), full.data(), static_cast<int64_t>(full.size()), 0);
+      if (rank == 0) out.push_back({k < 0 ? spec.name : spec.name + "::" + std::to_string(k), spec.shape, std::move(full)});
+    }
+  }
+  return out;
+}
+
+void scatter_full(Model& model, Optimizer* opt, Communicator& world, const std::vector<FullTensorSpec>& specs,
+                  const std::vector<NamedTensor>& full) {
+  std::map<std::string, const NamedTensor*> file;
+  for (const auto& t : full) file[t.name] = &t;
+  auto local = by_name(model);
+  std::map<const Param*, size_t> opt_index;
+  if (opt) {
+    size_t i = 0;
+    for (Param* p : model.params().trainable())
+      if (p->grad.defined()) opt_index[p] = i++;
+  }
+  for (const auto& spec : specs) {
+    const int states = opt && spec.trainable ? opt->num_states() : 0;
+    for (int k = -1; k < states; ++k) {
+      const std::string name = k < 0 ? spec.name : spec.name + "::" + std::to_string(k);
+      int present = 1;
+      if (world.rank() == 0) {
+        auto it = file.find(name);
+        present = it != file.end();
+        if (present && it->second->shape != spec.shape) present = 2;
+      }
+      world.broadcast(&present, sizeof(present), 0);
+      SUBDP_CHECK(present != 2, "checkpoint tensor {} has the wrong shape (expected {}): a checkpoint from another model?",
+                  name, shape_str(spec.shape));
+      if (!present && k >= 0) continue;  // optimizer state absent: keep zeros
+      SUBDP_CHECK(present, "checkpoint lacks tensor {} (a checkpoint from another model?)", name);
+      std::vector<float> buf(shape_numel(spec.shape));
+      if (world.rank() == 0) buf = file[name]->data;
+      world.broadcast(buf.data(), static_cast<int64_t>(buf.size() * sizeof(float)), 0);
+      auto it = local.find(spec.name);
+      if (it == local.end()) continue;
+      Param& p = *it->second;
+      if (k >= 0 && !opt_index.count(&p)) continue;  // this rank holds no state for it
+      float* dst = k < 0 ? p.value.f32() : opt->state(opt_index[&p])[k]->f32();
+      for_each_run_with_pos(p, [&](int64_t lo, int64_t fo, int64_t len, int pos) {
+        if (k < 0) std::memcpy(dst + lo, buf.data() + fo, sizeof(float) * len);
+        else if (p.unit.layer < 0 || pos < p.mask->kept)
+          std::memcpy(dst + grad_offset(p, lo, pos), buf.data() + fo, sizeof(float) * len);
+      });
+    }
+  }
+}
+
+}  // namespace subdp

@@ -1,0 +1,37 @@
+// Moving parameters between the local (masked) layout and the full model: assembling one
+// copy of every unit on rank 0 (evaluation, checkpoints) and scattering a full model into
+// any layout (loading checkpoints). Works on values and on optimizer state.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/comm/communicator.h"
+#include "engine/grad_sync.h"
+#include "engine/io/safetensors.h"
+#include "engine/optimizer.h"
+#include "models/model.h"
+
+namespace subdp {
+
+/// Names and full shapes of every tensor of the full model (all ranks agree).
+struct FullTensorSpec {
+  std::string name;
+  Shape shape;
+  bool trainable = true;  // false: buffer (no optimizer state)
+};
+std::vector<FullTensorSpec> full_specs(const ModelConfig& config);
+
+/// Collective: returns on rank 0 the full model's tensors, each unit taken from the owner
+/// of its holder group (lowest rank), dense tensors from rank 0. Empty on other ranks.
+/// With an optimizer, also returns its state as "<name>::<k>" tensors (zeros where unheld).
+std::vector<NamedTensor> gather_full(Model& model, Optimizer* opt, const GradientSync& sync,
+                                     Communicator& world, const std::vector<FullTensorSpec>& specs);
+
+/// Collective: rank 0 holds `full` (read from a checkpoint); every rank copies its slices of
+/// each parameter and, when opt is given and the tensors exist, of the optimizer state.
+/// Errors: a missing tensor or a shape mismatch names the tensor (checkpoint from another model).
+void scatter_full(Model& model, Optimizer* opt, Communicator& world, const std::vector<FullTensorSpec>& specs,
+                  const std::vector<NamedTensor>& full);
+
+}  // namespace subdp

@@ -1,0 +1,458 @@
+// TOML run configs: parsing, validation, "--set" overrides and canonical output.
+// toml++ is heavy: it is included in this translation unit only.
+//
+// Every key is registered once in fields() with a pointer to its Config member and
+// a rule; parsing, validation, override checks and config_to_toml all walk that list.
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <fstream>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <variant>
+
+#include <fmt/ranges.h>
+
+#include "engine/config.h"
+#include "engine/error.h"
+
+namespace subdp {
+namespace {
+
+using Target = std::variant<int*, int64_t*, uint64_t*, double*, bool*, std::string*,
+                            std::vector<int>*>;
+
+/// What a value (or each element of a list) must satisfy.
+struct Rule {
+  std::optional<double> lo, hi;       // numeric bounds
+  bool lo_open = false, hi_open = false;
+  std::vector<std::string> choices;   // strings: allowed values (empty = any)
+  bool nonempty = false;              // lists: at least one element
+};
+
+Rule any() { return {}; }
+Rule at_least(double lo) { Rule r; r.lo = lo; return r; }
+Rule above(double lo) { Rule r; r.lo = lo; r.lo_open = true; return r; }
+Rule range(double lo, double hi, bool lo_open, bool hi_open) {
+  Rule r; r.lo = lo; r.hi = hi; r.lo_open = lo_open; r.hi_open = hi_open; return r;
+}
+Rule one_of(std::vector<std::string> choices) { Rule r; r.choices = std::move(choices); return r; }
+Rule nonempty_list(Rule element) { element.nonempty = true; return element; }
+
+struct Field {
+  const char* table;
+  const char* key;
+  Target target;
+  Rule rule;
+};
+
+/// The registry: every key of every table, in canonical order.
+std::vector<Field> fields(Config& c) {
+  auto &m = c.model; auto &d = c.data; auto &t = c.train; auto &o = c.optim;
+  auto &p = c.parallel; auto &k = c.mask; auto &v = c.device; auto &ck = c.checkpoint;
+  auto &l = c.log;
+  return {
+      {"model", "name", &m.name, one_of({"mlp", "resnet", "gpt"})},
+      {"model", "hidden", &m.hidden, nonempty_list(at_least(1))},
+      {"model", "widths", &m.widths, nonempty_list(at_least(1))},
+      {"model", "blocks_per_stage", &m.blocks_per_stage, at_least(1)},
+      {"model", "in_channels", &m.in_channels, at_least(1)},
+      {"model", "image_size", &m.image_size, at_least(1)},
+      {"model", "classes", &m.classes, at_least(2)},
+      {"model", "vocab", &m.vocab, at_least(2)},
+      {"model", "context", &m.context, at_least(1)},
+      {"model", "width", &m.width, at_least(1)},
+      {"model", "heads", &m.heads, at_least(1)},
+      {"model", "depth", &m.depth, at_least(1)},
+      {"model", "mlp_ratio", &m.mlp_ratio, at_least(1)},
+      {"data", "name", &d.name, one_of({"fashion_mnist", "mnist", "cifar10", "text", "token_shards"})},
+      {"data", "path", &d.path, any()},
+      {"data", "val_fraction", &d.val_fraction, range(0, 1, true, true)},
+      {"data", "normalize", &d.normalize, any()},
+      {"train", "epochs", &t.epochs, at_least(0)},
+      {"train", "steps", &t.steps, at_least(0)},
+      {"train", "batch_size", &t.batch_size, at_least(1)},
+      {"train", "eval_every", &t.eval_every, at_least(0)},
+      {"train", "eval_batches", &t.eval_batches, at_least(1)},
+      {"train", "seed", &t.seed, at_least(0)},
+      {"train", "threads", &t.threads, at_least(0)},
+      {"train", "nonfinite", &t.nonfinite, one_of({"stop", "skip"})},
+      {"optim", "name", &o.name, one_of({"sgd", "adamw"})},
+      {"optim", "lr", &o.lr, above(0)},
+      {"optim", "momentum", &o.momentum, range(0, 1, false, true)},
+      {"optim", "nesterov", &o.nesterov, any()},
+      {"optim", "weight_decay", &o.weight_decay, at_least(0)},
+      {"optim", "beta1", &o.beta1, range(0, 1, false, true)},
+      {"optim", "beta2", &o.beta2, range(0, 1, false, true)},
+      {"optim", "eps", &o.eps, above(0)},
+      {"optim", "warmup_steps", &o.warmup_steps, at_least(0)},
+      {"optim", "schedule", &o.schedule, one_of({"cosine", "constant"})},
+      {"optim", "min_lr_ratio", &o.min_lr_ratio, range(0, 1, false, false)},
+      {"optim", "lr_scaling", &o.lr_scaling, one_of({"none", "linear"})},
+      {"optim", "grad_clip", &o.grad_clip, at_least(0)},
+      {"parallel", "subnetworks", &p.subnetworks, at_least(1)},
+      {"parallel", "backend", &p.backend, one_of({"auto", "mpi", "nccl", "local"})},
+      {"parallel", "bucket_mb", &p.bucket_mb, above(0)},
+      {"parallel", "collective_timeout_s", &p.collective_timeout_s, above(0)},
+      {"mask", "regime", &k.regime, one_of({"none", "forward", "backward"})},
+      {"mask", "granularity", &k.granularity, one_of({"block", "neuron"})},
+      {"mask", "keep", &k.keep, range(0, 1, true, false)},
+      {"mask", "seed", &k.seed, at_least(0)},
+      {"mask", "scale", &k.scale, one_of({"inverse_keep", "none"})},
+      {"mask", "pinned", &k.pinned, at_least(0)},
+      {"device", "type", &v.type, one_of({"cpu", "cuda"})},
+      {"device", "precision", &v.precision, one_of({"fp32", "bf16"})},
+      {"checkpoint", "dir", &ck.dir, any()},
+      {"checkpoint", "every", &ck.every, at_least(0)},
+      {"checkpoint", "keep_last", &ck.keep_last, at_least(1)},
+      {"checkpoint", "resume", &ck.resume, any()},
+      {"log", "every", &l.every, at_least(1)},
+      {"log", "metrics_file", &l.metrics_file, any()},
+  };
+}
+
+// ---------------------------------------------------------------- names and text
+
+std::string join(const std::vector<std::string>& items, const char* sep = ", ") {
+  std::string out;
+  for (const auto& s : items) out += (out.empty() ? "" : sep) + s;
+  return out;
+}
+
+std::vector<std::string> table_names(const std::vector<Field>& fs) {
+  std::vector<std::string> out;
+  for (const auto& f : fs)
+    if (out.empty() || out.back() != f.table) out.push_back(f.table);
+  return out;
+}
+
+std::vector<std::string> keys_of(const std::vector<Field>& fs, std::string_view table) {
+  std::vector<std::string> out;
+  for (const auto& f : fs)
+    if (table == f.table) out.push_back(f.key);
+  return out;
+}
+
+const Field* find_field(const std::vector<Field>& fs, std::string_view table,
+                        std::string_view key) {
+  for (const auto& f : fs)
+    if (table == f.table && key == f.key) return &f;
+  return nullptr;
+}
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+/// " (did you mean 'x'?)" when a valid name is close to the unknown one.
+std::string suggestion(std::string_view unknown, const std::vector<std::string>& valid) {
+  for (const auto& v : valid)
+    if (edit_distance(unknown, v) <= 2) return fmt::format(" (did you mean '{}'?)", v);
+  return "";
+}
+
+std::string type_name(const toml::node& n) {
+  switch (n.type()) {
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a float";
+    case toml::node_type::boolean: return "a boolean";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::table: return "a table";
+    default: return "a date/time";
+  }
+}
+
+std::string quote(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char ch : s) {
+    if (ch == '"' || ch == '\\') out += {'\\', static_cast<char>(ch)};
+    else if (ch == '\n') out += "\\n";
+    else if (ch == '\t') out += "\\t";
+    else if (ch < 0x20 || ch == 0x7f) out += fmt::format("\\u{:04X}", ch);
+    else out += static_cast<char>(ch);
+  }
+  return out + "\"";
+}
+
+std::string show(const toml::node& n) {
+  if (n.is_table()) return "{...}";
+  if (n.is_string()) return quote(n.as_string()->get());
+  if (n.is_array()) {
+    std::vector<std::string> items;
+    for (const toml::node& e : *n.as_array()) items.push_back(show(e));
+    return "[" + join(items) + "]";
+  }
+  std::ostringstream os;
+  n.visit([&](const auto& x) { os << x; });
+  return os.str();
+}
+
+std::string format_number(double x) {
+  std::string s = fmt::format("{}", x);
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";  // keep it a TOML float
+  return s;
+}
+
+std::string describe(const Rule& r) {
+  const char* open = r.lo_open ? "(" : "[";
+  const char* close = r.hi_open ? ")" : "]";
+  if (r.lo && r.hi) return fmt::format("must be in {}{}, {}{}", open, *r.lo, *r.hi, close);
+  if (r.lo) return fmt::format("must be {} {}", r.lo_open ? ">" : ">=", *r.lo);
+  if (r.hi) return fmt::format("must be {} {}", r.hi_open ? "<" : "<=", *r.hi);
+  return "";
+}
+
+bool satisfies(const Rule& r, double x) {
+  if (r.lo && (r.lo_open ? !(x > *r.lo) : !(x >= *r.lo))) return false;
+  if (r.hi && (r.hi_open ? !(x < *r.hi) : !(x <= *r.hi))) return false;
+  return true;
+}
+
+// ---------------------------------------------------------------- reading values
+
+/// Where a value came from, for messages: "configs/x.toml: [train] batch_size = -3".
+struct Where {
+  std::string path, table, key;
+  const toml::node& node;
+  bool from_override;
+  [[noreturn]] void fail(const std::string& problem) const {
+    throw Error(fmt::format("{}: [{}] {} = {}{}: {}", path, table, key, show(node),
+                            from_override ? " (from --set)" : "", problem));
+  }
+};
+
+int64_t read_integer(const toml::node& n, const Rule& rule, const Where& w, int64_t lo,
+                     int64_t hi) {
+  if (!n.is_integer()) w.fail("expected an integer, found " + type_name(n));
+  int64_t v = n.as_integer()->get();
+  if (!satisfies(rule, static_cast<double>(v))) w.fail(describe(rule));
+  if (v < lo || v > hi) w.fail(fmt::format("does not fit (range {} .. {})", lo, hi));
+  return v;
+}
+
+void read(const toml::node& n, int* out, const Rule& r, const Where& w) {
+  *out = static_cast<int>(read_integer(n, r, w, INT_MIN, INT_MAX));
+}
+void read(const toml::node& n, int64_t* out, const Rule& r, const Where& w) {
+  *out = read_integer(n, r, w, INT64_MIN, INT64_MAX);
+}
+void read(const toml::node& n, uint64_t* out, const Rule& r, const Where& w) {
+  *out = static_cast<uint64_t>(read_integer(n, r, w, 0, INT64_MAX));
+}
+
+void read(const toml::node& n, double* out, const Rule& r, const Where& w) {
+  if (!n.is_number()) w.fail("expected a number, found " + type_name(n));
+  double v = n.is_integer() ? static_cast<double>(n.as_integer()->get())
+                            : n.as_floating_point()->get();
+  if (!std::isfinite(v)) w.fail("must be finite");
+  if (!satisfies(r, v)) w.fail(describe(r));
+  *out = v;
+}
+
+void read(const toml::node& n, bool* out, const Rule&, const Where& w) {
+  if (!n.is_boolean()) w.fail("expected a boolean (true or false), found " + type_name(n));
+  *out = n.as_boolean()->get();
+}
+
+void read(const toml::node& n, std::string* out, const Rule& r, const Where& w) {
+  if (!n.is_string()) w.fail("expected a string, found " + type_name(n));
+  const std::string& v = n.as_string()->get();
+  if (!r.choices.empty() &&
+      std::find(r.choices.begin(), r.choices.end(), v) == r.choices.end())
+    w.fail("must be one of " + join(r.choices));
+  *out = v;
+}
+
+void read(const toml::node& n, std::vector<int>* out, const Rule& r, const Where& w) {
+  if (!n.is_array()) w.fail("expected an array of integers, found " + type_name(n));
+  const toml::array& a = *n.as_array();
+  if (r.nonempty && a.empty()) w.fail("must not be empty");
+  std::vector<int> v;
+  for (const toml::node& e : a) {
+    if (!e.is_integer()) w.fail("expected an array of integers, found " + type_name(e) + " " + show(e));
+    int64_t x = e.as_integer()->get();
+    if (!satisfies(r, static_cast<double>(x)) || x > INT_MAX)
+      w.fail(fmt::format("element {}: {}", x, x > INT_MAX ? "too large" : describe(r)));
+    v.push_back(static_cast<int>(x));
+  }
+  *out = std::move(v);
+}
+
+// ---------------------------------------------------------------- document checks
+
+/// Every table and key of the document must be registered.
+void check_known(const toml::table& root, const std::vector<Field>& fs, const std::string& path) {
+  auto tables = table_names(fs);
+  for (const auto& [name, node] : root) {
+    std::string t(name.str());
+    if (std::find(tables.begin(), tables.end(), t) == tables.end())
+      throw Error(fmt::format("{}: unknown table [{}]{}; valid tables: {}", path, t,
+                              suggestion(t, tables), join(tables)));
+    if (!node.is_table())
+      throw Error(fmt::format("{}: {} = {}: expected a table [{}], found {}", path, t,
+                              show(node), t, type_name(node)));
+    auto keys = keys_of(fs, t);
+    for (const auto& [kname, knode] : *node.as_table()) {
+      std::string k(kname.str());
+      if (!find_field(fs, t, k))
+        throw Error(fmt::format("{}: unknown key {}.{}{}; valid keys of [{}]: {}", path, t, k,
+                                suggestion(k, keys), t, join(keys)));
+    }
+  }
+}
+
+void read_fields(const toml::table& root, const std::vector<Field>& fs, const std::string& path,
+                 const std::set<std::string>& overridden) {
+  for (const Field& f : fs) {
+    const toml::node* n = root.at_path(std::string(f.table) + "." + f.key).node();
+    if (!n) continue;
+    std::string dotted = std::string(f.table) + "." + f.key;
+    Where w{path, f.table, f.key, *n, overridden.count(dotted) > 0};
+    std::visit([&](auto* target) { read(*n, target, f.rule, w); }, f.target);
+  }
+}
+
+/// Rules that involve more than one key.
+void check_cross(const Config& c, const std::string& path) {
+  const auto& t = c.train;
+  SUBDP_CHECK(!(t.epochs > 0 && t.steps > 0),
+              "{}: [train] epochs = {} and steps = {}: give exactly one of epochs > 0 or steps > 0",
+              path, t.epochs, t.steps);
+  SUBDP_CHECK(t.epochs > 0 || t.steps > 0,
+              "{}: [train] epochs and steps are both 0 or missing: give exactly one of "
+              "epochs > 0 or steps > 0", path);
+  SUBDP_CHECK(c.model.width % c.model.heads == 0,
+              "{}: [model] width = {}: must be divisible by heads = {}", path, c.model.width,
+              c.model.heads);
+  if (c.mask.regime != "none") {
+    double cov = c.mask.keep * c.parallel.subnetworks;
+    SUBDP_CHECK(std::fabs(cov - std::round(cov)) < 1e-9,
+                "{}: [mask] keep = {}: keep * subnetworks = {} * {} = {:g} must be a whole "
+                "number (coverage c = r * S)", path, c.mask.keep, c.mask.keep,
+                c.parallel.subnetworks, cov);
+  }
+  SUBDP_CHECK(c.checkpoint.resume != "auto" || !c.checkpoint.dir.empty(),
+              "{}: [checkpoint] resume = \"auto\": needs [checkpoint] dir", path);
+}
+
+// ---------------------------------------------------------------- overrides
+
+std::string trim(std::string s) {
+  const char* ws = " \t\r\n";
+  s.erase(0, s.find_first_not_of(ws));
+  s.erase(s.find_last_not_of(ws) + 1);
+  return s;
+}
+
+/// The TOML value of an override's text; bare words (and anything for a string key
+/// that is not a quoted TOML string) become strings.
+toml::table parse_override_value(const std::string& text, bool string_key) {
+  bool quoted = !text.empty() && (text[0] == '"' || text[0] == '\'');
+  if (!string_key || quoted) {
+    try {
+      toml::table t = toml::parse("v = " + text);
+      if (t.size() == 1 && t.contains("v")) return t;
+    } catch (const toml::parse_error&) {
+    }
+  }
+  toml::table t;
+  t.insert_or_assign("v", text);
+  return t;
+}
+
+/// Applies "table.key=value" to the document; returns the dotted key.
+std::string apply_override(toml::table& root, const std::vector<Field>& fs,
+                           const std::string& spec) {
+  auto eq = spec.find('=');
+  SUBDP_CHECK(eq != std::string::npos, "--set {}: expected table.key=value (e.g. train.batch_size=64)", spec);
+  std::string dotted = trim(spec.substr(0, eq)), text = trim(spec.substr(eq + 1));
+  auto dot = dotted.find('.');
+  SUBDP_CHECK(dot != std::string::npos && dot > 0 && dot + 1 < dotted.size(),
+              "--set {}: key '{}' must be table.key (e.g. train.batch_size=64)", spec, dotted);
+  std::string table = dotted.substr(0, dot), key = dotted.substr(dot + 1);
+  auto tables = table_names(fs);
+  SUBDP_CHECK(std::find(tables.begin(), tables.end(), table) != tables.end(),
+              "--set {}: unknown table [{}] in key {}{}; valid tables: {}", spec, table, dotted,
+              suggestion(table, tables), join(tables));
+  const Field* f = find_field(fs, table, key);
+  auto keys = keys_of(fs, table);
+  SUBDP_CHECK(f, "--set {}: unknown key {}{}; valid keys of [{}]: {}", spec, dotted,
+              suggestion(key, keys), table, join(keys));
+  bool string_key = std::holds_alternative<std::string*>(f->target);
+  toml::table value = parse_override_value(text, string_key);
+  if (!root.contains(table) || !root[table].is_table()) root.insert_or_assign(table, toml::table{});
+  toml::table& dst = *root[table].as_table();
+  value.get("v")->visit([&](const auto& v) { dst.insert_or_assign(key, v); });
+  return dotted;
+}
+
+// ---------------------------------------------------------------- output
+
+std::string to_text(const int* v) { return std::to_string(*v); }
+std::string to_text(const int64_t* v) { return std::to_string(*v); }
+std::string to_text(const uint64_t* v) { return std::to_string(*v); }
+std::string to_text(const double* v) { return format_number(*v); }
+std::string to_text(const bool* v) { return *v ? "true" : "false"; }
+std::string to_text(const std::string* v) { return quote(*v); }
+std::string to_text(const std::vector<int>* v) { return "[" + fmt::format("{}", fmt::join(*v, ", ")) + "]"; }
+
+}  // namespace
+
+Config parse_config(const std::string& text, const std::string& path,
+                    const std::vector<std::string>& overrides) {
+  toml::table root;
+  try {
+    root = toml::parse(text, path);
+  } catch (const toml::parse_error& e) {
+    const auto& at = e.source().begin;
+    throw Error(fmt::format("{}:{}:{}: invalid TOML: {}", path, at.line, at.column, e.description()));
+  }
+  Config c;
+  c.source = path;
+  auto fs = fields(c);
+  check_known(root, fs, path);
+  std::set<std::string> overridden;
+  for (const auto& spec : overrides) overridden.insert(apply_override(root, fs, spec));
+  read_fields(root, fs, path, overridden);
+  check_cross(c, path);
+  return c;
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path, std::ios::binary);
+  SUBDP_CHECK(in, "{}: cannot open config file", path);
+  std::stringstream buf;
+  buf << in.rdbuf();
+  SUBDP_CHECK(!in.bad(), "{}: cannot read config file", path);
+  return parse_config(buf.str(), path, overrides);
+}
+
+std::string config_to_toml(const Config& config) {
+  Config copy = config;
+  std::string out, table;
+  for (const Field& f : fields(copy)) {
+    if (table != f.table) {
+      out += fmt::format("{}[{}]\n", out.empty() ? "" : "\n", f.table);
+      table = f.table;
+    }
+    out += fmt::format("{} = {}\n", f.key, std::visit([](auto* v) { return to_text(v); }, f.target));
+  }
+  return out;
+}
+
+}  // namespace subdp

@@ -1,0 +1,129 @@
+// The subdp command line: `subdp train CONFIG`, `subdp plan CONFIG`, `subdp version`.
+// Exit codes: 0 success, 1 error (subdp::Error or any exception), 2 bad command line.
+#include <CLI/CLI.hpp>
+
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "engine/commands.h"
+#include "engine/config.h"
+#include "engine/error.h"
+
+namespace {
+
+/// "1000", "1.5GB", "512MiB", "2 GiB", "64k" -> bytes. Decimal (kB, MB, GB, TB) and
+/// binary (KiB, MiB, GiB, TiB) units; a bare K/M/G/T is binary. Throws subdp::Error.
+double parse_bytes(const std::string& text) {
+  size_t pos = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &pos);
+  } catch (const std::exception&) {
+    throw subdp::Error(fmt::format("invalid byte count '{}' (e.g. 2000000000, 1.5GB, 512MiB)", text));
+  }
+  std::string unit;
+  for (char ch : text.substr(pos))
+    if (!std::isspace(static_cast<unsigned char>(ch)))
+      unit += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  struct Unit { const char* name; double scale; };
+  static const Unit units[] = {
+      {"", 1},       {"b", 1},       {"kb", 1e3},   {"mb", 1e6},    {"gb", 1e9},
+      {"tb", 1e12},  {"k", 1024.0},  {"kib", 1024.0}, {"m", 1048576.0}, {"mib", 1048576.0},
+      {"g", 1073741824.0}, {"gib", 1073741824.0}, {"t", 1099511627776.0},
+      {"tib", 1099511627776.0}};
+  for (const Unit& u : units)
+    if (unit == u.name) {
+      SUBDP_CHECK(std::isfinite(value) && value >= 0, "invalid byte count '{}': must be >= 0", text);
+      return value * u.scale;
+    }
+  throw subdp::Error(fmt::format(
+      "invalid byte count '{}': unknown unit '{}' (use B, kB, MB, GB, TB, KiB, MiB, GiB, TiB)",
+      text, unit));
+}
+
+/// CLI11 check for --simulate-rank: "w/W" with 0 <= w < W.
+std::string check_simulate_rank(const std::string& s) {
+  int w = -1, world = -1;
+  char tail = 0;
+  if (std::sscanf(s.c_str(), "%d/%d%c", &w, &world, &tail) != 2 || w < 0 || world < 1 ||
+      w >= world)
+    return "expected w/W with 0 <= w < W (e.g. 1/4), got '" + s + "'";
+  return "";
+}
+
+std::string check_bytes(const std::string& s) {
+  try {
+    parse_bytes(s);
+    return "";
+  } catch (const subdp::Error& e) {
+    return e.what();
+  }
+}
+
+struct Args {
+  std::string config;
+  std::vector<std::string> overrides;
+  subdp::TrainOptions train;
+  int world = 0;
+  std::string budget;
+};
+
+void add_config_args(CLI::App* cmd, Args& a) {
+  cmd->add_option("CONFIG", a.config, "TOML run config (see configs/README.md)")->required();
+  cmd->add_option("--set", a.overrides, "override a config key: table.key=value (repeatable)")
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);  // one value per --set: `--set a=1 CONFIG` keeps CONFIG
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{"subdp: hybrid data parallelism with subnetwork masking (arXiv:2507.09029)", "subdp"};
+  app.require_subcommand(1);
+  Args a;
+
+  CLI::App* train = app.add_subcommand("train", "train a model per CONFIG");
+  add_config_args(train, a);
+  train->add_option("--simulate-rank", a.train.simulate_rank,
+                    "run rank w of a W-rank layout alone (local stand-in communicator)")
+      ->type_name("w/W")
+      ->check(CLI::Validator(check_simulate_rank, ""));
+
+  CLI::App* plan = app.add_subcommand("plan", "print the subnetwork plan and predicted memory");
+  add_config_args(plan, a);
+  plan->add_option("--world", a.world, "world size W (default: MPI world size or S)")
+      ->check(CLI::Range(0, 1 << 20));
+  plan->add_option("--budget", a.budget, "per-rank memory budget, e.g. 512MiB, 2GiB, 1.5GB")
+      ->type_name("BYTES")
+      ->check(CLI::Validator(check_bytes, ""));
+
+  CLI::App* version = app.add_subcommand("version", "print the version and compiled-in backends");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);  // prints help, or the message and a hint
+    return code == 0 ? 0 : 2;
+  }
+
+  if (*version) return subdp::run_version();
+  subdp::Config config = subdp::load_config(a.config, a.overrides);
+  if (*train) return subdp::run_train(config, a.train);
+  if (*plan) return subdp::run_plan(config, a.world, a.budget.empty() ? 0.0 : parse_bytes(a.budget));
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const subdp::Error& e) {
+    std::fprintf(stderr, "subdp: error: %s\n", e.what());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "subdp: error: %s\n", e.what());
+  }
+  return 1;
+}

@@ -1,0 +1,61 @@
+// Communicator interface (after PyTorch c10d's process group): collectives over a fixed
+// set of ranks. Backends: MPI (host buffers), local (world size 1, no MPI), NCCL (CUDA).
+// Every rank issues collectives in one global order fixed by the plan.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace subdp {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  /// In-place sum all-reduce of n float32 values.
+  virtual void allreduce_sum(float* data, int64_t n) = 0;
+  /// In-place sum / max all-reduce of n float64 values (metrics, norms, hashes).
+  virtual void allreduce_sum(double* data, int64_t n) = 0;
+  virtual void allreduce_max(double* data, int64_t n) = 0;
+  /// Sum-reduce n float32 values to `root` (recv used on root only; may alias data).
+  virtual void reduce_sum(const float* data, float* recv, int64_t n, int root) = 0;
+  /// Broadcast `bytes` bytes from root.
+  virtual void broadcast(void* data, int64_t bytes, int root) = 0;
+  /// Gathers every rank's variable-size byte block to all ranks, in rank order.
+  virtual std::vector<std::string> allgather(const std::string& mine) = 0;
+  virtual void barrier() = 0;
+  /// Collective over this communicator: returns a communicator over `ranks` (sorted ranks
+  /// of this communicator) on members, nullptr elsewhere.
+  virtual std::unique_ptr<Communicator> subgroup(const std::vector<int>& ranks) = 0;
+  /// Backend name: "mpi", "local" or "nccl".
+  virtual std::string backend() const = 0;
+
+  /// Payload bytes this rank sent into all-reduces since the last take_bytes().
+  int64_t take_bytes() {
+    int64_t b = bytes_;
+    bytes_ = 0;
+    return b;
+  }
+
+ protected:
+  int64_t bytes_ = 0;
+};
+
+/// World size 1 without MPI: every collective is the identity.
+std::unique_ptr<Communicator> make_local_communicator();
+
+/// True when this process was started by an MPI launcher (mpirun, srun).
+bool launched_by_mpi();
+
+/// Initialises MPI (once) and returns the world communicator. Errors name the MPI call.
+std::unique_ptr<Communicator> make_mpi_world();
+
+/// Finalises MPI if it was initialised (call once at exit).
+void finalize_mpi();
+
+/// Aborts every rank of the MPI job (after a fatal error on one rank), if MPI is running.
+void abort_mpi(int code);
+
+}  // namespace subdp

@@ -1,0 +1,135 @@
+// MPI communicator over host buffers (Open MPI). Every MPI return code is checked; errors
+// name the call, file and line.
+#define OMPI_SKIP_MPICXX 1  // C API only: no Open MPI C++ bindings
+#include <mpi.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "engine/comm/communicator.h"
+#include "engine/error.h"
+
+#define MPI_CHECK(call)                                                                    \
+  do {                                                                                     \
+    int mpi_status_ = (call);                                                              \
+    if (mpi_status_ != MPI_SUCCESS) {                                                      \
+      char msg_[MPI_MAX_ERROR_STRING];                                                     \
+      int len_ = 0;                                                                        \
+      MPI_Error_string(mpi_status_, msg_, &len_);                                          \
+      throw ::subdp::Error(fmt::format("MPI error in {} at {}:{}: {}", #call, __FILE__, \
+                                       __LINE__, std::string(msg_, len_)));                \
+    }                                                                                      \
+  } while (0)
+
+namespace subdp {
+
+namespace {
+
+constexpr int64_t kMaxCount = 1 << 30;  // MPI counts are int: split larger messages
+
+class MpiCommunicator : public Communicator {
+ public:
+  explicit MpiCommunicator(MPI_Comm comm) : comm_(comm) {
+    MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+    MPI_CHECK(MPI_Comm_size(comm_, &size_));
+    MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+  }
+  ~MpiCommunicator() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized && comm_ != MPI_COMM_WORLD) MPI_Comm_free(&comm_);
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  void allreduce_sum(float* data, int64_t n) override {
+    bytes_ += n * static_cast<int64_t>(sizeof(float));
+    for (int64_t off = 0; off < n; off += kMaxCount)
+      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data + off, static_cast<int>(std::min(kMaxCount, n - off)),
+                              MPI_FLOAT, MPI_SUM, comm_));
+  }
+  void allreduce_sum(double* data, int64_t n) override {
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(n), MPI_DOUBLE, MPI_SUM, comm_));
+  }
+  void allreduce_max(double* data, int64_t n) override {
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(n), MPI_DOUBLE, MPI_MAX, comm_));
+  }
+  void reduce_sum(const float* data, float* recv, int64_t n, int root) override {
+    for (int64_t off = 0; off < n; off += kMaxCount) {
+      const int count = static_cast<int>(std::min(kMaxCount, n - off));
+      if (rank_ == root)
+        MPI_CHECK(MPI_Reduce(recv == data ? MPI_IN_PLACE : data + off, recv + off, count, MPI_FLOAT, MPI_SUM,
+                             root, comm_));
+      else
+        MPI_CHECK(MPI_Reduce(data + off, nullptr, count, MPI_FLOAT, MPI_SUM, root, comm_));
+    }
+  }
+  void broadcast(void* data, int64_t bytes, int root) override {
+    char* p = static_cast<char*>(data);
+    for (int64_t off = 0; off < bytes; off += kMaxCount)
+      MPI_CHECK(MPI_Bcast(p + off, static_cast<int>(std::min(kMaxCount, bytes - off)), MPI_BYTE, root, comm_));
+  }
+  std::vector<std::string> allgather(const std::string& mine) override {
+    int len = static_cast<int>(mine.size());
+    std::vector<int> lens(size_), displs(size_);
+    MPI_CHECK(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm_));
+    int total = 0;
+    for (int r = 0; r < size_; ++r) {
+      displs[r] = total;
+      total += lens[r];
+    }
+    std::string all(total, '\0');
+    MPI_CHECK(MPI_Allgatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, comm_));
+    std::vector<std::string> out;
+    for (int r = 0; r < size_; ++r) out.push_back(all.substr(displs[r], lens[r]));
+    return out;
+  }
+  void barrier() override { MPI_CHECK(MPI_Barrier(comm_)); }
+  std::unique_ptr<Communicator> subgroup(const std::vector<int>& ranks) override {
+    bool member = false;
+    for (int r : ranks) member |= r == rank_;
+    MPI_Comm sub = MPI_COMM_NULL;
+    MPI_CHECK(MPI_Comm_split(comm_, member ? 0 : MPI_UNDEFINED, rank_, &sub));
+    if (!member) return nullptr;
+    return std::make_unique<MpiCommunicator>(sub);
+  }
+  std::string backend() const override { return "mpi"; }
+
+ private:
+  MPI_Comm comm_;
+  int rank_ = 0, size_ = 1;
+};
+
+}  // namespace
+
+bool launched_by_mpi() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "SLURM_PROCID"})
+    if (std::getenv(var)) return true;
+  return false;
+}
+
+std::unique_ptr<Communicator> make_mpi_world() {
+  int initialized = 0;
+  MPI_CHECK(MPI_Initialized(&initialized));
+  if (!initialized) {
+    int provided = 0;
+    MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided));
+  }
+  return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD);
+}
+
+void finalize_mpi() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Finalize();
+}
+
+void abort_mpi(int code) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
+}
+
+}  // namespace subdp

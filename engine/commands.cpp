@@ -1,0 +1,46 @@
+// run_train and run_version: choose the communicator backend, run the session.
+#include "engine/commands.h"
+
+#include <cstdio>
+
+#include "engine/comm/communicator.h"
+#include "engine/error.h"
+#include "engine/trainer.h"
+
+namespace subdp {
+
+namespace {
+
+std::unique_ptr<Communicator> make_world(const ParallelConfig& p) {
+  if (p.backend == "local") return make_local_communicator();
+  if (p.backend == "nccl") throw Error("parallel.backend = \"nccl\": this build has no NCCL backend (see subdp version)");
+  if (p.backend == "mpi" || launched_by_mpi()) return make_mpi_world();
+  return make_local_communicator();
+}
+
+}  // namespace
+
+int run_train(const Config& config, const TrainOptions& options) {
+  auto world = make_world(config.parallel);
+  const bool mpi = world->backend() == "mpi";
+  try {
+    Trainer trainer(config, std::move(world), options);
+    trainer.run();
+  } catch (...) {
+    if (mpi) finalize_mpi();
+    throw;
+  }
+  if (mpi) finalize_mpi();
+  return 0;
+}
+
+int run_version() {
+  std::printf("subdp %s\nbackends: cpu mpi local", SUBDP_VERSION);
+#ifdef SUBDP_WITH_CUDA
+  std::printf(" cuda nccl");
+#endif
+  std::printf("\n");
+  return 0;
+}
+
+}  // namespace subdp

@@ -1,0 +1,94 @@
+// Datasets held in host memory: labelled images (Fashion-MNIST, MNIST, CIFAR-10)
+// and byte / token streams (text, llm.c token shards). Readers validate every
+// header and size and throw subdp::Error naming the file on any problem.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace subdp {
+
+/// Whole file as bytes. With `gunzip`, a gzip stream (magic 1f 8b, one or more members) is
+/// decompressed incrementally; otherwise the bytes are returned as stored.
+/// Errors: missing or unreadable file, corrupt or truncated gzip stream.
+std::vector<uint8_t> read_file_bytes(const std::string& path, bool gunzip);
+
+/// Labelled images, float32 NCHW in [0, 1] (or normalised), labels in [0, classes).
+struct ImageDataset {
+  int64_t n = 0;
+  int channels = 0, height = 0, width = 0, classes = 10;
+  std::vector<float> images;    // (n, channels, height, width)
+  std::vector<int32_t> labels;  // (n)
+  int64_t sample_size() const { return static_cast<int64_t>(channels) * height * width; }
+};
+
+/// Reads an IDX image file and its IDX label file (gzip-compressed or raw, detected by magic).
+/// Errors: missing file, wrong magic (expects 0x00000803 / 0x00000801), truncated data,
+/// count mismatch between images and labels, label out of range.
+ImageDataset load_idx_pair(const std::string& images_path, const std::string& labels_path);
+
+/// Fashion-MNIST or MNIST split from a directory holding the four standard
+/// *-idx?-ubyte(.gz) files (train-*, t10k-*).
+ImageDataset load_mnist_dir(const std::string& dir, bool train);
+
+/// CIFAR-10 binary batches (data_batch_1..5.bin / test_batch.bin) from dir.
+/// Errors: missing batch, size not a multiple of 3073 bytes, label > 9.
+ImageDataset load_cifar10_dir(const std::string& dir, bool train);
+
+/// Per-channel statistics of a dataset (mean, std), for normalisation.
+void channel_stats(const ImageDataset& d, std::vector<float>& mean, std::vector<float>& stddev);
+/// x = (x - mean[c]) / std[c] in place.
+void normalize(ImageDataset& d, const std::vector<float>& mean, const std::vector<float>& stddev);
+
+/// A token stream: bytes of a text file (vocab 256) or the tokens of token shards.
+struct TokenStream {
+  std::vector<int32_t> tokens;
+  int vocab = 256;
+};
+
+/// Whole file as bytes (tokens 0..255). Errors: missing or empty file.
+TokenStream load_text_bytes(const std::string& path);
+
+/// llm.c token shard: 256 x int32 header (magic 20240520, version 1, token count), then
+/// uint16 tokens. Errors: short header, wrong magic/version, size != header count,
+/// token >= vocab. `path` may be one file or a directory of *.bin shards (sorted by name).
+TokenStream load_token_shards(const std::string& path, int vocab);
+
+/// Deterministic sampler over n examples for rank `rank` of `world`: each epoch draws a
+/// seeded permutation of all n (same on every rank), and rank w takes batch slots
+/// w, w + world, ... so shares are disjoint. steps_per_epoch() = floor(n / (batch * world)),
+/// identical on every rank whatever the data size.
+class EpochSampler {
+ public:
+  EpochSampler(int64_t n, int batch, int rank, int world, uint64_t seed);
+  int64_t steps_per_epoch() const;
+  /// Example indices (batch) of this rank at (epoch, step within epoch).
+  std::vector<int64_t> batch_indices(int64_t epoch, int64_t step) const;
+
+ private:
+  int64_t n_;
+  int batch_, rank_, world_;
+  uint64_t seed_;
+  mutable int64_t cached_epoch_ = -1;
+  mutable std::vector<int64_t> perm_;
+};
+
+/// Random windows of T+1 tokens from a stream, from a seeded generator whose stream is
+/// disjoint per rank: window starts for (step, rank) depend only on (seed, step, rank), so
+/// resuming at a step reproduces the same batches.
+class WindowSampler {
+ public:
+  WindowSampler(int64_t n_tokens, int T, int batch, int rank, uint64_t seed);
+  /// Start offsets (batch) of windows for this rank at global step `step`.
+  std::vector<int64_t> starts(int64_t step) const;
+
+ private:
+  int64_t n_tokens_;
+  int T_, batch_, rank_;
+  uint64_t seed_;
+};
+
+/// 64-bit mixing hash (splitmix64) used for every seeded draw in the engine.
+uint64_t mix64(uint64_t x);
+
+}  // namespace subdp

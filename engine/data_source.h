@@ -1,0 +1,31 @@
+// Batches for training and evaluation, built from the [data] config: each rank reads its
+// own disjoint share of the training split; evaluation walks the held-out split.
+#pragma once
+#include <memory>
+
+#include "engine/config.h"
+#include "models/model.h"
+
+namespace subdp {
+
+class DataSource {
+ public:
+  virtual ~DataSource() = default;
+  /// Optimizer steps per epoch (identical on every rank).
+  virtual int64_t steps_per_epoch() const = 0;
+  /// Fills `batch` with this rank's training batch at (epoch, step within epoch).
+  virtual void train_batch(int64_t epoch, int64_t step, Batch& batch) = 0;
+  /// Number of evaluation batches of the held-out split (share = rank's part when world > 1).
+  virtual int64_t eval_batches(int share_rank, int shares) const = 0;
+  /// Fills `batch` with evaluation batch i of a share.
+  virtual void eval_batch(int64_t i, int share_rank, int shares, Batch& batch) = 0;
+  /// Allocates a batch buffer of the right shapes for batch_size examples.
+  virtual Batch make_batch() const = 0;
+  /// Short description ("fashion_mnist: 60000 train / 10000 test, 1x28x28").
+  virtual std::string describe() const = 0;
+};
+
+/// Builds the source named in config.data for rank `rank` of `world`.
+std::unique_ptr<DataSource> make_data_source(const Config& config, int rank, int world);
+
+}  // namespace subdp

@@ -1,0 +1,71 @@
+// Gradient averaging for DP and SDP (design brief, step 3-5): dense gradients are averaged
+// over the world; each unit's gradient over its holder group, packed into one contiguous
+// bucket per distinct holder group, divided by the holder count (never by W). BatchNorm
+// running statistics ride in the same buckets (averaged over their holders). Under
+// backward masking, the owner of each group sends the updated unit values to everyone.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "engine/comm/communicator.h"
+#include "engine/param.h"
+#include "engine/plan.h"
+
+namespace subdp {
+
+/// World W = S subnetworks x R replicas; rank w trains subnetwork w % S.
+struct Layout {
+  int world = 1, S = 1, rank = 0;
+  int subnet() const { return rank % S; }
+  int replicas() const { return world / S; }
+  /// World ranks whose subnetwork is in `subnets` (sorted).
+  std::vector<int> ranks_of(const std::vector<int>& subnets) const;
+};
+
+/// One contiguous run of a bucket: `len` floats at `offset` of a tensor.
+struct BucketRun {
+  float* data;
+  int64_t len;
+};
+
+/// Everything averaged over one communicator.
+struct Bucket {
+  int group = -1;                  // plan group id, -1 = world
+  std::vector<int> ranks;          // world ranks holding it
+  Communicator* comm = nullptr;    // nullptr when this rank is not a member
+  std::vector<BucketRun> runs;     // this rank's pieces (members only)
+  int64_t elems = 0;
+};
+
+class GradientSync {
+ public:
+  /// Creates one communicator per distinct holder group (collective over world: every
+  /// rank must construct it with the same plan). bucket_mb bounds one message.
+  GradientSync(Communicator& world, const Layout& layout, const SubnetworkPlan& plan,
+               std::vector<Param*> params, double bucket_mb);
+  /// Averages gradients and running statistics over their holders.
+  void average();
+  /// Backward masking: owners broadcast updated unit values (one collective per group).
+  void broadcast_unit_values();
+  /// Float32 values this rank all-reduces per step (the analytical count of issue 3).
+  int64_t elements_per_step() const;
+  /// World group owner (lowest world rank) of each unit group; used by assembly.
+  int owner_of_group(int group) const;
+  /// Group of a run of parameter p at local unit position pos (-1 = world).
+  int group_of(const Param& p, int pos) const;
+
+ private:
+  void add_param(Param& p);
+  void reduce_bucket(Bucket& b);
+  Communicator& world_;
+  Layout layout_;
+  const SubnetworkPlan& plan_;
+  std::vector<Param*> params_;
+  std::vector<std::unique_ptr<Communicator>> group_comms_;
+  std::vector<Bucket> buckets_;  // index 0: world; then group g at index g + 1
+  std::vector<float> staging_;   // comm buffer (tracked separately: see comm_buffer_)
+  Tensor comm_buffer_;
+  int64_t bucket_elems_;
+};
+
+}  // namespace subdp

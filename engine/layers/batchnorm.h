@@ -1,0 +1,31 @@
+// BatchNorm2d layer: per-channel normalisation of (N, C, H, W) with learnable gamma, beta
+// and running statistics (buffers) for evaluation, as torch.nn.BatchNorm2d (eps 1e-5,
+// momentum 0.1).
+#pragma once
+#include <string>
+
+#include "engine/param.h"
+
+namespace subdp {
+
+class BatchNorm2d {
+ public:
+  /// units: channel units (axis 0 of every per-channel tensor), if maskable.
+  BatchNorm2d(ParamSet& ps, const std::string& name, int channels, UnitRef units = {}, int block = -1);
+  int channels() const { return static_cast<int>(gamma->value.dim(0)); }
+  /// Allocates the per-channel batch statistics kept for backward (activations).
+  void allocate_stats();
+  /// y (N, C, HW) from x; training uses batch statistics and updates running stats.
+  void forward(const float* x, float* y, int N, int HW, bool training);
+  /// dx (N, C, HW) written; dgamma/dbeta accumulated for the kept prefix.
+  void backward(const float* x, const float* dy, float* dx, int N, int HW) const;
+
+  Param* gamma = nullptr;
+  Param* beta = nullptr;
+  Param* running_mean = nullptr;
+  Param* running_var = nullptr;
+  Tensor mean, rstd;  // (C) batch statistics of the last training forward
+  float eps = 1e-5f, momentum = 0.1f;
+};
+
+}  // namespace subdp

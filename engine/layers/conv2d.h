@@ -1,0 +1,33 @@
+// Conv2d layer (no bias): y (N, Cout, Ho, Wo) = conv(x (N, Cin, H, W), W (Cout, Cin, k, k)).
+#pragma once
+#include <string>
+
+#include "engine/param.h"
+#include "kernels/cpu/conv.h"
+
+namespace subdp {
+
+/// Square-kernel 2-D convolution as torch.nn.Conv2d(bias=False). Output channels (axis 0)
+/// or input channels (axis 1) may be maskable units.
+class Conv2d {
+ public:
+  Conv2d(ParamSet& ps, const std::string& name, int cin, int cout, int k, int stride, int pad,
+         UnitRef out_units = {}, UnitRef in_units = {}, int block = -1);
+
+  int cin() const { return static_cast<int>(weight->value.dim(1)); }
+  int cout() const { return static_cast<int>(weight->value.dim(0)); }
+  /// Geometry for an input of (N, cin, H, W).
+  cpu::ConvShape shape(int N, int H, int W) const;
+  /// Workspace floats needed for inputs of (N, cin, H, W).
+  int64_t workspace_floats(int N, int H, int W) const;
+
+  /// y (N, Cout, Ho, Wo) from x (N, Cin, H, W); ws holds workspace_floats() floats.
+  void forward(const float* x, float* y, int N, int H, int W, float* ws) const;
+  /// Accumulates dW (kept prefix); writes dx when non-null.
+  void backward(const float* x, const float* dy, float* dx, int N, int H, int W, float* ws) const;
+
+  Param* weight = nullptr;
+  int k, stride, pad;
+};
+
+}  // namespace subdp

@@ -1,0 +1,30 @@
+// LayerNorm layer over the CPU kernels.
+#include "engine/layers/layernorm.h"
+
+#include "kernels/cpu/norm.h"
+
+namespace subdp {
+
+LayerNorm::LayerNorm(ParamSet& ps, const std::string& name, int C, int block) {
+  gamma = &ps.add(name + ".weight", {C}, {InitSpec::constant, 1.f}, {}, block);
+  beta = &ps.add(name + ".bias", {C}, {InitSpec::constant, 0.f}, {}, block);
+}
+
+void LayerNorm::allocate_stats(int64_t rows) {
+  mean = Tensor::zeros({rows}, MemCategory::activations);
+  rstd = Tensor::zeros({rows}, MemCategory::activations);
+}
+
+void LayerNorm::forward(const float* x, float* y, int64_t rows) {
+  cpu::layernorm_forward(x, gamma->value.f32(), beta->value.f32(), y, mean.f32(), rstd.f32(), rows,
+                         channels(), eps);
+}
+
+void LayerNorm::backward(const float* x, const float* dy, float* dx, int64_t rows) const {
+  const bool held = gamma->grad.defined();
+  cpu::layernorm_backward(x, gamma->value.f32(), mean.f32(), rstd.f32(), dy, dx,
+                          held ? gamma->grad.f32() : nullptr, held ? beta->grad.f32() : nullptr,
+                          rows, channels());
+}
+
+}  // namespace subdp

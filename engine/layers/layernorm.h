@@ -1,0 +1,26 @@
+// LayerNorm over the last dimension C of (rows, C), as torch.nn.LayerNorm (eps 1e-5).
+#pragma once
+#include <string>
+
+#include "engine/param.h"
+
+namespace subdp {
+
+class LayerNorm {
+ public:
+  LayerNorm(ParamSet& ps, const std::string& name, int C, int block = -1);
+  int channels() const { return static_cast<int>(gamma->value.dim(0)); }
+  /// Allocates (rows) mean / rstd kept for backward (activations).
+  void allocate_stats(int64_t rows);
+  /// y (rows, C) = LN(x).
+  void forward(const float* x, float* y, int64_t rows);
+  /// dx (rows, C) accumulated (+=); dgamma, dbeta accumulated when held.
+  void backward(const float* x, const float* dy, float* dx, int64_t rows) const;
+
+  Param* gamma = nullptr;
+  Param* beta = nullptr;
+  Tensor mean, rstd;
+  float eps = 1e-5f;
+};
+
+}  // namespace subdp

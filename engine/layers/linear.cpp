@@ -1,0 +1,50 @@
+// Linear layer forward/backward through OpenBLAS.
+#include "engine/layers/linear.h"
+
+#include <cmath>
+
+#include "engine/layers/flops.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/gemm.h"
+
+namespace subdp {
+
+Linear::Linear(ParamSet& ps, const std::string& name, int64_t in, int64_t out, bool has_bias,
+               UnitRef out_units, UnitRef in_units, int block, const InitSpec* weight_init,
+               const InitSpec* bias_init) {
+  const float bound = 1.f / std::sqrt(static_cast<float>(in));
+  const InitSpec def{InitSpec::uniform, bound};
+  UnitRef wunit = out_units.layer >= 0 ? UnitRef{out_units.layer, 0, out_units.unit_size}
+                                       : UnitRef{in_units.layer, 1, in_units.unit_size};
+  weight = &ps.add(name + ".weight", {out, in}, weight_init ? *weight_init : def, wunit, block);
+  if (has_bias)
+    bias = &ps.add(name + ".bias", {out}, bias_init ? *bias_init : def,
+                   out_units.layer >= 0 ? UnitRef{out_units.layer, 0, out_units.unit_size} : UnitRef{}, block);
+}
+
+void Linear::forward(const float* x, float* y, int64_t rows) const {
+  const int64_t I = in(), O = out();
+  // y (rows, O) = x (rows, I) . W^T (I, O)
+  cpu::sgemm(false, true, rows, O, I, 1.f, x, I, weight->value.f32(), I, 0.f, y, O);
+  if (bias) cpu::add_bias_rows(y, bias->value.f32(), rows, O);
+  FlopCounter::add_gemm(rows, O, I);
+}
+
+void Linear::backward(const float* x, const float* dy, float* dx, int64_t rows) const {
+  const int64_t I = in(), O = out();
+  if (weight->grad.defined()) {
+    // Kept prefix only: dW[:go, :gi] (go, gi) += dy[:, :go]^T (go, rows) . x[:, :gi] (rows, gi)
+    const int64_t go = weight->unit.axis == 0 ? weight->grad_extent() : O;
+    const int64_t gi = weight->unit.axis == 1 ? weight->grad_extent() : I;
+    cpu::sgemm(true, false, go, gi, rows, 1.f, dy, O, x, I, 1.f, weight->grad.f32(), gi);
+    FlopCounter::add_gemm(go, gi, rows);
+  }
+  if (bias && bias->grad.defined()) cpu::bias_grad_rows(dy, bias->grad.f32(), rows, bias->grad_extent(), O);
+  if (dx) {
+    // dx (rows, I) = dy (rows, O) . W (O, I)
+    cpu::sgemm(false, false, rows, I, O, 1.f, dy, O, weight->value.f32(), I, 0.f, dx, I);
+    FlopCounter::add_gemm(rows, I, O);
+  }
+}
+
+}  // namespace subdp

@@ -1,0 +1,32 @@
+// Linear layer: y (rows, out) = x (rows, in) W^T + b, W (out, in), b (out).
+#pragma once
+#include <string>
+
+#include "engine/param.h"
+
+namespace subdp {
+
+/// Fully connected layer. Output units (rows of W, entries of b) or input units (columns
+/// of W) may be maskable; the local sizes come from the mask (forward masking: compact).
+class Linear {
+ public:
+  /// in_units/out_units: unit structure of W's columns / rows (at most one maskable).
+  /// Init as torch.nn.Linear (U(-1/sqrt(in), 1/sqrt(in))) unless `init` is given.
+  Linear(ParamSet& ps, const std::string& name, int64_t in, int64_t out, bool bias,
+         UnitRef out_units = {}, UnitRef in_units = {}, int block = -1,
+         const InitSpec* weight_init = nullptr, const InitSpec* bias_init = nullptr);
+
+  int64_t in() const { return weight->value.dim(1); }
+  int64_t out() const { return weight->value.dim(0); }
+
+  /// y (rows, out) = x (rows, in) W^T + b.
+  void forward(const float* x, float* y, int64_t rows) const;
+  /// Accumulates dW (kept prefix) and db from dy (rows, out) and x (rows, in);
+  /// writes dx (rows, in) when dx != nullptr.
+  void backward(const float* x, const float* dy, float* dx, int64_t rows) const;
+
+  Param* weight = nullptr;
+  Param* bias = nullptr;
+};
+
+}  // namespace subdp

@@ -1,0 +1,78 @@
+// Memory tracker: one per process (one per rank), records current and peak bytes
+// per category. Every tensor allocation in the engine goes through it, so the
+// per-rank footprint of a regime is measured, not estimated.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+
+namespace subdp {
+
+/// What a buffer is for. Order matters: it indexes MemStats arrays.
+enum class MemCategory : int { params = 0, grads, optimizer, activations, workspace, comm };
+constexpr int kNumMemCategories = 6;
+
+/// Lower-case name of a category ("params", "grads", ...).
+const char* category_name(MemCategory c);
+
+/// Snapshot of the tracker: bytes per category, current and peak, plus the
+/// peak of the total (which is not the sum of per-category peaks).
+struct MemStats {
+  std::array<int64_t, kNumMemCategories> current{};
+  std::array<int64_t, kNumMemCategories> peak{};
+  int64_t total_current = 0;
+  int64_t total_peak = 0;
+};
+
+/// Process-wide byte counter. Not thread-safe: allocations happen on the
+/// training thread only (OpenMP workers never allocate tensors).
+class MemoryTracker {
+ public:
+  static MemoryTracker& global();
+  void on_alloc(MemCategory c, int64_t bytes);
+  void on_free(MemCategory c, int64_t bytes);
+  /// Resets every peak to the current value (e.g. after start-up).
+  void reset_peaks();
+  const MemStats& stats() const { return stats_; }
+
+  /// Dry run: while set, Storage counts bytes but allocates nothing (data() is null), so
+  /// a model's footprint is measured by the same code that allocates it (the planner).
+  bool dry_run() const { return dry_run_; }
+
+  /// While paused, new allocations are not counted (nor their frees): used only for the
+  /// evaluation copy of the full model on rank 0, which is outside the training footprint.
+  bool paused() const { return paused_; }
+  void set_paused(bool p) { paused_ = p; }
+
+  /// Runs build() in dry-run mode on a zeroed tracker and returns the bytes it allocated
+  /// (current and peak per category); the real counters are restored afterwards.
+  template <class F>
+  MemStats measure(F&& build) {
+    MemStats saved = stats_;
+    bool saved_dry = dry_run_;
+    stats_ = MemStats{};
+    dry_run_ = true;
+    MemStats result;
+    try {
+      build();
+      result = stats_;
+    } catch (...) {
+      stats_ = saved;
+      dry_run_ = saved_dry;
+      throw;
+    }
+    stats_ = saved;
+    dry_run_ = saved_dry;
+    return result;
+  }
+
+ private:
+  MemStats stats_;
+  bool dry_run_ = false;
+  bool paused_ = false;
+};
+
+/// Peak resident set size of this process in bytes (from getrusage).
+int64_t process_peak_rss_bytes();
+
+}  // namespace subdp

@@ -1,0 +1,128 @@
+// SGD and AdamW updates over gradient runs, and the learning-rate schedule.
+#include "engine/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/error.h"
+
+namespace subdp {
+
+namespace {
+
+/// Per-parameter state tensors shaped like the gradient.
+class StatefulOptimizer : public Optimizer {
+ public:
+  StatefulOptimizer(std::vector<Param*> params, int states) : params_(std::move(params)), states_(states) {
+    for (Param* p : params_) {
+      std::vector<Tensor> s;
+      for (int i = 0; i < states; ++i) s.push_back(Tensor::zeros(p->grad.shape(), MemCategory::optimizer));
+      state_.push_back(std::move(s));
+    }
+  }
+  std::vector<Tensor*> state(size_t i) override {
+    std::vector<Tensor*> out;
+    for (auto& t : state_.at(i)) out.push_back(&t);
+    return out;
+  }
+  int num_states() const override { return states_; }
+  int64_t steps_taken() const override { return t_; }
+  void set_steps_taken(int64_t t) override { t_ = t; }
+
+ protected:
+  std::vector<Param*> params_;
+  std::vector<std::vector<Tensor>> state_;
+  int states_;
+  int64_t t_ = 0;
+};
+
+/// SGD as torch.optim.SGD: g += wd * w; buf = momentum * buf + g (first step: buf = g);
+/// Nesterov: g = g + momentum * buf; w -= lr * g.
+class Sgd : public StatefulOptimizer {
+ public:
+  Sgd(const OptimConfig& c, std::vector<Param*> params)
+      : StatefulOptimizer(std::move(params), c.momentum > 0 ? 1 : 0), c_(c) {}
+  void step(double lr) override {
+    const float mu = static_cast<float>(c_.momentum), wd = static_cast<float>(c_.weight_decay);
+    const float flr = static_cast<float>(lr);
+    const bool first = t_ == 0;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      float* w = params_[i]->value.f32();
+      const float* g = params_[i]->grad.f32();
+      float* buf = state_[i].empty() ? nullptr : state_[i][0].f32();
+      for_each_grad_run(*params_[i], [&](int64_t vo, int64_t go, int64_t len, int) {
+        for (int64_t k = 0; k < len; ++k) {
+          float d = g[go + k] + wd * w[vo + k];
+          if (buf) {
+            float& b = buf[go + k];
+            b = first ? d : mu * b + d;
+            d = c_.nesterov ? d + mu * b : b;
+          }
+          w[vo + k] -= flr * d;
+        }
+      });
+    }
+    ++t_;
+  }
+
+ private:
+  OptimConfig c_;
+};
+
+/// AdamW (Loshchilov & Hutter 2019) as torch.optim.AdamW: w *= 1 - lr*wd; m, v moments with
+/// bias correction; w -= lr * m_hat / (sqrt(v_hat) + eps).
+class AdamW : public StatefulOptimizer {
+ public:
+  AdamW(const OptimConfig& c, std::vector<Param*> params) : StatefulOptimizer(std::move(params), 2), c_(c) {}
+  void step(double lr) override {
+    ++t_;
+    const double b1 = c_.beta1, b2 = c_.beta2;
+    const float bc1 = static_cast<float>(1.0 - std::pow(b1, static_cast<double>(t_)));
+    const float bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(b2, static_cast<double>(t_))));
+    const float step_size = static_cast<float>(lr) / bc1;
+    const float decay = static_cast<float>(1.0 - lr * c_.weight_decay), eps = static_cast<float>(c_.eps);
+    const float fb1 = static_cast<float>(b1), fb2 = static_cast<float>(b2);
+    for (size_t i = 0; i < params_.size(); ++i) {
+      float* w = params_[i]->value.f32();
+      const float* g = params_[i]->grad.f32();
+      float* m = state_[i][0].f32();
+      float* v = state_[i][1].f32();
+      for_each_grad_run(*params_[i], [&](int64_t vo, int64_t go, int64_t len, int) {
+#pragma omp parallel for simd schedule(static) if (len > 65536)
+        for (int64_t k = 0; k < len; ++k) {
+          const float gk = g[go + k];
+          m[go + k] = fb1 * m[go + k] + (1.f - fb1) * gk;
+          v[go + k] = fb2 * v[go + k] + (1.f - fb2) * gk * gk;
+          const float denom = std::sqrt(v[go + k]) / bc2_sqrt + eps;
+          w[vo + k] = w[vo + k] * decay - step_size * m[go + k] / denom;
+        }
+      });
+    }
+  }
+
+ private:
+  OptimConfig c_;
+};
+
+}  // namespace
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimConfig& c, std::vector<Param*> params) {
+  std::vector<Param*> held;
+  for (Param* p : params)
+    if (p->grad.defined()) held.push_back(p);
+  if (c.name == "sgd") return std::make_unique<Sgd>(c, held);
+  if (c.name == "adamw") return std::make_unique<AdamW>(c, held);
+  throw Error(fmt::format("optim.name = \"{}\": expected sgd or adamw", c.name));
+}
+
+double learning_rate(const OptimConfig& c, double base_lr, int64_t step, int64_t total) {
+  if (c.warmup_steps > 0 && step < c.warmup_steps)
+    return base_lr * static_cast<double>(step + 1) / static_cast<double>(c.warmup_steps);
+  if (c.schedule == "constant") return base_lr;
+  const double span = static_cast<double>(std::max<int64_t>(1, total - c.warmup_steps));
+  const double progress = std::min(1.0, static_cast<double>(step - c.warmup_steps) / span);
+  const double floor = base_lr * c.min_lr_ratio;
+  return floor + 0.5 * (base_lr - floor) * (1.0 + std::cos(3.141592653589793 * progress));
+}
+
+}  // namespace subdp

@@ -1,0 +1,35 @@
+// Optimizers over local parameters only (SGD with momentum / Nesterov / weight decay,
+// AdamW) and the learning-rate schedule (linear warm-up, then cosine decay).
+// State is allocated like the gradient (kept prefix), so dropped units cost nothing and
+// are never touched: no weight decay, no momentum drift on parameters a rank does not hold.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "engine/config.h"
+#include "engine/param.h"
+
+namespace subdp {
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  /// Applies one update with learning rate lr to every parameter holding a gradient.
+  virtual void step(double lr) = 0;
+  /// Optimizer state tensors of parameter i (same layout as its gradient), for checkpoints.
+  virtual std::vector<Tensor*> state(size_t i) = 0;
+  /// State tensors per parameter (SGD with momentum 1, without 0; AdamW 2), same on every rank.
+  virtual int num_states() const = 0;
+  virtual int64_t steps_taken() const = 0;
+  virtual void set_steps_taken(int64_t t) = 0;
+};
+
+/// Builds the optimizer named in config.optim over `params` (held gradients only).
+std::unique_ptr<Optimizer> make_optimizer(const OptimConfig& config, std::vector<Param*> params);
+
+/// Learning rate at optimizer step `step` (0-based) of `total`: linear warm-up over
+/// warmup_steps from lr/warmup to lr, then cosine decay to lr * min_lr_ratio (schedule
+/// "cosine") or constant. `base_lr` already includes any world-size scaling (Goyal et al. 2017).
+double learning_rate(const OptimConfig& config, double base_lr, int64_t step, int64_t total);
+
+}  // namespace subdp

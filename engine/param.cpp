@@ -1,0 +1,136 @@
+// Parameter creation, local/full index mapping and deterministic initialisation.
+#include "engine/param.h"
+
+#include <cmath>
+
+#include "engine/data/dataset.h"
+#include "engine/error.h"
+
+namespace subdp {
+
+SubnetMask make_subnet_mask(const SubnetworkPlan& plan, const ModelUnits& units, int s, bool scale_kept) {
+  SubnetMask m;
+  m.regime = plan.regime;
+  m.granularity = plan.granularity;
+  for (size_t l = 0; l < units.layers.size(); ++l) {
+    LayerMask lm;
+    std::vector<int> dropped;
+    for (int u = 0; u < units.layers[l].units; ++u)
+      (plan.keeps_unit(s, static_cast<int>(l), u) ? lm.order : dropped).push_back(u);
+    lm.kept = static_cast<int>(lm.order.size());
+    lm.order.insert(lm.order.end(), dropped.begin(), dropped.end());
+    m.layers.push_back(lm);
+  }
+  for (size_t b = 0; b < units.blocks.size(); ++b) m.block_kept.push_back(plan.keeps_block(s, static_cast<int>(b)));
+  if (plan.regime == Regime::forward && scale_kept) m.scale = static_cast<float>(1.0 / plan.keep());
+  return m;
+}
+
+SubnetMask full_mask(const ModelUnits& units) {
+  SubnetworkPlan none;
+  return make_subnet_mask(none, units, 0, false);
+}
+
+int64_t Param::inner() const {
+  int64_t n = 1;
+  for (int i = unit.axis + 1; i < value.ndim(); ++i) n *= value.dim(i);
+  return n;
+}
+
+int64_t Param::outer() const {
+  int64_t n = 1;
+  for (int i = 0; i < unit.axis; ++i) n *= value.dim(i);
+  return n;
+}
+
+Param& ParamSet::add(const std::string& name, const Shape& full_shape, InitSpec init, UnitRef unit,
+                     int block, bool trainable) {
+  Param p;
+  p.name = name;
+  p.full_shape = full_shape;
+  p.unit = unit;
+  p.block = block;
+  p.trainable = trainable;
+  p.init = init;
+  Shape local = full_shape, grad_shape = full_shape;
+  if (unit.layer >= 0) {
+    p.mask = &mask_.layers.at(unit.layer);
+    SUBDP_ASSERT(full_shape.at(unit.axis) == static_cast<int64_t>(p.mask->units()) * unit.unit_size);
+    grad_shape[unit.axis] = static_cast<int64_t>(p.mask->kept) * unit.unit_size;
+    if (mask_.forward_masked()) local[unit.axis] = grad_shape[unit.axis];
+  }
+  p.value = Tensor::empty(local, MemCategory::params);
+  const bool block_trained = block < 0 || mask_.block_kept.at(block);
+  if (trainable && block_trained) p.grad = Tensor::zeros(grad_shape, MemCategory::grads);
+  params_.push_back(std::move(p));
+  Param& ref = params_.back();
+  if (MemoryTracker::global().dry_run()) return ref;
+  float* v = ref.value.f32();
+  const uint64_t seed = seed_;
+  for_each_value_run(ref, [&](int64_t local_off, int64_t full_off, int64_t len) {
+    for (int64_t i = 0; i < len; ++i) v[local_off + i] = init_value(seed, ref.name, full_off + i, ref.init);
+  });
+  return ref;
+}
+
+std::vector<Param*> ParamSet::trainable() {
+  std::vector<Param*> out;
+  for (auto& p : params_)
+    if (p.trainable) out.push_back(&p);
+  return out;
+}
+
+std::vector<Param*> ParamSet::buffers() {
+  std::vector<Param*> out;
+  for (auto& p : params_)
+    if (!p.trainable) out.push_back(&p);
+  return out;
+}
+
+std::vector<Param*> ParamSet::all() {
+  std::vector<Param*> out;
+  for (auto& p : params_) out.push_back(&p);
+  return out;
+}
+
+void for_each_value_run(const Param& p, const std::function<void(int64_t, int64_t, int64_t)>& fn) {
+  if (p.unit.layer < 0) {
+    fn(0, 0, p.value.numel());
+    return;
+  }
+  const int64_t outer = p.outer(), inner = p.inner(), ext = p.value_extent();
+  const int64_t full_ext = p.full_shape.at(p.unit.axis), us = p.unit.unit_size;
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t a = 0; a < ext; a += us) {
+      const int64_t full_a = static_cast<int64_t>(p.mask->order[a / us]) * us;
+      fn((o * ext + a) * inner, (o * full_ext + full_a) * inner, us * inner);
+    }
+}
+
+void for_each_grad_run(const Param& p, const std::function<void(int64_t, int64_t, int64_t, int)>& fn) {
+  if (!p.grad.defined()) return;
+  if (p.unit.layer < 0) {
+    fn(0, 0, p.grad.numel(), -1);
+    return;
+  }
+  const int64_t outer = p.outer(), inner = p.inner(), vext = p.value_extent(), gext = p.grad_extent();
+  const int64_t us = p.unit.unit_size;
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t a = 0; a < gext; a += us)
+      fn((o * vext + a) * inner, (o * gext + a) * inner, us * inner, static_cast<int>(a / us));
+}
+
+float init_value(uint64_t seed, const std::string& name, int64_t full_index, InitSpec init) {
+  if (init.kind == InitSpec::constant) return init.a;
+  uint64_t h = mix64(seed ^ 0x9e3779b97f4a7c15ULL);
+  for (char ch : name) h = mix64(h ^ static_cast<unsigned char>(ch));
+  const uint64_t r1 = mix64(h ^ mix64(static_cast<uint64_t>(full_index) * 2 + 1));
+  const double u1 = (static_cast<double>(r1 >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+  if (init.kind == InitSpec::uniform) return static_cast<float>((2.0 * u1 - 1.0) * init.a);
+  const uint64_t r2 = mix64(h ^ mix64(static_cast<uint64_t>(full_index) * 2 + 2));
+  const double u2 = (static_cast<double>(r2 >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+  // Box-Muller transform.
+  return static_cast<float>(init.a * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+}
+
+}  // namespace subdp

@@ -1,0 +1,104 @@
+// Parameters of a local (possibly masked) model and their relation to the full model.
+// Each rank orders the units of a maskable layer as "kept units first, ascending global
+// index, then dropped units": forward masking allocates only the kept prefix, backward
+// masking allocates the full value but gradients for the kept prefix only, so every
+// masked GEMM runs on a prefix with a leading dimension (no gathers).
+#pragma once
+#include <deque>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/plan.h"
+#include "engine/tensor.h"
+
+namespace subdp {
+
+/// Local unit order of one maskable layer: order[p] = global unit at local position p;
+/// the first `kept` positions are this rank's kept units.
+struct LayerMask {
+  std::vector<int> order;
+  int kept = 0;
+  int units() const { return static_cast<int>(order.size()); }
+};
+
+/// Everything a model needs to build rank-local parameters for one subnetwork.
+struct SubnetMask {
+  Regime regime = Regime::none;
+  Granularity granularity = Granularity::block;
+  std::vector<LayerMask> layers;   // neuron level (always filled, identity when unmasked)
+  std::vector<char> block_kept;    // block level (all 1 when unmasked)
+  float scale = 1.f;               // forward masking: 1 / keep (inverted dropout), else 1
+  bool forward_masked() const { return regime == Regime::forward; }
+  /// True when the forward pass should skip block b (forward masking, dropped block).
+  bool skips_block(int b) const { return regime == Regime::forward && !block_kept.at(b); }
+};
+
+/// Local mask of subnetwork s. `scale_kept` = false implements mask.scale = "none".
+SubnetMask make_subnet_mask(const SubnetworkPlan& plan, const ModelUnits& units, int s, bool scale_kept);
+/// The full, unmasked model (DP, evaluation, checkpoints).
+SubnetMask full_mask(const ModelUnits& units);
+
+/// Where a parameter sits in the unit structure.
+struct UnitRef {
+  int layer = -1;     // maskable layer id, -1 = not unit-sliced
+  int axis = 0;       // tensor axis carrying the unit index
+  int unit_size = 1;  // entries along `axis` per unit (head_dim for heads)
+};
+
+/// How a parameter is initialised, from a counter-based hash of (seed, name, full index) so
+/// every layout draws the same full-model values.
+struct InitSpec {
+  enum Kind { uniform, normal, constant } kind = constant;
+  float a = 0.f;  // uniform: bound (U(-a, a)); normal: std; constant: value
+};
+
+/// One parameter (or buffer) tensor of the local model.
+struct Param {
+  std::string name;  // full-model name, the safetensors / PyTorch state_dict key
+  Shape full_shape;
+  Tensor value;      // local values, (kept prefix along unit axis when forward masked)
+  Tensor grad;       // kept prefix along unit axis; undefined when this rank holds no gradient
+  UnitRef unit;
+  const LayerMask* mask = nullptr;  // for unit.layer >= 0
+  int block = -1;    // residual block whose branch holds it, -1 = outside any branch
+  bool trainable = true;  // false for buffers (BatchNorm running statistics)
+  InitSpec init;
+
+  int64_t value_extent() const { return value.dim(unit.axis); }
+  int64_t grad_extent() const { return grad.defined() ? grad.dim(unit.axis) : 0; }
+  /// Elements per index of the unit axis (product of the trailing dimensions).
+  int64_t inner() const;
+  /// Product of the leading dimensions before the unit axis.
+  int64_t outer() const;
+};
+
+/// Owns a model's parameters with stable addresses, in creation order (identical on every rank).
+class ParamSet {
+ public:
+  ParamSet(const SubnetMask& mask, uint64_t seed) : mask_(mask), seed_(seed) {}
+  /// Creates a parameter: local shape from the mask, gradient only where this rank trains it.
+  Param& add(const std::string& name, const Shape& full_shape, InitSpec init, UnitRef unit = {},
+             int block = -1, bool trainable = true);
+  std::vector<Param*> trainable();
+  std::vector<Param*> buffers();
+  std::vector<Param*> all();
+  const SubnetMask& mask() const { return mask_; }
+
+ private:
+  const SubnetMask& mask_;
+  uint64_t seed_;
+  std::deque<Param> params_;
+};
+
+/// Calls fn(local_offset, full_offset, length) for every contiguous run of the local value
+/// of p, mapping local unit positions to full-model positions.
+void for_each_value_run(const Param& p, const std::function<void(int64_t, int64_t, int64_t)>& fn);
+/// Calls fn(value_offset, grad_offset, length, unit_position) for every run of the gradient
+/// (kept prefix); unit_position is the local unit position (-1 when not unit-sliced).
+void for_each_grad_run(const Param& p, const std::function<void(int64_t, int64_t, int64_t, int)>& fn);
+
+/// Deterministic initial value of element `full_index` of parameter `name`.
+float init_value(uint64_t seed, const std::string& name, int64_t full_index, InitSpec init);
+
+}  // namespace subdp

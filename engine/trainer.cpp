@@ -1,0 +1,260 @@
+// Training session: construction, the step, evaluation and logging.
+#include "engine/trainer.h"
+
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+
+#include "engine/checkpoint.h"
+#include "engine/data/dataset.h"
+#include "engine/error.h"
+#include "engine/layers/flops.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/gemm.h"
+
+namespace subdp {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+int threads_per_rank(int configured) {
+  if (configured > 0) return configured;
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const int local_ranks = local ? std::max(1, std::atoi(local)) : 1;
+  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  return std::max<int>(1, static_cast<int>(cores / local_ranks));
+}
+
+std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", bytes / 1048576.0); }
+
+std::string metrics_path(const std::string& pattern, int rank, int world) {
+  std::string p = pattern;
+  const auto at = p.find("{rank}");
+  if (at != std::string::npos) return p.replace(at, 6, std::to_string(rank));
+  return world > 1 ? p + ".rank" + std::to_string(rank) : p;
+}
+
+nlohmann::json memory_json(const std::array<int64_t, kNumMemCategories>& bytes) {
+  nlohmann::json j;
+  for (int c = 0; c < kNumMemCategories; ++c) j[category_name(static_cast<MemCategory>(c))] = bytes[c];
+  return j;
+}
+
+// Footprint plain DP would have on one rank: the same code, allocating nothing.
+MemStats dp_footprint(const Config& c, const ModelUnits& units) {
+  return MemoryTracker::global().measure([&] {
+    auto model = make_model(c.model, full_mask(units), c.train.batch_size, c.train.seed);
+    auto opt = make_optimizer(c.optim, model->params().trainable());
+    int64_t grads = 0;
+    for (Param* p : model->params().all()) grads += p->trainable ? p->grad.numel() : p->value.numel();
+    const int64_t cap = static_cast<int64_t>(c.parallel.bucket_mb * (1 << 20) / sizeof(float));
+    Tensor comm = Tensor::empty({std::min(grads, std::max<int64_t>(cap, 1))}, MemCategory::comm);
+    auto data_shape = model->positions_per_example();
+    (void)data_shape;
+  });
+}
+
+}  // namespace
+
+Trainer::Trainer(const Config& config, std::unique_ptr<Communicator> world, const TrainOptions& options)
+    : config_(config), options_(options), world_(std::move(world)) {
+  cpu::set_num_threads(threads_per_rank(config_.train.threads));
+  layout_.world = world_->size();
+  layout_.rank = world_->rank();
+  layout_.S = config_.parallel.subnetworks;
+  SUBDP_CHECK(layout_.world % layout_.S == 0,
+              "parallel.subnetworks = {} does not divide the world size W = {}: W must be S x R replicas",
+              layout_.S, layout_.world);
+  units_ = model_units(config_.model);
+  plan_ = make_plan(units_, config_.mask, layout_.S);
+  check_layout_agreement();
+  const SubnetMask mask = make_subnet_mask(plan_, units_, layout_.subnet(), config_.mask.scale == "inverse_keep");
+  dp_footprint_ = dp_footprint(config_, units_);
+  model_ = make_model(config_.model, mask, config_.train.batch_size, config_.train.seed);
+  optimizer_ = make_optimizer(config_.optim, model_->params().trainable());
+  sync_ = std::make_unique<GradientSync>(*world_, layout_, plan_, model_->params().all(), config_.parallel.bucket_mb);
+  data_ = make_data_source(config_, layout_.rank, layout_.world);
+  batch_ = data_->make_batch();
+  specs_ = full_specs(config_.model);
+  steps_per_epoch_ = data_->steps_per_epoch();
+  total_steps_ = config_.train.epochs > 0 ? config_.train.epochs * steps_per_epoch_ : config_.train.steps;
+  base_lr_ = config_.optim.lr * (config_.optim.lr_scaling == "linear" ? layout_.world : 1);
+  if (!config_.log.metrics_file.empty()) {
+    const std::string path = metrics_path(config_.log.metrics_file, layout_.rank, layout_.world);
+    metrics_.open(path);
+    SUBDP_CHECK(metrics_.good(), "log.metrics_file: cannot write {}", path);
+  }
+  if (!config_.checkpoint.resume.empty()) resume();
+}
+
+void Trainer::check_layout_agreement() {
+  // Every rank must run the same config and plan: compare hashes (clear error, no hang).
+  const std::string mine = fmt::format("{:016x}/{:016x}", mix64(std::hash<std::string>{}(config_to_toml(config_))),
+                                       plan_.hash());
+  auto all = world_->allgather(mine);
+  for (int r = 0; r < static_cast<int>(all.size()); ++r)
+    SUBDP_CHECK(all[r] == all[0], "rank {} was started with a different config or plan than rank 0 ({} vs {}): "
+                "every rank must run the same config file and overrides", r, all[r], all[0]);
+}
+
+int Trainer::run() {
+  if (layout_.rank == 0) {
+    std::printf("subdp: %s | world W=%d, subnetworks S=%d, replicas R=%d | backend %s | %d threads/rank\n",
+                data_->describe().c_str(), layout_.world, layout_.S, layout_.replicas(), world_->backend().c_str(),
+                threads_per_rank(config_.train.threads));
+    std::printf("%s", plan_.describe(units_).c_str());
+    print_memory_comparison();
+    std::fflush(stdout);
+  }
+  start_ = Clock::now();
+  EvalResult final_eval{std::nan(""), std::nan(""), 0};
+  while (step_ < total_steps_) {
+    const int64_t epoch = step_ / steps_per_epoch_, in_epoch = step_ % steps_per_epoch_;
+    train_step(epoch, in_epoch);
+    const bool epoch_end = step_ % steps_per_epoch_ == 0;
+    const bool eval_now = config_.train.eval_every > 0 ? step_ % config_.train.eval_every == 0 : epoch_end;
+    if (eval_now || step_ == total_steps_) {
+      final_eval = evaluate_full();
+      EvalResult sub = evaluate_local();
+      if (layout_.rank == 0) {
+        std::printf("eval step %lld epoch %.2f: full model test_loss %.4f test_acc %.4f | subnetworks (own share) "
+                    "loss %.4f acc %.4f\n", static_cast<long long>(step_), static_cast<double>(step_) / steps_per_epoch_,
+                    final_eval.loss, final_eval.acc, sub.loss, sub.acc);
+        std::fflush(stdout);
+      }
+    }
+    if (!config_.checkpoint.dir.empty() && config_.checkpoint.every > 0 && step_ % config_.checkpoint.every == 0)
+      save(false);
+  }
+  if (!config_.checkpoint.dir.empty() && (config_.checkpoint.every == 0 || step_ % config_.checkpoint.every != 0))
+    save(true);
+  double peak = static_cast<double>(MemoryTracker::global().stats().total_peak);
+  world_->allreduce_max(&peak, 1);
+  if (layout_.rank == 0) {
+    std::printf("memory: largest per-rank peak %s; plain DP would need %s per rank (%.2fx)\n",
+                mib(static_cast<int64_t>(peak)).c_str(), mib(dp_footprint_.total_peak).c_str(),
+                peak / std::max<double>(1, dp_footprint_.total_peak));
+    std::printf("final step=%lld train_loss=%.6f test_loss=%.6f test_acc=%.6f peak_bytes=%lld time_s=%.2f\n",
+                static_cast<long long>(step_), last_train_loss_, final_eval.loss, final_eval.acc,
+                static_cast<long long>(peak), seconds_since(start_));
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+void Trainer::train_step(int64_t epoch, int64_t in_epoch) {
+  const auto t0 = Clock::now();
+  data_->train_batch(epoch, in_epoch, batch_);
+  model_->zero_grad();
+  FlopCounter::take();
+  int64_t correct = 0;
+  const double loss = model_->forward(batch_, true, &correct);
+  model_->backward();
+  const int64_t flops = FlopCounter::take();
+  const bool finite = gradients_finite() && std::isfinite(loss);
+  double bad = finite ? 0 : 1;
+  world_->allreduce_max(&bad, 1);
+  if (bad > 0) {
+    SUBDP_CHECK(config_.train.nonfinite == "skip", "non-finite loss or gradient at step {} (see the rank's message "
+                "above); stopping before the optimizer step, no checkpoint written over the last good one "
+                "(train.nonfinite = \"skip\" skips such steps instead)", step_);
+    if (layout_.rank == 0) std::fprintf(stderr, "subdp: warning: skipping step %lld: non-finite values\n",
+                                        static_cast<long long>(step_));
+    ++step_;
+    return;
+  }
+  const auto tc = Clock::now();
+  world_->take_bytes();
+  sync_->average();
+  double comm_s = seconds_since(tc);
+  if (config_.optim.grad_clip > 0) clip_gradients();
+  const double lr = learning_rate(config_.optim, base_lr_, step_, total_steps_);
+  optimizer_->step(lr);
+  const auto tb = Clock::now();
+  sync_->broadcast_unit_values();
+  comm_s += seconds_since(tb);
+  const int64_t bytes = world_->take_bytes();
+  ++step_;
+  last_train_loss_ = loss;
+  const double positions = static_cast<double>(batch_.n * model_->positions_per_example());
+  log_step(loss, correct / positions, lr, seconds_since(t0), comm_s, flops, bytes);
+}
+
+bool Trainer::gradients_finite() {
+  for (Param* p : model_->params().trainable()) {
+    if (!p->grad.defined() || cpu::all_finite(p->grad.f32(), p->grad.numel())) continue;
+    std::fprintf(stderr, "subdp: rank %d: non-finite gradient in %s at step %lld\n", layout_.rank, p->name.c_str(),
+                 static_cast<long long>(step_));
+    return false;
+  }
+  return true;
+}
+
+void Trainer::clip_gradients() {
+  // Global norm over distinct slices: each slice counted once, by the owner of its group.
+  double sq = 0;
+  for (Param* p : model_->params().trainable()) {
+    if (!p->grad.defined()) continue;
+    const float* g = p->grad.f32();
+    for_each_grad_run(*p, [&](int64_t, int64_t go, int64_t len, int pos) {
+      if (sync_->owner_of_group(sync_->group_of(*p, pos)) == layout_.rank) sq += cpu::sum_squares(g + go, len);
+    });
+  }
+  world_->allreduce_sum(&sq, 1);
+  const double norm = std::sqrt(sq);
+  if (norm <= config_.optim.grad_clip) return;
+  const float factor = static_cast<float>(config_.optim.grad_clip / (norm + 1e-6));
+  for (Param* p : model_->params().trainable())
+    if (p->grad.defined()) cpu::scale(p->grad.f32(), factor, p->grad.numel());
+}
+
+void Trainer::log_step(double loss, double acc, double lr, double step_s, double comm_s, int64_t flops, int64_t bytes) {
+  const MemStats& mem = MemoryTracker::global().stats();
+  if (metrics_.is_open()) {
+    nlohmann::json j = {{"step", step_}, {"epoch", static_cast<double>(step_) / steps_per_epoch_}, {"rank", layout_.rank},
+                        {"subnetwork", layout_.subnet()}, {"loss", loss}, {"acc", acc}, {"lr", lr},
+                        {"step_time_s", step_s}, {"compute_s", step_s - comm_s}, {"comm_s", comm_s},
+                        {"bytes_allreduced", bytes}, {"flops", flops}, {"mem_current", memory_json(mem.current)},
+                        {"mem_peak", memory_json(mem.peak)}, {"mem_total_current", mem.total_current},
+                        {"mem_total_peak", mem.total_peak}, {"peak_rss", process_peak_rss_bytes()}};
+    metrics_ << j.dump() << "\n";
+  }
+  window_loss_ += loss;
+  window_acc_ += acc;
+  window_examples_ += batch_.n;
+  window_time_ += step_s;
+  ++window_n_;
+  if (step_ % config_.log.every != 0 && step_ != total_steps_) return;
+  double worst[2] = {step_s, static_cast<double>(mem.total_peak)};
+  world_->allreduce_max(worst, 2);
+  if (layout_.rank == 0) {
+    const double rate = window_examples_ * layout_.world / std::max(window_time_, 1e-9);
+    const double eta = (total_steps_ - step_) * window_time_ / window_n_;
+    std::printf("epoch %lld step %lld/%lld loss %.4f acc %.4f lr %.5f samples/s %.0f step %.3fs (slowest rank) "
+                "peak %s (largest rank) eta %.0fs\n", static_cast<long long>((step_ - 1) / steps_per_epoch_ + 1),
+                static_cast<long long>(step_), static_cast<long long>(total_steps_), window_loss_ / window_n_,
+                window_acc_ / window_n_, lr, rate, worst[0], mib(static_cast<int64_t>(worst[1])).c_str(), eta);
+    std::fflush(stdout);
+  }
+  window_loss_ = window_acc_ = window_time_ = 0;
+  window_n_ = window_examples_ = 0;
+}
+
+void Trainer::print_memory_comparison() {
+  const MemStats& mem = MemoryTracker::global().stats();
+  std::printf("memory on rank 0 (bytes)     ");
+  for (int c = 0; c < kNumMemCategories; ++c) std::printf(" %12s", category_name(static_cast<MemCategory>(c)));
+  std::printf(" %12s\n  this layout                ", "total");
+  for (int c = 0; c < kNumMemCategories; ++c) std::printf(" %12lld", static_cast<long long>(mem.current[c]));
+  std::printf(" %12lld\n  plain DP                   ", static_cast<long long>(mem.total_current));
+  for (int c = 0; c < kNumMemCategories; ++c) std::printf(" %12lld", static_cast<long long>(dp_footprint_.peak[c]));
+  std::printf(" %12lld  (this layout: %.2fx DP)\n", static_cast<long long>(dp_footprint_.total_peak),
+              static_cast<double>(mem.total_current) / std::max<int64_t>(1, dp_footprint_.total_peak));
+}
+
+}  // namespace subdp

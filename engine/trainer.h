@@ -1,0 +1,67 @@
+// The training session of one rank: layout, plan, local model, optimizer, gradient
+// averaging, data, evaluation, metrics and checkpoints (design brief, "One training step").
+#pragma once
+#include <chrono>
+#include <fstream>
+#include <memory>
+
+#include "engine/assemble.h"
+#include "engine/commands.h"
+#include "engine/comm/communicator.h"
+#include "engine/data_source.h"
+#include "engine/grad_sync.h"
+#include "engine/optimizer.h"
+
+namespace subdp {
+
+/// Evaluation result: mean loss (nats per target position) and accuracy (fraction).
+struct EvalResult {
+  double loss = 0, acc = 0;
+  int64_t positions = 0;
+};
+
+class Trainer {
+ public:
+  /// Builds everything; collective over `world`. Errors name the config key.
+  Trainer(const Config& config, std::unique_ptr<Communicator> world, const TrainOptions& options);
+  /// Runs the configured number of steps; prints progress and the final summary line.
+  int run();
+
+ private:
+  void check_layout_agreement();
+  void train_step(int64_t epoch, int64_t step_in_epoch);
+  bool gradients_finite();
+  void clip_gradients();
+  EvalResult evaluate_full();
+  EvalResult evaluate_local();
+  EvalResult evaluate(Model& model, int share_rank, int shares);
+  void log_step(double loss, double acc, double lr, double step_s, double comm_s, int64_t flops, int64_t bytes);
+  void save(bool final);
+  void resume();
+  void print_memory_comparison();
+
+  Config config_;
+  TrainOptions options_;
+  std::unique_ptr<Communicator> world_;
+  Layout layout_;
+  ModelUnits units_;
+  SubnetworkPlan plan_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Model> eval_model_;  // rank 0: full model for evaluation (untracked)
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<GradientSync> sync_;
+  std::unique_ptr<DataSource> data_;
+  Batch batch_;
+  std::vector<FullTensorSpec> specs_;
+  std::ofstream metrics_;
+  MemStats dp_footprint_;
+  int64_t step_ = 0, total_steps_ = 0, steps_per_epoch_ = 0;
+  double base_lr_ = 0;
+  double window_loss_ = 0, window_acc_ = 0;
+  int64_t window_n_ = 0, window_examples_ = 0;
+  double window_time_ = 0;
+  double last_train_loss_ = 0;
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace subdp

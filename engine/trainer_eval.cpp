@@ -1,0 +1,111 @@
+// Training session: evaluation of the assembled full model and of each subnetwork,
+// checkpoint save and resume.
+#include <cmath>
+#include <cstdio>
+#include <map>
+
+#include "engine/checkpoint.h"
+#include "engine/error.h"
+#include "engine/trainer.h"
+
+namespace subdp {
+
+EvalResult Trainer::evaluate(Model& model, int share_rank, int shares) {
+  double loss_sum = 0;
+  int64_t correct_sum = 0, positions = 0;
+  const int64_t batches = data_->eval_batches(share_rank, shares);
+  for (int64_t i = 0; i < batches; ++i) {
+    data_->eval_batch(i, share_rank, shares, batch_);
+    int64_t correct = 0;
+    const double loss = model.forward(batch_, false, &correct);
+    const int64_t n = batch_.n * model.positions_per_example();
+    loss_sum += loss * n;
+    correct_sum += correct;
+    positions += n;
+  }
+  return {positions ? loss_sum / positions : std::nan(""), positions ? static_cast<double>(correct_sum) / positions : 0,
+          positions};
+}
+
+EvalResult Trainer::evaluate_full() {
+  EvalResult r{std::nan(""), std::nan(""), 0};
+  if (!plan_.masked()) {
+    if (layout_.rank == 0) r = evaluate(*model_, 0, 1);  // every rank holds the full model
+    world_->barrier();
+    return r;
+  }
+  auto full = gather_full(*model_, nullptr, *sync_, *world_, specs_);
+  if (layout_.rank != 0) return r;
+  if (!eval_model_) {
+    MemoryTracker::global().set_paused(true);  // outside the training footprint
+    eval_model_ = make_model(config_.model, full_mask(units_), config_.train.batch_size, config_.train.seed);
+    MemoryTracker::global().set_paused(false);
+  }
+  std::map<std::string, NamedTensor*> by_name;
+  for (auto& t : full) by_name[t.name] = &t;
+  for (Param* p : eval_model_->params().all()) {
+    SUBDP_ASSERT(by_name.count(p->name));
+    std::copy(by_name[p->name]->data.begin(), by_name[p->name]->data.end(), p->value.f32());
+  }
+  return evaluate(*eval_model_, 0, 1);
+}
+
+EvalResult Trainer::evaluate_local() {
+  EvalResult own = evaluate(*model_, layout_.rank, layout_.world);
+  double sums[3] = {own.loss * own.positions, own.acc * own.positions, static_cast<double>(own.positions)};
+  world_->allreduce_sum(sums, 3);
+  return {sums[0] / sums[2], sums[1] / sums[2], static_cast<int64_t>(sums[2])};
+}
+
+void Trainer::save(bool final) {
+  auto tensors = gather_full(*model_, optimizer_.get(), *sync_, *world_, specs_);
+  if (layout_.rank == 0) {
+    std::vector<NamedTensor> model, opt;
+    for (auto& t : tensors) (t.name.find("::") == std::string::npos ? model : opt).push_back(std::move(t));
+    CheckpointInfo info;
+    info.step = step_;
+    info.optimizer_steps = optimizer_->steps_taken();
+    info.config_toml = config_to_toml(config_);
+    info.model_name = config_.model.name;
+    info.plan_hash = plan_.hash();
+    info.world = layout_.world;
+    info.subnetworks = layout_.S;
+    const std::string path = save_checkpoint(config_.checkpoint.dir, info, model, opt, config_.checkpoint.keep_last);
+    std::printf("checkpoint%s: %s\n", final ? " (final)" : "", path.c_str());
+    std::fflush(stdout);
+  }
+  world_->barrier();
+}
+
+void Trainer::resume() {
+  // Rank 0 reads the checkpoint; a failure there is broadcast so every rank stops cleanly.
+  std::vector<NamedTensor> full, opt;
+  CheckpointInfo info;
+  std::string error;
+  if (layout_.rank == 0) {
+    try {
+      const std::string path = resolve_checkpoint(config_.checkpoint.resume, config_.checkpoint.dir);
+      if (!path.empty()) {
+        load_checkpoint(path, info, full, opt);
+        SUBDP_CHECK(info.model_name == config_.model.name, "{}: checkpoint of model \"{}\", config says \"{}\"", path,
+                    info.model_name, config_.model.name);
+        std::printf("resuming from %s at step %lld\n", path.c_str(), static_cast<long long>(info.step));
+      } else {
+        std::printf("checkpoint.resume = \"auto\": no checkpoint in %s, starting fresh\n", config_.checkpoint.dir.c_str());
+      }
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  }
+  auto errors = world_->allgather(error);
+  SUBDP_CHECK(errors[0].empty(), "{}", errors[0]);
+  int64_t header[3] = {info.step, info.optimizer_steps, static_cast<int64_t>(full.size())};
+  world_->broadcast(header, sizeof(header), 0);
+  if (header[2] == 0) return;  // nothing to resume
+  for (auto& t : opt) full.push_back(std::move(t));
+  scatter_full(*model_, optimizer_.get(), *world_, specs_, full);
+  step_ = header[0];
+  optimizer_->set_steps_taken(header[1]);
+}
+
+}  // namespace subdp

@@ -1,0 +1,44 @@
+// conv2d on the CPU as im2col + GEMM, processed in groups of samples so each
+// GEMM is large enough to keep the BLAS threads busy. Layout NCHW, float32.
+#pragma once
+#include <cstdint>
+
+namespace subdp::cpu {
+
+/// Geometry of one conv2d call: input (N, Cin, H, W), weight (Cout, Cin, k, k), square
+/// kernel, stride and zero padding as in torch.nn.Conv2d; output (N, Cout, Ho, Wo).
+struct ConvShape {
+  int N = 0, Cin = 0, H = 0, W = 0, Cout = 0, k = 3, stride = 1, pad = 1;
+  int Ho() const { return (H + 2 * pad - k) / stride + 1; }
+  int Wo() const { return (W + 2 * pad - k) / stride + 1; }
+  /// Samples per im2col group (bounded so the workspace stays near 4 MiB).
+  int group() const;
+};
+
+/// Floats of workspace conv2d_forward / conv2d_backward need (im2col columns + a GEMM output).
+int64_t conv2d_workspace_floats(const ConvShape& s);
+
+/// y (N, Cout, Ho, Wo) = conv(x (N, Cin, H, W), w (Cout, Cin, k, k)). No bias.
+void conv2d_forward(const ConvShape& s, const float* x, const float* w, float* y, float* ws);
+
+/// Backward of conv2d_forward.
+/// dx (N, Cin, H, W) is written when non-null. dw, when non-null, accumulates (+=) the
+/// gradient of the prefix w[:dw_cout, :dw_cin] into a compact (dw_cout, dw_cin, k, k)
+/// array: backward masking computes weight gradients for kept channels only.
+void conv2d_backward(const ConvShape& s, const float* x, const float* w, const float* dy,
+                     float* dx, float* dw, int dw_cout, int dw_cin, float* ws);
+
+/// Global average pool: x (N, C, HW) -> y (N, C).
+void global_avg_pool_forward(const float* x, float* y, int N, int C, int HW);
+/// dx (N, C, HW) = dy (N, C) / HW broadcast.
+void global_avg_pool_backward(const float* dy, float* dx, int N, int C, int HW);
+
+/// 2-D max pooling, square window k, stride s, no padding: x (N, C, H, W) -> y (N, C, Ho, Wo);
+/// argmax (N, C, Ho, Wo) records the flat input index of each maximum for the backward pass.
+void max_pool_forward(const float* x, float* y, int32_t* argmax, int N, int C, int H, int W,
+                      int k, int s);
+/// dx (N, C, H, W) = scatter of dy through argmax (dx zeroed first).
+void max_pool_backward(const float* dy, const int32_t* argmax, float* dx, int N, int C, int H,
+                       int W, int Ho, int Wo);
+
+}  // namespace subdp::cpu

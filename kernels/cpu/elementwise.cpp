@@ -1,0 +1,99 @@
+// Elementwise kernels (OpenMP parallel loops).
+#include "kernels/cpu/elementwise.h"
+
+#include <cmath>
+#include <vector>
+
+namespace subdp::cpu {
+
+void relu_forward(const float* x, float* y, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.f ? x[i] : 0.f;
+}
+
+void relu_backward(const float* y, const float* dy, float* dx, int64_t n, bool accumulate) {
+  if (accumulate) {
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) dx[i] += y[i] > 0.f ? dy[i] : 0.f;
+  } else {
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) dx[i] = y[i] > 0.f ? dy[i] : 0.f;
+  }
+}
+
+namespace {
+constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2/pi)
+}
+
+void gelu_forward(const float* x, float* y, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    float v = x[i];
+    y[i] = 0.5f * v * (1.f + std::tanh(kGeluC * (v + 0.044715f * v * v * v)));
+  }
+}
+
+void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    float v = x[i];
+    float u = kGeluC * (v + 0.044715f * v * v * v);
+    float t = std::tanh(u);
+    float sech2 = 1.f - t * t;
+    float grad = 0.5f * (1.f + t) + 0.5f * v * sech2 * kGeluC * (1.f + 3.f * 0.044715f * v * v);
+    dx[i] = dy[i] * grad;
+  }
+}
+
+void add(const float* a, const float* b, float* y, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+}
+
+void axpy(float alpha, const float* x, float* y, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+
+void scale(float* x, float alpha, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) x[i] *= alpha;
+}
+
+// Reductions run serially: an OpenMP reduction combines partial sums in an
+// unspecified order, which would break bit-exact resume and invariant 1.
+double sum(const float* x, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += x[i];
+  return s;
+}
+
+double sum_squares(const float* x, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
+  return s;
+}
+
+bool all_finite(const float* x, int64_t n) {
+  int bad = 0;
+#pragma omp parallel for reduction(+ : bad) schedule(static)
+  for (int64_t i = 0; i < n; ++i) bad += std::isfinite(x[i]) ? 0 : 1;
+  return bad == 0;
+}
+
+void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) y[r * cols + c] += b[c];
+}
+
+void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols_used, int64_t ld) {
+  // Column sums in a fixed order (row by row) so results do not depend on thread count.
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = dy + r * ld;
+#pragma omp simd
+    for (int64_t c = 0; c < cols_used; ++c) db[c] += row[c];
+  }
+}
+
+}  // namespace subdp::cpu

@@ -1,0 +1,32 @@
+// Elementwise kernels and reductions on float32 arrays (OpenMP).
+#pragma once
+#include <cstdint>
+
+namespace subdp::cpu {
+
+/// y = max(x, 0), n elements.
+void relu_forward(const float* x, float* y, int64_t n);
+/// dx (=|+=) dy * (y > 0); accumulate selects +=. y is relu's output.
+void relu_backward(const float* y, const float* dy, float* dx, int64_t n, bool accumulate);
+/// GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3))) (Hendrycks & Gimpel 2016).
+void gelu_forward(const float* x, float* y, int64_t n);
+/// dx = dy * gelu'(x).
+void gelu_backward(const float* x, const float* dy, float* dx, int64_t n);
+/// y = a + b.
+void add(const float* a, const float* b, float* y, int64_t n);
+/// y += alpha * x.
+void axpy(float alpha, const float* x, float* y, int64_t n);
+/// x *= alpha.
+void scale(float* x, float alpha, int64_t n);
+/// Sum of x (double accumulator).
+double sum(const float* x, int64_t n);
+/// Sum of squares of x (double accumulator).
+double sum_squares(const float* x, int64_t n);
+/// True when every element is finite.
+bool all_finite(const float* x, int64_t n);
+/// y (rows, cols) += bias broadcast over rows: y[r, c] += b[c].
+void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols);
+/// db[c] += sum_r dy[r, c] over the first `cols_used` columns of an (rows, ld) matrix.
+void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols_used, int64_t ld);
+
+}  // namespace subdp::cpu

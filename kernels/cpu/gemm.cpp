@@ -1,0 +1,26 @@
+// OpenBLAS wrapper.
+#include "kernels/cpu/gemm.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace subdp::cpu {
+
+void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
+           int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+  if (M == 0 || N == 0) return;
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void set_num_threads(int threads) {
+  threads = std::max(1, threads);
+  openblas_set_num_threads(threads);
+  omp_set_num_threads(threads);
+}
+
+}  // namespace subdp::cpu

@@ -1,0 +1,131 @@
+// BatchNorm2d and LayerNorm kernels.
+#include "kernels/cpu/norm.h"
+
+#include <cmath>
+#include <vector>
+
+namespace subdp::cpu {
+
+void batchnorm_forward(const float* x, const float* gamma, const float* beta, float* y,
+                       float* mean, float* rstd, float* running_mean, float* running_var, int N,
+                       int C, int HW, bool training, float momentum, float eps) {
+  const int64_t M = static_cast<int64_t>(N) * HW;
+#pragma omp parallel for schedule(static)
+  for (int c = 0; c < C; ++c) {
+    float mu, rs;
+    if (training) {
+      double s = 0, ss = 0;
+      for (int n = 0; n < N; ++n) {
+        const float* p = x + (static_cast<int64_t>(n) * C + c) * HW;
+        for (int i = 0; i < HW; ++i) s += p[i];
+      }
+      const double m = s / M;
+      for (int n = 0; n < N; ++n) {
+        const float* p = x + (static_cast<int64_t>(n) * C + c) * HW;
+        for (int i = 0; i < HW; ++i) ss += (p[i] - m) * (p[i] - m);
+      }
+      const double var = ss / M;
+      mu = static_cast<float>(m);
+      rs = static_cast<float>(1.0 / std::sqrt(var + eps));
+      mean[c] = mu;
+      rstd[c] = rs;
+      const double unbiased = M > 1 ? ss / (M - 1) : var;
+      running_mean[c] = (1 - momentum) * running_mean[c] + momentum * mu;
+      running_var[c] = (1 - momentum) * running_var[c] + momentum * static_cast<float>(unbiased);
+    } else {
+      mu = running_mean[c];
+      rs = 1.f / std::sqrt(running_var[c] + eps);
+    }
+    const float a = gamma[c] * rs, b = beta[c] - mu * a;
+    for (int n = 0; n < N; ++n) {
+      const float* p = x + (static_cast<int64_t>(n) * C + c) * HW;
+      float* q = y + (static_cast<int64_t>(n) * C + c) * HW;
+      for (int i = 0; i < HW; ++i) q[i] = p[i] * a + b;
+    }
+  }
+}
+
+void batchnorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd,
+                        const float* dy, float* dx, float* dgamma, float* dbeta, int N, int C,
+                        int HW, int grad_channels) {
+  const int64_t M = static_cast<int64_t>(N) * HW;
+#pragma omp parallel for schedule(static)
+  for (int c = 0; c < C; ++c) {
+    double sdy = 0, sdyx = 0;
+    for (int n = 0; n < N; ++n) {
+      const int64_t off = (static_cast<int64_t>(n) * C + c) * HW;
+      for (int i = 0; i < HW; ++i) {
+        sdy += dy[off + i];
+        sdyx += dy[off + i] * (x[off + i] - mean[c]) * rstd[c];
+      }
+    }
+    if (c < grad_channels) {
+      dgamma[c] += static_cast<float>(sdyx);
+      dbeta[c] += static_cast<float>(sdy);
+    }
+    const float k = gamma[c] * rstd[c] / M;
+    const float mdy = static_cast<float>(sdy), mdyx = static_cast<float>(sdyx);
+    for (int n = 0; n < N; ++n) {
+      const int64_t off = (static_cast<int64_t>(n) * C + c) * HW;
+      for (int i = 0; i < HW; ++i) {
+        const float xhat = (x[off + i] - mean[c]) * rstd[c];
+        dx[off + i] = k * (M * dy[off + i] - mdy - xhat * mdyx);
+      }
+    }
+  }
+}
+
+void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y,
+                       float* mean, float* rstd, int64_t rows, int C, float eps) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* p = x + r * C;
+    float* q = y + r * C;
+    float m = 0.f;
+    for (int i = 0; i < C; ++i) m += p[i];
+    m /= C;
+    float v = 0.f;
+    for (int i = 0; i < C; ++i) v += (p[i] - m) * (p[i] - m);
+    v /= C;
+    const float rs = 1.f / std::sqrt(v + eps);
+    for (int i = 0; i < C; ++i) q[i] = (p[i] - m) * rs * gamma[i] + beta[i];
+    mean[r] = m;
+    rstd[r] = rs;
+  }
+}
+
+void layernorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd,
+                        const float* dy, float* dx, float* dgamma, float* dbeta, int64_t rows,
+                        int C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* p = x + r * C;
+    const float* g = dy + r * C;
+    float dnorm_mean = 0.f, dnorm_norm_mean = 0.f;
+    for (int i = 0; i < C; ++i) {
+      const float xhat = (p[i] - mean[r]) * rstd[r];
+      const float dn = gamma[i] * g[i];
+      dnorm_mean += dn;
+      dnorm_norm_mean += dn * xhat;
+    }
+    dnorm_mean /= C;
+    dnorm_norm_mean /= C;
+    for (int i = 0; i < C; ++i) {
+      const float xhat = (p[i] - mean[r]) * rstd[r];
+      const float dn = gamma[i] * g[i];
+      dx[r * C + i] += (dn - dnorm_mean - xhat * dnorm_norm_mean) * rstd[r];
+    }
+  }
+  if (dgamma == nullptr) return;
+  // Parameter gradients summed row by row in a fixed order (deterministic).
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* p = x + r * C;
+    const float* g = dy + r * C;
+    for (int i = 0; i < C; ++i) {
+      dgamma[i] += (p[i] - mean[r]) * rstd[r] * g[i];
+      dbeta[i] += g[i];
+    }
+  }
+}
+
+}  // namespace subdp::cpu

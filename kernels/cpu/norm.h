@@ -1,0 +1,31 @@
+// BatchNorm2d and LayerNorm kernels (float32, OpenMP over channels / rows).
+#pragma once
+#include <cstdint>
+
+namespace subdp::cpu {
+
+/// BatchNorm2d forward on x (N, C, HW).
+/// training: batch statistics over (N, HW); writes mean/rstd (C) for the backward pass and
+/// updates running_mean/running_var (C) with `momentum` (unbiased variance, as PyTorch).
+/// eval: uses running statistics. y = gamma * (x - mean) * rstd + beta. eps as in PyTorch (1e-5).
+void batchnorm_forward(const float* x, const float* gamma, const float* beta, float* y,
+                       float* mean, float* rstd, float* running_mean, float* running_var, int N,
+                       int C, int HW, bool training, float momentum, float eps);
+
+/// BatchNorm2d backward (training statistics). dx (N, C, HW) is written; dgamma/dbeta are
+/// accumulated (+=) for the first `grad_channels` channels only (backward masking).
+void batchnorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd,
+                        const float* dy, float* dx, float* dgamma, float* dbeta, int N, int C,
+                        int HW, int grad_channels);
+
+/// LayerNorm over the last dimension: x (rows, C) -> y; writes mean/rstd (rows).
+void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y,
+                       float* mean, float* rstd, int64_t rows, int C, float eps);
+
+/// LayerNorm backward: dx (rows, C) accumulated (+=, residual stream); dgamma/dbeta (C)
+/// accumulated when non-null.
+void layernorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd,
+                        const float* dy, float* dx, float* dgamma, float* dbeta, int64_t rows,
+                        int C);
+
+}  // namespace subdp::cpu

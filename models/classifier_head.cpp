@@ -1,0 +1,24 @@
+// Softmax cross-entropy head.
+#include "models/classifier_head.h"
+
+#include "engine/error.h"
+#include "kernels/cpu/softmax.h"
+
+namespace subdp {
+
+CrossEntropyHead::CrossEntropyHead(int64_t max_rows, int classes)
+    : logits_(Tensor::empty({max_rows, classes}, MemCategory::activations)),
+      dlogits_(Tensor::empty({max_rows, classes}, MemCategory::activations)),
+      classes_(classes) {}
+
+double CrossEntropyHead::loss(const int32_t* targets, int64_t rows, bool training, int64_t* correct) {
+  for (int64_t r = 0; r < rows; ++r)
+    SUBDP_CHECK(targets[r] >= 0 && targets[r] < classes_, "target {} out of range [0, {})", targets[r], classes_);
+  // dlogits doubles as the probability buffer: softmax is written there, then shifted.
+  float* probs = dlogits_.f32();
+  double loss = cpu::cross_entropy_forward(logits_.f32(), targets, probs, rows, classes_, correct);
+  if (training) cpu::cross_entropy_backward(probs, targets, probs, rows, classes_, 1.f / rows);
+  return loss;
+}
+
+}  // namespace subdp

@@ -1,0 +1,29 @@
+// Model registry: units and construction by name.
+#include "models/model.h"
+
+#include "engine/error.h"
+#include "models/mlp.h"
+#include "models/resnet.h"
+#include "models/gpt.h"
+
+namespace subdp {
+
+void Model::zero_grad() {
+  for (Param* p : params_.trainable()) p->grad.zero_();
+}
+
+ModelUnits model_units(const ModelConfig& c) {
+  if (c.name == "mlp") return mlp_units(c);
+  if (c.name == "resnet") return resnet_units(c);
+  if (c.name == "gpt") return gpt_units(c);
+  throw Error(fmt::format("model.name = \"{}\": expected mlp, resnet or gpt", c.name));
+}
+
+std::unique_ptr<Model> make_model(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed) {
+  if (c.name == "mlp") return std::make_unique<Mlp>(c, mask, max_batch, seed);
+  if (c.name == "resnet") return std::make_unique<ResNet>(c, mask, max_batch, seed);
+  if (c.name == "gpt") return make_gpt(c, mask, max_batch, seed);
+  throw Error(fmt::format("model.name = \"{}\": expected mlp, resnet or gpt", c.name));
+}
+
+}  // namespace subdp

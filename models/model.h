@@ -1,0 +1,54 @@
+// Model interface: a sequence of residual blocks (or layers) with a dense stem and head,
+// explicit forward and backward, parameters built for one subnetwork mask.
+#pragma once
+#include <memory>
+
+#include "engine/config.h"
+#include "engine/param.h"
+#include "engine/plan.h"
+
+namespace subdp {
+
+/// One batch: inputs (images (N, C, H, W) float32, or tokens (B, T) int32) and integer
+/// targets ((N) classes or (B, T) next tokens).
+struct Batch {
+  Tensor x;
+  Tensor y;
+  int64_t n = 0;  // examples (N, or B for token batches)
+};
+
+/// A trainable model on one rank. Activations are allocated once for `max_batch`.
+class Model {
+ public:
+  Model(const SubnetMask& mask, uint64_t seed) : mask_(mask), params_(mask_, seed) {}
+  virtual ~Model() = default;
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  /// Forward pass and mean cross-entropy (nats) over the batch's target positions.
+  /// `correct` (optional) receives the number of positions whose argmax is the target.
+  /// training = true stores what backward() needs (and uses batch statistics / scaling).
+  virtual double forward(const Batch& batch, bool training, int64_t* correct) = 0;
+  /// Backward of the last training forward: accumulates parameter gradients.
+  virtual void backward() = 0;
+  /// Target positions per example (1 for classifiers, T for language models).
+  virtual int64_t positions_per_example() const { return 1; }
+
+  ParamSet& params() { return params_; }
+  const SubnetMask& mask() const { return mask_; }
+  /// Zeroes every held gradient.
+  void zero_grad();
+
+ protected:
+  SubnetMask mask_;
+  ParamSet params_;
+};
+
+/// Maskable units of the model the config describes (no allocation). Errors name the key.
+ModelUnits model_units(const ModelConfig& config);
+
+/// Builds the local model for `mask` with activations for `max_batch` examples.
+std::unique_ptr<Model> make_model(const ModelConfig& config, const SubnetMask& mask, int max_batch,
+                                  uint64_t seed);
+
+}  // namespace subdp

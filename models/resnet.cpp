@@ -1,0 +1,225 @@
+// Reference ResNet forward/backward.
+#include "models/resnet.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "engine/error.h"
+#include "kernels/cpu/conv.h"
+#include "kernels/cpu/elementwise.h"
+
+namespace subdp {
+
+namespace {
+
+struct BlockGeometry {
+  int cin, cout, stride;
+};
+
+std::vector<BlockGeometry> block_geometry(const ModelConfig& c) {
+  std::vector<BlockGeometry> out;
+  int cin = c.widths.at(0);
+  for (size_t stage = 0; stage < c.widths.size(); ++stage)
+    for (int b = 0; b < c.blocks_per_stage; ++b) {
+      out.push_back({cin, c.widths[stage], (b == 0 && stage > 0) ? 2 : 1});
+      cin = c.widths[stage];
+    }
+  return out;
+}
+
+Tensor activation(int N, int C, int H, int W) { return Tensor::empty({N, C, H, W}, MemCategory::activations); }
+
+}  // namespace
+
+ModelUnits resnet_units(const ModelConfig& c) {
+  ModelUnits u;
+  auto geom = block_geometry(c);
+  for (size_t b = 0; b < geom.size(); ++b) {
+    const auto& g = geom[b];
+    const int64_t branch = 9LL * g.cin * g.cout + 9LL * g.cout * g.cout + 4LL * g.cout;
+    u.blocks.push_back({"block" + std::to_string(b), static_cast<int>(b) / c.blocks_per_stage, branch, true});
+    u.layers.push_back({"block" + std::to_string(b) + ".channels", g.cout, 9LL * g.cin + 4 + 9LL * g.cout});
+  }
+  return u;
+}
+
+BasicBlock::BasicBlock(ParamSet& ps, const SubnetMask& mask, int index, int cin, int cout, int stride,
+                       int H, int W, int max_batch)
+    : cin_(cin), cout_(cout), H_(H), W_(W) {
+  const std::string name = "blocks." + std::to_string(index);
+  Ho_ = (H + 2 - 3) / stride + 1;
+  Wo_ = (W + 2 - 3) / stride + 1;
+  const int N = max_batch;
+  if (!mask.skips_block(index)) {
+    const UnitRef channels{mask.granularity == Granularity::neuron ? index : -1, 0, 1};
+    conv1_ = std::make_unique<Conv2d>(ps, name + ".c1", cin, cout, 3, stride, 1, channels, UnitRef{}, index);
+    bn1_ = std::make_unique<BatchNorm2d>(ps, name + ".b1", cout, channels, index);
+    conv2_ = std::make_unique<Conv2d>(ps, name + ".c2", cout, cout, 3, 1, 1, UnitRef{}, channels, index);
+    bn2_ = std::make_unique<BatchNorm2d>(ps, name + ".b2", cout, UnitRef{}, index);
+    const int local = conv1_->cout();
+    c1_ = activation(N, local, Ho_, Wo_);
+    h1_ = activation(N, local, Ho_, Wo_);
+    c2_ = activation(N, cout, Ho_, Wo_);
+    if (mask.granularity == Granularity::neuron) neuron_scale_ = mask.scale;
+    else branch_scale_ = mask.scale;
+  }
+  if (stride != 1 || cin != cout) {
+    sc_conv_ = std::make_unique<Conv2d>(ps, name + ".short.0", cin, cout, 1, stride, 0);
+    sc_bn_ = std::make_unique<BatchNorm2d>(ps, name + ".short.1", cout);
+    sc_ = activation(N, cout, Ho_, Wo_);
+  }
+  if (!identity()) out_ = activation(N, cout, Ho_, Wo_);
+}
+
+int64_t BasicBlock::max_elems(int N) const {
+  return static_cast<int64_t>(N) * std::max(cin_ * H_ * W_, cout_ * Ho_ * Wo_);
+}
+
+int64_t BasicBlock::workspace_floats(int N) const {
+  int64_t ws = 0;
+  for (const Conv2d* c : {conv1_.get(), conv2_.get(), sc_conv_.get()})
+    if (c) ws = std::max(ws, c->workspace_floats(N, c == conv2_.get() ? Ho_ : H_, c == conv2_.get() ? Wo_ : W_));
+  return ws;
+}
+
+const float* BasicBlock::forward(const float* x, int N, bool training, ResNetScratch& s) {
+  if (identity()) return x;  // dropped block with an identity shortcut (x is already >= 0)
+  const int64_t n_out = static_cast<int64_t>(N) * cout_ * Ho_ * Wo_, HWo = Ho_ * Wo_;
+  float* out = out_.f32();  // (N, cout, Ho, Wo)
+  float* ws = s.workspace.f32();
+  if (branch_present()) {
+    conv1_->forward(x, c1_.f32(), N, H_, W_, ws);                     // (N, C1, Ho, Wo)
+    bn1_->forward(c1_.f32(), h1_.f32(), N, HWo, training);            // (N, C1, Ho, Wo)
+    const int64_t n_h = static_cast<int64_t>(N) * conv1_->cout() * HWo;
+    cpu::relu_forward(h1_.f32(), h1_.f32(), n_h);
+    if (neuron_scale_ != 1.f) cpu::scale(h1_.f32(), neuron_scale_, n_h);
+    conv2_->forward(h1_.f32(), c2_.f32(), N, Ho_, Wo_, ws);           // (N, cout, Ho, Wo)
+    bn2_->forward(c2_.f32(), out, N, HWo, training);
+    if (branch_scale_ != 1.f) cpu::scale(out, branch_scale_, n_out);
+  } else {
+    std::memset(out, 0, sizeof(float) * n_out);
+  }
+  if (sc_conv_) {
+    float* t = s.tmp[0].f32();
+    sc_conv_->forward(x, sc_.f32(), N, H_, W_, ws);                   // (N, cout, Ho, Wo)
+    sc_bn_->forward(sc_.f32(), t, N, HWo, training);
+    cpu::add(out, t, out, n_out);
+  } else {
+    cpu::add(out, x, out, n_out);
+  }
+  cpu::relu_forward(out, out, n_out);
+  return out;
+}
+
+void BasicBlock::backward(const float* x, const float* dout, float* dx, int N, ResNetScratch& s) {
+  const int64_t n_in = static_cast<int64_t>(N) * cin_ * H_ * W_;
+  if (identity()) {
+    std::memcpy(dx, dout, sizeof(float) * n_in);
+    return;
+  }
+  const int64_t n_out = static_cast<int64_t>(N) * cout_ * Ho_ * Wo_, HWo = Ho_ * Wo_;
+  float* ws = s.workspace.f32();
+  float* dsum = s.tmp[0].f32();  // (N, cout, Ho, Wo)
+  cpu::relu_backward(out_.f32(), dout, dsum, n_out, false);
+  if (sc_conv_) {
+    float* t = s.tmp[1].f32();
+    sc_bn_->backward(sc_.f32(), dsum, t, N, HWo);
+    sc_conv_->backward(x, t, dx, N, H_, W_, ws);  // dx (N, cin, H, W) written
+  } else {
+    std::memcpy(dx, dsum, sizeof(float) * n_in);
+  }
+  if (!branch_present()) return;
+  float* d = dsum;
+  if (branch_scale_ != 1.f) {
+    d = s.tmp[1].f32();
+    for (int64_t i = 0; i < n_out; ++i) d[i] = dsum[i] * branch_scale_;
+  }
+  float* dc2 = s.tmp[2].f32();
+  bn2_->backward(c2_.f32(), d, dc2, N, HWo);
+  float* dh1 = s.tmp[1].f32();  // (N, C1, Ho, Wo)
+  conv2_->backward(h1_.f32(), dc2, dh1, N, Ho_, Wo_, ws);
+  const int64_t n_h = static_cast<int64_t>(N) * conv1_->cout() * HWo;
+  cpu::relu_backward(h1_.f32(), dh1, dh1, n_h, false);
+  if (neuron_scale_ != 1.f) cpu::scale(dh1, neuron_scale_, n_h);
+  float* dc1 = s.tmp[2].f32();
+  bn1_->backward(c1_.f32(), dh1, dc1, N, HWo);
+  float* dxb = s.tmp[1].f32();  // (N, cin, H, W)
+  conv1_->backward(x, dc1, dxb, N, H_, W_, ws);
+  cpu::axpy(1.f, dxb, dx, n_in);
+}
+
+ResNet::ResNet(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed)
+    : Model(mask, seed), head_(max_batch, c.classes), C_in_(c.in_channels), H_(c.image_size), W_(c.image_size) {
+  const int N = max_batch, w0 = c.widths.at(0);
+  stem_conv_ = std::make_unique<Conv2d>(params_, "stem.0", C_in_, w0, 3, 1, 1);
+  stem_bn_ = std::make_unique<BatchNorm2d>(params_, "stem.1", w0);
+  stem_c_ = activation(N, w0, H_, W_);
+  stem_h_ = activation(N, w0, H_, W_);
+  int H = H_, W = W_;
+  int64_t max_elems = static_cast<int64_t>(N) * w0 * H * W;
+  int64_t ws = stem_conv_->workspace_floats(N, H, W);
+  auto geom = block_geometry(c);
+  for (size_t b = 0; b < geom.size(); ++b) {
+    auto blk = std::make_unique<BasicBlock>(params_, mask_, static_cast<int>(b), geom[b].cin, geom[b].cout,
+                                            geom[b].stride, H, W, N);
+    max_elems = std::max(max_elems, blk->max_elems(N));
+    ws = std::max(ws, blk->workspace_floats(N));
+    H = blk->Ho();
+    W = blk->Wo();
+    blocks_.push_back(std::move(blk));
+  }
+  final_C_ = geom.back().cout;
+  final_H_ = H;
+  final_W_ = W;
+  fc_ = std::make_unique<Linear>(params_, "fc", final_C_, c.classes, true);
+  pooled_ = Tensor::empty({N, final_C_}, MemCategory::activations);
+  dpooled_ = Tensor::empty({N, final_C_}, MemCategory::activations);
+  for (auto& g : scratch_.grad) g = Tensor::empty({max_elems}, MemCategory::activations);
+  for (auto& t : scratch_.tmp) t = Tensor::empty({max_elems}, MemCategory::activations);
+  scratch_.workspace = Tensor::empty({ws}, MemCategory::workspace);
+}
+
+double ResNet::forward(const Batch& batch, bool training, int64_t* correct) {
+  const int64_t per = static_cast<int64_t>(C_in_) * H_ * W_;
+  SUBDP_CHECK(batch.x.numel() / batch.x.dim(0) == per && batch.n <= batch.x.dim(0),
+              "ResNet expects ({}, {}, {}) images, got {} values per example", C_in_, H_, W_,
+              batch.x.numel() / batch.x.dim(0));
+  rows_ = batch.n;
+  input_ = batch.x.f32();
+  const int N = static_cast<int>(rows_);
+  float* ws = scratch_.workspace.f32();
+  stem_conv_->forward(input_, stem_c_.f32(), N, H_, W_, ws);  // (N, w0, H, W)
+  stem_bn_->forward(stem_c_.f32(), stem_h_.f32(), N, H_ * W_, training);
+  cpu::relu_forward(stem_h_.f32(), stem_h_.f32(), stem_h_.numel() / stem_h_.dim(0) * N);
+  const float* x = stem_h_.f32();
+  block_in_.clear();
+  for (auto& blk : blocks_) {
+    block_in_.push_back(x);
+    x = blk->forward(x, N, training, scratch_);
+  }
+  last_out_ = x;  // (N, C, Hf, Wf)
+  cpu::global_avg_pool_forward(x, pooled_.f32(), N, final_C_, final_H_ * final_W_);  // (N, C)
+  fc_->forward(pooled_.f32(), head_.logits(), rows_);                                  // (N, classes)
+  return head_.loss(batch.y.i32(), rows_, training, correct);
+}
+
+void ResNet::backward() {
+  const int N = static_cast<int>(rows_);
+  fc_->backward(pooled_.f32(), head_.dlogits(), dpooled_.f32(), rows_);
+  float* g = scratch_.grad[0].f32();
+  cpu::global_avg_pool_backward(dpooled_.f32(), g, N, final_C_, final_H_ * final_W_);
+  int ping = 0;
+  for (size_t b = blocks_.size(); b-- > 0;) {
+    float* dx = scratch_.grad[ping ^ 1].f32();
+    blocks_[b]->backward(block_in_[b], scratch_.grad[ping].f32(), dx, N, scratch_);
+    ping ^= 1;
+  }
+  float* dh = scratch_.grad[ping].f32();  // (N, w0, H, W)
+  const int64_t n = stem_h_.numel() / stem_h_.dim(0) * N;
+  cpu::relu_backward(stem_h_.f32(), dh, dh, n, false);
+  float* dc = scratch_.tmp[0].f32();
+  stem_bn_->backward(stem_c_.f32(), dh, dc, N, H_ * W_);
+  stem_conv_->backward(input_, dc, nullptr, N, H_, W_, scratch_.workspace.f32());
+}
+
+}  // namespace subdp

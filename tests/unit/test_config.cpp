@@ -1,0 +1,250 @@
+// Config parsing: defaults, overrides, canonical output and the error table.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "engine/config.h"
+#include "engine/error.h"
+
+namespace subdp {
+namespace {
+
+const char* kMinimal = "[train]\nsteps = 10\n";
+
+/// Message of the subdp::Error thrown by parse_config, or "" when it does not throw.
+std::string error_of(const std::string& text, const std::vector<std::string>& overrides = {}) {
+  try {
+    parse_config(text, "configs/x.toml", overrides);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Config, Defaults) {
+  Config c = parse_config(kMinimal, "configs/x.toml", {});
+  Config d;
+  EXPECT_EQ(c.source, "configs/x.toml");
+  EXPECT_EQ(c.train.steps, 10);
+  EXPECT_EQ(c.train.epochs, 0);
+  EXPECT_EQ(c.model.name, d.model.name);
+  EXPECT_EQ(c.model.hidden, d.model.hidden);
+  EXPECT_EQ(c.train.batch_size, d.train.batch_size);
+  EXPECT_DOUBLE_EQ(c.optim.lr, d.optim.lr);
+  EXPECT_EQ(c.mask.regime, "none");
+  EXPECT_DOUBLE_EQ(c.mask.keep, 1.0);
+  EXPECT_EQ(c.parallel.backend, "auto");
+  EXPECT_EQ(c.device.type, "cpu");
+  EXPECT_EQ(c.log.every, 50);
+  d.train.steps = 10;
+  d.source = c.source;
+  EXPECT_EQ(config_to_toml(c), config_to_toml(d));
+}
+
+TEST(Config, ParsesEveryKind) {
+  Config c = parse_config(R"(
+[model]
+name = "gpt"
+width = 96
+heads = 6
+hidden = [512, 256]
+[data]
+name = "text"
+path = "/data/brown"
+val_fraction = 0.05
+normalize = false
+[train]
+epochs = 3
+seed = 42
+[optim]
+name = "adamw"
+lr = 1          # integer for a float key
+beta2 = 0.95
+[parallel]
+subnetworks = 4
+[mask]
+regime = "forward"
+granularity = "neuron"
+keep = 0.5
+pinned = [0, 3]
+)", "a.toml", {});
+  EXPECT_EQ(c.model.name, "gpt");
+  EXPECT_EQ(c.model.width, 96);
+  EXPECT_EQ(c.model.hidden, (std::vector<int>{512, 256}));
+  EXPECT_EQ(c.data.path, "/data/brown");
+  EXPECT_FALSE(c.data.normalize);
+  EXPECT_EQ(c.train.epochs, 3);
+  EXPECT_EQ(c.train.seed, 42u);
+  EXPECT_DOUBLE_EQ(c.optim.lr, 1.0);
+  EXPECT_DOUBLE_EQ(c.optim.beta2, 0.95);
+  EXPECT_EQ(c.mask.pinned, (std::vector<int>{0, 3}));
+}
+
+TEST(Config, OverridesApply) {
+  Config c = parse_config("[train]\nsteps = 10\nbatch_size = 32\n", "x.toml",
+                          {"train.batch_size=64", "mask.regime=forward", "mask.regime = backward",
+                           "mask.pinned=[0,1]", "optim.lr=1e-3", "data.path=/tmp/a b",
+                           "checkpoint.resume=\"auto\"", "checkpoint.dir=2024-01-01",
+                           "log.metrics_file=", "optim.nesterov=true", "parallel.subnetworks=2",
+                           "mask.keep=0.5"});
+  EXPECT_EQ(c.train.batch_size, 64);
+  EXPECT_EQ(c.mask.regime, "backward");  // later overrides win
+  EXPECT_EQ(c.mask.pinned, (std::vector<int>{0, 1}));
+  EXPECT_DOUBLE_EQ(c.optim.lr, 1e-3);
+  EXPECT_EQ(c.data.path, "/tmp/a b");
+  EXPECT_EQ(c.checkpoint.resume, "auto");
+  EXPECT_EQ(c.checkpoint.dir, "2024-01-01");  // string keys take the text as is
+  EXPECT_EQ(c.log.metrics_file, "");
+  EXPECT_TRUE(c.optim.nesterov);
+  EXPECT_EQ(c.parallel.subnetworks, 2);
+}
+
+TEST(Config, OverrideCanSetStepsWhenFileHasNone) {
+  Config c = parse_config("", "x.toml", {"train.steps=5"});
+  EXPECT_EQ(c.train.steps, 5);
+}
+
+TEST(Config, RoundTrip) {
+  Config c = parse_config(kMinimal, "x.toml", {});
+  c.model.name = "resnet";
+  c.model.widths = {16, 32};
+  c.data.path = "dir with \"quotes\" and \\ slash\tand tab";
+  c.optim.lr = 0.1;
+  c.optim.eps = 1e-8;
+  c.optim.weight_decay = 5e-4;
+  c.optim.beta1 = 0.0;
+  c.parallel.bucket_mb = 1.0 / 3.0;
+  c.mask.pinned = {1, 2, 5};
+  c.mask.seed = 1234567890123ull;
+  c.checkpoint.every = 100;
+  std::string text = config_to_toml(c);
+  Config back = parse_config(text, "roundtrip.toml", {});
+  EXPECT_EQ(config_to_toml(back), text);
+  EXPECT_EQ(back.data.path, c.data.path);
+  EXPECT_EQ(back.optim.lr, c.optim.lr);
+  EXPECT_EQ(back.optim.eps, c.optim.eps);
+  EXPECT_EQ(back.parallel.bucket_mb, c.parallel.bucket_mb);  // bit-exact
+  EXPECT_EQ(back.mask.seed, c.mask.seed);
+  EXPECT_EQ(back.mask.pinned, c.mask.pinned);
+}
+
+TEST(Config, CanonicalTextListsEveryTableInOrder) {
+  std::string text = config_to_toml(parse_config(kMinimal, "x.toml", {}));
+  size_t last = 0;
+  for (const char* t : {"[model]", "[data]", "[train]", "[optim]", "[parallel]", "[mask]",
+                        "[device]", "[checkpoint]", "[log]"}) {
+    size_t at = text.find(t);
+    ASSERT_NE(at, std::string::npos) << t;
+    EXPECT_GE(at, last) << t;
+    last = at;
+  }
+  EXPECT_NE(text.find("keep = 1.0\n"), std::string::npos);  // floats stay floats
+  EXPECT_NE(text.find("hidden = [1024, 1024]\n"), std::string::npos);
+}
+
+TEST(Config, LoadConfigReadsFileAndNamesMissingOne) {
+  std::string path = ::testing::TempDir() + "subdp_test_config.toml";
+  {
+    std::ofstream out(path);
+    out << "[train]\nepochs = 2\n[model]\nname = \"resnet\"\n";
+  }
+  Config c = load_config(path, {"train.batch_size=8"});
+  EXPECT_EQ(c.model.name, "resnet");
+  EXPECT_EQ(c.train.epochs, 2);
+  EXPECT_EQ(c.train.batch_size, 8);
+  EXPECT_EQ(c.source, path);
+  std::remove(path.c_str());
+  try {
+    load_config(path, {});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+}
+
+TEST(Config, ExampleMessageFormat) {
+  EXPECT_EQ(error_of("[train]\nsteps = 10\nbatch_size = -3\n"),
+            "configs/x.toml: [train] batch_size = -3: must be >= 1");
+}
+
+// Each case: TOML text, overrides, strings the message must contain.
+struct ErrorCase {
+  const char* name;
+  std::string text;
+  std::vector<std::string> overrides;
+  std::vector<std::string> expect;
+};
+
+void PrintTo(const ErrorCase& c, std::ostream* os) { *os << c.name; }
+
+class ConfigErrors : public ::testing::TestWithParam<ErrorCase> {};
+
+TEST_P(ConfigErrors, MessageNamesTheKey) {
+  const ErrorCase& c = GetParam();
+  std::string msg = error_of(c.text, c.overrides);
+  ASSERT_FALSE(msg.empty()) << "no error for case " << c.name;
+  for (const auto& s : c.expect) EXPECT_NE(msg.find(s), std::string::npos) << "missing '" << s << "' in: " << msg;
+}
+
+const std::string S = "[train]\nsteps = 10\n";  // a valid base
+
+INSTANTIATE_TEST_SUITE_P(
+    Table, ConfigErrors,
+    ::testing::Values(
+        ErrorCase{"unknown_table", S + "[trian]\nx = 1\n", {}, {"configs/x.toml", "unknown table [trian]", "valid tables", "model", "log"}},
+        ErrorCase{"unknown_key", S + "bach_size = 3\n", {}, {"configs/x.toml", "train.bach_size", "batch_size", "valid keys of [train]"}},
+        ErrorCase{"nested_unknown", S + "[model.extra]\nx = 1\n", {}, {"model.extra", "valid keys of [model]"}},
+        ErrorCase{"top_level_key", "steps = 10\n", {}, {"unknown table [steps]"}},
+        ErrorCase{"table_as_value", S + "model = 3\n", {}, {"train.model"}},
+        ErrorCase{"wrong_type_int", S + "batch_size = \"big\"\n", {}, {"[train] batch_size = \"big\"", "expected an integer", "string"}},
+        ErrorCase{"float_for_int", S + "batch_size = 64.0\n", {}, {"batch_size", "expected an integer", "float"}},
+        ErrorCase{"wrong_type_float", S + "[optim]\nlr = \"fast\"\n", {}, {"[optim] lr", "expected a number"}},
+        ErrorCase{"wrong_type_bool", S + "[data]\nnormalize = 1\n", {}, {"[data] normalize", "expected a boolean"}},
+        ErrorCase{"wrong_type_string", S + "[mask]\nregime = 1\n", {}, {"[mask] regime", "expected a string"}},
+        ErrorCase{"wrong_type_list", S + "[model]\nhidden = 64\n", {}, {"[model] hidden", "expected an array"}},
+        ErrorCase{"list_element_type", S + "[model]\nhidden = [64, \"a\"]\n", {}, {"[model] hidden", "integers"}},
+        ErrorCase{"empty_list", S + "[model]\nwidths = []\n", {}, {"[model] widths", "must not be empty"}},
+        ErrorCase{"list_element_range", S + "[model]\nhidden = [64, 0]\n", {}, {"[model] hidden", ">= 1"}},
+        ErrorCase{"batch_size", S + "batch_size = 0\n", {}, {"[train] batch_size = 0", "must be >= 1"}},
+        ErrorCase{"keep_zero", S + "[mask]\nkeep = 0.0\n", {}, {"[mask] keep", "(0, 1]"}},
+        ErrorCase{"keep_big", S + "[mask]\nkeep = 1.5\n", {}, {"[mask] keep = 1.5", "(0, 1]"}},
+        ErrorCase{"lr", S + "[optim]\nlr = 0\n", {}, {"[optim] lr = 0", "> 0"}},
+        ErrorCase{"lr_nan", S + "[optim]\nlr = nan\n", {}, {"[optim] lr", "finite"}},
+        ErrorCase{"beta", S + "[optim]\nbeta2 = 1.0\n", {}, {"[optim] beta2", "[0, 1)"}},
+        ErrorCase{"threads", S + "threads = -1\n", {}, {"[train] threads = -1", ">= 0"}},
+        ErrorCase{"seed_negative", S + "seed = -1\n", {}, {"[train] seed", ">= 0"}},
+        ErrorCase{"int_overflow", S + "batch_size = 10000000000\n", {}, {"[train] batch_size", "does not fit"}},
+        ErrorCase{"subnetworks", S + "[parallel]\nsubnetworks = 0\n", {}, {"[parallel] subnetworks", ">= 1"}},
+        ErrorCase{"log_every", S + "[log]\nevery = 0\n", {}, {"[log] every", ">= 1"}},
+        ErrorCase{"val_fraction", S + "[data]\nval_fraction = 1\n", {}, {"[data] val_fraction", "(0, 1)"}},
+        ErrorCase{"model_enum", S + "[model]\nname = \"vgg\"\n", {}, {"[model] name = \"vgg\"", "mlp, resnet, gpt"}},
+        ErrorCase{"data_enum", S + "[data]\nname = \"imagenet\"\n", {}, {"[data] name", "fashion_mnist"}},
+        ErrorCase{"regime_enum", S + "[mask]\nregime = \"sideways\"\n", {}, {"[mask] regime", "none, forward, backward"}},
+        ErrorCase{"granularity_enum", S + "[mask]\ngranularity = \"layer\"\n", {}, {"[mask] granularity", "block, neuron"}},
+        ErrorCase{"scale_enum", S + "[mask]\nscale = \"keep\"\n", {}, {"[mask] scale", "inverse_keep, none"}},
+        ErrorCase{"backend_enum", S + "[parallel]\nbackend = \"gloo\"\n", {}, {"[parallel] backend", "auto, mpi, nccl, local"}},
+        ErrorCase{"device_enum", S + "[device]\ntype = \"tpu\"\n", {}, {"[device] type", "cpu, cuda"}},
+        ErrorCase{"precision_enum", S + "[device]\nprecision = \"fp16\"\n", {}, {"[device] precision", "fp32, bf16"}},
+        ErrorCase{"schedule_enum", S + "[optim]\nschedule = \"step\"\n", {}, {"[optim] schedule", "cosine, constant"}},
+        ErrorCase{"lr_scaling_enum", S + "[optim]\nlr_scaling = \"sqrt\"\n", {}, {"[optim] lr_scaling", "none, linear"}},
+        ErrorCase{"nonfinite_enum", S + "nonfinite = \"ignore\"\n", {}, {"[train] nonfinite", "stop, skip"}},
+        ErrorCase{"both_epochs_steps", "[train]\nepochs = 2\nsteps = 10\n", {}, {"[train]", "epochs", "steps", "exactly one"}},
+        ErrorCase{"neither_epochs_steps", "[train]\nbatch_size = 4\n", {}, {"epochs", "steps", "exactly one"}},
+        ErrorCase{"width_heads", S + "[model]\nwidth = 100\nheads = 8\n", {}, {"[model] width = 100", "divisible by heads = 8"}},
+        ErrorCase{"coverage", S + "[parallel]\nsubnetworks = 4\n[mask]\nregime = \"forward\"\nkeep = 0.3\n", {}, {"[mask] keep", "whole number"}},
+        ErrorCase{"resume_auto_no_dir", S + "[checkpoint]\nresume = \"auto\"\n", {}, {"[checkpoint] resume", "dir"}},
+        ErrorCase{"invalid_toml", S + "batch_size = = 3\n", {}, {"configs/x.toml:3", "invalid TOML"}},
+        ErrorCase{"override_unknown_key", S, {"train.bach_size=3"}, {"--set train.bach_size=3", "unknown key train.bach_size", "did you mean 'batch_size'"}},
+        ErrorCase{"override_unknown_table", S, {"trian.steps=3"}, {"unknown table [trian]", "trian.steps"}},
+        ErrorCase{"override_malformed", S, {"train.batch_size"}, {"--set train.batch_size", "table.key=value"}},
+        ErrorCase{"override_no_table", S, {"batch_size=3"}, {"batch_size", "table.key"}},
+        ErrorCase{"override_bad_value", S, {"train.batch_size=-3"}, {"[train] batch_size = -3 (from --set)", ">= 1"}},
+        ErrorCase{"override_bare_word_for_int", S, {"train.batch_size=big"}, {"[train] batch_size = \"big\"", "expected an integer"}},
+        ErrorCase{"override_enum", S, {"mask.regime=sideways"}, {"[mask] regime = \"sideways\"", "none, forward, backward"}}),
+    [](const ::testing::TestParamInfo<ErrorCase>& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace subdp
