@@ -5,7 +5,7 @@ set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 packages=(
   build-essential cmake pkg-config git
-  libopenblas-dev libopenblas0-pthread
+  libopenblas-openmp-dev libopenblas0-openmp libopenblas0-pthread
   openmpi-bin libopenmpi-dev
   libfmt-dev libtomlplusplus-dev libcli11-dev nlohmann-json3-dev zlib1g-dev
   libgtest-dev googletest

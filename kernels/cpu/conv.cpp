@@ -1,8 +1,10 @@
-// conv2d via grouped im2col + OpenBLAS GEMM, and pooling kernels.
+// conv2d via per-sample im2col + OpenBLAS GEMM over OpenMP threads, and pooling kernels.
 #include "kernels/cpu/conv.h"
 
 #include <algorithm>
 #include <cstring>
+
+#include <omp.h>
 
 #include "kernels/cpu/gemm.h"
 
@@ -10,118 +12,135 @@ namespace subdp::cpu {
 
 namespace {
 
-constexpr int64_t kTargetColFloats = 1 << 20;  // ~4 MiB of im2col columns per group
+// Valid output columns [lo, hi) of a kernel column offset kw: those whose input column
+// ow*stride - pad + kw lies inside [0, W).
+inline void valid_range(int W, int Wo, int stride, int pad, int kw, int& lo, int& hi) {
+  lo = 0;
+  while (lo < Wo && lo * stride - pad + kw < 0) ++lo;
+  hi = Wo;
+  while (hi > lo && (hi - 1) * stride - pad + kw >= W) --hi;
+}
 
-// cols (Cin*k*k, G*Ho*Wo): column block g holds sample n0+g.
-void im2col_group(const ConvShape& s, const float* x, int n0, int G, float* cols) {
+// One (channel, kernel offset) row of im2col for one image: out (Ho*Wo) from img (H, W).
+// Rows are copied in runs (memcpy for stride 1) and only the padding is zero-filled.
+inline void im2col_row(const ConvShape& s, const float* img, int kh, int kw, float* out) {
+  const int Ho = s.Ho(), Wo = s.Wo();
+  int lo, hi;
+  valid_range(s.W, Wo, s.stride, s.pad, kw, lo, hi);
+  for (int oh = 0; oh < Ho; ++oh) {
+    float* o = out + oh * Wo;
+    const int ih = oh * s.stride - s.pad + kh;
+    if (ih < 0 || ih >= s.H || lo >= hi) {
+      std::memset(o, 0, sizeof(float) * Wo);
+      continue;
+    }
+    for (int ow = 0; ow < lo; ++ow) o[ow] = 0.f;
+    for (int ow = hi; ow < Wo; ++ow) o[ow] = 0.f;
+    const float* src = img + ih * s.W - s.pad + kw;
+    if (s.stride == 1) {
+      std::memcpy(o + lo, src + lo, sizeof(float) * (hi - lo));
+    } else {
+      for (int ow = lo; ow < hi; ++ow) o[ow] = src[ow * s.stride];
+    }
+  }
+}
+
+// cols (Cin*k*k, Ho*Wo) of one image x (Cin, H, W).
+void im2col_sample(const ConvShape& s, const float* x, float* cols) {
+  const int P = s.Ho() * s.Wo(), kk = s.k * s.k;
+  for (int c = 0; c < s.Cin; ++c)
+    for (int ki = 0; ki < kk; ++ki)
+      im2col_row(s, x + static_cast<int64_t>(c) * s.H * s.W, ki / s.k, ki % s.k,
+                 cols + (static_cast<int64_t>(c) * kk + ki) * P);
+}
+
+// dx (Cin, H, W) = col2im(cols (Cin*k*k, Ho*Wo)); dx is zeroed here.
+void col2im_sample(const ConvShape& s, const float* cols, float* dx) {
   const int Ho = s.Ho(), Wo = s.Wo(), P = Ho * Wo, kk = s.k * s.k;
-  const int64_t ld = static_cast<int64_t>(G) * P;
-#pragma omp parallel for collapse(2) schedule(static)
+  std::memset(dx, 0, sizeof(float) * s.Cin * s.H * s.W);
   for (int c = 0; c < s.Cin; ++c) {
-    for (int g = 0; g < G; ++g) {
-      const float* img = x + (static_cast<int64_t>(n0 + g) * s.Cin + c) * s.H * s.W;
-      for (int ki = 0; ki < kk; ++ki) {
-        const int kh = ki / s.k, kw = ki % s.k;
-        float* out = cols + (static_cast<int64_t>(c) * kk + ki) * ld + static_cast<int64_t>(g) * P;
-        for (int oh = 0; oh < Ho; ++oh) {
-          const int ih = oh * s.stride - s.pad + kh;
-          for (int ow = 0; ow < Wo; ++ow) {
-            const int iw = ow * s.stride - s.pad + kw;
-            const bool inside = ih >= 0 && ih < s.H && iw >= 0 && iw < s.W;
-            out[oh * Wo + ow] = inside ? img[ih * s.W + iw] : 0.f;
-          }
-        }
+    float* img = dx + static_cast<int64_t>(c) * s.H * s.W;
+    for (int ki = 0; ki < kk; ++ki) {
+      const int kh = ki / s.k, kw = ki % s.k;
+      const float* in = cols + (static_cast<int64_t>(c) * kk + ki) * P;
+      int lo, hi;
+      valid_range(s.W, Wo, s.stride, s.pad, kw, lo, hi);
+      for (int oh = 0; oh < Ho; ++oh) {
+        const int ih = oh * s.stride - s.pad + kh;
+        if (ih < 0 || ih >= s.H) continue;
+        float* dst = img + ih * s.W - s.pad + kw;
+        const float* src = in + oh * Wo;
+        for (int ow = lo; ow < hi; ++ow) dst[ow * s.stride] += src[ow];
       }
     }
   }
 }
 
-// dx[n0..n0+G) += col2im(dcols); dx must be zeroed by the caller.
-void col2im_group(const ConvShape& s, const float* cols, int n0, int G, float* dx) {
-  const int Ho = s.Ho(), Wo = s.Wo(), P = Ho * Wo, kk = s.k * s.k;
-  const int64_t ld = static_cast<int64_t>(G) * P;
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int c = 0; c < s.Cin; ++c) {
-    for (int g = 0; g < G; ++g) {
-      float* img = dx + (static_cast<int64_t>(n0 + g) * s.Cin + c) * s.H * s.W;
-      for (int ki = 0; ki < kk; ++ki) {
-        const int kh = ki / s.k, kw = ki % s.k;
-        const float* in = cols + (static_cast<int64_t>(c) * kk + ki) * ld + static_cast<int64_t>(g) * P;
-        for (int oh = 0; oh < Ho; ++oh) {
-          const int ih = oh * s.stride - s.pad + kh;
-          if (ih < 0 || ih >= s.H) continue;
-          for (int ow = 0; ow < Wo; ++ow) {
-            const int iw = ow * s.stride - s.pad + kw;
-            if (iw >= 0 && iw < s.W) img[ih * s.W + iw] += in[oh * Wo + ow];
-          }
-        }
-      }
-    }
-  }
-}
-
-// (G, C, P) <-> (C, G*P) layout shuffles between NCHW and the GEMM's layout.
-void nchw_to_cgp(const float* src, float* dst, int G, int C, int P) {
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int g = 0; g < G; ++g)
-    for (int c = 0; c < C; ++c)
-      std::memcpy(dst + (static_cast<int64_t>(c) * G + g) * P, src + (static_cast<int64_t>(g) * C + c) * P,
-                  sizeof(float) * P);
-}
-
-void cgp_to_nchw(const float* src, float* dst, int G, int C, int P) {
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int g = 0; g < G; ++g)
-    for (int c = 0; c < C; ++c)
-      std::memcpy(dst + (static_cast<int64_t>(g) * C + c) * P, src + (static_cast<int64_t>(c) * G + g) * P,
-                  sizeof(float) * P);
-}
+int64_t cols_floats(const ConvShape& s) { return static_cast<int64_t>(s.Cin) * s.k * s.k * s.Ho() * s.Wo(); }
+int64_t weight_floats(const ConvShape& s) { return static_cast<int64_t>(s.Cout) * s.Cin * s.k * s.k; }
+int64_t thread_floats(const ConvShape& s) { return cols_floats(s) + weight_floats(s); }
 
 }  // namespace
 
-int ConvShape::group() const {
-  const int64_t per_sample = static_cast<int64_t>(Cin) * k * k * Ho() * Wo();
-  return static_cast<int>(std::clamp<int64_t>(kTargetColFloats / std::max<int64_t>(per_sample, 1), 1, std::max(N, 1)));
-}
-
+// Samples are spread over OpenMP threads; each thread runs single-threaded GEMMs on its
+// own im2col buffer (OpenBLAS's OpenMP build does not nest), so no thread waits on another
+// inside a layer. Weight gradients go to per-thread partials summed in thread order:
+// deterministic for a fixed thread count.
 int64_t conv2d_workspace_floats(const ConvShape& s) {
-  const int64_t gp = static_cast<int64_t>(s.group()) * s.Ho() * s.Wo();
-  return static_cast<int64_t>(s.Cin) * s.k * s.k * gp + static_cast<int64_t>(s.Cout) * gp;
+  return static_cast<int64_t>(omp_get_max_threads()) * thread_floats(s);
 }
 
 void conv2d_forward(const ConvShape& s, const float* x, const float* w, float* y, float* ws) {
-  const int P = s.Ho() * s.Wo(), CK = s.Cin * s.k * s.k, Gmax = s.group();
-  for (int n0 = 0; n0 < s.N; n0 += Gmax) {
-    const int G = std::min(Gmax, s.N - n0);
-    float* cols = ws;
-    float* out = ws + static_cast<int64_t>(CK) * G * P;
-    im2col_group(s, x, n0, G, cols);
-    // out (Cout, G*P) = w (Cout, CK) x cols (CK, G*P)
-    sgemm(false, false, s.Cout, G * P, CK, 1.f, w, CK, cols, G * P, 0.f, out, G * P);
-    cgp_to_nchw(out, y + static_cast<int64_t>(n0) * s.Cout * P, G, s.Cout, P);
+  const int P = s.Ho() * s.Wo(), CK = s.Cin * s.k * s.k;
+  const int64_t in_size = static_cast<int64_t>(s.Cin) * s.H * s.W, out_size = static_cast<int64_t>(s.Cout) * P;
+  const bool direct = s.k == 1 && s.stride == 1 && s.pad == 0;  // 1x1 stride 1: x is its own im2col
+#pragma omp parallel
+  {
+    float* cols = ws + omp_get_thread_num() * thread_floats(s);
+#pragma omp for schedule(static)
+    for (int n = 0; n < s.N; ++n) {
+      const float* xn = x + n * in_size;
+      if (!direct) im2col_sample(s, xn, cols);
+      // y_n (Cout, P) = w (Cout, CK) x cols (CK, P)
+      sgemm(false, false, s.Cout, P, CK, 1.f, w, CK, direct ? xn : cols, P, 0.f, y + n * out_size, P);
+    }
   }
 }
 
 void conv2d_backward(const ConvShape& s, const float* x, const float* w, const float* dy,
                      float* dx, float* dw, int dw_cout, int dw_cin, float* ws) {
-  const int P = s.Ho() * s.Wo(), kk = s.k * s.k, CK = s.Cin * kk, Gmax = s.group();
-  if (dx) std::memset(dx, 0, sizeof(float) * static_cast<int64_t>(s.N) * s.Cin * s.H * s.W);
-  for (int n0 = 0; n0 < s.N; n0 += Gmax) {
-    const int G = std::min(Gmax, s.N - n0);
-    float* cols = ws;
-    float* dyg = ws + static_cast<int64_t>(CK) * G * P;  // (Cout, G*P)
-    nchw_to_cgp(dy + static_cast<int64_t>(n0) * s.Cout * P, dyg, G, s.Cout, P);
-    if (dw && dw_cout > 0 && dw_cin > 0) {
-      im2col_group(s, x, n0, G, cols);
-      // dw[:dw_cout, :dw_cin*kk] += dyg[:dw_cout] (dw_cout, G*P) x cols[:dw_cin*kk]^T
-      sgemm(false, true, dw_cout, dw_cin * kk, G * P, 1.f, dyg, G * P, cols, G * P, 1.f, dw,
-            dw_cin * kk);
+  const int P = s.Ho() * s.Wo(), kk = s.k * s.k, CK = s.Cin * kk;
+  const int64_t in_size = static_cast<int64_t>(s.Cin) * s.H * s.W, out_size = static_cast<int64_t>(s.Cout) * P;
+  const bool want_dw = dw && dw_cout > 0 && dw_cin > 0;
+  const int64_t dw_n = static_cast<int64_t>(dw_cout) * dw_cin * kk;
+  int threads = 1;
+#pragma omp parallel
+  {
+    const int t = omp_get_thread_num();
+#pragma omp single
+    threads = omp_get_num_threads();
+    float* cols = ws + t * thread_floats(s);
+    float* dwt = cols + cols_floats(s);  // this thread's partial (dw_cout, dw_cin*kk)
+    if (want_dw) std::memset(dwt, 0, sizeof(float) * dw_n);
+#pragma omp for schedule(static)
+    for (int n = 0; n < s.N; ++n) {
+      const float* dyn = dy + n * out_size;  // (Cout, P)
+      if (want_dw) {
+        im2col_sample(s, x + n * in_size, cols);
+        // dwt (dw_cout, dw_cin*kk) += dy_n[:dw_cout] (dw_cout, P) x cols[:dw_cin*kk]^T
+        sgemm(false, true, dw_cout, dw_cin * kk, P, 1.f, dyn, P, cols, P, 1.f, dwt, dw_cin * kk);
+      }
+      if (dx) {
+        // dcols (CK, P) = w^T (CK, Cout) x dy_n (Cout, P)
+        sgemm(true, false, CK, P, s.Cout, 1.f, w, CK, dyn, P, 0.f, cols, P);
+        col2im_sample(s, cols, dx + n * in_size);
+      }
     }
-    if (dx) {
-      // dcols (CK, G*P) = w^T (CK, Cout) x dyg (Cout, G*P); reuses the columns buffer.
-      sgemm(true, false, CK, G * P, s.Cout, 1.f, w, CK, dyg, G * P, 0.f, cols, G * P);
-      col2im_group(s, cols, n0, G, dx);
-    }
+  }
+  if (!want_dw) return;
+  for (int t = 0; t < threads; ++t) {
+    const float* part = ws + t * thread_floats(s) + cols_floats(s);
+    for (int64_t i = 0; i < dw_n; ++i) dw[i] += part[i];
   }
 }
 

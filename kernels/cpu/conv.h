@@ -1,5 +1,5 @@
-// conv2d on the CPU as im2col + GEMM, processed in groups of samples so each
-// GEMM is large enough to keep the BLAS threads busy. Layout NCHW, float32.
+// conv2d on the CPU as im2col + GEMM, samples spread over OpenMP threads, one
+// single-threaded GEMM per sample. Layout NCHW, float32.
 #pragma once
 #include <cstdint>
 
@@ -11,11 +11,10 @@ struct ConvShape {
   int N = 0, Cin = 0, H = 0, W = 0, Cout = 0, k = 3, stride = 1, pad = 1;
   int Ho() const { return (H + 2 * pad - k) / stride + 1; }
   int Wo() const { return (W + 2 * pad - k) / stride + 1; }
-  /// Samples per im2col group (bounded so the workspace stays near 4 MiB).
-  int group() const;
 };
 
-/// Floats of workspace conv2d_forward / conv2d_backward need (im2col columns + a GEMM output).
+/// Floats of workspace conv2d_forward / conv2d_backward need: per OpenMP thread, one
+/// sample's im2col columns and a weight-gradient partial.
 int64_t conv2d_workspace_floats(const ConvShape& s);
 
 /// y (N, Cout, Ho, Wo) = conv(x (N, Cin, H, W), w (Cout, Cin, k, k)). No bias.
