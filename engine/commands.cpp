@@ -23,12 +23,21 @@ std::unique_ptr<Communicator> make_world(const ParallelConfig& p) {
 int run_train(const Config& config, const TrainOptions& options) {
   auto world = make_world(config.parallel);
   const bool mpi = world->backend() == "mpi";
+  const int rank = world->rank(), size = world->size();
   try {
     Trainer trainer(config, std::move(world), options);
     trainer.run();
-  } catch (...) {
-    if (mpi) finalize_mpi();
-    throw;
+  } catch (const std::exception& e) {
+    if (!mpi) throw;
+    if (size == 1) {
+      finalize_mpi();
+      throw;
+    }
+    // Other ranks may be waiting in a collective: name the rank, then abort the whole job
+    // so nobody hangs.
+    std::fprintf(stderr, "subdp: error on rank %d of %d: %s\n", rank, size, e.what());
+    std::fflush(stderr);
+    abort_mpi(1);
   }
   if (mpi) finalize_mpi();
   return 0;

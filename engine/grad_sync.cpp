@@ -104,6 +104,7 @@ void GradientSync::reduce_bucket(Bucket& b) {
       }
     }
     comm->allreduce_sum(buf, filled);
+    bytes_ += filled * static_cast<int64_t>(sizeof(float));
     int64_t at = 0;
     for (auto& [dst, len] : pieces) {
       for (int64_t i = 0; i < len; ++i) dst[i] = buf[at + i] * inv;
@@ -152,12 +153,13 @@ void GradientSync::broadcast_unit_values() {
     }
     int64_t total = 0;
     for (auto& r : runs) total += r.second;
-    std::vector<float> buf(total);
+    Tensor staging = Tensor::empty({total}, MemCategory::comm);
+    float* buf = staging.f32();
     int64_t at = 0;
-    for (auto& [src, len] : runs) std::memcpy(buf.data() + (at += len) - len, src, sizeof(float) * len);
-    world_.broadcast(buf.data(), total * static_cast<int64_t>(sizeof(float)), owner_of_group(static_cast<int>(g)));
+    for (auto& [src, len] : runs) std::memcpy(buf + (at += len) - len, src, sizeof(float) * len);
+    world_.broadcast(buf, total * static_cast<int64_t>(sizeof(float)), owner_of_group(static_cast<int>(g)));
     at = 0;
-    for (auto& [dst, len] : runs) std::memcpy(dst, buf.data() + (at += len) - len, sizeof(float) * len);
+    for (auto& [dst, len] : runs) std::memcpy(dst, buf + (at += len) - len, sizeof(float) * len);
   }
 }
 

@@ -47,6 +47,12 @@ class GradientSync {
   void average();
   /// Backward masking: owners broadcast updated unit values (one collective per group).
   void broadcast_unit_values();
+  /// Payload bytes this rank all-reduced (every communicator) since the last call.
+  int64_t take_bytes() {
+    const int64_t b = bytes_;
+    bytes_ = 0;
+    return b;
+  }
   /// Float32 values this rank all-reduces per step (the analytical count of issue 3).
   int64_t elements_per_step() const;
   /// World group owner (lowest world rank) of each unit group; used by assembly.
@@ -63,9 +69,9 @@ class GradientSync {
   std::vector<Param*> params_;
   std::vector<std::unique_ptr<Communicator>> group_comms_;
   std::vector<Bucket> buckets_;  // index 0: world; then group g at index g + 1
-  std::vector<float> staging_;   // comm buffer (tracked separately: see comm_buffer_)
   Tensor comm_buffer_;
   int64_t bucket_elems_;
+  int64_t bytes_ = 0;
 };
 
 }  // namespace subdp

@@ -133,6 +133,8 @@ int Trainer::run() {
   }
   if (!config_.checkpoint.dir.empty() && (config_.checkpoint.every == 0 || step_ % config_.checkpoint.every != 0))
     save(true);
+  // Test hook (invariant 5): each rank writes its values in the full layout, NaN where unheld.
+  if (const char* dir = std::getenv("SUBDP_DUMP_LOCAL")) dump_local_values(dir);
   double peak = static_cast<double>(MemoryTracker::global().stats().total_peak);
   world_->allreduce_max(&peak, 1);
   if (layout_.rank == 0) {
@@ -169,7 +171,7 @@ void Trainer::train_step(int64_t epoch, int64_t in_epoch) {
     return;
   }
   const auto tc = Clock::now();
-  world_->take_bytes();
+  sync_->take_bytes();
   sync_->average();
   double comm_s = seconds_since(tc);
   if (config_.optim.grad_clip > 0) clip_gradients();
@@ -178,7 +180,7 @@ void Trainer::train_step(int64_t epoch, int64_t in_epoch) {
   const auto tb = Clock::now();
   sync_->broadcast_unit_values();
   comm_s += seconds_since(tb);
-  const int64_t bytes = world_->take_bytes();
+  const int64_t bytes = sync_->take_bytes();
   ++step_;
   last_train_loss_ = loss;
   const double positions = static_cast<double>(batch_.n * model_->positions_per_example());
@@ -255,6 +257,23 @@ void Trainer::print_memory_comparison() {
   for (int c = 0; c < kNumMemCategories; ++c) std::printf(" %12lld", static_cast<long long>(dp_footprint_.peak[c]));
   std::printf(" %12lld  (this layout: %.2fx DP)\n", static_cast<long long>(dp_footprint_.total_peak),
               static_cast<double>(mem.total_current) / std::max<int64_t>(1, dp_footprint_.total_peak));
+}
+
+}  // namespace subdp
+
+namespace subdp {
+
+void Trainer::dump_local_values(const std::string& dir) {
+  std::vector<NamedTensor> out;
+  for (Param* p : model_->params().all()) {
+    NamedTensor t{p->name, p->full_shape, std::vector<float>(shape_numel(p->full_shape), std::nanf(""))};
+    const float* v = p->value.f32();
+    for_each_value_run(*p, [&](int64_t lo, int64_t fo, int64_t len) {
+      std::copy(v + lo, v + lo + len, t.data.begin() + fo);
+    });
+    out.push_back(std::move(t));
+  }
+  save_safetensors(dir + "/rank" + std::to_string(layout_.rank) + ".safetensors", out);
 }
 
 }  // namespace subdp

@@ -39,6 +39,7 @@ class Trainer {
   void save(bool final);
   void resume();
   void print_memory_comparison();
+  void dump_local_values(const std::string& dir);
 
   Config config_;
   TrainOptions options_;

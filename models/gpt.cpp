@@ -1,14 +1,220 @@
-// Placeholder until the transformer lands (issue 4): refuses clearly.
+// GPT forward/backward (see gpt.h).
 #include "models/gpt.h"
 
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+
 #include "engine/error.h"
+#include "engine/layers/flops.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/gemm.h"
 
 namespace subdp {
 
-ModelUnits gpt_units(const ModelConfig&) { throw Error("model.name = \"gpt\": the transformer is not built yet"); }
+namespace {
 
-std::unique_ptr<Model> make_gpt(const ModelConfig&, const SubnetMask&, int, uint64_t) {
-  throw Error("model.name = \"gpt\": the transformer is not built yet");
+constexpr InitSpec kGpt2Weight{InitSpec::normal, 0.02f};
+constexpr InitSpec kZero{InitSpec::constant, 0.f};
+
+int heads_layer(int block) { return 2 * block; }
+int mlp_layer(int block) { return 2 * block + 1; }
+
+Tensor activation(int64_t rows, int64_t width) { return Tensor::empty({rows, width}, MemCategory::activations); }
+
+/// y (rows, out) = l(x), also when l has no input column left (a subnetwork keeping no
+/// hidden neuron): then y is the bias alone.
+void linear_forward(const Linear& l, const float* x, float* y, int64_t rows) {
+  if (l.in() > 0) return l.forward(x, y, rows);
+  std::memset(y, 0, sizeof(float) * rows * l.out());
+  if (l.bias) cpu::add_bias_rows(y, l.bias->value.f32(), rows, l.out());
+}
+
+/// Backward of linear_forward: dx written (zero when l has no input column).
+void linear_backward(const Linear& l, const float* x, const float* dy, float* dx, int64_t rows) {
+  l.backward(x, dy, l.in() > 0 ? dx : nullptr, rows);  // dx has no column when in() == 0
+}
+
+}  // namespace
+
+ModelUnits gpt_units(const ModelConfig& c) {
+  SUBDP_CHECK(c.heads > 0 && c.width % c.heads == 0, "[model] width = {} must be divisible by heads = {}", c.width,
+              c.heads);
+  SUBDP_CHECK(c.depth >= 1 && c.context >= 1 && c.vocab >= 1 && c.mlp_ratio >= 1,
+              "[model] gpt needs depth, context, vocab and mlp_ratio >= 1 (got {}, {}, {}, {})", c.depth, c.context,
+              c.vocab, c.mlp_ratio);
+  const int64_t C = c.width, hd = C / c.heads, H = static_cast<int64_t>(c.mlp_ratio) * C;
+  ModelUnits u;
+  for (int b = 0; b < c.depth; ++b) {
+    const std::string name = "block" + std::to_string(b);
+    u.layers.push_back({name + ".heads", c.heads, 3 * hd * (C + 1) + hd * C});
+    u.layers.push_back({name + ".mlp", static_cast<int>(H), 2 * C + 1});
+    // ln1, ln2 (2C each), qkv (3C^2 + 3C), proj (C^2 + C), fc (HC + H), fc2 (HC + C)
+    const int64_t branch = 4 * C + 3 * C * C + 3 * C + C * C + C + H * C + H + H * C + C;
+    u.blocks.push_back({name, 0, branch, true});
+  }
+  return u;
+}
+
+std::unique_ptr<Model> make_gpt(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed) {
+  return std::make_unique<Gpt>(c, mask, max_batch, seed);
+}
+
+TransformerBlock::TransformerBlock(ParamSet& ps, const SubnetMask& mask, const ModelConfig& c, int index,
+                                   int64_t max_rows)
+    : C_(c.width), heads_(c.heads) {
+  if (mask.skips_block(index)) return;
+  const std::string name = "blocks." + std::to_string(index);
+  const bool neuron = mask.granularity == Granularity::neuron;
+  const int H = c.mlp_ratio * c.width;
+  // Parameters in torch's state_dict order: ln1, ln2, qkv, proj, fc, fc2.
+  ln1_ = std::make_unique<LayerNorm>(ps, name + ".ln1", C_, index);
+  ln2_ = std::make_unique<LayerNorm>(ps, name + ".ln2", C_, index);
+  const int64_t T = c.context;
+  attn_ = std::make_unique<CausalSelfAttention>(ps, name, C_, heads_, static_cast<int>(T), max_rows,
+                                                neuron ? heads_layer(index) : -1, index,
+                                                neuron ? mask.scale : 1.f, kGpt2Weight);
+  const UnitRef out_units{neuron ? mlp_layer(index) : -1, 0, 1}, in_units{neuron ? mlp_layer(index) : -1, 1, 1};
+  fc_ = std::make_unique<Linear>(ps, name + ".fc", C_, H, true, out_units, UnitRef{}, index, &kGpt2Weight, &kZero);
+  fc2_ = std::make_unique<Linear>(ps, name + ".fc2", H, C_, true, UnitRef{}, in_units, index, &kGpt2Weight, &kZero);
+  if (neuron) neuron_scale_ = mask.scale;
+  else branch_scale_ = mask.scale;
+  ln1_->allocate_stats(max_rows);
+  ln2_->allocate_stats(max_rows);
+  ln1_out_ = activation(max_rows, C_);
+  mid_ = activation(max_rows, C_);
+  ln2_out_ = activation(max_rows, C_);
+  fc_pre_ = activation(max_rows, fc_->out());
+  fc_act_ = activation(max_rows, fc_->out());
+  out_ = activation(max_rows, C_);
+}
+
+const float* TransformerBlock::forward(const float* x, int B, int T) {
+  if (!present()) return x;
+  const int64_t rows = static_cast<int64_t>(B) * T, n = rows * C_, nh = rows * fc_->out();
+  float* mid = mid_.f32();  // (B, T, C)
+  ln1_->forward(x, ln1_out_.f32(), rows);
+  attn_->forward(ln1_out_.f32(), mid, B, T);
+  if (branch_scale_ != 1.f) cpu::scale(mid, branch_scale_, n);
+  cpu::add(mid, x, mid, n);  // mid = x + attn branch
+  ln2_->forward(mid, ln2_out_.f32(), rows);
+  fc_->forward(ln2_out_.f32(), fc_pre_.f32(), rows);  // (B, T, H)
+  cpu::gelu_forward(fc_pre_.f32(), fc_act_.f32(), nh);
+  if (neuron_scale_ != 1.f) cpu::scale(fc_act_.f32(), neuron_scale_, nh);
+  float* out = out_.f32();  // (B, T, C)
+  linear_forward(*fc2_, fc_act_.f32(), out, rows);
+  if (branch_scale_ != 1.f) cpu::scale(out, branch_scale_, n);
+  cpu::add(out, mid, out, n);  // out = mid + mlp branch
+  return out;
+}
+
+void TransformerBlock::backward(const float* x, float* dres, int B, int T, GptScratch& s) const {
+  if (!present()) return;  // identity: the gradient passes unchanged
+  const int64_t rows = static_cast<int64_t>(B) * T, n = rows * C_, nh = rows * fc_->out();
+  // Gradient entering a branch: dres, times the branch scale (block level).
+  auto branch_grad = [&]() -> const float* {
+    if (branch_scale_ == 1.f) return dres;
+    float* d = s.dbranch.f32();
+    std::memcpy(d, dres, sizeof(float) * n);
+    cpu::scale(d, branch_scale_, n);
+    return d;
+  };
+  float* dh = s.dh.f32();    // (B, T, H)
+  float* dln = s.dln.f32();  // (B, T, C)
+  linear_backward(*fc2_, fc_act_.f32(), branch_grad(), dh, rows);
+  // fc_act = neuron_scale * gelu(fc_pre)
+  cpu::gelu_backward(fc_pre_.f32(), dh, dh, nh);
+  if (neuron_scale_ != 1.f) cpu::scale(dh, neuron_scale_, nh);
+  fc_->backward(ln2_out_.f32(), dh, fc_->out() > 0 ? dln : nullptr, rows);
+  if (fc_->out() == 0) std::memset(dln, 0, sizeof(float) * n);
+  ln2_->backward(mid_.f32(), dln, dres, rows);  // dres += ...: now d(mid)
+  attn_->backward(ln1_out_.f32(), branch_grad(), dln, B, T, s.attn);
+  ln1_->backward(x, dln, dres, rows);  // dres += ...: now d(x)
+}
+
+Gpt::Gpt(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed)
+    : Model(mask, seed), head_(static_cast<int64_t>(max_batch) * c.context, c.vocab), T_(c.context), V_(c.vocab),
+      C_(c.width), max_batch_(max_batch) {
+  gpt_units(c);  // validates the sizes
+  const int64_t rows = static_cast<int64_t>(max_batch) * T_;
+  wte_ = std::make_unique<Embedding>(params_, "wte", V_, C_, kGpt2Weight);
+  wpe_ = std::make_unique<Embedding>(params_, "wpe", T_, C_, kGpt2Weight);
+  int64_t hidden = 0, width = 0;
+  for (int b = 0; b < c.depth; ++b) {
+    blocks_.push_back(std::make_unique<TransformerBlock>(params_, mask_, c, b, rows));
+    hidden = std::max(hidden, blocks_.back()->hidden());
+    width = std::max(width, blocks_.back()->attn_width());
+  }
+  lnf_ = std::make_unique<LayerNorm>(params_, "lnf", C_);
+  lnf_->allocate_stats(rows);
+  x0_ = activation(rows, C_);
+  lnf_out_ = activation(rows, C_);
+  pos_ids_ = Tensor::empty({max_batch, T_}, MemCategory::activations, DType::i32);
+  dres_ = activation(rows, C_);
+  scratch_.dbranch = activation(rows, C_);
+  scratch_.dln = activation(rows, C_);
+  scratch_.dh = activation(rows, hidden);
+  scratch_.attn.allocate(rows, width, T_, omp_get_max_threads());
+}
+
+void Gpt::run_forward(const int32_t* tokens, int B, int T) {
+  SUBDP_CHECK(B >= 1 && B <= max_batch_ && T >= 1 && T <= T_,
+              "GPT: batch of {} sequences of {} tokens exceeds the model's {} x context {}", B, T, max_batch_, T_);
+  const int64_t rows = static_cast<int64_t>(B) * T;
+  B_ = B;
+  Tcur_ = T;
+  tokens_ = tokens;
+  int32_t* pos = pos_ids_.i32();  // (B, T)
+  for (int64_t r = 0; r < rows; ++r) pos[r] = static_cast<int32_t>(r % T);
+  float* x0 = x0_.f32();  // (B, T, C)
+  wte_->forward(tokens, x0, rows, false);
+  wpe_->forward(pos, x0, rows, true);
+  const float* x = x0;
+  block_in_.clear();
+  for (auto& blk : blocks_) {
+    block_in_.push_back(x);
+    x = blk->forward(x, B, T);
+  }
+  last_ = x;
+  lnf_->forward(x, lnf_out_.f32(), rows);
+  // logits (rows, V) = lnf_out (rows, C) . wte^T (C, V)
+  cpu::sgemm(false, true, rows, V_, C_, 1.f, lnf_out_.f32(), C_, wte_->weight->value.f32(), C_, 0.f, head_.logits(),
+             V_);
+  FlopCounter::add_gemm(rows, V_, C_);
+}
+
+double Gpt::forward(const Batch& batch, bool training, int64_t* correct) {
+  SUBDP_CHECK(batch.x.ndim() == 2 && batch.x.dtype() == DType::i32 && batch.y.numel() == batch.x.numel(),
+              "GPT expects (B, T) int32 tokens and targets, got x {}", shape_str(batch.x.shape()));
+  const int T = static_cast<int>(batch.x.dim(1));
+  run_forward(batch.x.i32(), static_cast<int>(batch.n), T);
+  return head_.loss(batch.y.i32(), batch.n * T, training, correct);
+}
+
+const float* Gpt::logits(const int32_t* tokens, int B, int T) {
+  run_forward(tokens, B, T);
+  return head_.logits();
+}
+
+void Gpt::backward() {
+  const int64_t rows = static_cast<int64_t>(B_) * Tcur_;
+  const float* dlogits = head_.dlogits();  // (rows, V)
+  Param* wte = wte_->weight;
+  if (wte->grad.defined()) {
+    // dwte (V, C) += dlogits^T (V, rows) . lnf_out (rows, C)
+    cpu::sgemm(true, false, V_, C_, rows, 1.f, dlogits, V_, lnf_out_.f32(), C_, 1.f, wte->grad.f32(), C_);
+    FlopCounter::add_gemm(V_, C_, rows);
+  }
+  float* dln = scratch_.dln.f32();  // (rows, C) = dlogits (rows, V) . wte (V, C)
+  cpu::sgemm(false, false, rows, C_, V_, 1.f, dlogits, V_, wte->value.f32(), C_, 0.f, dln, C_);
+  FlopCounter::add_gemm(rows, C_, V_);
+  float* dres = dres_.f32();  // (B, T, C)
+  std::memset(dres, 0, sizeof(float) * rows * C_);
+  lnf_->backward(last_, dln, dres, rows);
+  for (size_t b = blocks_.size(); b-- > 0;) blocks_[b]->backward(block_in_[b], dres, B_, Tcur_, scratch_);
+  wte_->backward(tokens_, dres, rows);
+  wpe_->backward(pos_ids_.i32(), dres, rows);
 }
 
 }  // namespace subdp

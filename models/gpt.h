@@ -1,14 +1,92 @@
-// GPT model (decoder-only transformer); see models/gpt.cpp. Issue 4.
+// GPT: decoder-only transformer as torch_ref.py's GPT. Token embedding wte (vocab, C) and
+// position embedding wpe (context, C); blocks of pre-LayerNorm
+//   x = x + proj(attn(ln1(x)));  x = x + fc2(gelu_tanh(fc(ln2(x))));
+// final LayerNorm lnf; logits = lnf(x) wte^T (tied head); mean cross-entropy over B*T
+// positions. GPT-2 initialisation: N(0, 0.02) for Linear and Embedding weights, zero biases.
+// Units (neuron level), two maskable layers per block (ids 2i, 2i+1):
+//   heads: head h = its rows of q, k, v (+ biases) and its columns of proj (attention.h);
+//   mlp:   hidden neuron j = row j of fc (+ bias entry) and column j of fc2.
+// Dense at neuron level: wte, wpe, lnf and each block's ln1, ln2, proj.bias, fc2.bias.
+// Block level: each block with all of its parameters (norms included) is a unit; every block
+// is droppable, one stage. A forward-masked dropped block is the identity (absent).
+// Forward masking scales kept units by mask.scale: per head on the attention output before
+// proj and per neuron after GELU (neuron level), or each kept block's two branch outputs
+// (block level).
 #pragma once
 #include <memory>
+#include <vector>
 
+#include "engine/layers/attention.h"
+#include "engine/layers/embedding.h"
+#include "engine/layers/layernorm.h"
+#include "engine/layers/linear.h"
+#include "models/classifier_head.h"
 #include "models/model.h"
 
 namespace subdp {
 
 /// Units: attention heads and MLP hidden neurons per block (neuron level); whole blocks
-/// (block level).
+/// (block level). Errors name the [model] key (width not divisible by heads, ...).
 ModelUnits gpt_units(const ModelConfig& c);
 std::unique_ptr<Model> make_gpt(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed);
+
+/// Backward scratch shared by every block, each for B*T rows.
+struct GptScratch {
+  Tensor dbranch;  // (B, T, C) branch-scaled residual gradient (block-level scaling)
+  Tensor dln;      // (B, T, C) gradient of a LayerNorm output
+  Tensor dh;       // (B, T, H) gradient of the MLP hidden layer (widest local H)
+  AttentionScratch attn;
+};
+
+class TransformerBlock {
+ public:
+  TransformerBlock(ParamSet& ps, const SubnetMask& mask, const ModelConfig& c, int index, int64_t max_rows);
+  /// False when forward masking drops the block (identity, no parameters).
+  bool present() const { return ln1_ != nullptr; }
+  /// x (B, T, C) -> block output (B, T, C); returns x itself when the block is absent.
+  const float* forward(const float* x, int B, int T);
+  /// dres (B, T, C): gradient of the block output on entry, of its input x on exit.
+  void backward(const float* x, float* dres, int B, int T, GptScratch& s) const;
+  /// Local MLP hidden width and attention width (for sizing the shared scratch).
+  int64_t hidden() const { return present() ? fc_->out() : 0; }
+  int64_t attn_width() const { return present() ? static_cast<int64_t>(attn_->local_heads()) * (C_ / heads_) : 0; }
+
+ private:
+  std::unique_ptr<LayerNorm> ln1_, ln2_;
+  std::unique_ptr<CausalSelfAttention> attn_;
+  std::unique_ptr<Linear> fc_, fc2_;
+  Tensor ln1_out_, mid_, ln2_out_, fc_pre_, fc_act_, out_;  // (B, T, C or H)
+  int C_, heads_;
+  float branch_scale_ = 1.f, neuron_scale_ = 1.f;
+};
+
+class Gpt : public Model {
+ public:
+  Gpt(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed);
+  /// batch.x, batch.y: (B, T) int32 tokens and next tokens, T <= context.
+  double forward(const Batch& batch, bool training, int64_t* correct) override;
+  void backward() override;
+  int64_t positions_per_example() const override { return T_; }
+  /// Logits (B*T, vocab) of tokens (B, T), B <= max_batch, T <= context (generation).
+  const float* logits(const int32_t* tokens, int B, int T);
+  int context() const { return T_; }
+  int vocab() const { return V_; }
+
+ private:
+  void run_forward(const int32_t* tokens, int B, int T);
+  std::unique_ptr<Embedding> wte_, wpe_;
+  std::vector<std::unique_ptr<TransformerBlock>> blocks_;
+  std::unique_ptr<LayerNorm> lnf_;
+  Tensor x0_;       // (B, T, C) embeddings
+  Tensor lnf_out_;  // (B, T, C)
+  Tensor pos_ids_;  // (B, T) int32 positions
+  Tensor dres_;     // (B, T, C) residual-stream gradient
+  GptScratch scratch_;
+  CrossEntropyHead head_;
+  std::vector<const float*> block_in_;  // input of each block in the last forward
+  const float* last_ = nullptr;         // (B, T, C) input of lnf
+  const int32_t* tokens_ = nullptr;
+  int B_ = 0, Tcur_ = 0, T_, V_, C_, max_batch_;
+};
 
 }  // namespace subdp

@@ -1,0 +1,97 @@
+// Causal self-attention layer over kernels/cpu/attention and OpenBLAS.
+#include "engine/layers/attention.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "engine/error.h"
+#include "engine/layers/flops.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/gemm.h"
+
+namespace subdp {
+
+void AttentionScratch::allocate(int64_t rows, int64_t Ck, int T, int thread_slots) {
+  slots = std::max(1, thread_slots);
+  dy = Tensor::empty({rows, Ck}, MemCategory::activations);
+  dqkv = Tensor::empty({rows, 3 * Ck}, MemCategory::activations);
+  ws = Tensor::empty({cpu::attention_workspace_floats({1, T, 1, 1}, slots)}, MemCategory::workspace);
+}
+
+CausalSelfAttention::CausalSelfAttention(ParamSet& ps, const std::string& prefix, int C, int heads, int T,
+                                         int64_t max_rows, int head_layer, int block, float head_scale,
+                                         InitSpec weight_init)
+    : C_(C), heads_(heads), hd_(C / heads), head_scale_(head_scale) {
+  SUBDP_ASSERT(heads > 0 && C % heads == 0);
+  const InitSpec zero{InitSpec::constant, 0.f};
+  if (head_layer >= 0) {
+    // (3, C, C): unit axis 1 so a head is hd rows in each of the q, k, v sections.
+    const UnitRef unit{head_layer, 1, hd_};
+    qkv_weight = &ps.add(prefix + ".qkv.weight", {3, C, C}, weight_init, unit, block);
+    qkv_bias = &ps.add(prefix + ".qkv.bias", {3, C}, zero, unit, block);
+  } else {
+    qkv_weight = &ps.add(prefix + ".qkv.weight", {3 * C, C}, weight_init, {}, block);
+    qkv_bias = &ps.add(prefix + ".qkv.bias", {3 * C}, zero, {}, block);
+  }
+  const int64_t Ck = qkv_weight->value.numel() / (3 * static_cast<int64_t>(C));  // local q width
+  local_heads_ = static_cast<int>(Ck / hd_);
+  proj = std::make_unique<Linear>(ps, prefix + ".proj", C, C, true, UnitRef{},
+                                  head_layer >= 0 ? UnitRef{head_layer, 1, hd_} : UnitRef{}, block, &weight_init,
+                                  &zero);
+  qkv_ = Tensor::empty({max_rows, 3 * Ck}, MemCategory::activations);
+  att_ = Tensor::empty({max_rows / T * local_heads_ * T * T}, MemCategory::activations);
+  y_ = Tensor::empty({max_rows, Ck}, MemCategory::activations);
+}
+
+void CausalSelfAttention::forward(const float* x, float* out, int B, int T) {
+  const int64_t rows = static_cast<int64_t>(B) * T, Ck = static_cast<int64_t>(local_heads_) * hd_;
+  if (Ck == 0) {  // this subnetwork keeps no head: the branch is proj's bias alone
+    std::memset(out, 0, sizeof(float) * rows * C_);
+    cpu::add_bias_rows(out, proj->bias->value.f32(), rows, C_);
+    return;
+  }
+  float* qkv = qkv_.f32();  // (B, T, 3 Ck)
+  // qkv (rows, 3Ck) = x (rows, C) . Wqkv^T (C, 3Ck) + b
+  cpu::sgemm(false, true, rows, 3 * Ck, C_, 1.f, x, C_, qkv_weight->value.f32(), C_, 0.f, qkv, 3 * Ck);
+  cpu::add_bias_rows(qkv, qkv_bias->value.f32(), rows, 3 * Ck);
+  FlopCounter::add_gemm(rows, 3 * Ck, C_);
+  float* y = y_.f32();  // (B, T, Ck)
+  cpu::attention_forward({B, T, local_heads_, hd_}, qkv, att_.f32(), y);
+  FlopCounter::count() += 4LL * B * local_heads_ * T * T * hd_;
+  if (head_scale_ != 1.f) cpu::scale(y, head_scale_, rows * Ck);
+  proj->forward(y, out, rows);  // (B, T, C)
+}
+
+void CausalSelfAttention::backward(const float* x, const float* dout, float* dx, int B, int T,
+                                   AttentionScratch& s) const {
+  const int64_t rows = static_cast<int64_t>(B) * T, Ck = static_cast<int64_t>(local_heads_) * hd_;
+  if (Ck == 0) {
+    if (proj->bias->grad.defined()) cpu::bias_grad_rows(dout, proj->bias->grad.f32(), rows, C_, C_);
+    std::memset(dx, 0, sizeof(float) * rows * C_);
+    return;
+  }
+  float* dy = s.dy.f32();  // (B, T, Ck)
+  proj->backward(y_.f32(), dout, dy, rows);
+  // y = head_scale * attention(qkv), so d attention = head_scale * dy.
+  if (head_scale_ != 1.f) cpu::scale(dy, head_scale_, rows * Ck);
+  float* dqkv = s.dqkv.f32();  // (B, T, 3 Ck)
+  cpu::attention_backward({B, T, local_heads_, hd_}, qkv_.f32(), att_.f32(), dy, dqkv, s.ws.f32(), s.slots);
+  FlopCounter::count() += 8LL * B * local_heads_ * T * T * hd_;
+  if (qkv_weight->grad.defined()) {
+    // Kept prefix of each section: dW[s, :gk] (gk, C) += dqkv[:, s*Ck : s*Ck+gk]^T . x (rows, C)
+    const int64_t gk = qkv_weight->grad.numel() / (3 * static_cast<int64_t>(C_));
+    float* dw = qkv_weight->grad.f32();
+    float* db = qkv_bias->grad.f32();
+    for (int sec = 0; sec < 3; ++sec) {
+      cpu::sgemm(true, false, gk, C_, rows, 1.f, dqkv + sec * Ck, 3 * Ck, x, C_, 1.f, dw + sec * gk * C_, C_);
+      cpu::bias_grad_rows(dqkv + sec * Ck, db + sec * gk, rows, gk, 3 * Ck);
+      FlopCounter::add_gemm(gk, C_, rows);
+    }
+  }
+  // dx (rows, C) = dqkv (rows, 3Ck) . Wqkv (3Ck, C)
+  cpu::sgemm(false, false, rows, C_, 3 * Ck, 1.f, dqkv, 3 * Ck, qkv_weight->value.f32(), C_, 0.f, dx, C_);
+  FlopCounter::add_gemm(rows, C_, 3 * Ck);
+}
+
+}  // namespace subdp

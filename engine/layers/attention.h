@@ -1,0 +1,59 @@
+// Causal multi-head self-attention of a transformer block (torch_ref.py Block):
+// qkv = x Wqkv^T + bqkv (C -> 3C), y = softmax_causal(q k^T / sqrt(hd)) v per head,
+// out = proj(y) (C -> C). Parameter names follow the torch state_dict: <prefix>.qkv.* and
+// <prefix>.proj.*.
+// Heads as units (neuron level): head h is rows [h*hd, (h+1)*hd) of each of the q, k, v
+// sections of qkv.weight / qkv.bias plus the same columns of proj.weight. The qkv tensors
+// are then shaped (3, C, C) / (3, C) with the unit axis 1, same memory layout as torch's
+// (3C, C) / (3C); unmasked they keep torch's shapes. Locally, heads are ordered kept-first
+// (LayerMask::order), so a forward-masked layer holds Hk heads and computes on them only,
+// and a backward-masked layer takes weight gradients for the first Hk heads of each section.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "engine/layers/linear.h"
+#include "engine/param.h"
+
+namespace subdp {
+
+/// Backward scratch shared by the attention layers of a model (sized for the widest one).
+struct AttentionScratch {
+  Tensor dy;    // (B, T, Ck) gradient of the attention output
+  Tensor dqkv;  // (B, T, 3 Ck)
+  Tensor ws;    // attention_workspace_floats: one (T, T) matrix per thread slot
+  int slots = 1;
+  /// Allocates for rows = B*T rows of width Ck and `slots` threads (activations / workspace).
+  void allocate(int64_t rows, int64_t Ck, int T, int slots);
+};
+
+class CausalSelfAttention {
+ public:
+  /// prefix: "blocks.<i>". head_layer: maskable layer id of the heads, -1 = not masked.
+  /// head_scale multiplies the attention output y before proj (forward masking, 1/keep).
+  /// Weights drawn per `weight_init`, biases zero. Activations for max_rows = B*T rows.
+  CausalSelfAttention(ParamSet& ps, const std::string& prefix, int C, int heads, int T, int64_t max_rows,
+                      int head_layer, int block, float head_scale, InitSpec weight_init);
+
+  int channels() const { return C_; }
+  /// Heads present locally (Hk; all heads unless forward-masked).
+  int local_heads() const { return local_heads_; }
+
+  /// out (B, T, C) = proj(attention(x (B, T, C))), proj bias included. Stores qkv, att, y.
+  void forward(const float* x, float* out, int B, int T);
+  /// dout (B, T, C) -> dx (B, T, C) written; accumulates held parameter gradients (kept prefix).
+  void backward(const float* x, const float* dout, float* dx, int B, int T, AttentionScratch& s) const;
+
+  Param* qkv_weight = nullptr;  // (3, Ck, C) local, torch (3C, C)
+  Param* qkv_bias = nullptr;    // (3, Ck)
+  std::unique_ptr<Linear> proj; // weight (C, Ck), bias (C) dense
+
+ private:
+  int C_, heads_, hd_, local_heads_;
+  float head_scale_;
+  Tensor qkv_;  // (B, T, 3 Ck)
+  Tensor att_;  // (B, Hk, T, T) probabilities
+  Tensor y_;    // (B, T, Ck) attention output (scaled)
+};
+
+}  // namespace subdp

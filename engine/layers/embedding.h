@@ -1,0 +1,28 @@
+// Embedding table: y (rows, C) = W[ids] with W (num, C), as torch.nn.Embedding. Used for the
+// GPT token (wte) and position (wpe) embeddings; both are dense parameters.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "engine/param.h"
+
+namespace subdp {
+
+class Embedding {
+ public:
+  /// W (num, C), initialised per `init` (GPT-2: normal(0, 0.02)).
+  Embedding(ParamSet& ps, const std::string& name, int64_t num, int64_t C, InitSpec init);
+  int64_t num() const { return weight->value.dim(0); }
+  int64_t channels() const { return weight->value.dim(1); }
+
+  /// y (rows, C) = W[ids[r]] (accumulate: y += W[ids[r]]). Throws subdp::Error on an id
+  /// outside [0, num).
+  void forward(const int32_t* ids, float* y, int64_t rows, bool accumulate) const;
+  /// dW[ids[r]] += dy[r] (rows, C), when this rank holds the gradient. Deterministic: each
+  /// thread owns a range of columns and walks the rows in order.
+  void backward(const int32_t* ids, const float* dy, int64_t rows) const;
+
+  Param* weight = nullptr;
+};
+
+}  // namespace subdp

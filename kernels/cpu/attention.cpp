@@ -1,0 +1,101 @@
+// Causal self-attention forward/backward: per (batch, head) GEMMs on strided views of qkv.
+#include "kernels/cpu/attention.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/gemm.h"
+
+namespace subdp::cpu {
+
+namespace {
+
+/// Causal softmax of the rows of a (T, T) score matrix in place: row i over columns j <= i,
+/// columns j > i set to 0.
+void causal_softmax(float* a, int T) {
+  for (int i = 0; i < T; ++i) {
+    float* row = a + static_cast<int64_t>(i) * T;
+    float mx = row[0];
+    for (int j = 1; j <= i; ++j) mx = std::max(mx, row[j]);
+    float sum = 0.f;
+    for (int j = 0; j <= i; ++j) {
+      row[j] = std::exp(row[j] - mx);
+      sum += row[j];
+    }
+    const float inv = 1.f / sum;
+    for (int j = 0; j <= i; ++j) row[j] *= inv;
+    for (int j = i + 1; j < T; ++j) row[j] = 0.f;
+  }
+}
+
+/// Softmax backward in place: d (T, T) holds d(att) on entry and d(scores) on exit,
+/// dS_ij = att_ij (dA_ij - sum_k att_ik dA_ik); zero above the diagonal (att is zero there).
+void causal_softmax_backward(const float* att, float* d, int T) {
+  for (int i = 0; i < T; ++i) {
+    const float* p = att + static_cast<int64_t>(i) * T;
+    float* g = d + static_cast<int64_t>(i) * T;
+    float dot = 0.f;
+    for (int j = 0; j <= i; ++j) dot += p[j] * g[j];
+    for (int j = 0; j <= i; ++j) g[j] = p[j] * (g[j] - dot);
+    for (int j = i + 1; j < T; ++j) g[j] = 0.f;
+  }
+}
+
+int thread_count(int slots) { return std::max(1, std::min(slots, omp_get_max_threads())); }
+
+}  // namespace
+
+int64_t attention_workspace_floats(const AttentionShape& s, int slots) {
+  return static_cast<int64_t>(std::max(slots, 1)) * s.T * s.T;
+}
+
+void attention_forward(const AttentionShape& s, const float* qkv, float* att, float* y) {
+  const int T = s.T, hd = s.hd, C = static_cast<int>(s.width()), ld = 3 * C;
+  const float scale = 1.f / std::sqrt(static_cast<float>(hd));
+  const int64_t pairs = static_cast<int64_t>(s.B) * s.H;
+#pragma omp parallel for schedule(static)
+  for (int64_t bh = 0; bh < pairs; ++bh) {
+    const int64_t b = bh / s.H, h = bh % s.H;
+    const float* q = qkv + b * T * ld + h * hd;  // (T, hd), row stride 3C
+    const float* k = q + C;
+    const float* v = q + 2 * C;
+    float* a = att + bh * T * T;                  // (T, T)
+    // a (T, T) = q (T, hd) . k^T (hd, T) * scale
+    sgemm(false, true, T, T, hd, scale, q, ld, k, ld, 0.f, a, T);
+    causal_softmax(a, T);
+    // y_bh (T, hd) = a (T, T) . v (T, hd), row stride C
+    sgemm(false, false, T, hd, T, 1.f, a, T, v, ld, 0.f, y + b * T * C + h * hd, C);
+  }
+}
+
+void attention_backward(const AttentionShape& s, const float* qkv, const float* att, const float* dy,
+                        float* dqkv, float* ws, int slots) {
+  const int T = s.T, hd = s.hd, C = static_cast<int>(s.width()), ld = 3 * C;
+  const float scale = 1.f / std::sqrt(static_cast<float>(hd));
+  const int64_t pairs = static_cast<int64_t>(s.B) * s.H;
+#pragma omp parallel for schedule(static) num_threads(thread_count(slots))
+  for (int64_t bh = 0; bh < pairs; ++bh) {
+    const int64_t b = bh / s.H, h = bh % s.H;
+    const int64_t off = b * T * ld + h * hd;
+    const float* q = qkv + off;  // (T, hd), row stride 3C; likewise k, v and their gradients
+    const float* k = q + C;
+    const float* v = q + 2 * C;
+    float* dq = dqkv + off;
+    float* dk = dq + C;
+    float* dv = dq + 2 * C;
+    const float* a = att + bh * T * T;              // (T, T)
+    const float* g = dy + b * T * C + h * hd;       // (T, hd), row stride C
+    float* da = ws + static_cast<int64_t>(omp_get_thread_num()) * T * T;  // (T, T)
+    // da (T, T) = g (T, hd) . v^T (hd, T);  dv (T, hd) = a^T (T, T) . g (T, hd)
+    sgemm(false, true, T, T, hd, 1.f, g, C, v, ld, 0.f, da, T);
+    sgemm(true, false, T, hd, T, 1.f, a, T, g, C, 0.f, dv, ld);
+    causal_softmax_backward(a, da, T);  // da now holds d(scores / scale)
+    // dq (T, hd) = da (T, T) . k (T, hd) * scale;  dk (T, hd) = da^T (T, T) . q (T, hd) * scale
+    sgemm(false, false, T, hd, T, scale, da, T, k, ld, 0.f, dq, ld);
+    sgemm(true, false, T, hd, T, scale, da, T, q, ld, 0.f, dk, ld);
+  }
+}
+
+}  // namespace subdp::cpu

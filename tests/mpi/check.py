@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""Checks for the MPI invariant tests: reads metrics JSON lines and safetensors files.
+
+Usage:
+  check.py same-losses A B                  loss sequences bit-identical
+  check.py mean-losses SINGLE TOL R0 R1 ... mean over ranks equals the single process (rel tol)
+  check.py tensors-close A B TOL            every tensor of two safetensors files within rel tol (0 = bit-identical)
+  check.py holders-identical DIR            rank*.safetensors: wherever two ranks hold a value it is bit-identical
+  check.py all-identical DIR                rank*.safetensors: every rank holds every value, all bit-identical
+  check.py bytes-per-step METRICS EXPECTED  every step all-reduced exactly EXPECTED bytes
+Exits 1 with a message on the first violation.
+"""
+import glob, json, struct, sys
+import numpy as np
+
+
+def losses(path):
+    with open(path) as f:
+        return [json.loads(line)["loss"] for line in f if line.strip()]
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, meta in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = meta["data_offsets"]
+        out[name] = np.frombuffer(data[a:b], dtype=np.float32).reshape(meta["shape"])
+    return out
+
+
+def fail(msg):
+    print("FAIL:", msg)
+    sys.exit(1)
+
+
+def same_losses(a, b):
+    la, lb = losses(a), losses(b)
+    if len(la) != len(lb) or not la:
+        fail(f"{a} has {len(la)} steps, {b} has {len(lb)}")
+    for i, (x, y) in enumerate(zip(la, lb)):
+        if x != y:
+            fail(f"step {i + 1}: loss {x!r} != {y!r}")
+    print(f"ok: {len(la)} losses bit-identical")
+
+
+def mean_losses(single, tol, ranks):
+    ls = losses(single)
+    per_rank = [losses(r) for r in ranks]
+    for i, x in enumerate(ls):
+        m = sum(r[i] for r in per_rank) / len(per_rank)
+        if abs(m - x) > tol * max(abs(x), 1e-6):
+            fail(f"step {i + 1}: single-process loss {x} vs mean over ranks {m}")
+    print(f"ok: {len(ls)} steps agree within {tol}")
+
+
+def tensors_close(a, b, tol):
+    ta, tb = read_safetensors(a), read_safetensors(b)
+    if set(ta) != set(tb):
+        fail(f"tensor names differ: {sorted(set(ta) ^ set(tb))[:5]}")
+    for k in ta:
+        x, y = ta[k].astype(np.float64), tb[k].astype(np.float64)
+        if tol == 0:
+            if not np.array_equal(ta[k].view(np.uint32), tb[k].view(np.uint32)):
+                fail(f"{k} differs (max abs {np.max(np.abs(x - y))})")
+        else:
+            err = np.max(np.abs(x - y)) / max(np.max(np.abs(x)), 1e-12)
+            if err > tol:
+                fail(f"{k}: relative error {err} > {tol}")
+    print(f"ok: {len(ta)} tensors {'bit-identical' if tol == 0 else f'within {tol}'}")
+
+
+def rank_dumps(d):
+    files = sorted(glob.glob(f"{d}/rank*.safetensors"))
+    if len(files) < 2:
+        fail(f"expected rank dumps in {d}, found {files}")
+    return files, [read_safetensors(f) for f in files]
+
+
+def holders_identical(d, require_all=False):
+    files, dumps = rank_dumps(d)
+    shared = 0
+    names = sorted(set().union(*dumps))
+    for name in names:
+        # A rank that lacks a tensor (a block it dropped under forward masking) holds none of it.
+        size = next(t[name].size for t in dumps if name in t)
+        stack = np.stack([t[name].reshape(-1) if name in t else np.full(size, np.nan, np.float32) for t in dumps])
+        held = ~np.isnan(stack)
+        if require_all and not held.all():
+            fail(f"{name}: some rank lacks values")
+        ref_rank = np.argmax(held, axis=0)
+        ref = stack[ref_rank, np.arange(stack.shape[1])]
+        same = (stack.view(np.uint32) == ref.view(np.uint32)[None, :]) | ~held
+        if not same.all():
+            r, i = np.argwhere(~same)[0]
+            fail(f"{name}[{i}]: rank {r} holds {stack[r, i]!r}, another holder {ref[i]!r}")
+        shared += int((held.sum(axis=0) > 1).sum())
+    if shared == 0:
+        fail("no value is held by two ranks: the check compared nothing")
+    print(f"ok: {shared} values held by several ranks, all bit-identical")
+
+
+def bytes_per_step(path, expected):
+    with open(path) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    for r in rows:
+        if r["bytes_allreduced"] != expected:
+            fail(f"step {r['step']}: {r['bytes_allreduced']} bytes all-reduced, analytical count {expected}")
+    print(f"ok: {len(rows)} steps at {expected} bytes")
+
+
+if __name__ == "__main__":
+    cmd, args = sys.argv[1], sys.argv[2:]
+    if cmd == "same-losses":
+        same_losses(*args)
+    elif cmd == "mean-losses":
+        mean_losses(args[0], float(args[1]), args[2:])
+    elif cmd == "tensors-close":
+        tensors_close(args[0], args[1], float(args[2]))
+    elif cmd == "holders-identical":
+        holders_identical(args[0])
+    elif cmd == "all-identical":
+        holders_identical(args[0], require_all=True)
+    elif cmd == "bytes-per-step":
+        bytes_per_step(args[0], int(args[1]))
+    else:
+        fail(f"unknown command {cmd}")

@@ -1,0 +1,60 @@
+# Shared set-up for the MPI tests: sourced with $1 = subdp binary, $2 = source root.
+set -euo pipefail
+SUBDP=$1
+ROOT=$2
+CHECK="/usr/bin/python3 $ROOT/tests/mpi/check.py"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+WORK=$(mktemp -d /tmp/subdp-mpi-XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+BTL=${SUBDP_TEST_BTL:-self,vader}
+
+# run_ranks NP ARGS...: subdp under mpirun with NP ranks, one thread each, bounded in time.
+run_ranks() {
+  local np=$1
+  shift
+  timeout 600 mpirun -np "$np" --oversubscribe --mca btl "$BTL" "$SUBDP" "$@"
+}
+
+# Small MLP and ResNet configs (real Fashion-MNIST) that run in seconds.
+cat > "$WORK/mlp.toml" <<TOML
+[model]
+name = "mlp"
+hidden = [96, 64]
+[data]
+name = "fashion_mnist"
+[train]
+steps = 8
+batch_size = 16
+threads = 1
+[optim]
+name = "sgd"
+lr = 0.05
+momentum = 0.9
+weight_decay = 0.0005
+schedule = "constant"
+[log]
+every = 4
+TOML
+cat > "$WORK/resnet.toml" <<TOML
+[model]
+name = "resnet"
+widths = [8, 12, 16]
+blocks_per_stage = 2
+[data]
+name = "fashion_mnist"
+[train]
+steps = 4
+batch_size = 8
+threads = 1
+eval_every = 1000000
+[optim]
+name = "sgd"
+lr = 0.05
+momentum = 0.9
+schedule = "constant"
+[log]
+every = 2
+TOML
+
+# final_model DIR: model.safetensors of the newest checkpoint in DIR.
+final_model() { echo "$(ls -d "$1"/step-* | tail -1)/model.safetensors"; }

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Mistakes give clear errors and a non-zero exit within seconds, never a hang.
+source "$(dirname "$0")/common.sh"
+expect_error() {  # expect_error PATTERN NP ARGS...
+  local pattern=$1 np=$2
+  shift 2
+  local out rc=0
+  out=$(timeout 120 mpirun -np "$np" --oversubscribe --mca btl "$BTL" "$@" 2>&1) || rc=$?
+  if [[ $rc == 0 ]]; then echo "FAIL: expected an error matching '$pattern', got success"; exit 1; fi
+  if [[ $rc == 124 ]]; then echo "FAIL: hang (timeout) instead of '$pattern'"; exit 1; fi
+  if ! grep -q -- "$pattern" <<<"$out"; then echo "FAIL: no '$pattern' in:"; echo "$out" | tail -5; exit 1; fi
+  echo "ok: $pattern"
+}
+expect_error "does not divide the world size" 3 "$SUBDP" train "$WORK/mlp.toml" --set parallel.subnetworks=2 \
+  --set mask.regime=forward --set mask.granularity=neuron --set mask.keep=0.5
+expect_error "must be a whole number" 4 "$SUBDP" train "$WORK/mlp.toml" --set parallel.subnetworks=4 \
+  --set mask.regime=forward --set mask.granularity=neuron --set mask.keep=0.3
+expect_error "no droppable residual" 2 "$SUBDP" train "$WORK/mlp.toml" --set parallel.subnetworks=2 \
+  --set mask.regime=forward --set mask.granularity=block --set mask.keep=0.5
+expect_error "different config" 2 "$SUBDP" train "$WORK/mlp.toml" : -np 1 "$SUBDP" train "$WORK/mlp.toml" \
+  --set train.seed=7
