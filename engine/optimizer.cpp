@@ -50,13 +50,15 @@ class Sgd : public StatefulOptimizer {
       float* w = params_[i]->value.f32();
       const float* g = params_[i]->grad.f32();
       float* buf = state_[i].empty() ? nullptr : state_[i][0].f32();
+      const bool nesterov = c_.nesterov;
       for_each_grad_run(*params_[i], [&](int64_t vo, int64_t go, int64_t len, int) {
+#pragma omp parallel for simd schedule(static) if (len > 65536)
         for (int64_t k = 0; k < len; ++k) {
           float d = g[go + k] + wd * w[vo + k];
           if (buf) {
             float& b = buf[go + k];
             b = first ? d : mu * b + d;
-            d = c_.nesterov ? d + mu * b : b;
+            d = nesterov ? d + mu * b : b;
           }
           w[vo + k] -= flr * d;
         }

@@ -1,4 +1,5 @@
-// The subdp command line: `subdp train CONFIG`, `subdp plan CONFIG`, `subdp version`.
+// The subdp command line: `subdp train CONFIG`, `subdp plan CONFIG`, `subdp sample CHECKPOINT`,
+// `subdp version`.
 // Exit codes: 0 success, 1 error (subdp::Error or any exception), 2 bad command line.
 #include <CLI/CLI.hpp>
 
@@ -101,6 +102,23 @@ int run(int argc, char** argv) {
 
   CLI::App* version = app.add_subcommand("version", "print the version and compiled-in backends");
 
+  struct SampleArgs {
+    std::string checkpoint, prompt;
+    int tokens = 256, top_k = 0;
+    double temperature = 1.0;
+    uint64_t seed = 0;
+  } s;
+  CLI::App* sample = app.add_subcommand("sample", "generate text with a byte-level GPT checkpoint");
+  sample->add_option("CHECKPOINT", s.checkpoint, "checkpoint directory (or a checkpoint.dir: newest)")->required();
+  sample->add_option("--prompt", s.prompt, "text to continue");
+  sample->add_option("--tokens", s.tokens, "bytes to generate")->check(CLI::NonNegativeNumber);
+  sample->add_option("--temperature", s.temperature, "softmax temperature; 0 = greedy")->check(CLI::NonNegativeNumber);
+  sample->add_option("--top-k", s.top_k, "sample among the k most likely bytes; 0 = all")->check(CLI::NonNegativeNumber);
+  sample->add_option("--seed", s.seed, "seed of the draws");
+  sample->add_option("--set", a.overrides, "override a key of the checkpoint's config: table.key=value")
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -109,6 +127,7 @@ int run(int argc, char** argv) {
   }
 
   if (*version) return subdp::run_version();
+  if (*sample) return subdp::run_sample(s.checkpoint, s.prompt, s.tokens, s.temperature, s.top_k, s.seed, a.overrides);
   subdp::Config config = subdp::load_config(a.config, a.overrides);
   if (*train) return subdp::run_train(config, a.train);
   if (*plan) return subdp::run_plan(config, a.world, a.budget.empty() ? 0.0 : parse_bytes(a.budget));

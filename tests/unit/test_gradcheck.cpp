@@ -466,9 +466,10 @@ void check_model(Model& model, const Batch& batch, const FdOptions& opt, int* ch
 
 FdOptions model_options() {
   FdOptions o;
-  o.eps = 1e-2f;
+  o.eps = 1e-3f;
   o.max_probes = 12;
-  o.max_nonsmooth = 0.25;  // ReLU kinks inside the step
+  o.witness_steps = {3e-4f, 1e-4f};
+  o.max_nonsmooth = 0.34;  // ReLU kinks inside the steps
   return o;
 }
 
@@ -568,6 +569,53 @@ TEST(GradCheckExplore, DISABLED_ResNetEps) {
       for (float e : {3e-2f, 1e-2f, 3e-3f, 1e-3f, 3e-4f, 1e-4f}) printf(" %.5f", test::central_difference(p->value.f32(), i, e, loss));
       printf("\n");
     }
+  }
+}
+}}
+namespace subdp { namespace {
+TEST(GradCheckExplore, DISABLED_ResNetShift) {
+  ModelConfig c = resnet_config();
+  auto units = model_units(c);
+  SubnetMask mask = full_mask(units);
+  auto model = make_model(c, mask, 3, 19);
+  Batch b = random_batch(c, 3, 83);
+  randomize_norms(*model);
+  auto loss = [&] { return model->forward(b, true, nullptr); };
+  for (Param* p : model->params().trainable()) {
+    if (p->name != "stem.1.bias" && p->name != "stem.0.weight") continue;
+    int64_t i = p->name == "stem.1.bias" ? 2 : 24;
+    float orig = p->value.f32()[i];
+    for (float sh : {0.f, 2e-3f, -2e-3f, 5e-3f, -5e-3f, 1e-2f, 3e-2f, -3e-2f}) {
+      p->value.f32()[i] = orig + sh;
+      model->zero_grad(); loss(); model->backward();
+      printf("%s[%ld] shift %g a=% .5f", p->name.c_str(), i, sh, p->grad.f32()[i]);
+      for (float e : {1e-2f, 3e-3f, 1e-3f, 3e-4f, 1e-4f}) printf(" %.5f", test::central_difference(p->value.f32(), i, e, loss));
+      printf("\n");
+    }
+    p->value.f32()[i] = orig;
+  }
+}
+}}
+namespace subdp { namespace {
+TEST(GradCheckExplore, DISABLED_StemPreact) {
+  ModelConfig c = resnet_config();
+  for (auto [seed, bseed] : {std::pair<int,int>{23, 87}, {19, 83}}) {
+  SubnetMask mask; ParamSet ps(mask, seed);
+  Conv2d conv(ps, "stem.0", 1, 4, 3, 1, 1);
+  BatchNorm2d bn(ps, "stem.1", 4);
+  Model* dummy = nullptr; (void)dummy;
+  // same randomisation as randomize_norms
+  for (Param* p : ps.trainable()) {
+    if (p->init.kind != InitSpec::constant) continue;
+    const bool gamma = p->init.a == 1.f;
+    for (int64_t i = 0; i < p->value.numel(); ++i) { float u = init_value(99, p->name, i, {InitSpec::uniform, 1.f}); p->value.f32()[i] = gamma ? 1.f + 0.4f*u : 0.3f*u; }
+  }
+  Batch b = random_batch(c, 3, bseed);
+  Tensor y = act({3,4,8,8}), z = act({3,4,8,8}), ws = act({conv.workspace_floats(3,8,8)});
+  conv.forward(b.x.f32(), y.f32(), 3, 8, 8, ws.f32());
+  bn.forward(y.f32(), z.f32(), 3, 64, true);
+  for (int ch = 0; ch < 4; ++ch) { double mn = 1e9; for (int n=0;n<3;++n) for (int p=0;p<64;++p) mn = std::min(mn, (double)std::abs(z.f32()[(n*4+ch)*64+p]));
+    printf("seed %d ch %d gamma %.4f beta %.4f min|pre| %.3g\n", seed, ch, bn.gamma->value.f32()[ch], bn.beta->value.f32()[ch], mn); }
   }
 }
 }}

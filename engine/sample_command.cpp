@@ -1,0 +1,106 @@
+// `subdp sample CHECKPOINT`: loads a byte-level GPT from a checkpoint and generates text
+// autoregressively (temperature, top-k), printing the prompt and its continuation.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <vector>
+
+#include "engine/checkpoint.h"
+#include "engine/commands.h"
+#include "engine/data/dataset.h"
+#include "engine/error.h"
+#include "kernels/cpu/gemm.h"
+#include "models/gpt.h"
+
+namespace subdp {
+
+namespace {
+
+/// The checkpoint directory itself, or the newest complete checkpoint under a checkpoint.dir.
+std::string checkpoint_path(const std::string& path) {
+  if (std::filesystem::exists(std::filesystem::path(path) / "manifest.json")) return path;
+  SUBDP_CHECK(std::filesystem::is_directory(path), "{}: no such checkpoint directory", path);
+  const std::string newest = resolve_checkpoint("auto", path);
+  SUBDP_CHECK(!newest.empty(), "{}: neither a checkpoint (no manifest.json) nor a directory holding one", path);
+  return newest;
+}
+
+/// Copies every parameter of model from the checkpoint tensors, by name.
+void load_weights(Model& model, const std::vector<NamedTensor>& tensors, const std::string& path) {
+  std::map<std::string, const NamedTensor*> by_name;
+  for (const auto& t : tensors) by_name[t.name] = &t;
+  for (Param* p : model.params().all()) {
+    auto it = by_name.find(p->name);
+    SUBDP_CHECK(it != by_name.end(), "{}: checkpoint lacks tensor {}", path, p->name);
+    SUBDP_CHECK(static_cast<int64_t>(it->second->data.size()) == p->value.numel(),
+                "{}: tensor {} has {} values, the model built from the checkpoint's config expects {} {}", path,
+                p->name, it->second->data.size(), p->value.numel(), shape_str(p->full_shape));
+    std::copy(it->second->data.begin(), it->second->data.end(), p->value.f32());
+  }
+}
+
+/// Next token from the logits (V) of the last position: argmax when temperature <= 0, else a
+/// draw from softmax(logits / temperature) restricted to the top_k largest (top_k <= 0: all).
+int next_token(const float* logits, int V, double temperature, int top_k, uint64_t draw) {
+  if (temperature <= 0) return static_cast<int>(std::max_element(logits, logits + V) - logits);
+  std::vector<int> order(V);
+  for (int i = 0; i < V; ++i) order[i] = i;
+  const int k = top_k > 0 ? std::min(top_k, V) : V;
+  std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                    [&](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+  std::vector<double> p(k);
+  double sum = 0;
+  for (int i = 0; i < k; ++i) sum += p[i] = std::exp((logits[order[i]] - logits[order[0]]) / temperature);
+  const double u = (static_cast<double>(mix64(draw) >> 11) + 0.5) / 9007199254740992.0 * sum;
+  double acc = 0;
+  for (int i = 0; i < k; ++i)
+    if ((acc += p[i]) >= u) return order[i];
+  return order[k - 1];
+}
+
+}  // namespace
+
+int run_sample(const std::string& checkpoint, const std::string& prompt, int tokens, double temperature, int top_k,
+               uint64_t seed, const std::vector<std::string>& overrides) {
+  SUBDP_CHECK(tokens >= 0, "--tokens {} must be >= 0", tokens);
+  const std::string path = checkpoint_path(checkpoint);
+  CheckpointInfo info;
+  std::vector<NamedTensor> tensors, optimizer;
+  load_checkpoint(path, info, tensors, optimizer);
+  optimizer.clear();
+  const Config config = parse_config(info.config_toml, path + "/manifest.json", overrides);
+  SUBDP_CHECK(config.model.name == "gpt", "{}: a checkpoint of model \"{}\"; sample needs a gpt", path,
+              config.model.name);
+  SUBDP_CHECK(config.data.name == "text", "{}: trained on data.name = \"{}\"; sample reads and writes bytes, so it "
+              "needs a byte-level model (data.name = \"text\")", path, config.data.name);
+  cpu::set_num_threads(config.train.threads > 0 ? config.train.threads : omp_get_num_procs());
+  const ModelUnits units = model_units(config.model);
+  Gpt model(config.model, full_mask(units), 1, config.train.seed);
+  load_weights(model, tensors, path);
+  tensors.clear();
+
+  std::vector<int32_t> ids;
+  for (unsigned char ch : prompt) ids.push_back(ch);
+  if (ids.empty()) ids.push_back('\n');  // the corpus separates paragraphs by newlines
+  for (int32_t t : ids) SUBDP_CHECK(t < model.vocab(), "prompt byte {} is >= model.vocab = {}", t, model.vocab());
+  std::fwrite(prompt.data(), 1, prompt.size(), stdout);
+  std::fflush(stdout);
+  const int T = model.context(), V = model.vocab();
+  for (int i = 0; i < tokens; ++i) {
+    const int len = std::min<int>(T, static_cast<int>(ids.size()));  // crop to the context
+    const float* logits = model.logits(ids.data() + ids.size() - len, 1, len);  // (len, V)
+    const int next = next_token(logits + static_cast<int64_t>(len - 1) * V, V, temperature, top_k,
+                                mix64(seed) ^ static_cast<uint64_t>(i));
+    ids.push_back(next);
+    std::fputc(next, stdout);
+    std::fflush(stdout);
+  }
+  std::fputc('\n', stdout);
+  return 0;
+}
+
+}  // namespace subdp

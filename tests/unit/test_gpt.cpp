@@ -1,0 +1,513 @@
+// GPT tests: finite-difference checks of attention, embedding and the whole tiny GPT
+// (invariant 6), forward masking equals the full model with dropped units zeroed
+// (invariant 3) and backward-masked gradients equal the full gradients restricted to kept
+// units (invariant 4), for heads + MLP neurons and for blocks; the text data source and the
+// sample command.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/checkpoint.h"
+#include "engine/commands.h"
+#include "engine/data/dataset.h"
+#include "engine/data_source.h"
+#include "engine/error.h"
+#include "engine/layers/attention.h"
+#include "engine/layers/embedding.h"
+#include "models/gpt.h"
+#include "tests/unit/gradcheck.h"
+
+namespace subdp {
+namespace {
+
+using test::check_gradient;
+using test::dot;
+using test::grad_value_index;
+using test::random_tensor;
+using test::value_full_index;
+
+ModelConfig tiny_gpt() {
+  ModelConfig c;
+  c.name = "gpt";
+  c.vocab = 11;
+  c.context = 5;
+  c.width = 8;
+  c.heads = 2;
+  c.depth = 2;
+  c.mlp_ratio = 4;
+  return c;
+}
+
+constexpr int kBatch = 3;
+
+Batch token_batch(int B, int T, int V, uint64_t seed) {
+  Batch b;
+  b.x = Tensor::empty({B, T}, MemCategory::activations, DType::i32);
+  b.y = Tensor::empty({B, T}, MemCategory::activations, DType::i32);
+  b.n = B;
+  for (int64_t i = 0; i < b.x.numel(); ++i) {
+    b.x.i32()[i] = static_cast<int32_t>(mix64(seed * 1000 + i) % V);
+    b.y.i32()[i] = static_cast<int32_t>(mix64(seed * 1000 + i + 500) % V);
+  }
+  return b;
+}
+
+bool is_norm_weight(const std::string& name) {
+  return name.find("ln") != std::string::npos && name.size() > 7 && name.substr(name.size() - 7) == ".weight";
+}
+
+/// Replaces every value by a draw keyed on (name, full index), so models of any layout get the
+/// same full-model values: U(-0.4, 0.4), LayerNorm weights 1 + U(-0.3, 0.3). GPT-2's N(0, 0.02)
+/// would make every gradient tiny.
+void randomize(Model& m, uint64_t seed) {
+  for (Param* p : m.params().all()) {
+    const bool norm = is_norm_weight(p->name);
+    const InitSpec spec{InitSpec::uniform, norm ? 0.3f : 0.4f};
+    float* v = p->value.f32();
+    for_each_value_run(*p, [&](int64_t lo, int64_t fo, int64_t len) {
+      for (int64_t i = 0; i < len; ++i) v[lo + i] = (norm ? 1.f : 0.f) + init_value(seed, p->name, fo + i, spec);
+    });
+  }
+}
+
+SubnetMask planned_mask(const ModelUnits& units, const std::string& regime, const std::string& granularity, int S,
+                        double keep, int s) {
+  MaskConfig mc;
+  mc.regime = regime;
+  mc.granularity = granularity;
+  mc.keep = keep;
+  mc.seed = 5;
+  return make_subnet_mask(make_plan(units, mc, S), units, s, true);
+}
+
+std::map<std::string, Param*> by_name(Model& m) {
+  std::map<std::string, Param*> out;
+  for (Param* p : m.params().all()) out[p->name] = p;
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Attention layer
+
+/// FD check of CausalSelfAttention: input and every parameter, loss sum(out * R).
+void check_attention(const SubnetMask& mask, int head_layer, float head_scale) {
+  const int C = 8, H = 2, T = 5, B = 2;
+  const int64_t rows = static_cast<int64_t>(B) * T;
+  ParamSet ps(mask, 3);
+  CausalSelfAttention attn(ps, "blocks.0", C, H, T, rows, head_layer, -1, head_scale, {InitSpec::uniform, 0.5f});
+  for (Param* p : ps.all()) test::fill_uniform(p->value, 0.5f, std::hash<std::string>{}(p->name));
+  Tensor x = random_tensor({rows, C}, 1.f, 21), r = random_tensor({rows, C}, 1.f, 22);
+  Tensor out = Tensor::zeros({rows, C}, MemCategory::activations), dx = Tensor::zeros({rows, C}, MemCategory::activations);
+  AttentionScratch scratch;
+  scratch.allocate(rows, C, T, 4);
+  auto loss = [&] {
+    attn.forward(x.f32(), out.f32(), B, T);
+    return dot(out.f32(), r.f32(), out.numel());
+  };
+  for (Param* p : ps.trainable()) p->grad.zero_();
+  loss();
+  attn.backward(x.f32(), r.f32(), dx.f32(), B, T, scratch);
+  test::FdOptions opt;
+  opt.eps = 1e-2f;
+  opt.rtol = 2e-2;
+  EXPECT_TRUE(check_gradient("attention dx", x.f32(), dx.f32(), x.numel(), loss, opt));
+  for (Param* p : ps.trainable()) {
+    ASSERT_TRUE(p->grad.defined()) << p->name;
+    EXPECT_TRUE(check_gradient("attention " + p->name, p->value.f32(), p->grad.f32(), p->grad.numel(), loss, opt,
+                               grad_value_index(*p)));
+  }
+}
+
+TEST(Attention, FiniteDifferenceUnmasked) {
+  SubnetMask full;
+  check_attention(full, -1, 1.f);
+}
+
+TEST(Attention, FiniteDifferenceBackwardMaskedHeads) {
+  // Heads as units, local order {1, 0}: gradients for head 1 only (kept prefix of each section).
+  SubnetMask m;
+  m.regime = Regime::backward;
+  m.granularity = Granularity::neuron;
+  m.layers.push_back({{1, 0}, 1});
+  check_attention(m, 0, 1.f);
+}
+
+TEST(Attention, FiniteDifferenceForwardMaskedHeadsScaled) {
+  SubnetMask m;
+  m.regime = Regime::forward;
+  m.granularity = Granularity::neuron;
+  m.layers.push_back({{1, 0}, 1});
+  m.scale = 2.f;
+  check_attention(m, 0, 2.f);
+}
+
+TEST(Attention, CausalRowsIgnoreTheFuture) {
+  // Changing the last position's input leaves every earlier output unchanged.
+  const int C = 8, H = 2, T = 5, B = 1;
+  SubnetMask full;
+  ParamSet ps(full, 3);
+  CausalSelfAttention attn(ps, "blocks.0", C, H, T, T, -1, -1, 1.f, {InitSpec::uniform, 0.5f});
+  Tensor x = random_tensor({T, C}, 1.f, 3);
+  Tensor a = Tensor::zeros({T, C}, MemCategory::activations), b = Tensor::zeros({T, C}, MemCategory::activations);
+  attn.forward(x.f32(), a.f32(), B, T);
+  for (int c = 0; c < C; ++c) x.f32()[(T - 1) * C + c] += 1.f;
+  attn.forward(x.f32(), b.f32(), B, T);
+  for (int i = 0; i < (T - 1) * C; ++i) EXPECT_EQ(a.f32()[i], b.f32()[i]) << i;
+  double diff = 0;
+  for (int c = 0; c < C; ++c) diff += std::abs(a.f32()[(T - 1) * C + c] - b.f32()[(T - 1) * C + c]);
+  EXPECT_GT(diff, 1e-4);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Embedding
+
+TEST(Embedding, ForwardAndFiniteDifference) {
+  SubnetMask full;
+  ParamSet ps(full, 1);
+  Embedding emb(ps, "wte", 7, 4, {InitSpec::normal, 0.5f});
+  const int64_t rows = 6;
+  std::vector<int32_t> ids = {3, 0, 3, 6, 1, 3};  // repeats: gradients must add up
+  Tensor y = Tensor::zeros({rows, 4}, MemCategory::activations), r = random_tensor({rows, 4}, 1.f, 9);
+  auto loss = [&] {
+    emb.forward(ids.data(), y.f32(), rows, false);
+    return dot(y.f32(), r.f32(), y.numel());
+  };
+  loss();
+  for (int64_t i = 0; i < rows; ++i)
+    for (int c = 0; c < 4; ++c) EXPECT_EQ(y.f32()[i * 4 + c], emb.weight->value.f32()[ids[i] * 4 + c]);
+  emb.weight->grad.zero_();
+  emb.backward(ids.data(), r.f32(), rows);
+  EXPECT_TRUE(check_gradient("wte", emb.weight->value.f32(), emb.weight->grad.f32(), emb.weight->grad.numel(), loss));
+  // accumulate = true adds to y.
+  std::vector<float> before(y.f32(), y.f32() + y.numel());
+  emb.forward(ids.data(), y.f32(), rows, true);
+  for (int64_t i = 0; i < y.numel(); ++i) EXPECT_FLOAT_EQ(y.f32()[i], 2 * before[i]);
+  std::vector<int32_t> bad = {7};
+  EXPECT_THROW(emb.forward(bad.data(), y.f32(), 1, false), Error);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Whole tiny GPT
+
+void check_gpt_gradients(const SubnetMask& mask, const std::string& what) {
+  const ModelConfig c = tiny_gpt();
+  Gpt model(c, mask, kBatch, 7);
+  randomize(model, 11);
+  Batch batch = token_batch(kBatch, c.context, c.vocab, 2);
+  auto loss = [&] { return model.forward(batch, true, nullptr); };
+  model.zero_grad();
+  loss();
+  model.backward();
+  test::FdOptions opt;
+  opt.eps = 1e-2f;
+  opt.rtol = 2e-2;
+  opt.max_probes = 24;
+  int checked = 0;
+  for (Param* p : model.params().trainable()) {
+    if (!p->grad.defined()) continue;
+    EXPECT_TRUE(check_gradient(what + " " + p->name, p->value.f32(), p->grad.f32(), p->grad.numel(), loss, opt,
+                               grad_value_index(*p)));
+    ++checked;
+  }
+  EXPECT_GT(checked, 4);
+}
+
+TEST(Gpt, FiniteDifferenceFullModel) {
+  check_gpt_gradients(full_mask(gpt_units(tiny_gpt())), "full");
+}
+
+TEST(Gpt, FiniteDifferenceMaskedModels) {
+  const ModelUnits units = gpt_units(tiny_gpt());
+  for (const char* regime : {"forward", "backward"})
+    for (const char* gran : {"neuron", "block"})
+      check_gpt_gradients(planned_mask(units, regime, gran, 2, 0.5, 1), std::string(regime) + "/" + gran);
+}
+
+TEST(Gpt, UnitsAndParameterNames) {
+  const ModelConfig c = tiny_gpt();
+  const ModelUnits u = gpt_units(c);
+  ASSERT_EQ(u.layers.size(), 4u);
+  EXPECT_EQ(u.layers[0].units, 2);   // heads
+  EXPECT_EQ(u.layers[1].units, 32);  // 4C MLP neurons
+  EXPECT_EQ(u.layers[0].unit_params, 3 * 4 * (8 + 1) + 4 * 8);
+  EXPECT_EQ(u.layers[1].unit_params, 2 * 8 + 1);
+  ASSERT_EQ(u.blocks.size(), 2u);
+  Gpt full(c, full_mask(u), 1, 0);
+  std::map<std::string, Shape> shapes;
+  int64_t branch = 0;
+  for (Param* p : full.params().all()) {
+    shapes[p->name] = p->full_shape;
+    if (p->block == 0) branch += shape_numel(p->full_shape);
+  }
+  EXPECT_EQ(branch, u.blocks[0].branch_params);
+  EXPECT_EQ(shapes.at("wte.weight"), (Shape{11, 8}));
+  EXPECT_EQ(shapes.at("wpe.weight"), (Shape{5, 8}));
+  EXPECT_EQ(shapes.at("blocks.1.qkv.weight"), (Shape{24, 8}));  // torch's (3C, C) when unmasked
+  EXPECT_EQ(shapes.at("blocks.1.qkv.bias"), (Shape{24}));
+  EXPECT_EQ(shapes.at("blocks.1.proj.weight"), (Shape{8, 8}));
+  EXPECT_EQ(shapes.at("blocks.1.fc.weight"), (Shape{32, 8}));
+  EXPECT_EQ(shapes.at("blocks.1.fc2.weight"), (Shape{8, 32}));
+  for (const char* n : {"blocks.0.ln1.weight", "blocks.0.ln2.bias", "lnf.weight", "lnf.bias", "blocks.0.fc.bias",
+                        "blocks.0.fc2.bias", "blocks.0.proj.bias"})
+    EXPECT_TRUE(shapes.count(n)) << n;
+  EXPECT_EQ(shapes.size(), 2u + 2 * 12 + 2);
+  EXPECT_EQ(full.positions_per_example(), 5);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Invariants 3 and 4
+
+/// Zeroes, in a full-model (identity-order) param, the units / blocks subnetwork s drops.
+void zero_dropped(Param& p, const SubnetworkPlan& plan, int s) {
+  float* v = p.value.f32();
+  if (plan.granularity == Granularity::block) {
+    if (p.block >= 0 && !plan.keeps_block(s, p.block)) p.value.zero_();
+    return;
+  }
+  if (p.unit.layer < 0) return;
+  const int64_t outer = p.outer(), inner = p.inner(), ext = p.value_extent(), us = p.unit.unit_size;
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t a = 0; a < ext; ++a)
+      if (!plan.keeps_unit(s, p.unit.layer, p.mask->order[a / us]))
+        std::fill(v + (o * ext + a) * inner, v + (o * ext + a + 1) * inner, 0.f);
+}
+
+/// Expects each held gradient of `sub` to equal the gradient of the same full-model element in
+/// `full` (whose values are in identity order: grad index = full index).
+void expect_grads_restricted(Model& sub, Model& full, const std::string& what) {
+  auto ref = by_name(full);
+  for (Param* p : sub.params().trainable()) {
+    if (!p->grad.defined()) continue;
+    const Param& q = *ref.at(p->name);
+    ASSERT_TRUE(q.grad.defined()) << p->name;
+    const auto gv = grad_value_index(*p);
+    const auto vf = value_full_index(*p);
+    double scale = 0;
+    for (int64_t i = 0; i < q.grad.numel(); ++i) scale = std::max(scale, std::abs(static_cast<double>(q.grad.f32()[i])));
+    for (int64_t i = 0; i < p->grad.numel(); ++i) {
+      const int64_t f = vf.at(gv.at(i));
+      ASSERT_NEAR(p->grad.f32()[i], q.grad.f32()[f], 1e-5 * scale + 1e-7) << what << " " << p->name << "[" << i << "]";
+    }
+  }
+}
+
+void expect_forward_masked_equals_zeroed(const std::string& gran) {
+  const ModelConfig c = tiny_gpt();
+  const ModelUnits units = gpt_units(c);
+  MaskConfig mc;
+  mc.regime = "forward";
+  mc.granularity = gran;
+  mc.keep = 0.5;
+  mc.seed = 5;
+  const SubnetworkPlan plan = make_plan(units, mc, 2);
+  const Batch batch = token_batch(kBatch, c.context, c.vocab, 4);
+  for (int s = 0; s < 2; ++s) {
+    const SubnetMask mask = make_subnet_mask(plan, units, s, true);
+    ASSERT_FLOAT_EQ(mask.scale, 2.f);
+    Gpt sub(c, mask, kBatch, 3);
+    randomize(sub, 17);
+    SubnetMask ref_mask = full_mask(units);
+    ref_mask.granularity = plan.granularity;
+    ref_mask.scale = mask.scale;  // the same scaling, every unit present
+    Gpt full(c, ref_mask, kBatch, 3);
+    randomize(full, 17);
+    for (Param* p : full.params().all()) zero_dropped(*p, plan, s);
+    int64_t held = 0, total = 0;
+    for (Param* p : sub.params().all()) held += p->value.numel();
+    for (Param* p : full.params().all()) total += p->value.numel();
+    EXPECT_LT(held, total) << "forward masking allocates the kept units only";
+
+    sub.zero_grad();
+    full.zero_grad();
+    const double ls = sub.forward(batch, true, nullptr);
+    const double lf = full.forward(batch, true, nullptr);
+    EXPECT_NEAR(ls, lf, 1e-5 * std::abs(lf)) << gran << " s=" << s;
+    sub.backward();
+    full.backward();
+    expect_grads_restricted(sub, full, gran + " forward");
+    // Logits position by position.
+    std::vector<float> a(sub.logits(batch.x.i32(), kBatch, c.context),
+                         sub.logits(batch.x.i32(), kBatch, c.context) + kBatch * c.context * c.vocab);
+    const float* b = full.logits(batch.x.i32(), kBatch, c.context);
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-5 + 1e-5 * std::abs(b[i])) << i;
+  }
+}
+
+TEST(Gpt, ForwardMaskedHeadsAndNeuronsEqualZeroedFull) { expect_forward_masked_equals_zeroed("neuron"); }
+TEST(Gpt, ForwardMaskedBlocksEqualZeroedFull) { expect_forward_masked_equals_zeroed("block"); }
+
+void expect_backward_masked_restricted(const std::string& gran) {
+  const ModelConfig c = tiny_gpt();
+  const ModelUnits units = gpt_units(c);
+  MaskConfig mc;
+  mc.regime = "backward";
+  mc.granularity = gran;
+  mc.keep = 0.5;
+  mc.seed = 9;
+  const SubnetworkPlan plan = make_plan(units, mc, 2);
+  const Batch batch = token_batch(kBatch, c.context, c.vocab, 6);
+  Gpt full(c, full_mask(units), kBatch, 3);
+  randomize(full, 23);
+  full.zero_grad();
+  const double lf = full.forward(batch, true, nullptr);
+  full.backward();
+  for (int s = 0; s < 2; ++s) {
+    const SubnetMask mask = make_subnet_mask(plan, units, s, true);
+    ASSERT_FLOAT_EQ(mask.scale, 1.f);
+    Gpt sub(c, mask, kBatch, 3);
+    randomize(sub, 23);
+    sub.zero_grad();
+    EXPECT_NEAR(sub.forward(batch, true, nullptr), lf, 1e-5 * std::abs(lf)) << "backward masking runs the full model";
+    sub.backward();
+    expect_grads_restricted(sub, full, gran + " backward");
+    // Gradients exist for the kept units and dense parameters only.
+    for (Param* p : sub.params().trainable()) {
+      if (gran == "block" && p->block >= 0) {
+        EXPECT_EQ(p->grad.defined(), plan.keeps_block(s, p->block)) << p->name;
+      } else if (p->unit.layer >= 0) {
+        ASSERT_TRUE(p->grad.defined()) << p->name;
+        EXPECT_EQ(p->grad_extent(), static_cast<int64_t>(p->mask->kept) * p->unit.unit_size) << p->name;
+        EXPECT_LT(p->grad.numel(), p->value.numel()) << p->name;
+      } else {
+        EXPECT_TRUE(p->grad.defined()) << p->name;
+        EXPECT_EQ(p->grad.numel(), p->value.numel()) << p->name;
+      }
+    }
+  }
+}
+
+TEST(Gpt, BackwardMaskedHeadsAndNeuronsGradsRestricted) { expect_backward_masked_restricted("neuron"); }
+TEST(Gpt, BackwardMaskedBlocksGradsRestricted) { expect_backward_masked_restricted("block"); }
+
+TEST(Gpt, ShorterSequencesMatchPrefixOfFullContext) {
+  // Causality: logits of a T' < context prefix equal the first T' positions of the full run.
+  const ModelConfig c = tiny_gpt();
+  Gpt m(c, full_mask(gpt_units(c)), 1, 1);
+  randomize(m, 3);
+  std::vector<int32_t> tok = {1, 4, 2, 9, 0};
+  std::vector<float> all(m.logits(tok.data(), 1, 5), m.logits(tok.data(), 1, 5) + 5 * c.vocab);
+  const float* part = m.logits(tok.data(), 1, 3);
+  for (int i = 0; i < 3 * c.vocab; ++i) EXPECT_NEAR(part[i], all[i], 1e-5) << i;
+  EXPECT_THROW(m.logits(tok.data(), 1, 6), Error);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Text data source
+
+std::string write_text(const std::string& name, int64_t n) {
+  const auto path = std::filesystem::temp_directory_path() / name;
+  std::ofstream f(path, std::ios::binary);
+  for (int64_t i = 0; i < n; ++i) f.put(static_cast<char>('a' + mix64(i) % 26));
+  return path.string();
+}
+
+Config text_config(const std::string& path) {
+  Config c;
+  c.model = tiny_gpt();
+  c.model.vocab = 256;
+  c.model.context = 16;
+  c.data.name = "text";
+  c.data.path = path;
+  c.data.val_fraction = 0.1;
+  c.train.batch_size = 4;
+  c.train.eval_batches = 5;
+  c.train.steps = 10;
+  return c;
+}
+
+TEST(TextSource, WindowsSplitsAndDeterminism) {
+  const std::string path = write_text("subdp_test_text.txt", 10000);
+  const Config c = text_config(path);
+  auto r0 = make_data_source(c, 0, 2), r1 = make_data_source(c, 1, 2);
+  EXPECT_EQ(r0->steps_per_epoch(), 9000 / (4 * 16 * 2));
+  Batch a = r0->make_batch(), b = r1->make_batch(), again = r0->make_batch();
+  ASSERT_EQ(a.x.shape(), (Shape{4, 16}));
+  r0->train_batch(1, 3, a);
+  r1->train_batch(1, 3, b);
+  r0->train_batch(1, 3, again);
+  EXPECT_EQ(a.n, 4);
+  bool differ = false;
+  for (int i = 0; i < 64; ++i) {
+    EXPECT_EQ(a.x.i32()[i], again.x.i32()[i]);
+    differ = differ || a.x.i32()[i] != b.x.i32()[i];
+  }
+  EXPECT_TRUE(differ) << "ranks draw from disjoint streams";
+  for (int r = 0; r < 4; ++r)
+    for (int t = 0; t + 1 < 16; ++t) EXPECT_EQ(a.y.i32()[r * 16 + t], a.x.i32()[r * 16 + t + 1]);
+  // Evaluation: 5 batches dealt over 2 shares, identical at every call.
+  EXPECT_EQ(r0->eval_batches(0, 2), 3);
+  EXPECT_EQ(r0->eval_batches(1, 2), 2);
+  EXPECT_EQ(r0->eval_batches(0, 1), 5);
+  r0->eval_batch(1, 0, 1, a);
+  r1->eval_batch(0, 1, 2, b);  // global eval batch 1 as well
+  for (int i = 0; i < 64; ++i) EXPECT_EQ(a.x.i32()[i], b.x.i32()[i]);
+  std::filesystem::remove(path);
+}
+
+TEST(TextSource, RejectsTokensOutsideVocab) {
+  const std::string path = write_text("subdp_test_text_vocab.txt", 2000);
+  Config c = text_config(path);
+  c.model.vocab = 64;  // 'a'..'z' are >= 97
+  EXPECT_THROW(make_data_source(c, 0, 1), Error);
+  c.model.vocab = 256;
+  c.data.val_fraction = 0.001;  // 2 tokens: shorter than one window
+  EXPECT_THROW(make_data_source(c, 0, 1), Error);
+  std::filesystem::remove(path);
+}
+
+// ---------------------------------------------------------------------------------------------
+// sample command
+
+TEST(Sample, GreedyGenerationFromCheckpointIsDeterministic) {
+  const auto dir = std::filesystem::temp_directory_path() / "subdp_test_sample";
+  std::filesystem::remove_all(dir);
+  Config c;
+  c.model = tiny_gpt();
+  c.model.vocab = 256;
+  c.model.context = 4;
+  c.data.name = "text";
+  c.train.steps = 1;
+  c.train.threads = 1;
+  Gpt m(c.model, full_mask(gpt_units(c.model)), 1, 0);
+  randomize(m, 5);
+  std::vector<NamedTensor> tensors;
+  for (Param* p : m.params().all())
+    tensors.push_back({p->name, p->full_shape, std::vector<float>(p->value.f32(), p->value.f32() + p->value.numel())});
+  CheckpointInfo info;
+  info.step = 1;
+  info.config_toml = config_to_toml(c);
+  info.model_name = "gpt";
+  save_checkpoint(dir.string(), info, tensors, {}, 1);
+
+  auto generate = [&](double temperature, uint64_t seed) {
+    ::testing::internal::CaptureStdout();
+    EXPECT_EQ(run_sample(dir.string(), "abc", 6, temperature, 5, seed), 0);
+    return ::testing::internal::GetCapturedStdout();
+  };
+  const std::string greedy = generate(0, 1);
+  ASSERT_EQ(greedy.size(), 3u + 6 + 1);
+  EXPECT_EQ(greedy.substr(0, 3), "abc");
+  EXPECT_EQ(greedy, generate(0, 2));
+  // The greedy continuation follows the model's argmax with the context cropped to 4.
+  std::vector<int32_t> ids = {'a', 'b', 'c'};
+  for (int i = 0; i < 6; ++i) {
+    const int len = std::min<int>(4, static_cast<int>(ids.size()));
+    const float* l = m.logits(ids.data() + ids.size() - len, 1, len) + (len - 1) * 256;
+    ids.push_back(static_cast<int32_t>(std::max_element(l, l + 256) - l));
+  }
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(static_cast<unsigned char>(greedy[3 + i]), ids[3 + i]) << i;
+  EXPECT_EQ(generate(1.0, 7), generate(1.0, 7));
+  EXPECT_THROW(run_sample((dir / "nothing").string(), "a", 1, 0, 0, 0), Error);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace subdp
