@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
 #include <cstdio>
 #include <iostream>
 
@@ -46,16 +47,15 @@ nlohmann::json memory_json(const std::array<int64_t, kNumMemCategories>& bytes) 
 }
 
 // Footprint plain DP would have on one rank: the same code, allocating nothing.
-MemStats dp_footprint(const Config& c, const ModelUnits& units) {
+MemStats dp_footprint(const Config& c, const ModelUnits& units, const DataSource& data, int world) {
   return MemoryTracker::global().measure([&] {
+    Batch batch = data.make_batch();
     auto model = make_model(c.model, full_mask(units), c.train.batch_size, c.train.seed);
     auto opt = make_optimizer(c.optim, model->params().trainable());
     int64_t grads = 0;
     for (Param* p : model->params().all()) grads += p->trainable ? p->grad.numel() : p->value.numel();
     const int64_t cap = static_cast<int64_t>(c.parallel.bucket_mb * (1 << 20) / sizeof(float));
-    Tensor comm = Tensor::empty({std::min(grads, std::max<int64_t>(cap, 1))}, MemCategory::comm);
-    auto data_shape = model->positions_per_example();
-    (void)data_shape;
+    if (world > 1) Tensor comm = Tensor::empty({std::min(grads, std::max<int64_t>(cap, 1))}, MemCategory::comm);
   });
 }
 
@@ -74,19 +74,22 @@ Trainer::Trainer(const Config& config, std::unique_ptr<Communicator> world, cons
   plan_ = make_plan(units_, config_.mask, layout_.S);
   check_layout_agreement();
   const SubnetMask mask = make_subnet_mask(plan_, units_, layout_.subnet(), config_.mask.scale == "inverse_keep");
-  dp_footprint_ = dp_footprint(config_, units_);
   model_ = make_model(config_.model, mask, config_.train.batch_size, config_.train.seed);
   optimizer_ = make_optimizer(config_.optim, model_->params().trainable());
   sync_ = std::make_unique<GradientSync>(*world_, layout_, plan_, model_->params().all(), config_.parallel.bucket_mb);
   data_ = make_data_source(config_, layout_.rank, layout_.world);
   batch_ = data_->make_batch();
+  dp_footprint_ = dp_footprint(config_, units_, *data_, layout_.world);
   specs_ = full_specs(config_.model);
   steps_per_epoch_ = data_->steps_per_epoch();
   total_steps_ = config_.train.epochs > 0 ? config_.train.epochs * steps_per_epoch_ : config_.train.steps;
   base_lr_ = config_.optim.lr * (config_.optim.lr_scaling == "linear" ? layout_.world : 1);
   if (!config_.log.metrics_file.empty()) {
     const std::string path = metrics_path(config_.log.metrics_file, layout_.rank, layout_.world);
-    metrics_.open(path);
+    std::error_code ec;
+    const auto parent = std::filesystem::path(path).parent_path();
+    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+    metrics_.open(path, config_.checkpoint.resume.empty() ? std::ios::trunc : std::ios::app);
     SUBDP_CHECK(metrics_.good(), "log.metrics_file: cannot write {}", path);
   }
   if (!config_.checkpoint.resume.empty()) resume();
@@ -131,8 +134,7 @@ int Trainer::run() {
     if (!config_.checkpoint.dir.empty() && config_.checkpoint.every > 0 && step_ % config_.checkpoint.every == 0)
       save(false);
   }
-  if (!config_.checkpoint.dir.empty() && (config_.checkpoint.every == 0 || step_ % config_.checkpoint.every != 0))
-    save(true);
+  if (!config_.checkpoint.dir.empty() && step_ != last_saved_step_) save(true);
   // Test hook (invariant 5): each rank writes its values in the full layout, NaN where unheld.
   if (const char* dir = std::getenv("SUBDP_DUMP_LOCAL")) dump_local_values(dir);
   double peak = static_cast<double>(MemoryTracker::global().stats().total_peak);

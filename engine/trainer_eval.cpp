@@ -58,6 +58,7 @@ EvalResult Trainer::evaluate_local() {
 }
 
 void Trainer::save(bool final) {
+  last_saved_step_ = step_;
   auto tensors = gather_full(*model_, optimizer_.get(), *sync_, *world_, specs_);
   if (layout_.rank == 0) {
     std::vector<NamedTensor> model, opt;

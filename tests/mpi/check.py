@@ -3,6 +3,7 @@
 
 Usage:
   check.py same-losses A B                  loss sequences bit-identical
+  check.py same-tail FULL RESUMED           RESUMED's steps have bit-identical losses to FULL's same steps
   check.py mean-losses SINGLE TOL R0 R1 ... mean over ranks equals the single process (rel tol)
   check.py tensors-close A B TOL            every tensor of two safetensors files within rel tol (0 = bit-identical)
   check.py holders-identical DIR            rank*.safetensors: wherever two ranks hold a value it is bit-identical
@@ -46,6 +47,19 @@ def same_losses(a, b):
         if x != y:
             fail(f"step {i + 1}: loss {x!r} != {y!r}")
     print(f"ok: {len(la)} losses bit-identical")
+
+
+def same_tail(full, resumed):
+    def by_step(path):
+        with open(path) as f:
+            return {r["step"]: r["loss"] for r in map(json.loads, filter(str.strip, f))}
+    a, b = by_step(full), by_step(resumed)
+    if not b:
+        fail(f"{resumed} has no steps")
+    for step, loss in sorted(b.items()):
+        if step not in a or a[step] != loss:
+            fail(f"step {step}: resumed loss {loss!r}, uninterrupted {a.get(step)!r}")
+    print(f"ok: steps {min(b)}..{max(b)} after resume bit-identical")
 
 
 def mean_losses(single, tol, ranks):
@@ -117,6 +131,8 @@ if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "same-losses":
         same_losses(*args)
+    elif cmd == "same-tail":
+        same_tail(*args)
     elif cmd == "mean-losses":
         mean_losses(args[0], float(args[1]), args[2:])
     elif cmd == "tensors-close":

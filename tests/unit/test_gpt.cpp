@@ -208,10 +208,9 @@ void check_gpt_gradients(const SubnetMask& mask, const std::string& what) {
   loss();
   model.backward();
   test::FdOptions opt;
-  opt.eps = 1e-2f;
+  opt.eps = 3e-3f;  // 1e-2 leaves a truncation error of a few % on some probes (curvature)
   opt.rtol = 2e-2;
   opt.max_probes = 24;
-  if (const char* e = std::getenv("GPT_EPS")) opt.eps = std::atof(e);
   int checked = 0;
   for (Param* p : model.params().trainable()) {
     if (!p->grad.defined()) continue;

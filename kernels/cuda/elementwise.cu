@@ -1,0 +1,152 @@
+// Elementwise kernels (float32 and bf16 storage, float arithmetic) and the bias kernels:
+// CUDA twins of kernels/cpu/elementwise.cpp. Grid-stride loops, one element per step.
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/kernels.h"
+
+namespace subdp::cuda {
+
+namespace {
+
+using detail::blocks_for;
+using detail::from_f;
+using detail::grid_first;
+using detail::grid_stride;
+using detail::kThreads;
+using detail::to_f;
+
+constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2/pi)
+
+template <class T>
+__global__ void relu_forward_kernel(const T* x, T* y, int64_t n) {
+  for (int64_t i = grid_first(); i < n; i += grid_stride()) {
+    const float v = to_f(x[i]);
+    y[i] = from_f<T>(v > 0.f ? v : 0.f);
+  }
+}
+
+template <class T>
+__global__ void relu_backward_kernel(const T* y, const T* dy, T* dx, int64_t n, bool accumulate) {
+  for (int64_t i = grid_first(); i < n; i += grid_stride()) {
+    const float g = to_f(y[i]) > 0.f ? to_f(dy[i]) : 0.f;
+    dx[i] = from_f<T>(accumulate ? to_f(dx[i]) + g : g);
+  }
+}
+
+template <class T>
+__global__ void gelu_forward_kernel(const T* x, T* y, int64_t n) {
+  for (int64_t i = grid_first(); i < n; i += grid_stride()) {
+    const float v = to_f(x[i]);
+    y[i] = from_f<T>(0.5f * v * (1.f + tanhf(kGeluC * (v + 0.044715f * v * v * v))));
+  }
+}
+
+template <class T>
+__global__ void gelu_backward_kernel(const T* x, const T* dy, T* dx, int64_t n) {
+  for (int64_t i = grid_first(); i < n; i += grid_stride()) {
+    const float v = to_f(x[i]);
+    const float t = tanhf(kGeluC * (v + 0.044715f * v * v * v));
+    const float sech2 = 1.f - t * t;
+    const float grad = 0.5f * (1.f + t) + 0.5f * v * sech2 * kGeluC * (1.f + 3.f * 0.044715f * v * v);
+    dx[i] = from_f<T>(to_f(dy[i]) * grad);
+  }
+}
+
+template <class T>
+__global__ void add_kernel(const T* a, const T* b, T* y, int64_t n) {
+  for (int64_t i = grid_first(); i < n; i += grid_stride()) y[i] = from_f<T>(to_f(a[i]) + to_f(b[i]));
+}
+
+template <class T>
+__global__ void axpy_kernel(float alpha, const T* x, T* y, int64_t n) {
+  for (int64_t i = grid_first(); i < n; i += grid_stride())
+    y[i] = from_f<T>(to_f(y[i]) + alpha * to_f(x[i]));
+}
+
+template <class T>
+__global__ void scale_kernel(T* x, float alpha, int64_t n) {
+  for (int64_t i = grid_first(); i < n; i += grid_stride()) x[i] = from_f<T>(to_f(x[i]) * alpha);
+}
+
+template <class S, class D>
+__global__ void convert_kernel(const S* x, D* y, int64_t n) {
+  for (int64_t i = grid_first(); i < n; i += grid_stride()) y[i] = from_f<D>(to_f(x[i]));
+}
+
+template <class T>
+__global__ void add_bias_rows_kernel(T* y, const float* b, int64_t rows, int64_t cols) {
+  const int64_t n = rows * cols;
+  for (int64_t i = grid_first(); i < n; i += grid_stride()) y[i] = from_f<T>(to_f(y[i]) + b[i % cols]);
+}
+
+// Block (32, 32): 32 columns per block, 32 row lanes; lane ty sums rows ty, ty+32, ... in
+// order, then the 32 partials are added in lane order. Fixed order: deterministic.
+constexpr int kBiasRowLanes = 32;
+
+__global__ void bias_grad_rows_kernel(const float* dy, float* db, int64_t rows, int64_t cols_used,
+                                      int64_t ld) {
+  __shared__ float part[kBiasRowLanes][32];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
+  float acc = 0.f;
+  if (c < cols_used)
+    for (int64_t r = threadIdx.y; r < rows; r += kBiasRowLanes) acc += dy[r * ld + c];
+  part[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols_used) {
+    float s = 0.f;
+    for (int k = 0; k < kBiasRowLanes; ++k) s += part[k][threadIdx.x];
+    db[c] += s;
+  }
+}
+
+}  // namespace
+
+#define SUBDP_LAUNCH(kernel, n, stream, ...)                              \
+  do {                                                                    \
+    if ((n) <= 0) return;                                                 \
+    kernel<<<blocks_for(n), kThreads, 0, stream>>>(__VA_ARGS__);          \
+    CUDA_CHECK_LAUNCH();                                                  \
+  } while (0)
+
+void relu_forward(const float* x, float* y, int64_t n, cudaStream_t s) { SUBDP_LAUNCH(relu_forward_kernel<float>, n, s, x, y, n); }
+void relu_forward(const bf16* x, bf16* y, int64_t n, cudaStream_t s) { SUBDP_LAUNCH(relu_forward_kernel<bf16>, n, s, x, y, n); }
+void relu_backward(const float* y, const float* dy, float* dx, int64_t n, bool acc, cudaStream_t s) {
+  SUBDP_LAUNCH(relu_backward_kernel<float>, n, s, y, dy, dx, n, acc);
+}
+void relu_backward(const bf16* y, const bf16* dy, bf16* dx, int64_t n, bool acc, cudaStream_t s) {
+  SUBDP_LAUNCH(relu_backward_kernel<bf16>, n, s, y, dy, dx, n, acc);
+}
+void gelu_forward(const float* x, float* y, int64_t n, cudaStream_t s) { SUBDP_LAUNCH(gelu_forward_kernel<float>, n, s, x, y, n); }
+void gelu_forward(const bf16* x, bf16* y, int64_t n, cudaStream_t s) { SUBDP_LAUNCH(gelu_forward_kernel<bf16>, n, s, x, y, n); }
+void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, cudaStream_t s) {
+  SUBDP_LAUNCH(gelu_backward_kernel<float>, n, s, x, dy, dx, n);
+}
+void gelu_backward(const bf16* x, const bf16* dy, bf16* dx, int64_t n, cudaStream_t s) {
+  SUBDP_LAUNCH(gelu_backward_kernel<bf16>, n, s, x, dy, dx, n);
+}
+void add(const float* a, const float* b, float* y, int64_t n, cudaStream_t s) { SUBDP_LAUNCH(add_kernel<float>, n, s, a, b, y, n); }
+void add(const bf16* a, const bf16* b, bf16* y, int64_t n, cudaStream_t s) { SUBDP_LAUNCH(add_kernel<bf16>, n, s, a, b, y, n); }
+void axpy(float alpha, const float* x, float* y, int64_t n, cudaStream_t s) { SUBDP_LAUNCH(axpy_kernel<float>, n, s, alpha, x, y, n); }
+void axpy(float alpha, const bf16* x, bf16* y, int64_t n, cudaStream_t s) { SUBDP_LAUNCH(axpy_kernel<bf16>, n, s, alpha, x, y, n); }
+void scale(float* x, float alpha, int64_t n, cudaStream_t s) { SUBDP_LAUNCH(scale_kernel<float>, n, s, x, alpha, n); }
+void scale(bf16* x, float alpha, int64_t n, cudaStream_t s) { SUBDP_LAUNCH(scale_kernel<bf16>, n, s, x, alpha, n); }
+void to_bf16(const float* x, bf16* y, int64_t n, cudaStream_t s) { SUBDP_LAUNCH((convert_kernel<float, bf16>), n, s, x, y, n); }
+void to_f32(const bf16* x, float* y, int64_t n, cudaStream_t s) { SUBDP_LAUNCH((convert_kernel<bf16, float>), n, s, x, y, n); }
+void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols, cudaStream_t s) {
+  SUBDP_LAUNCH(add_bias_rows_kernel<float>, rows * cols, s, y, b, rows, cols);
+}
+void add_bias_rows(bf16* y, const float* b, int64_t rows, int64_t cols, cudaStream_t s) {
+  SUBDP_LAUNCH(add_bias_rows_kernel<bf16>, rows * cols, s, y, b, rows, cols);
+}
+
+#undef SUBDP_LAUNCH
+
+void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols_used, int64_t ld,
+                    cudaStream_t s) {
+  if (rows <= 0 || cols_used <= 0) return;
+  const dim3 block(32, kBiasRowLanes);
+  const dim3 grid(static_cast<unsigned>((cols_used + 31) / 32));
+  bias_grad_rows_kernel<<<grid, block, 0, s>>>(dy, db, rows, cols_used, ld);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace subdp::cuda

@@ -1,0 +1,209 @@
+// CUDA twins of the kernels in kernels/cpu: host-callable functions taking device pointers,
+// each enqueued on `stream` and returning at once (nothing synchronises). Shapes, layouts and
+// semantics (= versus +=, masked prefixes) are those of the CPU kernel of the same name, so
+// a layer can switch backend without changing its arithmetic. bf16 overloads store
+// __nv_bfloat16 and compute in float. Reductions are deterministic (fixed grid and tree
+// order for a given size) but add in another order than the CPU, so results agree to fp32
+// rounding, not bit for bit. Every launch is checked (CUDA_CHECK_LAUNCH); errors throw
+// subdp::Error. Sources: elementwise.cu, reduce.cu, softmax.cu, norm.cu, embedding.cu,
+// attention.cu, conv.cu, optimizer.cu, gemm.cpp.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <cublas_v2.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/conv.h"
+
+namespace subdp::cuda {
+
+using bf16 = __nv_bfloat16;
+using cpu::AttentionShape;
+using cpu::ConvShape;
+
+// ---- elementwise (elementwise.cu) -------------------------------------------------------
+
+/// y = max(x, 0), n elements.
+void relu_forward(const float* x, float* y, int64_t n, cudaStream_t stream);
+void relu_forward(const bf16* x, bf16* y, int64_t n, cudaStream_t stream);
+/// dx (=|+=) dy * (y > 0); y is relu's output.
+void relu_backward(const float* y, const float* dy, float* dx, int64_t n, bool accumulate,
+                   cudaStream_t stream);
+void relu_backward(const bf16* y, const bf16* dy, bf16* dx, int64_t n, bool accumulate,
+                   cudaStream_t stream);
+/// GELU, tanh approximation (as cpu::gelu_forward).
+void gelu_forward(const float* x, float* y, int64_t n, cudaStream_t stream);
+void gelu_forward(const bf16* x, bf16* y, int64_t n, cudaStream_t stream);
+/// dx = dy * gelu'(x).
+void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, cudaStream_t stream);
+void gelu_backward(const bf16* x, const bf16* dy, bf16* dx, int64_t n, cudaStream_t stream);
+/// y = a + b.
+void add(const float* a, const float* b, float* y, int64_t n, cudaStream_t stream);
+void add(const bf16* a, const bf16* b, bf16* y, int64_t n, cudaStream_t stream);
+/// y += alpha * x.
+void axpy(float alpha, const float* x, float* y, int64_t n, cudaStream_t stream);
+void axpy(float alpha, const bf16* x, bf16* y, int64_t n, cudaStream_t stream);
+/// x *= alpha.
+void scale(float* x, float alpha, int64_t n, cudaStream_t stream);
+void scale(bf16* x, float alpha, int64_t n, cudaStream_t stream);
+/// y = bf16(x) (round to nearest even) and back.
+void to_bf16(const float* x, bf16* y, int64_t n, cudaStream_t stream);
+void to_f32(const bf16* x, float* y, int64_t n, cudaStream_t stream);
+/// y (rows, cols) += b (cols) broadcast over rows.
+void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols, cudaStream_t stream);
+void add_bias_rows(bf16* y, const float* b, int64_t rows, int64_t cols, cudaStream_t stream);
+/// db[c] += sum_r dy[r, c] over the first cols_used columns of a (rows, ld) matrix; rows are
+/// summed in a fixed order (deterministic).
+void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols_used, int64_t ld,
+                    cudaStream_t stream);
+
+// ---- reductions (reduce.cu) ------------------------------------------------------------
+
+/// Doubles of device workspace sum / sum_squares take (partials of the first pass).
+int64_t reduce_workspace_doubles();
+/// *out (one device double) = sum of x. ws: reduce_workspace_doubles() doubles.
+void sum(const float* x, int64_t n, double* out, double* ws, cudaStream_t stream);
+void sum(const bf16* x, int64_t n, double* out, double* ws, cudaStream_t stream);
+/// *out (one device double) = sum of x^2 (double partials).
+void sum_squares(const float* x, int64_t n, double* out, double* ws, cudaStream_t stream);
+void sum_squares(const bf16* x, int64_t n, double* out, double* ws, cudaStream_t stream);
+/// *out (one device int) = 1 when every element is finite, else 0.
+void all_finite(const float* x, int64_t n, int* out, cudaStream_t stream);
+void all_finite(const bf16* x, int64_t n, int* out, cudaStream_t stream);
+
+// ---- softmax and cross-entropy (softmax.cu) --------------------------------------------
+
+/// In-place numerically stable softmax of each row of x (rows, V).
+void softmax_rows(float* x, int64_t rows, int V, cudaStream_t stream);
+void softmax_rows(bf16* x, int64_t rows, int V, cudaStream_t stream);
+/// Fused softmax + cross-entropy of logits (rows, V) against targets (rows) in [0, V):
+/// probs (rows, V) = softmax(logits); row_loss (rows) = -log probs[target] in nats;
+/// row_hit (rows, may be null) = 1 where argmax == target. The mean loss is
+/// sum(row_loss) / rows (see sum()). Targets outside [0, V) give row_loss = NaN.
+void cross_entropy_forward(const float* logits, const int32_t* targets, float* probs,
+                           float* row_loss, int32_t* row_hit, int64_t rows, int V,
+                           cudaStream_t stream);
+/// dlogits (rows, V) = (probs - onehot(targets)) * scale; may alias probs.
+void cross_entropy_backward(const float* probs, const int32_t* targets, float* dlogits,
+                            int64_t rows, int V, float scale, cudaStream_t stream);
+
+// ---- normalisation (norm.cu) -----------------------------------------------------------
+
+/// LayerNorm over the last dimension: x (rows, C) -> y; mean, rstd (rows) for the backward.
+void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y,
+                       float* mean, float* rstd, int64_t rows, int C, float eps,
+                       cudaStream_t stream);
+void layernorm_forward(const bf16* x, const float* gamma, const float* beta, bf16* y,
+                       float* mean, float* rstd, int64_t rows, int C, float eps,
+                       cudaStream_t stream);
+/// LayerNorm backward: dx (rows, C) accumulated (+=); dgamma, dbeta (C) accumulated when
+/// non-null (rows summed in a fixed order).
+void layernorm_backward(const float* x, const float* gamma, const float* mean,
+                        const float* rstd, const float* dy, float* dx, float* dgamma,
+                        float* dbeta, int64_t rows, int C, cudaStream_t stream);
+/// BatchNorm2d forward on x (N, C, HW), as cpu::batchnorm_forward (training: batch
+/// statistics, mean/rstd written, running stats updated with unbiased variance; eval:
+/// running statistics).
+void batchnorm_forward(const float* x, const float* gamma, const float* beta, float* y,
+                       float* mean, float* rstd, float* running_mean, float* running_var,
+                       int N, int C, int HW, bool training, float momentum, float eps,
+                       cudaStream_t stream);
+/// BatchNorm2d backward: dx written; dgamma/dbeta accumulated for channels < grad_channels.
+void batchnorm_backward(const float* x, const float* gamma, const float* mean,
+                        const float* rstd, const float* dy, float* dx, float* dgamma,
+                        float* dbeta, int N, int C, int HW, int grad_channels,
+                        cudaStream_t stream);
+
+// ---- embedding (embedding.cu) ----------------------------------------------------------
+
+/// y (rows, C) (=|+=) w[ids[r]] (w: (num, C)). ids are validated by the caller on the host;
+/// a row whose id lies outside [0, num) is left untouched.
+void embedding_forward(const int32_t* ids, const float* w, float* y, int64_t rows, int64_t C,
+                       int64_t num, bool accumulate, cudaStream_t stream);
+/// Bytes of workspace embedding_backward needs for `rows` ids.
+size_t embedding_backward_workspace_bytes(int64_t rows);
+/// dw[ids[r]] += dy[r] for every row: rows are sorted by id (stable radix sort) and each id's
+/// rows summed in row order, so the result is deterministic (no float atomics).
+void embedding_backward(const int32_t* ids, const float* dy, float* dw, int64_t rows,
+                        int64_t C, int64_t num, void* ws, size_t ws_bytes, cudaStream_t stream);
+
+// ---- attention (attention.cu) ----------------------------------------------------------
+
+/// Causal softmax of `mats` (T, T) score matrices: att = softmax over j <= i of
+/// scale * scores[i, j], zero above the diagonal. att may alias scores.
+void attention_softmax_forward(const float* scores, float* att, int64_t mats, int T,
+                               float scale, cudaStream_t stream);
+/// dscores = scale * att * (datt - rowsum(att * datt)), zero above the diagonal. dscores
+/// may alias datt.
+void attention_softmax_backward(const float* att, const float* datt, float* dscores,
+                                int64_t mats, int T, float scale, cudaStream_t stream);
+/// Floats of workspace attention_backward needs: H (T, T) matrices.
+int64_t attention_workspace_floats(const AttentionShape& s);
+/// As cpu::attention_forward: y (B, T, H*hd) from qkv (B, T, 3*H*hd); att (B, H, T, T).
+void attention_forward(const AttentionShape& s, const float* qkv, float* att, float* y,
+                       cudaStream_t stream);
+/// As cpu::attention_backward: dqkv (B, T, 3*H*hd) written. ws: attention_workspace_floats.
+void attention_backward(const AttentionShape& s, const float* qkv, const float* att,
+                        const float* dy, float* dqkv, float* ws, cudaStream_t stream);
+
+// ---- convolution and pooling (conv.cu) -------------------------------------------------
+
+/// cols (n, Cin*k*k, Ho*Wo) = im2col of n images x (n, Cin, H, W); padding reads as 0.
+void im2col(const ConvShape& s, const float* x, float* cols, int n, cudaStream_t stream);
+/// dx (n, Cin, H, W) = col2im(cols (n, Cin*k*k, Ho*Wo)), written (each input pixel gathers
+/// its contributions in a fixed order: no atomics).
+void col2im(const ConvShape& s, const float* cols, float* dx, int n, cudaStream_t stream);
+/// Floats of workspace conv2d_forward / conv2d_backward need with `chunk` samples per
+/// im2col pass (larger chunks: fewer, larger GEMMs).
+int64_t conv2d_workspace_floats(const ConvShape& s, int chunk);
+/// As cpu::conv2d_forward: y (N, Cout, Ho, Wo) = conv(x, w), no bias.
+void conv2d_forward(const ConvShape& s, const float* x, const float* w, float* y, float* ws,
+                    int chunk, cudaStream_t stream);
+/// As cpu::conv2d_backward: dx written when non-null; dw (dw_cout, dw_cin, k, k) accumulated
+/// (+=) with the gradient of the prefix w[:dw_cout, :dw_cin] when non-null.
+void conv2d_backward(const ConvShape& s, const float* x, const float* w, const float* dy,
+                     float* dx, float* dw, int dw_cout, int dw_cin, float* ws, int chunk,
+                     cudaStream_t stream);
+/// y (N, C) = mean over HW of x (N, C, HW).
+void global_avg_pool_forward(const float* x, float* y, int N, int C, int HW, cudaStream_t stream);
+/// dx (N, C, HW) = dy (N, C) / HW broadcast.
+void global_avg_pool_backward(const float* dy, float* dx, int N, int C, int HW,
+                              cudaStream_t stream);
+
+// ---- optimizers (optimizer.cu), formulas of engine/optimizer.cpp -----------------------
+
+/// torch.optim.SGD on one run of n values: d = g + wd * w; with buf: buf = first ? d :
+/// momentum * buf + d, d = nesterov ? d + momentum * buf : buf; w -= lr * d. buf may be null
+/// (no momentum).
+void sgd_update(float* w, const float* g, float* buf, int64_t n, float lr, float momentum,
+                float weight_decay, bool nesterov, bool first, cudaStream_t stream);
+/// torch.optim.AdamW on one run of n values at step t (1-based, already incremented):
+/// w = w * (1 - lr*wd) - lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps) after the moment updates.
+void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, double lr,
+                  double beta1, double beta2, double eps, double weight_decay, int64_t t,
+                  cudaStream_t stream);
+
+// ---- GEMM through cuBLAS (gemm.cpp) ----------------------------------------------------
+
+/// The calling thread's cuBLAS handle for the current device (created on first use).
+cublasHandle_t cublas_handle();
+/// As cpu::sgemm, row-major: C (M, N) = alpha * op(A) (M, K) * op(B) (K, N) + beta * C.
+/// Pure fp32 (no TF32). Runs cublasSgemm on the column-major transposes (operands swapped).
+void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
+           int lda, const float* B, int ldb, float beta, float* C, int ldc, cudaStream_t stream);
+/// `batch` independent sgemm calls; matrix i starts stride_* elements after matrix i-1
+/// (stride 0 shares one operand).
+void sgemm_strided_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                           const float* A, int lda, int64_t stride_a, const float* B, int ldb,
+                           int64_t stride_b, float beta, float* C, int ldc, int64_t stride_c,
+                           int batch, cudaStream_t stream);
+/// bf16 GEMM (cublasGemmEx, fp32 accumulation: CUBLAS_COMPUTE_32F), bf16 or fp32 output.
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda,
+          const bf16* B, int ldb, float beta, bf16* C, int ldc, cudaStream_t stream);
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda,
+          const bf16* B, int ldb, float beta, float* C, int ldc, cudaStream_t stream);
+
+}  // namespace subdp::cuda
