@@ -21,7 +21,15 @@ std::unique_ptr<Communicator> make_world(const ParallelConfig& p) {
 }  // namespace
 
 int run_train(const Config& config, const TrainOptions& options) {
-  auto world = make_world(config.parallel);
+  std::unique_ptr<Communicator> world;
+  if (!options.simulate_rank.empty()) {
+    int w = 0, W = 0;
+    SUBDP_CHECK(std::sscanf(options.simulate_rank.c_str(), "%d/%d", &w, &W) == 2,
+                "--simulate-rank \"{}\": expected w/W", options.simulate_rank);
+    world = make_simulated_communicator(w, W);
+  } else {
+    world = make_world(config.parallel);
+  }
   const bool mpi = world->backend() == "mpi";
   const int rank = world->rank(), size = world->size();
   try {

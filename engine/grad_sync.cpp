@@ -38,7 +38,18 @@ GradientSync::GradientSync(Communicator& world, const Layout& layout, const Subn
   int64_t largest = 0;
   for (auto& b : buckets_) largest = std::max(largest, b.elems);
   bucket_elems_ = std::max<int64_t>(1, static_cast<int64_t>(bucket_mb * (1 << 20) / sizeof(float)));
-  comm_buffer_ = Tensor::empty({std::min(largest, bucket_elems_)}, MemCategory::comm);
+  if (layout.world > 1) comm_buffer_ = Tensor::empty({std::min(largest, bucket_elems_)}, MemCategory::comm);
+  if (owner_broadcasts()) {
+    // Staging for the owner broadcast, sized once for the largest group (allocated up front).
+    int64_t most = 0;
+    for (size_t g = 0; g < plan.groups.size(); ++g) {
+      value_runs_.push_back(unit_value_runs(static_cast<int>(g)));
+      int64_t n = 0;
+      for (auto& r : value_runs_.back()) n += r.second;
+      most = std::max(most, n);
+    }
+    staging_ = Tensor::empty({std::max<int64_t>(most, 1)}, MemCategory::comm);
+  }
 }
 
 int GradientSync::group_of(const Param& p, int pos) const {
@@ -129,35 +140,41 @@ int GradientSync::owner_of_group(int group) const {
   return group < 0 ? 0 : buckets_.at(group + 1).ranks.front();
 }
 
+std::vector<std::pair<float*, int64_t>> GradientSync::unit_value_runs(int g) const {
+  // The group's unit values in canonical (global unit) order, on every rank.
+  std::vector<std::pair<float*, int64_t>> runs;
+  for (Param* p : params_) {
+    float* v = p->value.f32();
+    if (plan_.granularity == Granularity::block) {
+      if (p->block >= 0 && plan_.block_group.at(p->block) == g) runs.emplace_back(v, p->value.numel());
+      continue;
+    }
+    if (p->unit.layer < 0) continue;
+    const LayerMask& m = *p->mask;
+    std::vector<int> pos_of(m.units());
+    for (int i = 0; i < m.units(); ++i) pos_of[m.order[i]] = i;
+    const int64_t outer = p->outer(), inner = p->inner(), ext = p->value_extent(), us = p->unit.unit_size;
+    for (int u = 0; u < m.units(); ++u) {
+      if (plan_.unit_group[p->unit.layer][u] != g) continue;
+      for (int64_t o = 0; o < outer; ++o) runs.emplace_back(v + (o * ext + pos_of[u] * us) * inner, us * inner);
+    }
+  }
+  return runs;
+}
+
+bool GradientSync::owner_broadcasts() const {
+  return plan_.regime == Regime::backward && layout_.world > 1;
+}
+
 void GradientSync::broadcast_unit_values() {
-  if (plan_.regime != Regime::backward || layout_.world == 1) return;
+  if (!owner_broadcasts()) return;
+  float* buf = staging_.f32();
   for (size_t g = 0; g < plan_.groups.size(); ++g) {
     if (static_cast<int>(plan_.groups[g].size()) == plan_.S) continue;
-    // Pack this group's unit values in canonical (global unit) order on every rank.
-    std::vector<std::pair<float*, int64_t>> runs;
-    for (Param* p : params_) {
-      float* v = p->value.f32();
-      if (plan_.granularity == Granularity::block) {
-        if (p->block >= 0 && plan_.block_group.at(p->block) == static_cast<int>(g)) runs.emplace_back(v, p->value.numel());
-        continue;
-      }
-      if (p->unit.layer < 0) continue;
-      const LayerMask& m = *p->mask;
-      std::vector<int> pos_of(m.units());
-      for (int i = 0; i < m.units(); ++i) pos_of[m.order[i]] = i;
-      const int64_t outer = p->outer(), inner = p->inner(), ext = p->value_extent(), us = p->unit.unit_size;
-      for (int u = 0; u < m.units(); ++u) {
-        if (plan_.unit_group[p->unit.layer][u] != static_cast<int>(g)) continue;
-        for (int64_t o = 0; o < outer; ++o) runs.emplace_back(v + (o * ext + pos_of[u] * us) * inner, us * inner);
-      }
-    }
-    int64_t total = 0;
-    for (auto& r : runs) total += r.second;
-    Tensor staging = Tensor::empty({total}, MemCategory::comm);
-    float* buf = staging.f32();
+    const auto& runs = value_runs_[g];
     int64_t at = 0;
     for (auto& [src, len] : runs) std::memcpy(buf + (at += len) - len, src, sizeof(float) * len);
-    world_.broadcast(buf, total * static_cast<int64_t>(sizeof(float)), owner_of_group(static_cast<int>(g)));
+    world_.broadcast(buf, at * static_cast<int64_t>(sizeof(float)), owner_of_group(static_cast<int>(g)));
     at = 0;
     for (auto& [dst, len] : runs) std::memcpy(dst, buf + (at += len) - len, sizeof(float) * len);
   }

@@ -62,6 +62,8 @@ class GradientSync {
 
  private:
   void add_param(Param& p);
+  std::vector<std::pair<float*, int64_t>> unit_value_runs(int group) const;
+  bool owner_broadcasts() const;
   void reduce_bucket(Bucket& b);
   Communicator& world_;
   Layout layout_;
@@ -70,6 +72,8 @@ class GradientSync {
   std::vector<std::unique_ptr<Communicator>> group_comms_;
   std::vector<Bucket> buckets_;  // index 0: world; then group g at index g + 1
   Tensor comm_buffer_;
+  Tensor staging_;  // owner broadcast buffer (backward masking)
+  std::vector<std::vector<std::pair<float*, int64_t>>> value_runs_;  // per group
   int64_t bucket_elems_;
   int64_t bytes_ = 0;
 };

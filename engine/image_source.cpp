@@ -5,6 +5,7 @@
 #include "engine/data/dataset.h"
 #include "engine/data_source.h"
 #include "engine/error.h"
+#include "engine/footprint.h"
 
 namespace subdp {
 
@@ -21,7 +22,7 @@ std::string default_path(const std::string& name) {
 class ImageSource : public DataSource {
  public:
   ImageSource(const Config& c, int rank, int world)
-      : name_(c.data.name), batch_size_(c.train.batch_size),
+      : config_(c), name_(c.data.name), batch_size_(c.train.batch_size),
         sampler_(0, 1, 0, 1, 0) {
     const std::string dir = c.data.path.empty() ? default_path(c.data.name) : c.data.path;
     const bool cifar = c.data.name == "cifar10";
@@ -39,12 +40,7 @@ class ImageSource : public DataSource {
     sampler_ = EpochSampler(train_.n, batch_size_, rank, world, c.train.seed);
   }
   int64_t steps_per_epoch() const override { return sampler_.steps_per_epoch(); }
-  Batch make_batch() const override {
-    Batch b;
-    b.x = Tensor::empty({batch_size_, train_.channels, train_.height, train_.width}, MemCategory::activations);
-    b.y = Tensor::empty({batch_size_}, MemCategory::activations, DType::i32);
-    return b;
-  }
+  Batch make_batch() const override { return allocate_batch(config_); }
   void train_batch(int64_t epoch, int64_t step, Batch& b) override {
     fill(train_, sampler_.batch_indices(epoch, step), b);
   }
@@ -76,6 +72,7 @@ class ImageSource : public DataSource {
     }
     b.n = static_cast<int64_t>(idx.size());
   }
+  Config config_;
   std::string name_;
   int batch_size_;
   ImageDataset train_, test_;

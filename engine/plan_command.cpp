@@ -1,13 +1,99 @@
-// run_plan: prints the subnetwork plan and the per-rank memory per category, measured by
-// building each rank's model in dry-run mode (same shape arithmetic as training).
+// run_plan: prints the subnetwork plan and the predicted per-rank bytes by category for the
+// configured regime next to plain DP, and with a budget, what fits per regime.
 #include <cstdio>
+#include <string>
 
 #include "engine/commands.h"
 #include "engine/error.h"
-#include "engine/optimizer.h"
+#include "engine/footprint.h"
+#include "kernels/cpu/gemm.h"
 #include "models/model.h"
 
+#include <unistd.h>
+
 namespace subdp {
+
+namespace {
+
+void print_header() {
+  std::printf("%-34s", "predicted bytes per rank");
+  for (int c = 0; c < kNumMemCategories; ++c) std::printf(" %12s", category_name(static_cast<MemCategory>(c)));
+  std::printf(" %12s\n", "total");
+}
+
+void print_row(const std::string& label, const MemStats& m, int64_t dp_total) {
+  std::printf("  %-32s", label.c_str());
+  for (int c = 0; c < kNumMemCategories; ++c) std::printf(" %12lld", static_cast<long long>(m.peak[c]));
+  std::printf(" %12lld", static_cast<long long>(m.total_peak));
+  if (dp_total > 0) std::printf("  (%.2fx DP)", static_cast<double>(m.total_peak) / dp_total);
+  std::printf("\n");
+}
+
+Config as_dp(Config c) {
+  c.parallel.subnetworks = 1;
+  c.mask.regime = "none";
+  c.mask.keep = 1.0;
+  return c;
+}
+
+// Largest per-rank peak over the ranks of one subnetwork each (replicas are identical).
+int64_t worst_rank(const Config& c, int world) {
+  int64_t worst = 0;
+  const int S = c.parallel.subnetworks;
+  for (int s = 0; s < (c.mask.regime == "none" ? 1 : S); ++s) worst = std::max(worst, predict_rank_memory(c, world, s).total_peak);
+  return worst;
+}
+
+// Largest per-rank batch (powers of two and the steps between) whose worst rank fits.
+int largest_batch(Config c, int world, double budget) {
+  int lo = 0, hi = 1;
+  auto fits = [&](int b) {
+    c.train.batch_size = b;
+    return worst_rank(c, world) <= budget;
+  };
+  while (hi <= (1 << 16) && fits(hi)) lo = hi, hi *= 2;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+void answer_budget(const Config& config, int world, double budget) {
+  const int S = config.parallel.subnetworks;
+  std::printf("\nbudget %.0f bytes per rank (world W=%d, S=%d):\n", budget, world, S);
+  std::printf("  %-24s largest batch/rank that fits: %d\n", "plain DP", largest_batch(as_dp(config), world, budget));
+  if (S == 1) return;
+  for (const char* regime : {"forward", "backward"})
+    for (const char* gran : {"block", "neuron"}) {
+      Config c = config;
+      c.mask.regime = regime;
+      c.mask.granularity = gran;
+      std::string fitting = "none";
+      for (int k = S; k >= 1; --k) {  // keep = k/S, from the least masking down
+        c.mask.keep = static_cast<double>(k) / S;
+        try {
+          if (worst_rank(c, world) <= budget) {
+            fitting = fmt::format("{:.4g}", c.mask.keep);
+            break;
+          }
+        } catch (const Error&) {
+          fitting = "n/a (granularity not available for this model)";
+          break;
+        }
+      }
+      c.mask.keep = config.mask.keep;
+      std::string batch = "-";
+      try {
+        batch = std::to_string(largest_batch(c, world, budget));
+      } catch (const Error&) {
+      }
+      std::printf("  %-8s %-7s largest keep ratio that fits: %-10s largest batch/rank at keep %.4g: %s\n", regime,
+                  gran, fitting.c_str(), config.mask.keep, batch.c_str());
+    }
+}
+
+}  // namespace
 
 int run_plan(const Config& config, int world, double budget_bytes) {
   const int S = config.parallel.subnetworks;
@@ -15,28 +101,19 @@ int run_plan(const Config& config, int world, double budget_bytes) {
   SUBDP_CHECK(world % S == 0, "--world {} is not a multiple of parallel.subnetworks = {}", world, S);
   const ModelUnits units = model_units(config.model);
   const SubnetworkPlan plan = make_plan(units, config.mask, S);
+  // Workspace scales with threads: predict for W ranks sharing this host's cores.
+  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  const int threads = config.train.threads > 0 ? config.train.threads : std::max<int>(1, static_cast<int>(cores / world));
+  cpu::set_num_threads(threads);
   std::printf("%s", plan.describe(units).c_str());
-  auto measure = [&](const SubnetMask& mask) {
-    return MemoryTracker::global().measure([&] {
-      auto model = make_model(config.model, mask, config.train.batch_size, config.train.seed);
-      auto opt = make_optimizer(config.optim, model->params().trainable());
-    });
-  };
-  std::printf("predicted bytes per rank      ");
-  for (int c = 0; c < kNumMemCategories; ++c) std::printf(" %12s", category_name(static_cast<MemCategory>(c)));
-  std::printf(" %12s\n", "total");
-  const MemStats dp = measure(full_mask(units));
-  for (int s = 0; s < (plan.masked() ? S : 1); ++s) {
-    const MemStats m = measure(make_subnet_mask(plan, units, s, config.mask.scale == "inverse_keep"));
-    std::printf("  subnetwork %-3d             ", s);
-    for (int c = 0; c < kNumMemCategories; ++c) std::printf(" %12lld", static_cast<long long>(m.peak[c]));
-    std::printf(" %12lld  (%.2fx DP)\n", static_cast<long long>(m.total_peak),
-                static_cast<double>(m.total_peak) / std::max<int64_t>(1, dp.total_peak));
-  }
-  std::printf("  plain DP                   ");
-  for (int c = 0; c < kNumMemCategories; ++c) std::printf(" %12lld", static_cast<long long>(dp.peak[c]));
-  std::printf(" %12lld\n", static_cast<long long>(dp.total_peak));
-  if (budget_bytes > 0) std::printf("budget %.0f bytes: DP %s\n", budget_bytes, dp.total_peak <= budget_bytes ? "fits" : "does not fit");
+  std::printf("threads per rank: %d\n", threads);
+  const MemStats dp = predict_rank_memory(as_dp(config), world, 0);
+  print_header();
+  if (plan.masked())
+    for (int s = 0; s < S; ++s)
+      print_row(fmt::format("subnetwork {} (ranks {}::{})", s, s, S), predict_rank_memory(config, world, s), dp.total_peak);
+  print_row(fmt::format("plain DP (W={})", world), dp, 0);
+  if (budget_bytes > 0) answer_budget(config, world, budget_bytes);
   return 0;
 }
 

@@ -12,6 +12,7 @@
 #include "engine/checkpoint.h"
 #include "engine/data/dataset.h"
 #include "engine/error.h"
+#include "engine/footprint.h"
 #include "engine/layers/flops.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/gemm.h"
@@ -46,19 +47,6 @@ nlohmann::json memory_json(const std::array<int64_t, kNumMemCategories>& bytes) 
   return j;
 }
 
-// Footprint plain DP would have on one rank: the same code, allocating nothing.
-MemStats dp_footprint(const Config& c, const ModelUnits& units, const DataSource& data, int world) {
-  return MemoryTracker::global().measure([&] {
-    Batch batch = data.make_batch();
-    auto model = make_model(c.model, full_mask(units), c.train.batch_size, c.train.seed);
-    auto opt = make_optimizer(c.optim, model->params().trainable());
-    int64_t grads = 0;
-    for (Param* p : model->params().all()) grads += p->trainable ? p->grad.numel() : p->value.numel();
-    const int64_t cap = static_cast<int64_t>(c.parallel.bucket_mb * (1 << 20) / sizeof(float));
-    if (world > 1) Tensor comm = Tensor::empty({std::min(grads, std::max<int64_t>(cap, 1))}, MemCategory::comm);
-  });
-}
-
 }  // namespace
 
 Trainer::Trainer(const Config& config, std::unique_ptr<Communicator> world, const TrainOptions& options)
@@ -79,7 +67,11 @@ Trainer::Trainer(const Config& config, std::unique_ptr<Communicator> world, cons
   sync_ = std::make_unique<GradientSync>(*world_, layout_, plan_, model_->params().all(), config_.parallel.bucket_mb);
   data_ = make_data_source(config_, layout_.rank, layout_.world);
   batch_ = data_->make_batch();
-  dp_footprint_ = dp_footprint(config_, units_, *data_, layout_.world);
+  Config dp = config_;
+  dp.parallel.subnetworks = 1;
+  dp.mask.regime = "none";
+  dp.mask.keep = 1.0;
+  dp_footprint_ = predict_rank_memory(dp, layout_.world, layout_.rank);
   specs_ = full_specs(config_.model);
   steps_per_epoch_ = data_->steps_per_epoch();
   total_steps_ = config_.train.epochs > 0 ? config_.train.epochs * steps_per_epoch_ : config_.train.steps;

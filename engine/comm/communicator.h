@@ -46,6 +46,10 @@ class Communicator {
 /// World size 1 without MPI: every collective is the identity.
 std::unique_ptr<Communicator> make_local_communicator();
 
+/// Rank `rank` of a `size`-rank layout alone in this process: collectives act as if every
+/// other rank contributed the same values (--simulate-rank, planner dry runs).
+std::unique_ptr<Communicator> make_simulated_communicator(int rank, int size);
+
 /// True when this process was started by an MPI launcher (mpirun, srun).
 bool launched_by_mpi();
 

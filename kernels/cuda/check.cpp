@@ -15,11 +15,13 @@ void throw_cublas_error(cublasStatus_t status, const char* call, const char* fil
                           cublasGetStatusString(status)));
 }
 
+#if defined(SUBDP_WITH_NCCL)
 void throw_nccl_error(ncclResult_t status, const char* call, const char* file, int line) {
   const char* last = ncclGetLastError(nullptr);
   throw Error(fmt::format("NCCL error in {} at {}:{}: {}{}", call, file, line,
                           ncclGetErrorString(status),
                           last && *last ? fmt::format(" (last: {})", last) : std::string()));
 }
+#endif
 
 }  // namespace subdp::cuda

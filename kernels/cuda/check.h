@@ -6,7 +6,9 @@
 #pragma once
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#if defined(SUBDP_WITH_NCCL)
 #include <nccl.h>
+#endif
 
 namespace subdp::cuda {
 
@@ -15,8 +17,10 @@ namespace subdp::cuda {
 /// Throw subdp::Error "cuBLAS error in <call> at <file>:<line>: <status string>".
 [[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* call, const char* file,
                                      int line);
+#if defined(SUBDP_WITH_NCCL)
 /// Throw subdp::Error "NCCL error in <call> at <file>:<line>: <string> (last: <detail>)".
 [[noreturn]] void throw_nccl_error(ncclResult_t status, const char* call, const char* file, int line);
+#endif
 
 }  // namespace subdp::cuda
 
@@ -37,9 +41,11 @@ namespace subdp::cuda {
       ::subdp::cuda::throw_cublas_error(cublas_status_, #call, __FILE__, __LINE__);    \
   } while (0)
 
+#if defined(SUBDP_WITH_NCCL)
 #define NCCL_CHECK(call)                                                               \
   do {                                                                                 \
     ncclResult_t nccl_status_ = (call);                                                \
     if (nccl_status_ != ncclSuccess)                                                   \
       ::subdp::cuda::throw_nccl_error(nccl_status_, #call, __FILE__, __LINE__);        \
   } while (0)
+#endif

@@ -1,0 +1,40 @@
+// Dry-run prediction of a rank's memory.
+#include "engine/footprint.h"
+
+#include "engine/comm/communicator.h"
+#include "engine/error.h"
+#include "engine/grad_sync.h"
+#include "engine/optimizer.h"
+
+namespace subdp {
+
+Batch allocate_batch(const Config& c) {
+  Batch b;
+  const int64_t B = c.train.batch_size;
+  if (c.model.name == "gpt") {
+    b.x = Tensor::empty({B, c.model.context}, MemCategory::activations, DType::i32);
+    b.y = Tensor::empty({B, c.model.context}, MemCategory::activations, DType::i32);
+  } else {
+    b.x = Tensor::empty({B, c.model.in_channels, c.model.image_size, c.model.image_size}, MemCategory::activations);
+    b.y = Tensor::empty({B}, MemCategory::activations, DType::i32);
+  }
+  return b;
+}
+
+MemStats predict_rank_memory(const Config& c, int world, int rank) {
+  const int S = c.parallel.subnetworks;
+  SUBDP_CHECK(world % S == 0, "parallel.subnetworks = {} does not divide the world size W = {}", S, world);
+  const ModelUnits units = model_units(c.model);
+  const SubnetworkPlan plan = make_plan(units, c.mask, S);
+  Layout layout{world, S, rank};
+  return MemoryTracker::global().measure([&] {
+    auto comm = make_simulated_communicator(rank, world);
+    auto model = make_model(c.model, make_subnet_mask(plan, units, layout.subnet(), c.mask.scale == "inverse_keep"),
+                            c.train.batch_size, c.train.seed);
+    auto opt = make_optimizer(c.optim, model->params().trainable());
+    GradientSync sync(*comm, layout, plan, model->params().all(), c.parallel.bucket_mb);
+    Batch batch = allocate_batch(c);
+  });
+}
+
+}  // namespace subdp

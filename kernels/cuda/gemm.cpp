@@ -1,0 +1,85 @@
+// Row-major GEMM through cuBLAS (column-major): a row-major C = op(A) op(B) is the
+// column-major C^T = op(B)^T op(A)^T, so each call passes B before A and swaps M and N.
+// Handles are per thread and device (cuBLAS handles are not thread-safe), created on first
+// use and bound to the caller's stream on every call.
+#include <cublas_v2.h>
+
+#include <unordered_map>
+
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/kernels.h"
+
+namespace subdp::cuda {
+
+namespace {
+
+/// Owns the calling thread's handles, one per device; destroyed at thread exit.
+struct HandleCache {
+  std::unordered_map<int, cublasHandle_t> handles;
+  ~HandleCache() {
+    for (auto& kv : handles) cublasDestroy(kv.second);  // teardown: errors ignored
+  }
+};
+
+cublasOperation_t op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
+
+cublasHandle_t bound_handle(cudaStream_t stream) {
+  cublasHandle_t h = cublas_handle();
+  CUBLAS_CHECK(cublasSetStream(h, stream));
+  return h;
+}
+
+template <class TC>
+void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda,
+               const bf16* B, int ldb, float beta, TC* C, int ldc, cudaDataType_t c_type,
+               cudaStream_t stream) {
+  if (M == 0 || N == 0) return;
+  CUBLAS_CHECK(cublasGemmEx(bound_handle(stream), op(trans_b), op(trans_a), N, M, K, &alpha, B,
+                            CUDA_R_16BF, ldb, A, CUDA_R_16BF, lda, &beta, C, c_type, ldc,
+                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+}  // namespace
+
+cublasHandle_t cublas_handle() {
+  thread_local HandleCache cache;
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  auto it = cache.handles.find(device);
+  if (it != cache.handles.end()) return it->second;
+  cublasHandle_t h = nullptr;
+  CUBLAS_CHECK(cublasCreate(&h));
+  // Pure fp32 for sgemm (no TF32), so results match the CPU to fp32 rounding.
+  CUBLAS_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
+  cache.handles.emplace(device, h);
+  return h;
+}
+
+void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+           const float* B, int ldb, float beta, float* C, int ldc, cudaStream_t stream) {
+  if (M == 0 || N == 0) return;
+  CUBLAS_CHECK(cublasSgemm(bound_handle(stream), op(trans_b), op(trans_a), N, M, K, &alpha, B, ldb,
+                           A, lda, &beta, C, ldc));
+}
+
+void sgemm_strided_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                           const float* A, int lda, int64_t stride_a, const float* B, int ldb,
+                           int64_t stride_b, float beta, float* C, int ldc, int64_t stride_c,
+                           int batch, cudaStream_t stream) {
+  if (M == 0 || N == 0 || batch == 0) return;
+  CUBLAS_CHECK(cublasSgemmStridedBatched(bound_handle(stream), op(trans_b), op(trans_a), N, M, K,
+                                         &alpha, B, ldb, stride_b, A, lda, stride_a, &beta, C, ldc,
+                                         stride_c, batch));
+}
+
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda,
+          const bf16* B, int ldb, float beta, bf16* C, int ldc, cudaStream_t stream) {
+  gemm_bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, CUDA_R_16BF, stream);
+}
+
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda,
+          const bf16* B, int ldb, float beta, float* C, int ldc, cudaStream_t stream) {
+  gemm_bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, CUDA_R_32F, stream);
+}
+
+}  // namespace subdp::cuda

@@ -1,0 +1,238 @@
+// NCCL implementation of subdp::Communicator (see nccl_comm.h). After llm.c: the unique id is
+// made on rank 0 and broadcast over MPI; subgroups are ncclCommSplit children, each paired
+// with the matching sub-communicator of the bootstrap for string all-gathers and barriers.
+#include "kernels/cuda/nccl_comm.h"
+
+#include <nccl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "engine/error.h"
+#include "engine/memory.h"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/device_pool.h"
+
+namespace subdp {
+
+namespace {
+
+std::string host_name() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "unknown-host";
+  return buf;
+}
+
+/// Local rank from the launcher's environment, or -1 when none sets it.
+int env_local_rank() {
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
+    if (const char* v = std::getenv(var)) return std::atoi(v);
+  return -1;
+}
+
+bool is_device_pointer(const void* p) {
+  if (p == nullptr) return false;
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
+}
+
+/// Picks this rank's GPU and checks, identically on every rank, that each rank has its own.
+int choose_device(Communicator& bootstrap) {
+  const std::string host = host_name();
+  const std::vector<std::string> hosts = bootstrap.allgather(host);
+  int local = env_local_rank();
+  if (local < 0) local = static_cast<int>(std::count(hosts.begin(), hosts.begin() + bootstrap.rank(), host));
+  std::string why;
+  const int count = cuda::device_count(&why);
+  std::string mine = host + "|none|" + std::to_string(count) + "|" + why;
+  if (local < count) {
+    CUDA_CHECK(cudaSetDevice(local));
+    char bus[64] = {0};
+    CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof(bus), local));
+    mine = host + "|gpu|" + bus;
+  }
+  const std::vector<std::string> all = bootstrap.allgather(mine);
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (all[r].find("|none|") != std::string::npos)
+      throw Error(fmt::format("NCCL 2.28 refuses two ranks on one GPU: run W = 1 or --simulate-rank "
+                              "(rank {} has no GPU of its own: {} of host|none|visible GPUs|reason)",
+                              r, all[r]));
+    for (size_t q = 0; q < r; ++q)
+      if (all[q] == all[r])
+        throw Error(fmt::format("NCCL 2.28 refuses two ranks on one GPU: run W = 1 or --simulate-rank "
+                                "(ranks {} and {} both map to {})", q, r, all[r]));
+  }
+  return local;
+}
+
+class NcclComm final : public NcclCommunicator {
+ public:
+  /// Takes ownership of comm; bootstrap is either owned (subgroups) or borrowed (world).
+  NcclComm(ncclComm_t comm, int device, Communicator* bootstrap,
+           std::unique_ptr<Communicator> owned_bootstrap, cudaStream_t compute)
+      : comm_(comm), device_(device), bootstrap_(bootstrap), owned_(std::move(owned_bootstrap)),
+        compute_(compute) {
+    NCCL_CHECK(ncclCommUserRank(comm_, &rank_));
+    NCCL_CHECK(ncclCommCount(comm_, &size_));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&before_, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&after_, cudaEventDisableTiming));
+  }
+  ~NcclComm() override {
+    // Teardown: errors are ignored, a destructor must not throw.
+    cudaSetDevice(device_);
+    cudaStreamSynchronize(stream_);
+    ncclCommFinalize(comm_);
+    ncclCommDestroy(comm_);
+    if (scratch_) {
+      cudaFree(scratch_);
+      MemoryTracker::global().on_free(MemCategory::comm, static_cast<int64_t>(scratch_bytes_));
+    }
+    cudaEventDestroy(before_);
+    cudaEventDestroy(after_);
+    cudaStreamDestroy(stream_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  int device() const override { return device_; }
+  cudaStream_t stream() const override { return stream_; }
+  void set_compute_stream(cudaStream_t s) override { compute_ = s; }
+  std::string backend() const override { return "nccl"; }
+
+  void allreduce_sum(float* data, int64_t n) override {
+    bytes_ += n * static_cast<int64_t>(sizeof(float));
+    in_place(data, n * sizeof(float), [&](void* d) {
+      NCCL_CHECK(ncclAllReduce(d, d, static_cast<size_t>(n), ncclFloat, ncclSum, comm_, stream_));
+    });
+  }
+  void allreduce_sum(double* data, int64_t n) override {
+    in_place(data, n * sizeof(double), [&](void* d) {
+      NCCL_CHECK(ncclAllReduce(d, d, static_cast<size_t>(n), ncclDouble, ncclSum, comm_, stream_));
+    });
+  }
+  void allreduce_max(double* data, int64_t n) override {
+    in_place(data, n * sizeof(double), [&](void* d) {
+      NCCL_CHECK(ncclAllReduce(d, d, static_cast<size_t>(n), ncclDouble, ncclMax, comm_, stream_));
+    });
+  }
+  void reduce_sum(const float* data, float* recv, int64_t n, int root) override {
+    const size_t bytes = n * sizeof(float);
+    const bool root_recv = rank_ == root && recv != data;
+    if (is_device_pointer(data) && (!root_recv || is_device_pointer(recv))) {
+      enqueue([&] {
+        NCCL_CHECK(ncclReduce(data, rank_ == root ? recv : const_cast<float*>(data),
+                              static_cast<size_t>(n), ncclFloat, ncclSum, root, comm_, stream_));
+      });
+      return;
+    }
+    void* d = staging(bytes);  // host buffers: reduce in place on a device copy of data
+    CUDA_CHECK(cudaMemcpyAsync(d, data, bytes, cudaMemcpyHostToDevice, stream_));
+    NCCL_CHECK(ncclReduce(d, d, static_cast<size_t>(n), ncclFloat, ncclSum, root, comm_, stream_));
+    if (rank_ == root) CUDA_CHECK(cudaMemcpyAsync(recv, d, bytes, cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void broadcast(void* data, int64_t bytes, int root) override {
+    in_place(data, static_cast<size_t>(bytes), [&](void* d) {
+      NCCL_CHECK(ncclBroadcast(d, d, static_cast<size_t>(bytes), ncclUint8, root, comm_, stream_));
+    });
+  }
+  std::vector<std::string> allgather(const std::string& mine) override {
+    return bootstrap_->allgather(mine);
+  }
+  void barrier() override {
+    CUDA_CHECK(cudaSetDevice(device_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    bootstrap_->barrier();
+  }
+  std::unique_ptr<Communicator> subgroup(const std::vector<int>& ranks) override {
+    const bool member = std::find(ranks.begin(), ranks.end(), rank_) != ranks.end();
+    // Two collectives in the same order on every rank: the bootstrap split, then NCCL's.
+    std::unique_ptr<Communicator> sub_boot = bootstrap_->subgroup(ranks);
+    CUDA_CHECK(cudaSetDevice(device_));
+    ncclComm_t sub = nullptr;
+    NCCL_CHECK(ncclCommSplit(comm_, member ? 0 : NCCL_SPLIT_NOCOLOR, rank_, &sub, nullptr));
+    if (!member) return nullptr;
+    SUBDP_ASSERT(sub != nullptr && sub_boot != nullptr);
+    Communicator* boot = sub_boot.get();
+    return std::make_unique<NcclComm>(sub, device_, boot, std::move(sub_boot), compute_);
+  }
+
+ private:
+  /// Runs op on the comm stream between the compute stream's earlier and later work.
+  template <class F>
+  void enqueue(F&& op) {
+    CUDA_CHECK(cudaSetDevice(device_));
+    CUDA_CHECK(cudaEventRecord(before_, compute_));
+    CUDA_CHECK(cudaStreamWaitEvent(stream_, before_, 0));
+    op();
+    CUDA_CHECK(cudaEventRecord(after_, stream_));
+    CUDA_CHECK(cudaStreamWaitEvent(compute_, after_, 0));
+  }
+
+  /// In-place collective on `bytes` at p: direct on device memory, staged (and waited for)
+  /// on host memory.
+  template <class F>
+  void in_place(void* p, size_t bytes, F&& op) {
+    if (bytes == 0) return;
+    if (is_device_pointer(p)) {
+      enqueue([&] { op(p); });
+      return;
+    }
+    void* d = staging(bytes);
+    CUDA_CHECK(cudaMemcpyAsync(d, p, bytes, cudaMemcpyHostToDevice, stream_));
+    op(d);
+    CUDA_CHECK(cudaMemcpyAsync(p, d, bytes, cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  /// Device scratch of at least `bytes` for host-buffer collectives (grows, tracked as comm).
+  void* staging(size_t bytes) {
+    CUDA_CHECK(cudaSetDevice(device_));
+    if (bytes <= scratch_bytes_) return scratch_;
+    if (scratch_) {
+      CUDA_CHECK(cudaStreamSynchronize(stream_));
+      CUDA_CHECK(cudaFree(scratch_));
+      MemoryTracker::global().on_free(MemCategory::comm, static_cast<int64_t>(scratch_bytes_));
+      scratch_ = nullptr;
+      scratch_bytes_ = 0;
+    }
+    CUDA_CHECK(cudaMalloc(&scratch_, bytes));
+    scratch_bytes_ = bytes;
+    MemoryTracker::global().on_alloc(MemCategory::comm, static_cast<int64_t>(bytes));
+    return scratch_;
+  }
+
+  ncclComm_t comm_;
+  int device_;
+  Communicator* bootstrap_;
+  std::unique_ptr<Communicator> owned_;
+  cudaStream_t compute_;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t before_ = nullptr, after_ = nullptr;
+  void* scratch_ = nullptr;
+  size_t scratch_bytes_ = 0;
+  int rank_ = 0, size_ = 1;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap) {
+  const int device = choose_device(bootstrap);
+  ncclUniqueId id{};
+  if (bootstrap.rank() == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+  bootstrap.broadcast(&id, sizeof(id), 0);
+  CUDA_CHECK(cudaSetDevice(device));
+  ncclComm_t comm = nullptr;
+  NCCL_CHECK(ncclCommInitRank(&comm, bootstrap.size(), id, bootstrap.rank()));
+  return std::make_unique<NcclComm>(comm, device, &bootstrap, nullptr, nullptr);
+}
+
+}  // namespace subdp

@@ -1,0 +1,125 @@
+// Row softmax and fused softmax + cross-entropy: twins of kernels/cpu/softmax.cpp.
+// One block per row; max and sum are block reductions in a fixed tree (deterministic).
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/kernels.h"
+
+namespace subdp::cuda {
+
+namespace {
+
+using detail::block_max;
+using detail::block_sum;
+using detail::from_f;
+using detail::to_f;
+
+constexpr int kRowThreads = 256;
+
+template <class T>
+__global__ void softmax_rows_kernel(T* x, int V) {
+  __shared__ float shared[32];
+  T* p = x + static_cast<int64_t>(blockIdx.x) * V;
+  float mx = -INFINITY;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, to_f(p[i]));
+  mx = block_max(mx, shared);
+  float s = 0.f;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) s += expf(to_f(p[i]) - mx);
+  const float inv = 1.f / block_sum(s, shared);
+  for (int i = threadIdx.x; i < V; i += blockDim.x) p[i] = from_f<T>(expf(to_f(p[i]) - mx) * inv);
+}
+
+/// (value, index) max with ties going to the lower index, as the CPU's first-max argmax.
+struct ArgMax {
+  float v;
+  int i;
+};
+
+__device__ __forceinline__ ArgMax better(ArgMax a, ArgMax b) {
+  if (b.v > a.v || (b.v == a.v && b.i < a.i)) return b;
+  return a;
+}
+
+__device__ ArgMax block_argmax(ArgMax a, float* sv, int* si) {
+  for (int o = 16; o > 0; o >>= 1) {
+    ArgMax other{__shfl_xor_sync(0xffffffffu, a.v, o), __shfl_xor_sync(0xffffffffu, a.i, o)};
+    a = better(a, other);
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  if (lane == 0) {
+    sv[warp] = a.v;
+    si[warp] = a.i;
+  }
+  __syncthreads();
+  ArgMax r = lane < warps ? ArgMax{sv[lane], si[lane]} : ArgMax{-INFINITY, 0x7fffffff};
+  for (int o = 16; o > 0; o >>= 1) {
+    ArgMax other{__shfl_xor_sync(0xffffffffu, r.v, o), __shfl_xor_sync(0xffffffffu, r.i, o)};
+    r = better(r, other);
+  }
+  __syncthreads();
+  return r;
+}
+
+__global__ void cross_entropy_forward_kernel(const float* logits, const int32_t* targets,
+                                             float* probs, float* row_loss, int32_t* row_hit, int V) {
+  __shared__ float sv[32];
+  __shared__ int si[32];
+  const int64_t r = blockIdx.x;
+  const float* l = logits + r * V;
+  float* p = probs + r * V;
+  ArgMax a{-INFINITY, 0x7fffffff};
+  for (int i = threadIdx.x; i < V; i += blockDim.x) a = better(a, ArgMax{l[i], i});
+  a = block_argmax(a, sv, si);
+  const float mx = a.v;
+  float s = 0.f;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) s += expf(l[i] - mx);
+  s = block_sum(s, sv);
+  const float inv = 1.f / s;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) p[i] = expf(l[i] - mx) * inv;
+  if (threadIdx.x == 0) {
+    const int t = targets[r];
+    const bool valid = t >= 0 && t < V;
+    row_loss[r] = valid ? logf(s) - (l[t] - mx) : NAN;
+    if (row_hit) row_hit[r] = valid && a.i == t ? 1 : 0;
+  }
+}
+
+__global__ void cross_entropy_backward_kernel(const float* probs, const int32_t* targets,
+                                              float* dlogits, int V, float scale) {
+  const int64_t r = blockIdx.x;
+  const int t = targets[r];
+  for (int i = threadIdx.x; i < V; i += blockDim.x) {
+    const float g = probs[r * V + i] * scale;
+    dlogits[r * V + i] = i == t ? g - scale : g;
+  }
+}
+
+}  // namespace
+
+void softmax_rows(float* x, int64_t rows, int V, cudaStream_t s) {
+  if (rows <= 0 || V <= 0) return;
+  softmax_rows_kernel<float><<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(x, V);
+  CUDA_CHECK_LAUNCH();
+}
+
+void softmax_rows(bf16* x, int64_t rows, int V, cudaStream_t s) {
+  if (rows <= 0 || V <= 0) return;
+  softmax_rows_kernel<bf16><<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(x, V);
+  CUDA_CHECK_LAUNCH();
+}
+
+void cross_entropy_forward(const float* logits, const int32_t* targets, float* probs,
+                           float* row_loss, int32_t* row_hit, int64_t rows, int V, cudaStream_t s) {
+  if (rows <= 0 || V <= 0) return;
+  cross_entropy_forward_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(
+      logits, targets, probs, row_loss, row_hit, V);
+  CUDA_CHECK_LAUNCH();
+}
+
+void cross_entropy_backward(const float* probs, const int32_t* targets, float* dlogits,
+                            int64_t rows, int V, float scale, cudaStream_t s) {
+  if (rows <= 0 || V <= 0) return;
+  cross_entropy_backward_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(
+      probs, targets, dlogits, V, scale);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace subdp::cuda

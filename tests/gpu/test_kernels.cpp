@@ -1,0 +1,228 @@
+// CUDA kernels against their CPU twins (kernels/cpu): elementwise, bias, reductions,
+// softmax / cross-entropy and cuBLAS GEMM, float32 (relative error < 1e-5) and bf16
+// (< 1e-2, CPU run on the bf16-rounded inputs).
+#include <gtest/gtest.h>
+
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/softmax.h"
+#include "kernels/cuda/kernels.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace subdp::gpu_test {
+namespace {
+
+using Kernels = GpuTest;
+constexpr int64_t kN = 100003;  // odd size: exercises the tails of grid-stride loops
+
+TEST_F(Kernels, ReluForwardBackward) {
+  const auto x = random_vec(kN, 1), dy = random_vec(kN, 2), dx0 = random_vec(kN, 3);
+  std::vector<float> y(kN), dx = dx0;
+  cpu::relu_forward(x.data(), y.data(), kN);
+  Dev<float> dx_(x), dy_(y), ddy(dy), ddx(dx0);
+  cuda::relu_forward(dx_, dy_, kN, stream);
+  EXPECT_REL(dy_.download(), y, kF32Tol);
+  for (bool acc : {false, true}) {
+    dx = dx0;
+    ddx.upload(dx0);
+    cpu::relu_backward(y.data(), dy.data(), dx.data(), kN, acc);
+    cuda::relu_backward(dy_, ddy, ddx, kN, acc, stream);
+    EXPECT_REL(ddx.download(), dx, kF32Tol) << "accumulate=" << acc;
+  }
+}
+
+TEST_F(Kernels, GeluForwardBackward) {
+  const auto x = random_vec(kN, 4, -4.f, 4.f), dy = random_vec(kN, 5);
+  std::vector<float> y(kN), dx(kN);
+  cpu::gelu_forward(x.data(), y.data(), kN);
+  cpu::gelu_backward(x.data(), dy.data(), dx.data(), kN);
+  Dev<float> dx_(x), dy_(kN), ddy(dy), ddx(kN);
+  cuda::gelu_forward(dx_, dy_, kN, stream);
+  cuda::gelu_backward(dx_, ddy, ddx, kN, stream);
+  EXPECT_REL(dy_.download(), y, kF32Tol);
+  EXPECT_REL(ddx.download(), dx, kF32Tol);
+}
+
+TEST_F(Kernels, AddAxpyScale) {
+  const auto a = random_vec(kN, 6), b = random_vec(kN, 7);
+  std::vector<float> y(kN), z = b;
+  cpu::add(a.data(), b.data(), y.data(), kN);
+  cpu::axpy(0.37f, a.data(), z.data(), kN);
+  cpu::scale(z.data(), -1.9f, kN);
+  Dev<float> da(a), db(b), dy(kN);
+  cuda::add(da, db, dy, kN, stream);
+  cuda::axpy(0.37f, da, db, kN, stream);
+  cuda::scale(db.get(), -1.9f, kN, stream);
+  EXPECT_REL(dy.download(), y, kF32Tol);
+  EXPECT_REL(db.download(), z, kF32Tol);
+}
+
+TEST_F(Kernels, BiasAddAndGrad) {
+  const int64_t rows = 517, cols = 70, ld = 70, used = 45;
+  const auto y0 = random_vec(rows * cols, 8), b = random_vec(cols, 9), db0 = random_vec(cols, 10);
+  std::vector<float> y = y0, db = db0;
+  cpu::add_bias_rows(y.data(), b.data(), rows, cols);
+  cpu::bias_grad_rows(y0.data(), db.data(), rows, used, ld);
+  Dev<float> dy(y0), dbias(b), ddb(db0);
+  cuda::bias_grad_rows(dy, ddb, rows, used, ld, stream);
+  cuda::add_bias_rows(dy.get(), dbias, rows, cols, stream);
+  EXPECT_REL(dy.download(), y, kF32Tol);
+  EXPECT_REL(ddb.download(), db, kF32Tol);
+}
+
+TEST_F(Kernels, Reductions) {
+  const int64_t n = 1 << 21;
+  auto x = random_vec(n, 11);
+  Dev<float> dx(x);
+  Dev<double> ws(cuda::reduce_workspace_doubles()), out(2);
+  cuda::sum(dx, n, out.get(), ws, stream);
+  cuda::sum_squares(dx, n, out.get() + 1, ws, stream);
+  const auto got = out.download();
+  EXPECT_NEAR(got[0], cpu::sum(x.data(), n), 1e-9 * n);
+  EXPECT_NEAR(got[1] / cpu::sum_squares(x.data(), n), 1.0, 1e-12);
+  // Deterministic: the same input gives the same bits.
+  cuda::sum(dx, n, out.get() + 1, ws, stream);
+  const auto again = out.download();
+  EXPECT_EQ(again[0], again[1]);
+
+  Dev<int> flag(1);
+  cuda::all_finite(dx, n, flag, stream);
+  EXPECT_EQ(flag.download()[0], 1);
+  for (float bad : {NAN, INFINITY, -INFINITY}) {
+    x[n - 3] = bad;
+    dx.upload(x);
+    cuda::all_finite(dx, n, flag, stream);
+    EXPECT_EQ(flag.download()[0], 0) << bad;
+    EXPECT_FALSE(cpu::all_finite(x.data(), n));
+  }
+}
+
+TEST_F(Kernels, SoftmaxRows) {
+  for (int V : {10, 257, 5000}) {
+    const int64_t rows = 37;
+    auto x = random_vec(rows * V, 12, -8.f, 8.f);
+    Dev<float> dx(x);
+    cpu::softmax_rows(x.data(), rows, V);
+    cuda::softmax_rows(dx.get(), rows, V, stream);
+    EXPECT_REL(dx.download(), x, kF32Tol) << "V=" << V;
+  }
+}
+
+TEST_F(Kernels, CrossEntropyForwardBackward) {
+  for (int V : {10, 1000}) {
+    const int64_t rows = 301;
+    const auto logits = random_vec(rows * V, 13, -5.f, 5.f);
+    auto targets = random_ints(rows, 14, 0, V);
+    std::vector<float> probs(rows * V), dlogits(rows * V);
+    int64_t correct = 0;
+    const double loss = cpu::cross_entropy_forward(logits.data(), targets.data(), probs.data(), rows, V, &correct);
+    cpu::cross_entropy_backward(probs.data(), targets.data(), dlogits.data(), rows, V, 1.f / rows);
+
+    Dev<float> dl(logits), dp(rows * V), dloss(rows), dgrad(rows * V);
+    Dev<int32_t> dt(targets), dhit(rows);
+    Dev<double> ws(cuda::reduce_workspace_doubles()), total(1);
+    cuda::cross_entropy_forward(dl, dt, dp, dloss, dhit, rows, V, stream);
+    cuda::sum(dloss, rows, total, ws, stream);
+    cuda::cross_entropy_backward(dp, dt, dgrad, rows, V, 1.f / rows, stream);
+    EXPECT_REL(dp.download(), probs, kF32Tol);
+    EXPECT_NEAR(total.download()[0] / rows, loss, 1e-5 * loss);
+    int64_t hits = 0;
+    for (int32_t h : dhit.download()) hits += h;
+    EXPECT_EQ(hits, correct);
+    EXPECT_REL(dgrad.download(), dlogits, kF32Tol);
+  }
+}
+
+/// Row-major (rows, cols) matrix with leading dimension ld >= cols, random.
+std::vector<float> matrix(int rows, int ld, uint32_t seed) { return random_vec(static_cast<size_t>(rows) * ld, seed); }
+
+TEST_F(Kernels, SgemmAllTransposes) {
+  const int M = 67, N = 45, K = 129, pad = 3;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      const int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+      const auto A = matrix(ta ? K : M, lda, 15), B = matrix(tb ? N : K, ldb, 16);
+      auto C = matrix(M, ldc, 17);
+      Dev<float> dA(A), dB(B), dC(C);
+      cpu::sgemm(ta, tb, M, N, K, 0.7f, A.data(), lda, B.data(), ldb, 0.3f, C.data(), ldc);
+      cuda::sgemm(ta, tb, M, N, K, 0.7f, dA, lda, dB, ldb, 0.3f, dC, ldc, stream);
+      EXPECT_REL(dC.download(), C, kF32Tol) << "trans_a=" << ta << " trans_b=" << tb;
+    }
+}
+
+TEST_F(Kernels, SgemmStridedBatched) {
+  const int M = 16, N = 24, K = 32, batch = 5;
+  const auto A = matrix(M * batch, K, 18), B = matrix(K, N, 19);  // B shared (stride 0)
+  std::vector<float> C(static_cast<size_t>(M) * N * batch);
+  for (int i = 0; i < batch; ++i)
+    cpu::sgemm(false, false, M, N, K, 1.f, A.data() + i * M * K, K, B.data(), N, 0.f, C.data() + i * M * N, N);
+  Dev<float> dA(A), dB(B), dC(C.size());
+  cuda::sgemm_strided_batched(false, false, M, N, K, 1.f, dA, K, M * K, dB, N, 0, 0.f, dC, N, M * N, batch, stream);
+  EXPECT_REL(dC.download(), C, kF32Tol);
+}
+
+TEST_F(Kernels, Bf16Gemm) {
+  const int M = 64, N = 48, K = 256;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      const int lda = ta ? M : K, ldb = tb ? K : N;
+      const auto A = round_bf16(matrix(ta ? K : M, lda, 20)), B = round_bf16(matrix(tb ? N : K, ldb, 21));
+      std::vector<float> C(static_cast<size_t>(M) * N);
+      cpu::sgemm(ta, tb, M, N, K, 1.f, A.data(), lda, B.data(), ldb, 0.f, C.data(), N);
+      DevBf16 dA(A), dB(B), dC16(C.size());
+      Dev<float> dC32(C.size());
+      cuda::gemm(ta, tb, M, N, K, 1.f, dA, lda, dB, ldb, 0.f, dC16.get(), N, stream);
+      cuda::gemm(ta, tb, M, N, K, 1.f, dA, lda, dB, ldb, 0.f, dC32.get(), N, stream);
+      EXPECT_REL(dC16.download(), C, kBf16Tol);
+      EXPECT_REL(dC32.download(), C, kBf16Tol);
+    }
+}
+
+TEST_F(Kernels, Bf16Elementwise) {
+  const auto x = round_bf16(random_vec(kN, 22, -3.f, 3.f)), g = round_bf16(random_vec(kN, 23));
+  std::vector<float> relu(kN), relu_dx(kN), gelu(kN), gelu_dx(kN), sum(kN), axpy = g;
+  cpu::relu_forward(x.data(), relu.data(), kN);
+  cpu::relu_backward(relu.data(), g.data(), relu_dx.data(), kN, false);
+  cpu::gelu_forward(x.data(), gelu.data(), kN);
+  cpu::gelu_backward(x.data(), g.data(), gelu_dx.data(), kN);
+  cpu::add(x.data(), g.data(), sum.data(), kN);
+  cpu::axpy(0.5f, x.data(), axpy.data(), kN);
+  cpu::scale(axpy.data(), 2.f, kN);
+  DevBf16 dx(x), dg(g), out(kN), out2(kN), acc(g);
+  cuda::relu_forward(dx, out, kN, stream);
+  cuda::relu_backward(out, dg, out2, kN, false, stream);
+  EXPECT_REL(out.download(), relu, kBf16Tol);
+  EXPECT_REL(out2.download(), relu_dx, kBf16Tol);
+  cuda::gelu_forward(dx, out, kN, stream);
+  cuda::gelu_backward(dx, dg, out2, kN, stream);
+  EXPECT_REL(out.download(), gelu, kBf16Tol);
+  EXPECT_REL(out2.download(), gelu_dx, kBf16Tol);
+  cuda::add(dx, dg, out, kN, stream);
+  cuda::axpy(0.5f, dx, acc, kN, stream);
+  cuda::scale(acc.get(), 2.f, kN, stream);
+  EXPECT_REL(out.download(), sum, kBf16Tol);
+  EXPECT_REL(acc.download(), axpy, kBf16Tol);
+}
+
+TEST_F(Kernels, Bf16ConvertSoftmaxReduce) {
+  const int64_t rows = 33;
+  const int V = 300;
+  const auto x = random_vec(rows * V, 24, -4.f, 4.f);
+  auto xr = round_bf16(x);
+  Dev<float> d32(x), back(x.size());
+  DevBf16 d16(x.size());
+  cuda::to_bf16(d32, d16, rows * V, stream);
+  cuda::to_f32(d16, back, rows * V, stream);
+  EXPECT_EQ(back.download(), xr);  // same rounding (nearest even) on both sides
+
+  Dev<double> ws(cuda::reduce_workspace_doubles()), out(1);
+  cuda::sum_squares(d16.get(), rows * V, out, ws, stream);
+  EXPECT_NEAR(out.download()[0] / cpu::sum_squares(xr.data(), rows * V), 1.0, 1e-6);
+
+  cpu::softmax_rows(xr.data(), rows, V);
+  cuda::softmax_rows(d16.get(), rows, V, stream);
+  EXPECT_REL(d16.download(), xr, kBf16Tol);
+}
+
+}  // namespace
+}  // namespace subdp::gpu_test

@@ -1,0 +1,226 @@
+// CUDA layer kernels against their CPU twins: LayerNorm, BatchNorm2d, embedding, causal
+// attention, conv2d (im2col / col2im + cuBLAS), global average pooling, and the SGD / AdamW
+// updates against engine/optimizer.cpp itself. float32: relative error < 1e-5.
+#include <gtest/gtest.h>
+
+#include "engine/config.h"
+#include "engine/optimizer.h"
+#include "engine/param.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/conv.h"
+#include "kernels/cpu/norm.h"
+#include "kernels/cuda/kernels.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace subdp::gpu_test {
+namespace {
+
+using LayerKernels = GpuTest;
+
+TEST_F(LayerKernels, LayerNorm) {
+  const int64_t rows = 129;
+  const int C = 96;
+  const auto x = random_vec(rows * C, 30, -2.f, 3.f), gamma = random_vec(C, 31), beta = random_vec(C, 32);
+  const auto dy = random_vec(rows * C, 33), dx0 = random_vec(rows * C, 34), dg0 = random_vec(C, 35);
+  std::vector<float> y(rows * C), mean(rows), rstd(rows), dx = dx0, dg = dg0, db = dg0;
+  cpu::layernorm_forward(x.data(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data(), rows, C, 1e-5f);
+  cpu::layernorm_backward(x.data(), gamma.data(), mean.data(), rstd.data(), dy.data(), dx.data(), dg.data(),
+                          db.data(), rows, C);
+  Dev<float> dx_(x), dgam(gamma), dbet(beta), dy_(rows * C), dmean(rows), drstd(rows);
+  Dev<float> ddy(dy), ddx(dx0), ddg(dg0), ddb(dg0);
+  cuda::layernorm_forward(dx_, dgam, dbet, dy_, dmean, drstd, rows, C, 1e-5f, stream);
+  cuda::layernorm_backward(dx_, dgam, dmean, drstd, ddy, ddx, ddg, ddb, rows, C, stream);
+  EXPECT_REL(dy_.download(), y, kF32Tol);
+  EXPECT_REL(dmean.download(), mean, kF32Tol);
+  EXPECT_REL(drstd.download(), rstd, kF32Tol);
+  EXPECT_REL(ddx.download(), dx, kF32Tol);
+  EXPECT_REL(ddg.download(), dg, kF32Tol);
+  EXPECT_REL(ddb.download(), db, kF32Tol);
+
+  // bf16 activations, fp32 parameters and statistics.
+  const auto xr = round_bf16(x);
+  cpu::layernorm_forward(xr.data(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data(), rows, C, 1e-5f);
+  DevBf16 x16(xr), y16(rows * C);
+  cuda::layernorm_forward(x16, dgam, dbet, y16, dmean, drstd, rows, C, 1e-5f, stream);
+  EXPECT_REL(y16.download(), y, kBf16Tol);
+}
+
+TEST_F(LayerKernels, BatchNorm2d) {
+  const int N = 6, C = 10, HW = 49, grad_channels = 7;
+  const int64_t n = static_cast<int64_t>(N) * C * HW;
+  const auto x = random_vec(n, 40, -1.f, 2.f), gamma = random_vec(C, 41), beta = random_vec(C, 42);
+  const auto dy = random_vec(n, 43), rm0 = random_vec(C, 44), rv0 = random_vec(C, 45, 0.5f, 1.5f);
+  std::vector<float> y(n), mean(C), rstd(C), rm = rm0, rv = rv0, dx(n), dg(C, 0.25f), db(C, -0.5f), ye(n);
+  cpu::batchnorm_forward(x.data(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data(), rm.data(),
+                         rv.data(), N, C, HW, true, 0.1f, 1e-5f);
+  cpu::batchnorm_backward(x.data(), gamma.data(), mean.data(), rstd.data(), dy.data(), dx.data(), dg.data(),
+                          db.data(), N, C, HW, grad_channels);
+  cpu::batchnorm_forward(x.data(), gamma.data(), beta.data(), ye.data(), mean.data(), rstd.data(), rm.data(),
+                         rv.data(), N, C, HW, false, 0.1f, 1e-5f);
+  Dev<float> dx_(x), dgam(gamma), dbet(beta), dy_(n), dmean(C), drstd(C), drm(rm0), drv(rv0);
+  Dev<float> ddy(dy), ddx(n), ddg(std::vector<float>(C, 0.25f)), ddb(std::vector<float>(C, -0.5f)), dye(n);
+  cuda::batchnorm_forward(dx_, dgam, dbet, dy_, dmean, drstd, drm, drv, N, C, HW, true, 0.1f, 1e-5f, stream);
+  cuda::batchnorm_backward(dx_, dgam, dmean, drstd, ddy, ddx, ddg, ddb, N, C, HW, grad_channels, stream);
+  cuda::batchnorm_forward(dx_, dgam, dbet, dye, dmean, drstd, drm, drv, N, C, HW, false, 0.1f, 1e-5f, stream);
+  EXPECT_REL(dy_.download(), y, kF32Tol);
+  EXPECT_REL(dmean.download(), mean, kF32Tol);
+  EXPECT_REL(drstd.download(), rstd, kF32Tol);
+  EXPECT_REL(drm.download(), rm, kF32Tol);
+  EXPECT_REL(drv.download(), rv, kF32Tol);
+  EXPECT_REL(ddx.download(), dx, kF32Tol);
+  EXPECT_REL(ddg.download(), dg, kF32Tol);  // channels >= grad_channels keep 0.25
+  EXPECT_REL(ddb.download(), db, kF32Tol);
+  EXPECT_REL(dye.download(), ye, kF32Tol);
+}
+
+TEST_F(LayerKernels, Embedding) {
+  const int64_t rows = 777, C = 40, num = 50;
+  auto ids = random_ints(rows, 50, 0, num);
+  for (int64_t r = 0; r < rows; r += 3) ids[r] = 7;  // a heavy id
+  const auto w = random_vec(num * C, 51), dy = random_vec(rows * C, 52), dw0 = random_vec(num * C, 53);
+  const auto y0 = random_vec(rows * C, 54);
+  std::vector<float> y = y0, dw = dw0;
+  for (int64_t r = 0; r < rows; ++r)  // reference: engine/layers/embedding.cpp
+    for (int64_t c = 0; c < C; ++c) {
+      y[r * C + c] += w[ids[r] * C + c];
+      dw[ids[r] * C + c] += dy[r * C + c];
+    }
+  Dev<int32_t> dids(ids);
+  Dev<float> dw_(w), dy_(y0), ddy(dy), ddw(dw0);
+  cuda::embedding_forward(dids, dw_, dy_, rows, C, num, true, stream);
+  const size_t ws_bytes = cuda::embedding_backward_workspace_bytes(rows);
+  Dev<char> ws(ws_bytes);
+  cuda::embedding_backward(dids, ddy, ddw, rows, C, num, ws, ws_bytes, stream);
+  EXPECT_REL(dy_.download(), y, kF32Tol);
+  const auto first = ddw.download();
+  EXPECT_REL(first, dw, kF32Tol);
+  ddw.upload(dw0);  // deterministic: a second run gives the same bits
+  cuda::embedding_backward(dids, ddy, ddw, rows, C, num, ws, ws_bytes, stream);
+  EXPECT_EQ(ddw.download(), first);
+}
+
+TEST_F(LayerKernels, CausalAttention) {
+  cpu::AttentionShape s;
+  s.B = 3;
+  s.T = 37;
+  s.H = 4;
+  s.hd = 16;
+  const int64_t qkv_n = static_cast<int64_t>(s.B) * s.T * 3 * s.width(), y_n = static_cast<int64_t>(s.B) * s.T * s.width();
+  const int64_t att_n = static_cast<int64_t>(s.B) * s.H * s.T * s.T;
+  const auto qkv = random_vec(qkv_n, 60, -2.f, 2.f), dy = random_vec(y_n, 61);
+  std::vector<float> att(att_n), y(y_n), dqkv(qkv_n), ws(cpu::attention_workspace_floats(s, 1));
+  cpu::attention_forward(s, qkv.data(), att.data(), y.data());
+  cpu::attention_backward(s, qkv.data(), att.data(), dy.data(), dqkv.data(), ws.data(), 1);
+  Dev<float> dq(qkv), datt(att_n), dy_(y_n), ddy(dy), ddq(qkv_n), dws(cuda::attention_workspace_floats(s));
+  cuda::attention_forward(s, dq, datt, dy_, stream);
+  cuda::attention_backward(s, dq, datt, ddy, ddq, dws, stream);
+  EXPECT_REL(datt.download(), att, kF32Tol);
+  EXPECT_REL(dy_.download(), y, kF32Tol);
+  EXPECT_REL(ddq.download(), dqkv, kF32Tol);
+}
+
+TEST_F(LayerKernels, Conv2dIm2colCol2im) {
+  struct Case { int Cin, H, W, Cout, k, stride, pad, dw_cout, dw_cin, chunk; };
+  const Case cases[] = {{3, 9, 11, 8, 3, 1, 1, 8, 3, 2},    // stem-like, full gradient
+                        {8, 10, 10, 6, 3, 2, 1, 4, 5, 5},   // strided, masked prefix
+                        {6, 7, 7, 5, 1, 1, 0, 5, 6, 3},     // 1x1: no im2col
+                        {6, 8, 8, 5, 1, 2, 0, 3, 2, 1}};    // 1x1 stride 2 shortcut
+  for (const Case& c : cases) {
+    cpu::ConvShape s;
+    s.N = 5;
+    s.Cin = c.Cin;
+    s.H = c.H;
+    s.W = c.W;
+    s.Cout = c.Cout;
+    s.k = c.k;
+    s.stride = c.stride;
+    s.pad = c.pad;
+    const int64_t xn = static_cast<int64_t>(s.N) * s.Cin * s.H * s.W, yn = static_cast<int64_t>(s.N) * s.Cout * s.Ho() * s.Wo();
+    const int64_t wn = static_cast<int64_t>(s.Cout) * s.Cin * s.k * s.k, dwn = static_cast<int64_t>(c.dw_cout) * c.dw_cin * s.k * s.k;
+    const auto x = random_vec(xn, 70), w = random_vec(wn, 71), dy = random_vec(yn, 72), dw0 = random_vec(dwn, 73);
+    std::vector<float> y(yn), dx(xn), dw = dw0, ws(cpu::conv2d_workspace_floats(s));
+    cpu::conv2d_forward(s, x.data(), w.data(), y.data(), ws.data());
+    cpu::conv2d_backward(s, x.data(), w.data(), dy.data(), dx.data(), dw.data(), c.dw_cout, c.dw_cin, ws.data());
+    Dev<float> dx_(x), dw_(w), dy_(yn), ddy(dy), ddx(xn), ddw(dw0), dws(cuda::conv2d_workspace_floats(s, c.chunk));
+    cuda::conv2d_forward(s, dx_, dw_, dy_, dws, c.chunk, stream);
+    cuda::conv2d_backward(s, dx_, dw_, ddy, ddx, ddw, c.dw_cout, c.dw_cin, dws, c.chunk, stream);
+    EXPECT_REL(dy_.download(), y, kF32Tol) << "k=" << c.k << " stride=" << c.stride;
+    EXPECT_REL(ddx.download(), dx, kF32Tol) << "k=" << c.k << " stride=" << c.stride;
+    EXPECT_REL(ddw.download(), dw, kF32Tol) << "k=" << c.k << " stride=" << c.stride;
+  }
+}
+
+TEST_F(LayerKernels, GlobalAvgPool) {
+  const int N = 7, C = 13, HW = 64;
+  const auto x = random_vec(static_cast<size_t>(N) * C * HW, 80), dy = random_vec(static_cast<size_t>(N) * C, 81);
+  std::vector<float> y(N * C), dx(static_cast<size_t>(N) * C * HW);
+  cpu::global_avg_pool_forward(x.data(), y.data(), N, C, HW);
+  cpu::global_avg_pool_backward(dy.data(), dx.data(), N, C, HW);
+  Dev<float> dx_(x), dy_(N * C), ddy(dy), ddx(dx.size());
+  cuda::global_avg_pool_forward(dx_, dy_, N, C, HW, stream);
+  cuda::global_avg_pool_backward(ddy, ddx, N, C, HW, stream);
+  EXPECT_REL(dy_.download(), y, kF32Tol);
+  EXPECT_REL(ddx.download(), dx, kF32Tol);
+}
+
+/// One unsliced parameter of n values with a gradient, for the engine's optimizers.
+Param make_param(const std::vector<float>& w) {
+  Param p;
+  p.name = "w";
+  p.full_shape = {static_cast<int64_t>(w.size())};
+  p.value = Tensor::empty(p.full_shape, MemCategory::params);
+  p.grad = Tensor::empty(p.full_shape, MemCategory::grads);
+  std::copy(w.begin(), w.end(), p.value.f32());
+  return p;
+}
+
+/// Runs `steps` optimizer steps on the CPU (engine/optimizer.cpp) and the GPU, same grads.
+void check_optimizer(const OptimConfig& c, int steps) {
+  const int64_t n = 4099;
+  const auto w = random_vec(n, 90);
+  Param p = make_param(w);
+  auto opt = make_optimizer(c, {&p});
+  Dev<float> dw(w), dg(n), s0(std::vector<float>(n, 0.f)), s1(std::vector<float>(n, 0.f));
+  for (int t = 0; t < steps; ++t) {
+    const auto g = random_vec(n, 91 + t);
+    std::copy(g.begin(), g.end(), p.grad.f32());
+    dg.upload(g);
+    const double lr = c.lr * (1.0 - 0.1 * t);
+    opt->step(lr);
+    if (c.name == "sgd")
+      cuda::sgd_update(dw, dg, c.momentum > 0 ? s0.get() : nullptr, n, static_cast<float>(lr),
+                       static_cast<float>(c.momentum), static_cast<float>(c.weight_decay), c.nesterov, t == 0,
+                       nullptr);
+    else
+      cuda::adamw_update(dw, dg, s0, s1, n, lr, c.beta1, c.beta2, c.eps, c.weight_decay, t + 1, nullptr);
+  }
+  const std::vector<float> cpu_w(p.value.f32(), p.value.f32() + n);
+  EXPECT_REL(dw.download(), cpu_w, kF32Tol) << c.name << " momentum=" << c.momentum << " nesterov=" << c.nesterov;
+  const std::vector<float> cpu_s0(opt->state(0).empty() ? std::vector<float>() :
+                                  std::vector<float>(opt->state(0)[0]->f32(), opt->state(0)[0]->f32() + n));
+  if (!cpu_s0.empty()) EXPECT_REL(s0.download(), cpu_s0, kF32Tol);
+}
+
+TEST_F(LayerKernels, SgdMatchesEngineOptimizer) {
+  OptimConfig c;
+  c.name = "sgd";
+  c.lr = 0.1;
+  c.weight_decay = 5e-4;
+  for (double mom : {0.0, 0.9})
+    for (bool nesterov : {false, true}) {
+      c.momentum = mom;
+      c.nesterov = nesterov;
+      check_optimizer(c, 4);
+    }
+}
+
+TEST_F(LayerKernels, AdamWMatchesEngineOptimizer) {
+  OptimConfig c;
+  c.name = "adamw";
+  c.lr = 3e-3;
+  c.weight_decay = 0.1;
+  check_optimizer(c, 5);
+}
+
+}  // namespace
+}  // namespace subdp::gpu_test
