@@ -14,7 +14,7 @@ namespace {
 std::unique_ptr<Communicator> make_world(const ParallelConfig& p) {
   if (p.backend == "local") return make_local_communicator();
   if (p.backend == "nccl") throw Error("parallel.backend = \"nccl\": this build has no NCCL backend (see subdp version)");
-  if (p.backend == "mpi" || launched_by_mpi()) return make_mpi_world();
+  if (p.backend == "mpi" || launched_by_mpi()) return make_mpi_world(p.collective_timeout_s);
   return make_local_communicator();
 }
 

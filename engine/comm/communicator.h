@@ -54,7 +54,8 @@ std::unique_ptr<Communicator> make_simulated_communicator(int rank, int size);
 bool launched_by_mpi();
 
 /// Initialises MPI (once) and returns the world communicator. Errors name the MPI call.
-std::unique_ptr<Communicator> make_mpi_world();
+/// A collective that waits longer than collective_timeout_s ends the process (watchdog).
+std::unique_ptr<Communicator> make_mpi_world(double collective_timeout_s);
 
 /// Finalises MPI if it was initialised (call once at exit).
 void finalize_mpi();

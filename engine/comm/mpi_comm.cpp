@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "engine/comm/communicator.h"
+#include "engine/comm/watchdog.h"
 #include "engine/error.h"
 
 #define MPI_CHECK(call)                                                                    \
@@ -29,7 +30,8 @@ constexpr int64_t kMaxCount = 1 << 30;  // MPI counts are int: split larger mess
 
 class MpiCommunicator : public Communicator {
  public:
-  explicit MpiCommunicator(MPI_Comm comm) : comm_(comm) {
+  MpiCommunicator(MPI_Comm comm, std::shared_ptr<CollectiveWatchdog> watchdog)
+      : comm_(comm), watchdog_(std::move(watchdog)) {
     MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
     MPI_CHECK(MPI_Comm_size(comm_, &size_));
     MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
@@ -43,18 +45,22 @@ class MpiCommunicator : public Communicator {
   int size() const override { return size_; }
 
   void allreduce_sum(float* data, int64_t n) override {
+    CollectiveWatchdog::Guard guard(*watchdog_, "MPI_Allreduce");
     bytes_ += n * static_cast<int64_t>(sizeof(float));
     for (int64_t off = 0; off < n; off += kMaxCount)
       MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data + off, static_cast<int>(std::min(kMaxCount, n - off)),
                               MPI_FLOAT, MPI_SUM, comm_));
   }
   void allreduce_sum(double* data, int64_t n) override {
+    CollectiveWatchdog::Guard guard(*watchdog_, "MPI_Allreduce");
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(n), MPI_DOUBLE, MPI_SUM, comm_));
   }
   void allreduce_max(double* data, int64_t n) override {
+    CollectiveWatchdog::Guard guard(*watchdog_, "MPI_Allreduce(max)");
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(n), MPI_DOUBLE, MPI_MAX, comm_));
   }
   void reduce_sum(const float* data, float* recv, int64_t n, int root) override {
+    CollectiveWatchdog::Guard guard(*watchdog_, "MPI_Reduce");
     for (int64_t off = 0; off < n; off += kMaxCount) {
       const int count = static_cast<int>(std::min(kMaxCount, n - off));
       if (rank_ == root)
@@ -65,11 +71,13 @@ class MpiCommunicator : public Communicator {
     }
   }
   void broadcast(void* data, int64_t bytes, int root) override {
+    CollectiveWatchdog::Guard guard(*watchdog_, "MPI_Bcast");
     char* p = static_cast<char*>(data);
     for (int64_t off = 0; off < bytes; off += kMaxCount)
       MPI_CHECK(MPI_Bcast(p + off, static_cast<int>(std::min(kMaxCount, bytes - off)), MPI_BYTE, root, comm_));
   }
   std::vector<std::string> allgather(const std::string& mine) override {
+    CollectiveWatchdog::Guard guard(*watchdog_, "MPI_Allgather");
     int len = static_cast<int>(mine.size());
     std::vector<int> lens(size_), displs(size_);
     MPI_CHECK(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm_));
@@ -84,19 +92,24 @@ class MpiCommunicator : public Communicator {
     for (int r = 0; r < size_; ++r) out.push_back(all.substr(displs[r], lens[r]));
     return out;
   }
-  void barrier() override { MPI_CHECK(MPI_Barrier(comm_)); }
+  void barrier() override {
+    CollectiveWatchdog::Guard guard(*watchdog_, "MPI_Barrier");
+    MPI_CHECK(MPI_Barrier(comm_));
+  }
   std::unique_ptr<Communicator> subgroup(const std::vector<int>& ranks) override {
     bool member = false;
     for (int r : ranks) member |= r == rank_;
     MPI_Comm sub = MPI_COMM_NULL;
+    CollectiveWatchdog::Guard guard(*watchdog_, "MPI_Comm_split");
     MPI_CHECK(MPI_Comm_split(comm_, member ? 0 : MPI_UNDEFINED, rank_, &sub));
     if (!member) return nullptr;
-    return std::make_unique<MpiCommunicator>(sub);
+    return std::make_unique<MpiCommunicator>(sub, watchdog_);
   }
   std::string backend() const override { return "mpi"; }
 
  private:
   MPI_Comm comm_;
+  std::shared_ptr<CollectiveWatchdog> watchdog_;
   int rank_ = 0, size_ = 1;
 };
 
@@ -108,14 +121,16 @@ bool launched_by_mpi() {
   return false;
 }
 
-std::unique_ptr<Communicator> make_mpi_world() {
+std::unique_ptr<Communicator> make_mpi_world(double collective_timeout_s) {
   int initialized = 0;
   MPI_CHECK(MPI_Initialized(&initialized));
   if (!initialized) {
     int provided = 0;
     MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided));
   }
-  return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD);
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, std::make_shared<CollectiveWatchdog>(collective_timeout_s, rank));
 }
 
 void finalize_mpi() {

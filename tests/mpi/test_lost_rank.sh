@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# A lost rank: (1) SIGKILL one of 4 ranks mid-run: every process exits non-zero within 60 s
+# with a message naming the failed rank, none is left, and the newest checkpoint loads;
+# (2) a stuck rank (SIGSTOP): the collective watchdog ends the job within its timeout.
+source "$(dirname "$0")/common.sh"
+sed -i 's/^steps = 8/steps = 100000/' "$WORK/mlp.toml"
+cat >> "$WORK/mlp.toml" <<TOML
+[checkpoint]
+dir = "$WORK/ckpt"
+every = 5
+TOML
+lost_rank_run() {  # lost_rank_run SIGNAL LOG EXTRA_ARGS...: start 4 ranks, signal rank 2's pid once a checkpoint exists
+  local signal=$1 log=$2
+  shift 2
+  timeout 300 mpirun -np 4 --oversubscribe --mca btl "$BTL" --output-filename "$WORK/out-$signal" \
+    "$SUBDP" train "$WORK/mlp.toml" "$@" >"$log" 2>&1 &
+  local launcher=$!
+  for _ in $(seq 600); do [[ -d $WORK/ckpt/step-00000010 ]] && break; sleep 0.1; done
+  [[ -d $WORK/ckpt/step-00000010 ]] || { echo "FAIL: no checkpoint appeared"; cat "$log"; exit 1; }
+  local victim
+  victim=$(pgrep -f "^$SUBDP train $WORK/mlp.toml" | sed -n 3p)  # a rank, not mpirun
+  local t0=$SECONDS
+  kill -"$signal" "$victim"
+  local rc=0
+  wait "$launcher" || rc=$?
+  local took=$((SECONDS - t0))
+  [[ $rc != 0 ]] || { echo "FAIL: job exited 0 after SIG$signal"; exit 1; }
+  [[ $rc != 124 ]] || { echo "FAIL: job hung after SIG$signal"; exit 1; }
+  ((took <= 60)) || { echo "FAIL: took $took s to end after SIG$signal"; exit 1; }
+  kill -CONT "$victim" 2>/dev/null || true
+  sleep 1
+  if pgrep -f "subdp train $WORK/mlp.toml" >/dev/null; then echo "FAIL: processes left"; pkill -9 -f "subdp train $WORK/mlp.toml"; exit 1; fi
+  echo "ok: SIG$signal on one rank ended the job in $took s (exit $rc)"
+}
+lost_rank_run KILL "$WORK/kill.log"
+grep -Eq "process rank [0-9]+ .*signal 9|error on rank [0-9]" "$WORK/kill.log" || { echo "FAIL: no message naming the failed rank:"; tail "$WORK/kill.log"; exit 1; }
+grep -m2 -E "process rank [0-9]+ .*signal 9|error on rank [0-9]" "$WORK/kill.log"
+# The newest checkpoint still loads (resume into one process, no further steps).
+newest=$(ls -d "$WORK"/ckpt/step-* | grep -v '\.tmp$' | tail -1)
+step=${newest##*step-}
+"$SUBDP" train "$WORK/mlp.toml" --set parallel.backend=local --set checkpoint.resume="$newest" \
+  --set train.steps=$((10#$step)) --set checkpoint.dir="$WORK/reload" >"$WORK/reload.log"
+grep -q "resuming from" "$WORK/reload.log" || { echo "FAIL: newest checkpoint did not load"; exit 1; }
+echo "ok: newest checkpoint $newest loads"
+rm -rf "$WORK/ckpt"
+lost_rank_run STOP "$WORK/stop.log" --set parallel.collective_timeout_s=5
+grep -q "collective .* has waited" "$WORK/stop.log" || { echo "FAIL: no watchdog message"; tail "$WORK/stop.log"; exit 1; }
+grep -m1 "has waited" "$WORK/stop.log"
