@@ -54,6 +54,7 @@ Trainer::Trainer(const Config& config, std::unique_ptr<Communicator> world, cons
   cpu::set_num_threads(threads_per_rank(config_.train.threads));
   layout_.world = world_->size();
   layout_.rank = world_->rank();
+  prints_ = layout_.rank == 0 || world_->backend() == "simulated";
   layout_.S = config_.parallel.subnetworks;
   SUBDP_CHECK(layout_.world % layout_.S == 0,
               "parallel.subnetworks = {} does not divide the world size W = {}: W must be S x R replicas",
@@ -98,7 +99,7 @@ void Trainer::check_layout_agreement() {
 }
 
 int Trainer::run() {
-  if (layout_.rank == 0) {
+  if (prints_) {
     std::printf("subdp: %s | world W=%d, subnetworks S=%d, replicas R=%d | backend %s | %d threads/rank\n",
                 data_->describe().c_str(), layout_.world, layout_.S, layout_.replicas(), world_->backend().c_str(),
                 threads_per_rank(config_.train.threads));
@@ -116,7 +117,7 @@ int Trainer::run() {
     if (eval_now || step_ == total_steps_) {
       final_eval = evaluate_full();
       EvalResult sub = evaluate_local();
-      if (layout_.rank == 0) {
+      if (prints_) {
         std::printf("eval step %lld epoch %.2f: full model test_loss %.4f test_acc %.4f | subnetworks (own share) "
                     "loss %.4f acc %.4f\n", static_cast<long long>(step_), static_cast<double>(step_) / steps_per_epoch_,
                     final_eval.loss, final_eval.acc, sub.loss, sub.acc);
@@ -131,7 +132,7 @@ int Trainer::run() {
   if (const char* dir = std::getenv("SUBDP_DUMP_LOCAL")) dump_local_values(dir);
   double peak = static_cast<double>(MemoryTracker::global().stats().total_peak);
   world_->allreduce_max(&peak, 1);
-  if (layout_.rank == 0) {
+  if (prints_) {
     std::printf("memory: largest per-rank peak %s; plain DP would need %s per rank (%.2fx)\n",
                 mib(static_cast<int64_t>(peak)).c_str(), mib(dp_footprint_.total_peak).c_str(),
                 peak / std::max<double>(1, dp_footprint_.total_peak));
@@ -159,7 +160,7 @@ void Trainer::train_step(int64_t epoch, int64_t in_epoch) {
     SUBDP_CHECK(config_.train.nonfinite == "skip", "non-finite loss or gradient at step {} (see the rank's message "
                 "above); stopping before the optimizer step, no checkpoint written over the last good one "
                 "(train.nonfinite = \"skip\" skips such steps instead)", step_);
-    if (layout_.rank == 0) std::fprintf(stderr, "subdp: warning: skipping step %lld: non-finite values\n",
+    if (prints_) std::fprintf(stderr, "subdp: warning: skipping step %lld: non-finite values\n",
                                         static_cast<long long>(step_));
     ++step_;
     return;
@@ -228,7 +229,7 @@ void Trainer::log_step(double loss, double acc, double lr, double step_s, double
   if (step_ % config_.log.every != 0 && step_ != total_steps_) return;
   double worst[2] = {step_s, static_cast<double>(mem.total_peak)};
   world_->allreduce_max(worst, 2);
-  if (layout_.rank == 0) {
+  if (prints_) {
     const double rate = window_examples_ * layout_.world / std::max(window_time_, 1e-9);
     const double eta = (total_steps_ - step_) * window_time_ / window_n_;
     std::printf("epoch %lld step %lld/%lld loss %.4f acc %.4f lr %.5f samples/s %.0f step %.3fs (slowest rank) "

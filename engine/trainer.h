@@ -57,7 +57,8 @@ class Trainer {
   std::ofstream metrics_;
   MemStats dp_footprint_;
   int64_t step_ = 0, total_steps_ = 0, steps_per_epoch_ = 0;
-  int64_t last_saved_step_ = -1;  // step of this run's newest checkpoint
+  int64_t last_saved_step_ = -1;
+  bool prints_ = false;  // rank 0, or the simulated rank, prints progress  // step of this run's newest checkpoint
   double base_lr_ = 0;
   double window_loss_ = 0, window_acc_ = 0;
   int64_t window_n_ = 0, window_examples_ = 0;

@@ -71,8 +71,7 @@ TransformerBlock::TransformerBlock(ParamSet& ps, const SubnetMask& mask, const M
   // Parameters in torch's state_dict order: ln1, ln2, qkv, proj, fc, fc2.
   ln1_ = std::make_unique<LayerNorm>(ps, name + ".ln1", C_, index);
   ln2_ = std::make_unique<LayerNorm>(ps, name + ".ln2", C_, index);
-  const int64_t T = c.context;
-  attn_ = std::make_unique<CausalSelfAttention>(ps, name, C_, heads_, static_cast<int>(T), max_rows,
+  attn_ = std::make_unique<CausalSelfAttention>(ps, name, C_, heads_, c.context, max_rows,
                                                 neuron ? heads_layer(index) : -1, index,
                                                 neuron ? mask.scale : 1.f, kGpt2Weight);
   const UnitRef out_units{neuron ? mlp_layer(index) : -1, 0, 1}, in_units{neuron ? mlp_layer(index) : -1, 1, 1};
@@ -82,7 +81,7 @@ TransformerBlock::TransformerBlock(ParamSet& ps, const SubnetMask& mask, const M
   else branch_scale_ = mask.scale;
   ln1_->allocate_stats(max_rows);
   ln2_->allocate_stats(max_rows);
-  ln1_out_ = activation(max_rows, C_);
+  ln1_out_ = activation(max_rows, C_);  // (B, T, C) each, fc_pre_ / fc_act_ (B, T, H local)
   mid_ = activation(max_rows, C_);
   ln2_out_ = activation(max_rows, C_);
   fc_pre_ = activation(max_rows, fc_->out());

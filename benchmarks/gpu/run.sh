@@ -73,9 +73,7 @@ fi
 # 2. Configure and build (Ninja when present).
 GEN=()
 command -v ninja >/dev/null && GEN=(-G Ninja)
-if [ -f "$BUILD/CMakeCache.txt" ] && ! grep -q "SUBDP_CUDA:STRING=ON" "$BUILD/CMakeCache.txt"; then
-  GEN=()  # an existing build dir keeps its generator
-fi
+[ -f "$BUILD/CMakeCache.txt" ] && GEN=()  # an existing build dir keeps its generator
 run_step configure configure.log cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" -DSUBDP_CUDA=ON \
   -DCMAKE_BUILD_TYPE=Release "-DSUBDP_CUDA_ARCHITECTURES=$ARCHS"
 CONFIGURED=$STEP_RC
