@@ -54,7 +54,10 @@ int run_train(const Config& config, const TrainOptions& options) {
 int run_version() {
   std::printf("subdp %s\nbackends: cpu mpi local", SUBDP_VERSION);
 #ifdef SUBDP_WITH_CUDA
-  std::printf(" cuda nccl");
+  std::printf(" cuda");
+#endif
+#ifdef SUBDP_WITH_NCCL
+  std::printf(" nccl");
 #endif
   std::printf("\n");
   return 0;

@@ -21,7 +21,11 @@ SubnetMask make_subnet_mask(const SubnetworkPlan& plan, const ModelUnits& units,
     lm.order.insert(lm.order.end(), dropped.begin(), dropped.end());
     m.layers.push_back(lm);
   }
-  for (size_t b = 0; b < units.blocks.size(); ++b) m.block_kept.push_back(plan.keeps_block(s, static_cast<int>(b)));
+  for (size_t b = 0; b < units.blocks.size(); ++b) {
+    m.block_kept.push_back(plan.keeps_block(s, static_cast<int>(b)));
+    const bool dealt = plan.masked() && plan.granularity == Granularity::block && plan.block_group.at(b) >= 0;
+    m.block_dense.push_back(!dealt);
+  }
   if (plan.regime == Regime::forward && scale_kept) m.scale = static_cast<float>(1.0 / plan.keep());
   return m;
 }

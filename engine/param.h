@@ -28,10 +28,14 @@ struct SubnetMask {
   Granularity granularity = Granularity::block;
   std::vector<LayerMask> layers;   // neuron level (always filled, identity when unmasked)
   std::vector<char> block_kept;    // block level (all 1 when unmasked)
+  std::vector<char> block_dense;   // pinned or undroppable blocks: never scaled
   float scale = 1.f;               // forward masking: 1 / keep (inverted dropout), else 1
   bool forward_masked() const { return regime == Regime::forward; }
   /// True when the forward pass should skip block b (forward masking, dropped block).
   bool skips_block(int b) const { return regime == Regime::forward && !block_kept.at(b); }
+  /// Scale of block b's residual branch at block level: 1/keep for a kept masked block,
+  /// 1 for pinned (dense) blocks and outside forward masking.
+  float block_scale(int b) const { return block_dense.empty() || block_dense.at(b) ? 1.f : scale; }
 };
 
 /// Local mask of subnetwork s. `scale_kept` = false implements mask.scale = "none".

@@ -50,6 +50,52 @@ int group_id(SubnetworkPlan& plan, std::map<std::vector<int>, int>& ids, int o) 
   return id;
 }
 
+// Spread (max - min) of blocks per subnetwork if stage st uses deal k, added to count.
+void add_deal(std::vector<int>& count, const std::vector<int>& first, int c, int S, int sign) {
+  for (int o : first)
+    for (int j = 0; j < c; ++j) count[(o + j) % S] += sign;
+}
+
+int spread(const std::vector<int>& count) {
+  return *std::max_element(count.begin(), count.end()) - *std::min_element(count.begin(), count.end());
+}
+
+// Picks one deal per stage minimising the overall spread: every combination when there are
+// at most 2^16 of them, otherwise greedily stage by stage. First minimum wins (index 0 = brief).
+std::vector<int> choose_rotations(const std::vector<std::vector<std::vector<int>>>& deals, int c, int S) {
+  const size_t stages = deals.size();
+  double combos = 1;
+  for (size_t i = 0; i < stages; ++i) combos *= S;
+  std::vector<int> best(stages, 0), cur(stages, 0), count(S, 0);
+  if (combos <= 65536) {
+    int best_spread = 1 << 30;
+    for (;;) {
+      std::fill(count.begin(), count.end(), 0);
+      for (size_t st = 0; st < stages; ++st) add_deal(count, deals[st][cur[st]], c, S, 1);
+      if (spread(count) < best_spread) {
+        best_spread = spread(count);
+        best = cur;
+      }
+      size_t st = 0;
+      while (st < stages && ++cur[st] == S) cur[st++] = 0;
+      if (st == stages) return best;
+    }
+  }
+  for (size_t st = 0; st < stages; ++st) {
+    int best_spread = 1 << 30;
+    for (int k = 0; k < S; ++k) {
+      add_deal(count, deals[st][k], c, S, 1);
+      if (spread(count) < best_spread) {
+        best_spread = spread(count);
+        best[st] = k;
+      }
+      add_deal(count, deals[st][k], c, S, -1);
+    }
+    add_deal(count, deals[st][best[st]], c, S, 1);
+  }
+  return best;
+}
+
 int coverage_from(const MaskConfig& mask, int S) {
   const double c = mask.keep * S;
   const int rounded = static_cast<int>(std::lround(c));
@@ -135,15 +181,29 @@ SubnetworkPlan make_plan(const ModelUnits& units, const MaskConfig& mask, int S)
   }
   SUBDP_CHECK(!stages.empty(), "mask.granularity = \"block\": the model has no droppable residual "
               "blocks (the MLP has none; use granularity = \"neuron\", or unpin blocks)");
+  // Each stage is dealt with the brief's construction. Its rotation is chosen so the block
+  // count per subnetwork is as even as possible over the whole model, not only per stage:
+  // exhaustively over rotation combinations when there are few, else greedily stage by
+  // stage. Rotation offsets are tried from the brief's (the offset of the stage's first
+  // global position), so ties keep the brief's deal.
   const int L = S / std::gcd(plan.c, S);
-  int position = 0;  // global deal position of the stage's first block
+  std::vector<std::vector<int>> blocks_of;
+  std::vector<std::vector<std::vector<int>>> deals;  // [stage][k] first holder per block
+  int position = 0;
   for (auto& [stage, blocks] : stages) {
-    const int rotation = (position * plan.c + position / L) % S;
-    auto first = deal_units(static_cast<int>(blocks.size()), plan.c, S,
-                            mix64(mask.seed + 104729 * (stage + 1)), rotation);
-    for (size_t i = 0; i < blocks.size(); ++i) plan.block_group[blocks[i]] = group_id(plan, ids, first[i]);
-    position += static_cast<int>(blocks.size());
+    const int U = static_cast<int>(blocks.size());
+    const int preferred = (position * plan.c + position / L) % S;
+    std::vector<std::vector<int>> per_k;
+    for (int k = 0; k < S; ++k)
+      per_k.push_back(deal_units(U, plan.c, S, mix64(mask.seed + 104729 * (stage + 1)), (preferred + k) % S));
+    deals.push_back(per_k);
+    blocks_of.push_back(blocks);
+    position += U;
   }
+  const std::vector<int> choice = choose_rotations(deals, plan.c, S);
+  for (size_t st = 0; st < deals.size(); ++st)
+    for (size_t i = 0; i < blocks_of[st].size(); ++i)
+      plan.block_group[blocks_of[st][i]] = group_id(plan, ids, deals[st][choice[st]][i]);
   return plan;
 }
 

@@ -61,7 +61,7 @@ BasicBlock::BasicBlock(ParamSet& ps, const SubnetMask& mask, int index, int cin,
     h1_ = activation(N, local, Ho_, Wo_);
     c2_ = activation(N, cout, Ho_, Wo_);
     if (mask.granularity == Granularity::neuron) neuron_scale_ = mask.scale;
-    else branch_scale_ = mask.scale;
+    else branch_scale_ = mask.block_scale(index);
   }
   if (stride != 1 || cin != cout) {
     sc_conv_ = std::make_unique<Conv2d>(ps, name + ".short.0", cin, cout, 1, stride, 0);

@@ -96,7 +96,8 @@ TESTS_LINE="-"
 if [ "$BUILT" -eq 0 ]; then
   run_step gpu_tests gpu_tests.log "$BUILD/tests/gpu/subdp_gpu_tests" \
     "--gtest_output=xml:$OUT_DIR/gpu_tests.xml"
-  TESTS_LINE=$(grep -E "^\[  (PASSED|FAILED|SKIPPED) \] [0-9]+ test" "$OUT_DIR/gpu_tests.log" | tr '\n' ' ')
+  TESTS_LINE=$(grep -oE "^\[ +(PASSED|FAILED|SKIPPED) +\] [0-9]+ tests?" "$OUT_DIR/gpu_tests.log" |
+    sed -E 's/[][]//g; s/ +/ /g; s/^ //' | paste -sd ',' -)
 else
   skip_step gpu_tests "nothing built"
 fi

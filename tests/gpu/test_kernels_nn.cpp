@@ -9,6 +9,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/conv.h"
 #include "kernels/cpu/norm.h"
+#include "kernels/cpu/softmax.h"
 #include "kernels/cuda/kernels.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -117,6 +118,31 @@ TEST_F(LayerKernels, CausalAttention) {
   EXPECT_REL(datt.download(), att, kF32Tol);
   EXPECT_REL(dy_.download(), y, kF32Tol);
   EXPECT_REL(ddq.download(), dqkv, kF32Tol);
+}
+
+TEST_F(LayerKernels, CausalSoftmaxWithScale) {
+  const int64_t mats = 5;
+  const int T = 45;
+  const float scale = 0.37f;
+  const auto scores = random_vec(mats * T * T, 62, -6.f, 6.f), datt = random_vec(mats * T * T, 63);
+  std::vector<float> att(mats * T * T, 0.f), dscores(mats * T * T, 0.f);
+  for (int64_t r = 0; r < mats * T; ++r) {  // reference: row i is softmax(scale * s[:i+1]), then 0
+    const int i = static_cast<int>(r % T);
+    std::vector<float> row(scores.begin() + r * T, scores.begin() + r * T + i + 1);
+    for (float& v : row) v *= scale;
+    cpu::softmax_rows(row.data(), 1, i + 1);
+    double dot = 0;
+    for (int j = 0; j <= i; ++j) dot += row[j] * datt[r * T + j];
+    for (int j = 0; j <= i; ++j) {
+      att[r * T + j] = row[j];
+      dscores[r * T + j] = static_cast<float>(scale * row[j] * (datt[r * T + j] - dot));
+    }
+  }
+  Dev<float> ds(scores), da(mats * T * T), dd(datt);
+  cuda::attention_softmax_forward(ds, da, mats, T, scale, stream);
+  cuda::attention_softmax_backward(da, dd, dd, mats, T, scale, stream);  // in place
+  EXPECT_REL(da.download(), att, kF32Tol);
+  EXPECT_REL(dd.download(), dscores, kF32Tol);
 }
 
 TEST_F(LayerKernels, Conv2dIm2colCol2im) {

@@ -66,11 +66,12 @@ inline std::vector<int64_t> probe_indices(int64_t n, int max_probes, uint64_t se
 /// step of 1e-3 often crosses one), a probe passes when the difference at any of the steps
 /// matches; a probe that matches none is a mismatch when all its differences agree with one
 /// another within half the tolerance (the loss is smooth there: the analytic gradient is
-/// wrong) and is skipped as non-smooth when they disagree (a kink inside the steps). That decision depends on the
-/// forward pass only, so a wrong backward cannot hide behind it, and at most max_nonsmooth
-/// of the probes may be skipped. Fails when the probed gradient is all zero (a check that
-/// compares nothing). value_index (optional) maps analytic index -> values index (a gradient
-/// that covers a prefix of a larger value).
+/// wrong) and is skipped as non-smooth when they disagree (a kink inside the steps). That
+/// decision depends on the forward pass only, so a wrong backward cannot hide behind it, and
+/// at most max_nonsmooth of the probes may be skipped. Fails when the probed gradient is all
+/// zero (a check that compares nothing). value_index (optional) maps analytic index ->
+/// values index (a gradient that covers a prefix of a larger value).
+/// SUBDP_GRADCHECK_VERBOSE=1 prints the probe and skip counts of every passing check.
 inline ::testing::AssertionResult check_gradient(const std::string& what, float* values,
                                                  const float* analytic, int64_t n,
                                                  const std::function<double()>& loss,

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Builds libFuzzer targets (clang, AddressSanitizer + UndefinedBehaviorSanitizer) for the
+# config parser and every file reader, and fuzzes each for a bounded time (default 20 s).
+# Usage: scripts/fuzz.sh [SECONDS]. A crash leaves its input in build-fuzz/ and exits non-zero.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+seconds=${1:-20}
+out=${SUBDP_FUZZ_DIR:-$root/build-fuzz}
+mkdir -p "$out"
+sources=("$root"/engine/data/*.cpp "$root/engine/io/safetensors.cpp" "$root/engine/cli/config_toml.cpp")
+flags=(-std=c++17 -O1 -g -DNDEBUG -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I"$root")
+libs=(-lz -lfmt)
+for target in config idx cifar tokens text safetensors; do
+  bin="$out/fuzz_$target"
+  if [[ ! -x $bin || $root/tests/fuzz/fuzz_readers.cpp -nt $bin ]]; then
+    clang++ "${flags[@]}" -DSUBDP_FUZZ_TARGET="\"$target\"" "$root/tests/fuzz/fuzz_readers.cpp" "${sources[@]}" \
+      "${libs[@]}" -o "$bin"
+  fi
+  mkdir -p "$out/corpus_$target"
+  echo "fuzzing $target for ${seconds}s"
+  (cd "$out" && "$bin" -max_total_time="$seconds" -max_len=65536 -rss_limit_mb=2048 -print_final_stats=0 \
+      "$out/corpus_$target" 2>"$out/fuzz_$target.log") || { tail -30 "$out/fuzz_$target.log"; exit 1; }
+  grep -E "^#[0-9]+ *DONE|Done [0-9]+ runs" "$out/fuzz_$target.log" | tail -1 || true
+done
