@@ -265,6 +265,22 @@ def summarize(name, regime, keep, ranks, evals, final, plan, wall):
 # Outputs
 
 
+def model_name(config, sets):
+    """model.name from the config and the overrides (text models report next-token accuracy)."""
+    name = "mlp"
+    try:
+        import tomllib
+        with open(config, "rb") as f:
+            name = tomllib.load(f).get("model", {}).get("name", name)
+    except Exception:
+        pass
+    for s in sets:
+        k, _, v = s.partition("=")
+        if k.strip() == "model.name":
+            name = v.strip().strip('"')
+    return name
+
+
 def table(summaries, dp_total, dp_source):
     head = ["run", "regime", "keep", *[f"{c} MiB" for c in CATEGORIES], "total MiB", "vs DP", "predicted MiB",
             "meas/pred", "step s", "GFLOP/step/rank", "MB allreduced/step/rank", "train loss", "test loss", "test acc"]
@@ -470,6 +486,9 @@ def main(argv=None):
     else:
         dp_total, dp_source = summaries[0]["planner_dp"], "the planner's plain-DP prediction (no dp run)"
     tab, tab_notes = table(summaries, dp_total, dp_source)
+    if model_name(a.config, a.set) == "gpt":
+        tab_notes.append("Text model: losses are cross-entropy in nats per token (bits per byte = loss / ln 2 for "
+                         "the byte-level GPT); test acc is next-token accuracy on the validation split.")
     write_csvs(out, runs_data)
     plots(out, runs_data, summaries, title)
     total_wall = sum(s["wall_s"] for s in summaries if not math.isnan(s["wall_s"]))

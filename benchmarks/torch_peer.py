@@ -61,9 +61,67 @@ def resnet(widths=(32, 64, 128), per_stage=2, classes=10):
     return Net()
 
 
+class Mlp(nn.Module):
+    """784 -> 1024 -> 1024 -> 10 with ReLU; parameters named net.1, net.3, net.5 as in subdp."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Flatten(), nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
+                                 nn.Linear(1024, 10))
+
+    def forward(self, x):
+        return self.net(x)
+
+
 def mlp():
-    return nn.Sequential(nn.Flatten(), nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
-                         nn.Linear(1024, 10))
+    return Mlp()
+
+
+def build(name):
+    """The PyTorch twin of subdp's reference model `name` (parameter names match subdp's)."""
+    if name == "mlp":
+        return mlp()
+    if name == "resnet":
+        return resnet()
+    if name == "gpt":
+        return GPT()
+    raise ValueError(name)
+
+
+class Block(nn.Module):
+    """Pre-LayerNorm transformer block: x + proj(attn(ln1 x)); x + fc2(gelu(fc(ln2 x)))."""
+
+    def __init__(self, d, heads):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.fc, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+        self.heads = heads
+
+    def forward(self, x):
+        B, T, C = x.shape
+        hd = C // self.heads
+        q, k, v = (t.view(B, T, self.heads, hd).transpose(1, 2) for t in self.qkv(self.ln1(x)).split(C, dim=2))
+        att = (q @ k.transpose(-2, -1)) / hd ** 0.5
+        att = att.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf")).softmax(-1)
+        x = x + self.proj((att @ v).transpose(1, 2).reshape(B, T, C))
+        return x + self.fc2(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    """Byte-level GPT: token + position embedding, pre-LN blocks, final LN, tied head."""
+
+    def __init__(self, vocab=256, ctx=128, d=256, heads=8, depth=6):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab, d), nn.Embedding(ctx, d)
+        self.blocks = nn.ModuleList([Block(d, heads) for _ in range(depth)])
+        self.lnf = nn.LayerNorm(d)
+
+    def forward(self, idx):
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+        for b in self.blocks:
+            x = b(x)
+        return self.lnf(x) @ self.wte.weight.t()
 
 
 def main():
@@ -76,7 +134,7 @@ def main():
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    model = mlp() if a.model == "mlp" else resnet()
+    model = build(a.model)
     x_all, y_all = fashion_mnist(a.batch * 8)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     start = None

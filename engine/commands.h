@@ -28,6 +28,13 @@ int run_plan(const Config& config, int world, double budget_bytes);
 int run_sample(const std::string& checkpoint, const std::string& prompt, int tokens, double temperature, int top_k,
                uint64_t seed, const std::vector<std::string>& overrides = {});
 
+/// `subdp parity-dump`: builds the full model of `config` (one process), takes the first
+/// training batch, and writes to out_dir: weights.safetensors (initial parameters and
+/// buffers, PyTorch names), batch.safetensors (x, y as float32), outputs.safetensors
+/// (logits, loss, every parameter gradient as "grad.<name>") and losses.json (losses of
+/// the first `steps` optimizer steps on that batch). Used by tests/parity against PyTorch.
+int run_parity_dump(const Config& config, const std::string& out_dir, int steps);
+
 /// `subdp version`: version and compiled-in backends.
 int run_version();
 

@@ -67,6 +67,8 @@ class Gpt : public Model {
   double forward(const Batch& batch, bool training, int64_t* correct) override;
   void backward() override;
   int64_t positions_per_example() const override { return T_; }
+  /// Logits (B*T, vocab) of the last forward.
+  const float* last_logits() const override { return head_.logits(); }
   /// Logits (B*T, vocab) of tokens (B, T), B <= max_batch, T <= context (generation).
   const float* logits(const int32_t* tokens, int B, int T);
   int context() const { return T_; }

@@ -20,6 +20,7 @@ class Mlp : public Model {
   Mlp(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed);
   double forward(const Batch& batch, bool training, int64_t* correct) override;
   void backward() override;
+  const float* last_logits() const override { return head_.logits(); }
 
  private:
   std::vector<Linear> fcs_;      // fcs_[i]: width[i] -> width[i+1]

@@ -31,6 +31,8 @@ class Model {
   virtual double forward(const Batch& batch, bool training, int64_t* correct) = 0;
   /// Backward of the last training forward: accumulates parameter gradients.
   virtual void backward() = 0;
+  /// Logits of the last forward, (positions, classes) row-major; nullptr if not kept.
+  virtual const float* last_logits() const { return nullptr; }
   /// Target positions per example (1 for classifiers, T for language models).
   virtual int64_t positions_per_example() const { return 1; }
 

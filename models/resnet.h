@@ -56,6 +56,7 @@ class ResNet : public Model {
   ResNet(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed);
   double forward(const Batch& batch, bool training, int64_t* correct) override;
   void backward() override;
+  const float* last_logits() const override { return head_.logits(); }
 
  private:
   std::unique_ptr<Conv2d> stem_conv_;

@@ -1,14 +1,18 @@
-// The subdp command line: `subdp train CONFIG`, `subdp plan CONFIG`, `subdp sample CHECKPOINT`,
-// `subdp version`.
+// The subdp command line: `subdp train CONFIG`, `subdp plan CONFIG`, `subdp compare CONFIG ...`
+// (runs benchmarks/compare.py), `subdp sample CHECKPOINT`, `subdp version`.
 // Exit codes: 0 success, 1 error (subdp::Error or any exception), 2 bad command line.
 #include <CLI/CLI.hpp>
 
 #include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "engine/commands.h"
 #include "engine/config.h"
@@ -80,6 +84,30 @@ void add_config_args(CLI::App* cmd, Args& a) {
       ->allow_extra_args(false);  // one value per --set: `--set a=1 CONFIG` keeps CONFIG
 }
 
+#ifndef SUBDP_SOURCE_DIR
+#define SUBDP_SOURCE_DIR "."
+#endif
+
+/// `subdp compare CONFIG [options]`: replaces this process with
+/// `/usr/bin/python3 <source>/benchmarks/compare.py --binary <this executable> CONFIG [options]`
+/// (a --binary among the options wins). Returns only when the exec fails.
+int exec_compare(const std::vector<std::string>& extras) {
+  const std::string script = std::string(SUBDP_SOURCE_DIR) + "/benchmarks/compare.py";
+  const char* python = "/usr/bin/python3";
+  std::vector<std::string> args = {python, script};
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n > 0) args.insert(args.end(), {"--binary", std::string(self, static_cast<size_t>(n))});
+  args.insert(args.end(), extras.begin(), extras.end());
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::fflush(stdout);
+  execv(python, argv.data());
+  std::fprintf(stderr, "subdp: error: cannot run %s %s: %s\n", python, script.c_str(), std::strerror(errno));
+  return 1;
+}
+
 int run(int argc, char** argv) {
   CLI::App app{"subdp: hybrid data parallelism with subnetwork masking (arXiv:2507.09029)", "subdp"};
   app.require_subcommand(1);
@@ -100,7 +128,19 @@ int run(int argc, char** argv) {
       ->type_name("BYTES")
       ->check(CLI::Validator(check_bytes, ""));
 
+  CLI::App* compare = app.add_subcommand(
+      "compare", "compare DP and the masking regimes (runs benchmarks/compare.py; `subdp compare --help` for its options)");
+  compare->allow_extras();
+  compare->set_help_flag();  // --help goes to compare.py
+
   CLI::App* version = app.add_subcommand("version", "print the version and compiled-in backends");
+
+  std::string parity_out;
+  int parity_steps = 10;
+  CLI::App* parity = app.add_subcommand("parity-dump", "write initial weights, a batch, outputs and gradients for the PyTorch parity tests");
+  add_config_args(parity, a);
+  parity->add_option("OUT_DIR", parity_out, "directory for the safetensors files")->required();
+  parity->add_option("--steps", parity_steps, "optimizer steps whose losses are recorded")->check(CLI::NonNegativeNumber);
 
   struct SampleArgs {
     std::string checkpoint, prompt;
@@ -127,9 +167,11 @@ int run(int argc, char** argv) {
   }
 
   if (*version) return subdp::run_version();
+  if (*compare) return exec_compare(compare->remaining());
   if (*sample) return subdp::run_sample(s.checkpoint, s.prompt, s.tokens, s.temperature, s.top_k, s.seed, a.overrides);
   subdp::Config config = subdp::load_config(a.config, a.overrides);
   if (*train) return subdp::run_train(config, a.train);
+  if (*parity) return subdp::run_parity_dump(config, parity_out, parity_steps);
   if (*plan) return subdp::run_plan(config, a.world, a.budget.empty() ? 0.0 : parse_bytes(a.budget));
   return 2;
 }

@@ -1,0 +1,70 @@
+// run_parity_dump: what the PyTorch parity tests compare against (tests/parity/).
+#include <filesystem>
+#include <fstream>
+
+#include "engine/commands.h"
+#include "engine/data_source.h"
+#include "engine/error.h"
+#include "engine/io/safetensors.h"
+#include "engine/optimizer.h"
+#include "kernels/cpu/gemm.h"
+#include "models/model.h"
+
+namespace subdp {
+
+namespace {
+
+NamedTensor named(const std::string& name, const Shape& shape, const float* data) {
+  return {name, shape, std::vector<float>(data, data + shape_numel(shape))};
+}
+
+NamedTensor as_float(const std::string& name, const Tensor& t, int64_t n_rows) {
+  Shape shape = t.shape();
+  shape[0] = n_rows;
+  NamedTensor out{name, shape, std::vector<float>(shape_numel(shape))};
+  for (int64_t i = 0; i < shape_numel(shape); ++i)
+    out.data[i] = t.dtype() == DType::i32 ? static_cast<float>(t.i32()[i]) : t.f32()[i];
+  return out;
+}
+
+}  // namespace
+
+int run_parity_dump(const Config& config, const std::string& out_dir, int steps) {
+  cpu::set_num_threads(config.train.threads > 0 ? config.train.threads : 1);
+  std::filesystem::create_directories(out_dir);
+  const ModelUnits units = model_units(config.model);
+  auto model = make_model(config.model, full_mask(units), config.train.batch_size, config.train.seed);
+  auto data = make_data_source(config, 0, 1);
+  Batch batch = data->make_batch();
+  data->train_batch(0, 0, batch);
+  std::vector<NamedTensor> weights, outputs;
+  for (Param* p : model->params().all()) weights.push_back(named(p->name, p->full_shape, p->value.f32()));
+  save_safetensors(out_dir + "/weights.safetensors", weights);
+  save_safetensors(out_dir + "/batch.safetensors", {as_float("x", batch.x, batch.n), as_float("y", batch.y, batch.n)});
+  model->zero_grad();
+  const double loss = model->forward(batch, true, nullptr);
+  model->backward();
+  const int64_t rows = batch.n * model->positions_per_example();
+  SUBDP_CHECK(model->last_logits() != nullptr, "model.name = \"{}\" does not expose its logits", config.model.name);
+  const int64_t classes = config.model.name == "gpt" ? config.model.vocab : config.model.classes;
+  outputs.push_back(named("logits", {rows, classes}, model->last_logits()));
+  const float loss_f = static_cast<float>(loss);
+  outputs.push_back(named("loss", {1}, &loss_f));
+  for (Param* p : model->params().trainable()) outputs.push_back(named("grad." + p->name, p->full_shape, p->grad.f32()));
+  save_safetensors(out_dir + "/outputs.safetensors", outputs);
+  // Optimizer steps on the same batch (the update itself is compared through the losses).
+  auto opt = make_optimizer(config.optim, model->params().trainable());
+  std::ofstream losses(out_dir + "/losses.json");
+  losses << "[";
+  for (int s = 0; s < steps; ++s) {
+    model->zero_grad();
+    const double l = model->forward(batch, true, nullptr);
+    model->backward();
+    opt->step(config.optim.lr);
+    losses << (s ? ", " : "") << fmt::format("{:.9g}", l);
+  }
+  losses << "]\n";
+  return 0;
+}
+
+}  // namespace subdp
