@@ -283,7 +283,7 @@ def model_name(config, sets):
 
 def table(summaries, dp_total, dp_source):
     head = ["run", "regime", "keep", *[f"{c} MiB" for c in CATEGORIES], "total MiB", "vs DP", "predicted MiB",
-            "meas/pred", "step s", "GFLOP/step/rank", "MB allreduced/step/rank", "train loss", "test loss", "test acc"]
+            "meas/pred", "step s", "GFLOP/step/rank", "MB allreduced/step/rank", "train loss", "test loss", "test acc", "subnet acc"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for s in summaries:
         ratio = s["total"] / dp_total if dp_total else math.nan
@@ -291,7 +291,7 @@ def table(summaries, dp_total, dp_source):
                  *[f"{s['mem'][c] / MIB:.2f}" for c in CATEGORIES], f"{s['total'] / MIB:.2f}", f"{ratio:.2f}x",
                  f"{s['predicted'] / MIB:.2f}", f"{s['total'] / s['predicted']:.3f}", f"{s['step_s']:.3f}",
                  f"{s['flops'] / 1e9:.2f}", f"{s['bytes'] / 1e6:.2f}", f"{s['train_loss']:.4f}", f"{s['test_loss']:.4f}",
-                 f"{s['test_acc']:.4f}"]
+                 f"{s['test_acc']:.4f}", f"{s['subnet_acc']:.4f}"]
         lines.append("| " + " | ".join(cells) + " |")
     notes = [
         f"Memory: peak bytes per category of the rank with the largest total peak (MiB = 2^20 bytes); "
@@ -299,7 +299,8 @@ def table(summaries, dp_total, dp_source):
         f"'meas/pred' = measured / predicted total.",
         "Step s: mean over steps 2..N of the slowest rank's step time. GFLOP and MB all-reduced: mean per step per rank.",
         f"Train loss: mean over all ranks of the last {summaries[0]['train_loss_tail'] if summaries else 0} steps. "
-        "Test loss / acc: the full model assembled from the subnetworks, last evaluation on the held-out split.",
+        "Test loss / acc: the full model assembled from the subnetworks, last evaluation on the held-out split; "
+        "subnet acc: each rank's own subnetwork on its share of that split (the engine's 'subnetworks (own share)').",
     ]
     return "\n".join(lines), notes
 
@@ -411,7 +412,7 @@ def plots(out, runs_data, summaries, title):
 # ---------------------------------------------------------------------------------------
 
 
-def main(argv=None):
+def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     p.add_argument("config", help="TOML run config")
@@ -433,53 +434,48 @@ def main(argv=None):
     p.add_argument("--title", default="", help="plot title (default: the config's name)")
     p.add_argument("--verbose", action="store_true", help="echo every line of subdp train")
     a = p.parse_args(argv)
-
     a.binary = os.path.abspath(a.binary)
     if not os.access(a.binary, os.X_OK):
-        raise SystemExit(f"compare.py: {a.binary} is not an executable (build it: cmake --build build --target subdp)")
+        p.error(f"{a.binary} is not an executable (build it: cmake --build build --target subdp)")
     if not os.path.exists(a.config):
-        raise SystemExit(f"compare.py: config {a.config} not found")
+        p.error(f"config {a.config} not found")
     if a.steps < 1 or a.world < 1 or a.evals < 1:
-        raise SystemExit("compare.py: --steps, --world and --evals must be >= 1")
+        p.error("--steps, --world and --evals must be >= 1")
     a.subnetworks = a.subnetworks or a.world
     if a.world % a.subnetworks:
-        raise SystemExit(f"compare.py: --subnetworks {a.subnetworks} does not divide --world {a.world}")
-    stem = os.path.splitext(os.path.basename(a.config))[0]
-    out = os.path.abspath(a.out or os.path.join(ROOT, "benchmarks", "results", stem))
-    title = a.title or stem
-    keeps = [float(k) for k in a.keep.split(",") if k]
-    runs, notes = plan_runs([r for r in a.regimes.split(",") if r], keeps, a.subnetworks)
-    eval_every = max(1, round(a.steps / a.evals))
-    os.makedirs(out, exist_ok=True)
+        p.error(f"--subnetworks {a.subnetworks} does not divide --world {a.world}")
+    a.stem = os.path.splitext(os.path.basename(a.config))[0]
+    a.out = os.path.abspath(a.out or os.path.join(ROOT, "benchmarks", "results", a.stem))
+    a.title = a.title or a.stem
+    a.eval_every = max(1, round(a.steps / a.evals))
+    return a
 
-    t_start = time.time()
+
+def run_all(a, runs, notes):
+    """Plans and trains every run; returns (runs_data, summaries). Raises Failure."""
     runs_data, summaries = [], []
-    try:
-        for name, regime, keep in runs:
-            run_dir = os.path.join(out, name)
-            os.makedirs(run_dir, exist_ok=True)
-            sets = list(a.set) + run_sets(regime, keep, a.subnetworks, a.steps, eval_every,
-                                          os.path.join(run_dir, "metrics-{rank}.jsonl"))
-            plan, refused = run_plan(a.binary, a.config, a.world, sets, run_dir, name)
-            if refused:
-                notes.append(f"skipped {name}: the model refuses it ({refused})")
-                print(f"[{name}] skipped: {refused}", flush=True)
-                continue
-            cmd, wall = train(a, name, regime, keep, run_dir, a.steps, eval_every)
-            ranks, evals, final = read_run(name, run_dir, a.world, a.steps, cmd)
-            if wall is None:
-                with open(os.path.join(run_dir, "done.json")) as f:
-                    wall = json.load(f).get("wall_s", math.nan)
-            runs_data.append({"name": name, "regime": regime, "keep": keep, "ranks": ranks, "evals": evals})
-            summaries.append(summarize(name, regime, keep, ranks, evals, final, plan, wall))
-            print(f"[{name}] done in {wall:.0f} s", flush=True)
-    except Failure as e:
-        print(f"compare.py: error: {e}", file=sys.stderr)
-        return 1
-    if not summaries:
-        print("compare.py: error: no run was made" + ("".join("\n  " + n for n in notes)), file=sys.stderr)
-        return 1
+    for name, regime, keep in runs:
+        run_dir = os.path.join(a.out, name)
+        os.makedirs(run_dir, exist_ok=True)
+        sets = list(a.set) + run_sets(regime, keep, a.subnetworks, a.steps, a.eval_every,
+                                      os.path.join(run_dir, "metrics-{rank}.jsonl"))
+        plan, refused = run_plan(a.binary, a.config, a.world, sets, run_dir, name)
+        if refused:
+            notes.append(f"skipped {name}: the model refuses it ({refused})")
+            print(f"[{name}] skipped: {refused}", flush=True)
+            continue
+        cmd, wall = train(a, name, regime, keep, run_dir, a.steps, a.eval_every)
+        ranks, evals, final = read_run(name, run_dir, a.world, a.steps, cmd)
+        if wall is None:
+            with open(os.path.join(run_dir, "done.json")) as f:
+                wall = json.load(f).get("wall_s", math.nan)
+        runs_data.append({"name": name, "regime": regime, "keep": keep, "ranks": ranks, "evals": evals})
+        summaries.append(summarize(name, regime, keep, ranks, evals, final, plan, wall))
+        print(f"[{name}] done in {wall:.0f} s", flush=True)
+    return runs_data, summaries
 
+
+def write_summary(a, summaries, notes):
     dp = next((s for s in summaries if s["regime"] == "dp"), None)
     if dp:
         dp_total, dp_source = dp["total"], "the measured DP run's largest rank"
@@ -489,24 +485,42 @@ def main(argv=None):
     if model_name(a.config, a.set) == "gpt":
         tab_notes.append("Text model: losses are cross-entropy in nats per token (bits per byte = loss / ln 2 for "
                          "the byte-level GPT); test acc is next-token accuracy on the validation split.")
-    write_csvs(out, runs_data)
-    plots(out, runs_data, summaries, title)
     total_wall = sum(s["wall_s"] for s in summaries if not math.isnan(s["wall_s"]))
-    header = [f"# Regime comparison: {stem}", "",
+    header = [f"# Regime comparison: {a.stem}", "",
               f"Config `{os.path.relpath(os.path.abspath(a.config), ROOT)}`, W = {a.world}, S = {a.subnetworks} "
-              f"(masked runs), {a.steps} steps per run, evaluation every {eval_every} steps, overrides: "
+              f"(masked runs), {a.steps} steps per run, evaluation every {a.eval_every} steps, overrides: "
               f"{' '.join(a.set) or 'none'}.", ""]
     footer = ["", *[f"- {n}" for n in tab_notes + notes], "",
-              "Run wall time (s): " + ", ".join(f"{s['run']} {s['wall_s']:.0f}" for s in summaries) +
-              f"; total {total_wall:.0f}.", "",
+              "Run wall time (s, training and evaluation): " +
+              ", ".join(f"{s['run']} {s['wall_s']:.0f}" for s in summaries) + f"; total {total_wall:.0f}.", "",
               "Files: steps.csv (every step, rank), evals.csv, memory.png, loss_vs_step.png, loss_vs_flops.png, eval.png; "
               "per run: command.txt, plan.txt, stdout.txt, metrics-{rank}.jsonl.", ""]
     text = "\n".join(header) + tab + "\n" + "\n".join(footer)
-    with open(os.path.join(out, "summary.md"), "w") as f:
+    with open(os.path.join(a.out, "summary.md"), "w") as f:
         f.write(text)
+    return text
+
+
+def main(argv=None):
+    a = parse_args(argv)
+    keeps = [float(k) for k in a.keep.split(",") if k]
+    runs, notes = plan_runs([r for r in a.regimes.split(",") if r], keeps, a.subnetworks)
+    os.makedirs(a.out, exist_ok=True)
+    t_start = time.time()
+    try:
+        runs_data, summaries = run_all(a, runs, notes)
+    except Failure as e:
+        print(f"compare.py: error: {e}", file=sys.stderr)
+        return 1
+    if not summaries:
+        print("compare.py: error: no run was made" + "".join("\n  " + n for n in notes), file=sys.stderr)
+        return 1
+    write_csvs(a.out, runs_data)
+    plots(a.out, runs_data, summaries, a.title)
+    text = write_summary(a, summaries, notes)
     print()
     print(text)
-    print(f"wrote {out}/summary.md, steps.csv, evals.csv, memory.png, loss_vs_step.png, loss_vs_flops.png, eval.png "
+    print(f"wrote {a.out}/summary.md, steps.csv, evals.csv, memory.png, loss_vs_step.png, loss_vs_flops.png, eval.png "
           f"({time.time() - t_start:.0f} s)")
     return 0
 

@@ -34,6 +34,9 @@ class Trainer {
   void clip_gradients();
   EvalResult evaluate_full();
   EvalResult evaluate_local();
+  /// Re-estimates BatchNorm running statistics of `model` on training batches (masked runs).
+  void recalibrate_batchnorm(Model& model);
+  static constexpr int kRecalibrationBatches = 32;
   EvalResult evaluate(Model& model, int share_rank, int shares);
   void log_step(double loss, double acc, double lr, double step_s, double comm_s, int64_t flops, int64_t bytes);
   void save(bool final);

@@ -6,6 +6,7 @@
 
 #include "engine/checkpoint.h"
 #include "engine/error.h"
+#include "engine/layers/batchnorm.h"
 #include "engine/trainer.h"
 
 namespace subdp {
@@ -48,11 +49,42 @@ EvalResult Trainer::evaluate_full() {
     SUBDP_ASSERT(by_name.count(p->name));
     std::copy(by_name[p->name]->data.begin(), by_name[p->name]->data.end(), p->value.f32());
   }
+  recalibrate_batchnorm(*eval_model_);
   return evaluate(*eval_model_, 0, 1);
 }
 
+void Trainer::recalibrate_batchnorm(Model& model) {
+  // The subnetworks' running statistics describe subnetworks, not the assembled model (whose
+  // activations sum every kept branch): re-estimate them as a plain average over training
+  // batches (BN recalibration, as for slimmable networks and stochastic depth).
+  auto bns = model.batchnorms();
+  if (bns.empty() || !plan_.masked()) return;
+  const int batches = static_cast<int>(std::min<int64_t>(kRecalibrationBatches, steps_per_epoch_));
+  for (BatchNorm2d* bn : bns) {
+    bn->running_mean->value.zero_();
+    std::fill(bn->running_var->value.f32(), bn->running_var->value.f32() + bn->running_var->value.numel(), 1.f);
+  }
+  for (int i = 0; i < batches; ++i) {
+    for (BatchNorm2d* bn : bns) bn->momentum = 1.f / static_cast<float>(i + 1);  // cumulative average
+    data_->train_batch(0, i, batch_);
+    model.forward(batch_, true, nullptr);
+  }
+  for (BatchNorm2d* bn : bns) bn->momentum = 0.1f;
+}
+
 EvalResult Trainer::evaluate_local() {
+  // Dense running statistics are averaged over every subnetwork: for the subnetwork's own
+  // evaluation, re-estimate them on its own batches, then restore the training state.
+  std::vector<std::vector<float>> saved;
+  auto bns = plan_.masked() ? model_->batchnorms() : std::vector<BatchNorm2d*>{};
+  for (BatchNorm2d* bn : bns)
+    for (Param* p : {bn->running_mean, bn->running_var})
+      saved.emplace_back(p->value.f32(), p->value.f32() + p->value.numel());
+  recalibrate_batchnorm(*model_);
   EvalResult own = evaluate(*model_, layout_.rank, layout_.world);
+  size_t k = 0;
+  for (BatchNorm2d* bn : bns)
+    for (Param* p : {bn->running_mean, bn->running_var}) std::copy(saved[k].begin(), saved[k].end(), p->value.f32()), ++k;
   double sums[3] = {own.loss * own.positions, own.acc * own.positions, static_cast<double>(own.positions)};
   world_->allreduce_sum(sums, 3);
   return {sums[0] / sums[2], sums[1] / sums[2], static_cast<int64_t>(sums[2])};

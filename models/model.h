@@ -17,6 +17,8 @@ struct Batch {
   int64_t n = 0;  // examples (N, or B for token batches)
 };
 
+class BatchNorm2d;
+
 /// A trainable model on one rank. Activations are allocated once for `max_batch`.
 class Model {
  public:
@@ -31,6 +33,8 @@ class Model {
   virtual double forward(const Batch& batch, bool training, int64_t* correct) = 0;
   /// Backward of the last training forward: accumulates parameter gradients.
   virtual void backward() = 0;
+  /// Every BatchNorm layer (for re-estimating running statistics of an assembled model).
+  virtual std::vector<BatchNorm2d*> batchnorms() { return {}; }
   /// Logits of the last forward, (positions, classes) row-major; nullptr if not kept.
   virtual const float* last_logits() const { return nullptr; }
   /// Target positions per example (1 for classifiers, T for language models).

@@ -148,6 +148,17 @@ void BasicBlock::backward(const float* x, const float* dout, float* dx, int N, R
   cpu::axpy(1.f, dxb, dx, n_in);
 }
 
+void BasicBlock::collect_batchnorms(std::vector<BatchNorm2d*>& out) const {
+  for (BatchNorm2d* bn : {bn1_.get(), bn2_.get(), sc_bn_.get()})
+    if (bn) out.push_back(bn);
+}
+
+std::vector<BatchNorm2d*> ResNet::batchnorms() {
+  std::vector<BatchNorm2d*> out = {stem_bn_.get()};
+  for (auto& blk : blocks_) blk->collect_batchnorms(out);
+  return out;
+}
+
 ResNet::ResNet(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed)
     : Model(mask, seed), head_(max_batch, c.classes), C_in_(c.in_channels), H_(c.image_size), W_(c.image_size) {
   const int N = max_batch, w0 = c.widths.at(0);

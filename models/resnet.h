@@ -38,6 +38,7 @@ class BasicBlock {
   void backward(const float* x, const float* dout, float* dx, int N, ResNetScratch& s);
   int64_t max_elems(int N) const;
   int64_t workspace_floats(int N) const;
+  void collect_batchnorms(std::vector<BatchNorm2d*>& out) const;
   int Ho() const { return Ho_; }
   int Wo() const { return Wo_; }
 
@@ -57,6 +58,7 @@ class ResNet : public Model {
   double forward(const Batch& batch, bool training, int64_t* correct) override;
   void backward() override;
   const float* last_logits() const override { return head_.logits(); }
+  std::vector<BatchNorm2d*> batchnorms() override;
 
  private:
   std::unique_ptr<Conv2d> stem_conv_;
