@@ -116,13 +116,7 @@ int Trainer::run() {
     const bool eval_now = config_.train.eval_every > 0 ? step_ % config_.train.eval_every == 0 : epoch_end;
     if (eval_now || step_ == total_steps_) {
       final_eval = evaluate_full();
-      EvalResult sub = evaluate_local();
-      if (prints_) {
-        std::printf("eval step %lld epoch %.2f: full model test_loss %.4f test_acc %.4f | subnetworks (own share) "
-                    "loss %.4f acc %.4f\n", static_cast<long long>(step_), static_cast<double>(step_) / steps_per_epoch_,
-                    final_eval.loss, final_eval.acc, sub.loss, sub.acc);
-        std::fflush(stdout);
-      }
+      print_eval(final_eval, plan_.masked() ? evaluate_local() : final_eval);
     }
     if (!config_.checkpoint.dir.empty() && config_.checkpoint.every > 0 && step_ % config_.checkpoint.every == 0)
       save(false);
@@ -230,16 +224,29 @@ void Trainer::log_step(double loss, double acc, double lr, double step_s, double
   double worst[2] = {step_s, static_cast<double>(mem.total_peak)};
   world_->allreduce_max(worst, 2);
   if (prints_) {
-    const double rate = window_examples_ * layout_.world / std::max(window_time_, 1e-9);
+    // Examples per second over all ranks; tokens per second for language models.
+    const double rate = window_examples_ * layout_.world * model_->positions_per_example() / std::max(window_time_, 1e-9);
     const double eta = (total_steps_ - step_) * window_time_ / window_n_;
-    std::printf("epoch %lld step %lld/%lld loss %.4f acc %.4f lr %.5f samples/s %.0f step %.3fs (slowest rank) "
+    std::printf("epoch %lld step %lld/%lld loss %.4f acc %.4f lr %.5f %s %.0f step %.3fs (slowest rank) "
                 "peak %s (largest rank) eta %.0fs\n", static_cast<long long>((step_ - 1) / steps_per_epoch_ + 1),
                 static_cast<long long>(step_), static_cast<long long>(total_steps_), window_loss_ / window_n_,
-                window_acc_ / window_n_, lr, rate, worst[0], mib(static_cast<int64_t>(worst[1])).c_str(), eta);
+                window_acc_ / window_n_, lr, model_->positions_per_example() > 1 ? "tokens/s" : "samples/s", rate, worst[0], mib(static_cast<int64_t>(worst[1])).c_str(), eta);
     std::fflush(stdout);
   }
   window_loss_ = window_acc_ = window_time_ = 0;
   window_n_ = window_examples_ = 0;
+}
+
+void Trainer::print_eval(const EvalResult& full, const EvalResult& sub) {
+  if (!prints_) return;
+  std::printf("eval step %lld epoch %.2f: full model test_loss %.4f test_acc %.4f", static_cast<long long>(step_),
+              static_cast<double>(step_) / steps_per_epoch_, full.loss, full.acc);
+  // Byte-level text: bits per byte (per token for token shards) = loss in nats / ln 2.
+  if (config_.data.name == "text" || config_.data.name == "token_shards")
+    std::printf(" bits_per_%s %.4f", config_.data.name == "text" ? "byte" : "token", full.loss / std::log(2.0));
+  if (plan_.masked()) std::printf(" | subnetworks (own share) loss %.4f acc %.4f", sub.loss, sub.acc);
+  std::printf("\n");
+  std::fflush(stdout);
 }
 
 void Trainer::print_memory_comparison() {

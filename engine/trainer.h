@@ -42,6 +42,7 @@ class Trainer {
   void save(bool final);
   void resume();
   void print_memory_comparison();
+  void print_eval(const EvalResult& full, const EvalResult& subnetworks);
   void dump_local_values(const std::string& dir);
 
   Config config_;

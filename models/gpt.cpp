@@ -78,7 +78,7 @@ TransformerBlock::TransformerBlock(ParamSet& ps, const SubnetMask& mask, const M
   fc_ = std::make_unique<Linear>(ps, name + ".fc", C_, H, true, out_units, UnitRef{}, index, &kGpt2Weight, &kZero);
   fc2_ = std::make_unique<Linear>(ps, name + ".fc2", H, C_, true, UnitRef{}, in_units, index, &kGpt2Weight, &kZero);
   if (neuron) neuron_scale_ = mask.scale;
-  else branch_scale_ = mask.scale;
+  else branch_scale_ = mask.block_scale(index);  // pinned blocks are never scaled
   ln1_->allocate_stats(max_rows);
   ln2_->allocate_stats(max_rows);
   ln1_out_ = activation(max_rows, C_);  // (B, T, C) each, fc_pre_ / fc_act_ (B, T, H local)

@@ -11,7 +11,7 @@
 // is droppable, one stage. A forward-masked dropped block is the identity (absent).
 // Forward masking scales kept units by mask.scale: per head on the attention output before
 // proj and per neuron after GELU (neuron level), or each kept block's two branch outputs
-// (block level).
+// (block level; pinned blocks are not scaled).
 #pragma once
 #include <memory>
 #include <vector>

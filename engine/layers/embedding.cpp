@@ -8,6 +8,10 @@
 
 namespace subdp {
 
+namespace {
+constexpr int64_t kParallelMin = 1 << 14;  // elements below which one thread is faster
+}  // namespace
+
 Embedding::Embedding(ParamSet& ps, const std::string& name, int64_t num, int64_t C, InitSpec init) {
   weight = &ps.add(name + ".weight", {num, C}, init);
 }
@@ -17,7 +21,7 @@ void Embedding::forward(const int32_t* ids, float* y, int64_t rows, bool accumul
   for (int64_t r = 0; r < rows; ++r)
     SUBDP_CHECK(ids[r] >= 0 && ids[r] < n, "{}: index {} at row {} outside [0, {})", weight->name, ids[r], r, n);
   const float* w = weight->value.f32();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * C >= kParallelMin)
   for (int64_t r = 0; r < rows; ++r) {
     const float* src = w + ids[r] * C;
     float* dst = y + r * C;
@@ -35,7 +39,7 @@ void Embedding::backward(const int32_t* ids, const float* dy, int64_t rows) cons
   float* dw = weight->grad.f32();
   constexpr int64_t kChunk = 16;  // columns per task: 64 bytes, one cache line
   const int64_t chunks = (C + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * C >= kParallelMin)
   for (int64_t ch = 0; ch < chunks; ++ch) {
     const int64_t c0 = ch * kChunk, c1 = std::min(C, c0 + kChunk);
     for (int64_t r = 0; r < rows; ++r) {

@@ -45,6 +45,12 @@ void causal_softmax_backward(const float* att, float* d, int T) {
 
 int thread_count(int slots) { return std::max(1, std::min(slots, omp_get_max_threads())); }
 
+/// True when a call is worth spreading over threads: waking a team costs more than a tiny
+/// problem (and under an oversubscribed CPU, far more).
+bool worth_threads(const AttentionShape& s) {
+  return static_cast<int64_t>(s.B) * s.H * s.T * s.T * s.hd >= (1 << 15);
+}
+
 }  // namespace
 
 int64_t attention_workspace_floats(const AttentionShape& s, int slots) {
@@ -55,7 +61,7 @@ void attention_forward(const AttentionShape& s, const float* qkv, float* att, fl
   const int T = s.T, hd = s.hd, C = static_cast<int>(s.width()), ld = 3 * C;
   const float scale = 1.f / std::sqrt(static_cast<float>(hd));
   const int64_t pairs = static_cast<int64_t>(s.B) * s.H;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_threads(s))
   for (int64_t bh = 0; bh < pairs; ++bh) {
     const int64_t b = bh / s.H, h = bh % s.H;
     const float* q = qkv + b * T * ld + h * hd;  // (T, hd), row stride 3C
@@ -75,7 +81,7 @@ void attention_backward(const AttentionShape& s, const float* qkv, const float* 
   const int T = s.T, hd = s.hd, C = static_cast<int>(s.width()), ld = 3 * C;
   const float scale = 1.f / std::sqrt(static_cast<float>(hd));
   const int64_t pairs = static_cast<int64_t>(s.B) * s.H;
-#pragma omp parallel for schedule(static) num_threads(thread_count(slots))
+#pragma omp parallel for schedule(static) num_threads(thread_count(slots)) if (worth_threads(s))
   for (int64_t bh = 0; bh < pairs; ++bh) {
     const int64_t b = bh / s.H, h = bh % s.H;
     const int64_t off = b * T * ld + h * hd;

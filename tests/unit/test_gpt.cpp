@@ -4,6 +4,7 @@
 // units (invariant 4), for heads + MLP neurons and for blocks; the text data source and the
 // sample command.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -22,6 +23,8 @@
 #include "engine/error.h"
 #include "engine/layers/attention.h"
 #include "engine/layers/embedding.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/gemm.h"
 #include "models/gpt.h"
 #include "tests/unit/gradcheck.h"
 
@@ -47,6 +50,14 @@ ModelConfig tiny_gpt() {
 }
 
 constexpr int kBatch = 3;
+
+/// Runs a scope on one thread: finite differences repeat thousands of tiny forwards, where
+/// waking a thread team costs more than the work (and far more on an oversubscribed CPU).
+struct OneThread {
+  int saved = omp_get_max_threads();
+  OneThread() { cpu::set_num_threads(1); }
+  ~OneThread() { cpu::set_num_threads(saved); }
+};
 
 Batch token_batch(int B, int T, int V, uint64_t seed) {
   Batch b;
@@ -99,6 +110,7 @@ std::map<std::string, Param*> by_name(Model& m) {
 
 /// FD check of CausalSelfAttention: input and every parameter, loss sum(out * R).
 void check_attention(const SubnetMask& mask, int head_layer, float head_scale) {
+  OneThread one;
   const int C = 8, H = 2, T = 5, B = 2;
   const int64_t rows = static_cast<int64_t>(B) * T;
   ParamSet ps(mask, 3);
@@ -166,6 +178,34 @@ TEST(Attention, CausalRowsIgnoreTheFuture) {
   EXPECT_GT(diff, 1e-4);
 }
 
+TEST(Attention, KernelThreadsAndSlotsDoNotChangeResults) {
+  // Large enough to run threaded: each (batch, head) pair is computed the same way whatever
+  // the thread, and fewer workspace slots than threads caps the team.
+  const cpu::AttentionShape sh{4, 32, 4, 8};
+  const int64_t n = static_cast<int64_t>(sh.B) * sh.T * sh.width();
+  Tensor qkv = random_tensor({3 * n}, 1.f, 31), dy = random_tensor({n}, 1.f, 32);
+  auto run = [&](int threads, int slots, std::vector<float>& y, std::vector<float>& dqkv) {
+    const int saved = omp_get_max_threads();
+    cpu::set_num_threads(threads);
+    std::vector<float> att(static_cast<size_t>(sh.B) * sh.H * sh.T * sh.T);
+    std::vector<float> ws(cpu::attention_workspace_floats(sh, slots));
+    y.assign(n, 0.f);
+    dqkv.assign(3 * n, 0.f);
+    cpu::attention_forward(sh, qkv.f32(), att.data(), y.data());
+    cpu::attention_backward(sh, qkv.f32(), att.data(), dy.f32(), dqkv.data(), ws.data(), slots);
+    cpu::set_num_threads(saved);
+  };
+  std::vector<float> y1, d1, y2, d2, y3, d3;
+  run(1, 1, y1, d1);
+  run(2, 2, y2, d2);
+  run(2, 1, y3, d3);
+  for (int64_t i = 0; i < n; ++i) ASSERT_FLOAT_EQ(y1[i], y2[i]) << i;
+  for (int64_t i = 0; i < 3 * n; ++i) {
+    ASSERT_FLOAT_EQ(d1[i], d2[i]) << i;
+    ASSERT_FLOAT_EQ(d1[i], d3[i]) << i;
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Embedding
 
@@ -199,6 +239,7 @@ TEST(Embedding, ForwardAndFiniteDifference) {
 // Whole tiny GPT
 
 void check_gpt_gradients(const SubnetMask& mask, const std::string& what) {
+  OneThread one;
   const ModelConfig c = tiny_gpt();
   Gpt model(c, mask, kBatch, 7);
   randomize(model, 11);
@@ -300,7 +341,8 @@ void expect_grads_restricted(Model& sub, Model& full, const std::string& what) {
   }
 }
 
-void expect_forward_masked_equals_zeroed(const std::string& gran) {
+void expect_forward_masked_equals_zeroed(const std::string& gran, const std::vector<int>& pinned = {}) {
+  OneThread one;
   const ModelConfig c = tiny_gpt();
   const ModelUnits units = gpt_units(c);
   MaskConfig mc;
@@ -308,6 +350,7 @@ void expect_forward_masked_equals_zeroed(const std::string& gran) {
   mc.granularity = gran;
   mc.keep = 0.5;
   mc.seed = 5;
+  mc.pinned = pinned;
   const SubnetworkPlan plan = make_plan(units, mc, 2);
   const Batch batch = token_batch(kBatch, c.context, c.vocab, 4);
   for (int s = 0; s < 2; ++s) {
@@ -318,19 +361,31 @@ void expect_forward_masked_equals_zeroed(const std::string& gran) {
     SubnetMask ref_mask = full_mask(units);
     ref_mask.granularity = plan.granularity;
     ref_mask.scale = mask.scale;  // the same scaling, every unit present
+    ref_mask.block_dense = mask.block_dense;
     Gpt full(c, ref_mask, kBatch, 3);
     randomize(full, 17);
     for (Param* p : full.params().all()) zero_dropped(*p, plan, s);
     int64_t held = 0, total = 0;
     for (Param* p : sub.params().all()) held += p->value.numel();
     for (Param* p : full.params().all()) total += p->value.numel();
-    EXPECT_LT(held, total) << "forward masking allocates the kept units only";
+    if (pinned.empty()) EXPECT_LT(held, total) << "forward masking allocates the kept units only";
 
     sub.zero_grad();
     full.zero_grad();
     const double ls = sub.forward(batch, true, nullptr);
     const double lf = full.forward(batch, true, nullptr);
     EXPECT_NEAR(ls, lf, 1e-5 * std::abs(lf)) << gran << " s=" << s;
+    bool only_pinned = !pinned.empty();
+    for (int b = 0; b < c.depth; ++b) only_pinned = only_pinned && (plan.block_group[b] < 0 || !plan.keeps_block(s, b));
+    if (only_pinned) {
+      // Every present block is pinned: no scaling at all, so the unscaled full model with the
+      // dropped blocks zeroed is the ground truth.
+      Gpt plain(c, full_mask(units), kBatch, 3);
+      randomize(plain, 17);
+      for (Param* p : plain.params().all())
+        if (p->block >= 0 && !plan.keeps_block(s, p->block)) p->value.zero_();
+      EXPECT_NEAR(ls, plain.forward(batch, false, nullptr), 1e-5 * std::abs(lf)) << "pinned blocks are not scaled";
+    }
     sub.backward();
     full.backward();
     expect_grads_restricted(sub, full, gran + " forward");
@@ -344,8 +399,10 @@ void expect_forward_masked_equals_zeroed(const std::string& gran) {
 
 TEST(Gpt, ForwardMaskedHeadsAndNeuronsEqualZeroedFull) { expect_forward_masked_equals_zeroed("neuron"); }
 TEST(Gpt, ForwardMaskedBlocksEqualZeroedFull) { expect_forward_masked_equals_zeroed("block"); }
+TEST(Gpt, ForwardMaskedPinnedBlockUnscaled) { expect_forward_masked_equals_zeroed("block", {0}); }
 
 void expect_backward_masked_restricted(const std::string& gran) {
+  OneThread one;
   const ModelConfig c = tiny_gpt();
   const ModelUnits units = gpt_units(c);
   MaskConfig mc;
@@ -389,6 +446,7 @@ TEST(Gpt, BackwardMaskedHeadsAndNeuronsGradsRestricted) { expect_backward_masked
 TEST(Gpt, BackwardMaskedBlocksGradsRestricted) { expect_backward_masked_restricted("block"); }
 
 TEST(Gpt, ShorterSequencesMatchPrefixOfFullContext) {
+  OneThread one;
   // Causality: logits of a T' < context prefix equal the first T' positions of the full run.
   const ModelConfig c = tiny_gpt();
   Gpt m(c, full_mask(gpt_units(c)), 1, 1);
