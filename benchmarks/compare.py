@@ -47,7 +47,7 @@ REGIMES = {  # name -> (mask.regime, mask.granularity)
 }
 MIB = 1048576.0
 EVAL_RE = re.compile(r"^eval step (\d+) epoch ([\d.]+): full model test_loss (\S+) test_acc (\S+)"
-                     r"(?: \| subnetworks \(own share\) loss (\S+) acc (\S+))?")
+                     r"(?: bits_per_\w+ \S+)?(?: \| subnetworks \(own share\) loss (\S+) acc (\S+))?")
 FINAL_RE = re.compile(r"^final step=(\d+) train_loss=(\S+) test_loss=(\S+) test_acc=(\S+) peak_bytes=(\d+) "
                       r"time_s=(\S+)")
 PLAN_ROW_RE = re.compile(r"^\s+(subnetwork \d+ \(ranks [^)]*\)|plain DP \(W=\d+\))\s+((?:-?\d+\s+){6}-?\d+)")
@@ -291,7 +291,7 @@ def table(summaries, dp_total, dp_source):
                  *[f"{s['mem'][c] / MIB:.2f}" for c in CATEGORIES], f"{s['total'] / MIB:.2f}", f"{ratio:.2f}x",
                  f"{s['predicted'] / MIB:.2f}", f"{s['total'] / s['predicted']:.3f}", f"{s['step_s']:.3f}",
                  f"{s['flops'] / 1e9:.2f}", f"{s['bytes'] / 1e6:.2f}", f"{s['train_loss']:.4f}", f"{s['test_loss']:.4f}",
-                 f"{s['test_acc']:.4f}", f"{s['subnet_acc']:.4f}"]
+                 f"{s['test_acc']:.4f}", "-" if math.isnan(s["subnet_acc"]) else f"{s['subnet_acc']:.4f}"]
         lines.append("| " + " | ".join(cells) + " |")
     notes = [
         f"Memory: peak bytes per category of the rank with the largest total peak (MiB = 2^20 bytes); "
@@ -337,15 +337,20 @@ def smooth(y, window):
 
 
 def plots(out, runs_data, summaries, title):
+    """memory.png, loss_vs_step.png, loss_vs_flops.png, eval.png."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    colors = {s["run"]: plt.cm.tab10(i % 10) for i, s in enumerate(summaries)}
+    plot_memory(plt, out, summaries, title)
+    plot_losses(plt, out, runs_data, colors, title)
+    plot_evals(plt, out, runs_data, colors, title)
+
+
+def plot_memory(plt, out, summaries, title):
+    """Stacked bars of the largest rank's peak bytes by category, MiB, with the predicted total."""
     import numpy as np
-
     names = [s["run"] for s in summaries]
-    colors = {n: plt.cm.tab10(i % 10) for i, n in enumerate(names)}
-
-    # memory.png: stacked bars of the largest rank's peak bytes by category
     fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(names) + 2), 4.8))
     bottom = np.zeros(len(names))
     for i, c in enumerate(CATEGORIES):
@@ -366,12 +371,17 @@ def plots(out, runs_data, summaries, title):
     fig.savefig(os.path.join(out, "memory.png"), dpi=120)
     plt.close(fig)
 
-    # loss curves: mean over ranks per step, smoothed
+
+def plot_losses(plt, out, runs_data, colors, title):
+    """Training loss (mean over ranks, smoothed) against step and against cumulative FLOPs per rank."""
+    import numpy as np
     steps = max(len(d["ranks"][0]) for d in runs_data)
     window = max(1, steps // 20)
-    for fname, xkey, xlabel in [("loss_vs_step.png", "step", "step"),
-                                ("loss_vs_flops.png", "flops", "cumulative training FLOPs per rank (TFLOP)")]:
-        fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    for fname, xkey, xlabel, what in [
+            ("loss_vs_step.png", "step", "step", "training loss against step"),
+            ("loss_vs_flops.png", "flops", "cumulative training FLOPs per rank (TFLOP)",
+             "training loss against compute per rank (FLOP-matched)")]:
+        fig, ax = plt.subplots(figsize=(7.5, 5))
         for d in runs_data:
             loss = np.mean([[row["loss"] for row in rows] for rows in d["ranks"]], axis=0)
             if xkey == "step":
@@ -380,30 +390,35 @@ def plots(out, runs_data, summaries, title):
                 x = np.mean([np.cumsum([row["flops"] for row in rows]) for rows in d["ranks"]], axis=0) / 1e12
             ax.plot(x, smooth(loss, window), label=d["name"], color=colors[d["name"]], lw=1.4)
         ax.set_xlabel(xlabel)
-        ax.set_ylabel(f"training loss (cross-entropy, nats; mean over ranks, {window}-step moving average)")
-        ax.set_title(f"{title}: training loss" + (" against compute (FLOP-matched)" if xkey == "flops" else ""))
+        ax.set_ylabel("training loss (cross-entropy, nats)")
+        ax.set_title(f"{title}\n{what}; mean over ranks, {window}-step moving average", fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-        ax.yaxis.label.set_size(8)
         fig.tight_layout()
         fig.savefig(os.path.join(out, fname), dpi=120)
         plt.close(fig)
 
-    # eval.png: full model's test loss and accuracy against step
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.5))
+
+def plot_evals(plt, out, runs_data, colors, title):
+    """Held-out loss and accuracy against step; solid: full model, dashed: subnetworks' own share."""
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.8))
     for d in runs_data:
         if not d["evals"]:
             continue
-        x = [e["step"] for e in d["evals"]]
-        a1.plot(x, [e["test_loss"] for e in d["evals"]], marker="o", label=d["name"], color=colors[d["name"]])
-        a2.plot(x, [100 * e["test_acc"] for e in d["evals"]], marker="o", label=d["name"], color=colors[d["name"]])
-    a1.set_ylabel("held-out loss (cross-entropy, nats)")
+        x, c = [e["step"] for e in d["evals"]], colors[d["name"]]
+        a1.plot(x, [e["test_loss"] for e in d["evals"]], marker="o", label=d["name"], color=c)
+        a2.plot(x, [100 * e["test_acc"] for e in d["evals"]], marker="o", label=d["name"], color=c)
+        if d["regime"] != "dp":
+            a1.plot(x, [e["subnet_loss"] for e in d["evals"]], marker="x", ls="--", color=c, alpha=0.6)
+            a2.plot(x, [100 * e["subnet_acc"] for e in d["evals"]], marker="x", ls="--", color=c, alpha=0.6)
+    a1.set_yscale("log")
+    a1.set_ylabel("held-out loss (cross-entropy, nats, log scale)")
     a2.set_ylabel("held-out accuracy (%)")
     for a in (a1, a2):
         a.set_xlabel("step")
-        a.grid(alpha=0.3)
-        a.legend(fontsize=8)
-    fig.suptitle(f"{title}: evaluation of the full model (assembled from the subnetworks)")
+        a.grid(alpha=0.3, which="both")
+    a2.legend(fontsize=8, title="solid: full model\ndashed: subnetworks (own share)", title_fontsize=8)
+    fig.suptitle(f"{title}: evaluation on the held-out split")
     fig.tight_layout()
     fig.savefig(os.path.join(out, "eval.png"), dpi=120)
     plt.close(fig)
@@ -495,7 +510,7 @@ def write_summary(a, summaries, notes):
               ", ".join(f"{s['run']} {s['wall_s']:.0f}" for s in summaries) + f"; total {total_wall:.0f}.", "",
               "Files: steps.csv (every step, rank), evals.csv, memory.png, loss_vs_step.png, loss_vs_flops.png, eval.png; "
               "per run: command.txt, plan.txt, stdout.txt, metrics-{rank}.jsonl.", ""]
-    text = "\n".join(header) + tab + "\n" + "\n".join(footer)
+    text = "\n".join(header) + "\n" + tab + "\n" + "\n".join(footer)
     with open(os.path.join(a.out, "summary.md"), "w") as f:
         f.write(text)
     return text

@@ -361,10 +361,24 @@ std::string trim(std::string s) {
 
 /// The TOML value of an override's text; bare words (and anything for a string key
 /// that is not a quoted TOML string) become strings.
+// toml++ 3.3 (Debian) reaches __builtin_unreachable (undefined behaviour) on some non-ASCII
+// input, in strings as well (found by fuzzing, e.g. U+FE7F near a parse error). Configs are
+// refused if they hold any non-ASCII byte, before toml++ sees them.
+void check_ascii(const std::string& text, const std::string& path) {
+  int line = 1;
+  for (char ch : text) {
+    if (ch == '\n') ++line;
+    if (static_cast<unsigned char>(ch) >= 0x80)
+      throw subdp::Error(fmt::format("{}:{}: non-ASCII byte in the config: subdp configs must be ASCII "
+                                     "(a limitation of the TOML parser it uses)", path, line));
+  }
+}
+
 toml::table parse_override_value(const std::string& text, bool string_key) {
   bool quoted = !text.empty() && (text[0] == '"' || text[0] == '\'');
   if (!string_key || quoted) {
     try {
+      check_ascii("v = " + text, "--set");
       toml::table t = toml::parse("v = " + text);
       if (t.size() == 1 && t.contains("v")) return t;
     } catch (const toml::parse_error&) {
@@ -417,6 +431,7 @@ Config parse_config(const std::string& text, const std::string& path,
                     const std::vector<std::string>& overrides) {
   toml::table root;
   try {
+    check_ascii(text, path);
     root = toml::parse(text, path);
   } catch (const toml::parse_error& e) {
     const auto& at = e.source().begin;
