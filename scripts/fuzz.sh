@@ -10,7 +10,7 @@ mkdir -p "$out"
 sources=("$root"/engine/data/*.cpp "$root/engine/io/safetensors.cpp" "$root/engine/cli/config_toml.cpp")
 flags=(-std=c++17 -O1 -g -DNDEBUG -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I"$root")
 libs=(-lz -lfmt)
-for target in config idx cifar tokens text safetensors; do
+for target in ${SUBDP_FUZZ_TARGETS:-config idx cifar tokens text safetensors}; do
   bin="$out/fuzz_$target"
   if [[ ! -x $bin || $root/tests/fuzz/fuzz_readers.cpp -nt $bin ]]; then
     clang++ "${flags[@]}" -DSUBDP_FUZZ_TARGET="\"$target\"" "$root/tests/fuzz/fuzz_readers.cpp" "${sources[@]}" \
