@@ -77,6 +77,14 @@ def mlp():
     return Mlp()
 
 
+def byte_windows(path, n, T):
+    """n random windows of T+1 bytes of the file at `path`: inputs (n, T) and targets (n, T), int64."""
+    data = torch.frombuffer(bytearray(open(path, "rb").read()), dtype=torch.uint8)
+    starts = torch.randint(0, data.numel() - T - 1, (n,))
+    win = torch.stack([data[s:s + T + 1] for s in starts.tolist()]).long()
+    return win[:, :T], win[:, 1:]
+
+
 def build(name):
     """The PyTorch twin of subdp's reference model `name` (parameter names match subdp's)."""
     if name == "mlp":
@@ -126,7 +134,8 @@ class GPT(nn.Module):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--model", choices=["mlp", "resnet"], required=True)
+    p.add_argument("--model", choices=["mlp", "resnet", "gpt"], required=True)
+    p.add_argument("--text", default="data/brown/brown.txt", help="byte corpus for --model gpt")
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
@@ -135,20 +144,26 @@ def main():
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     model = build(a.model)
-    x_all, y_all = fashion_mnist(a.batch * 8)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    if a.model == "gpt":
+        x_all, y_all = byte_windows(a.text, a.batch * 8, 128)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
+    else:
+        x_all, y_all = fashion_mnist(a.batch * 8)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     start = None
     for step in range(a.warmup + a.steps):
         if step == a.warmup:
             start = time.perf_counter()
         i = (step % 8) * a.batch
-        loss = F.cross_entropy(model(x_all[i:i + a.batch]), y_all[i:i + a.batch])
+        logits = model(x_all[i:i + a.batch])
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y_all[i:i + a.batch].reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
     step_s = (time.perf_counter() - start) / a.steps
+    per_step, unit = (a.batch * 128, "tokens/s") if a.model == "gpt" else (a.batch, "samples/s")
     print(json.dumps({"model": a.model, "batch": a.batch, "threads": a.threads, "steps": a.steps, "step_s": step_s,
-                      "rate": a.batch / step_s, "unit": "samples/s", "torch": torch.__version__}))
+                      "rate": per_step / step_s, "unit": unit, "torch": torch.__version__}))
 
 
 if __name__ == "__main__":

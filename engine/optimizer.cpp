@@ -51,7 +51,7 @@ class Sgd : public StatefulOptimizer {
       const float* g = params_[i]->grad.f32();
       float* buf = state_[i].empty() ? nullptr : state_[i][0].f32();
       const bool nesterov = c_.nesterov;
-      for_each_grad_run(*params_[i], [&](int64_t vo, int64_t go, int64_t len, int) {
+      for_each_grad_span(*params_[i], [&](int64_t vo, int64_t go, int64_t len) {
 #pragma omp parallel for simd schedule(static) if (len > 65536)
         for (int64_t k = 0; k < len; ++k) {
           float d = g[go + k] + wd * w[vo + k];
@@ -89,7 +89,7 @@ class AdamW : public StatefulOptimizer {
       const float* g = params_[i]->grad.f32();
       float* m = state_[i][0].f32();
       float* v = state_[i][1].f32();
-      for_each_grad_run(*params_[i], [&](int64_t vo, int64_t go, int64_t len, int) {
+      for_each_grad_span(*params_[i], [&](int64_t vo, int64_t go, int64_t len) {
 #pragma omp parallel for simd schedule(static) if (len > 65536)
         for (int64_t k = 0; k < len; ++k) {
           const float gk = g[go + k];

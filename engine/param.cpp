@@ -124,6 +124,17 @@ void for_each_grad_run(const Param& p, const std::function<void(int64_t, int64_t
       fn((o * vext + a) * inner, (o * gext + a) * inner, us * inner, static_cast<int>(a / us));
 }
 
+void for_each_grad_span(const Param& p, const std::function<void(int64_t, int64_t, int64_t)>& fn) {
+  if (!p.grad.defined()) return;
+  if (p.unit.layer < 0 || p.value_extent() == p.grad_extent()) {
+    fn(0, 0, p.grad.numel());
+    return;
+  }
+  // Kept units come first along the axis, so each outer row's gradient is one span.
+  const int64_t outer = p.outer(), inner = p.inner(), vext = p.value_extent(), gext = p.grad_extent();
+  for (int64_t o = 0; o < outer; ++o) fn(o * vext * inner, o * gext * inner, gext * inner);
+}
+
 float init_value(uint64_t seed, const std::string& name, int64_t full_index, InitSpec init) {
   if (init.kind == InitSpec::constant) return init.a;
   uint64_t h = mix64(seed ^ 0x9e3779b97f4a7c15ULL);

@@ -101,6 +101,11 @@ void for_each_value_run(const Param& p, const std::function<void(int64_t, int64_
 /// Calls fn(value_offset, grad_offset, length, unit_position) for every run of the gradient
 /// (kept prefix); unit_position is the local unit position (-1 when not unit-sliced).
 void for_each_grad_run(const Param& p, const std::function<void(int64_t, int64_t, int64_t, int)>& fn);
+/// Calls fn(value_offset, grad_offset, length) for the gradient in the fewest contiguous
+/// spans: one per outer row when the gradient covers a kept prefix of the value, one in all
+/// when it covers the whole value. For element-wise work (optimizer updates) where the unit
+/// position does not matter: unit-by-unit runs cost a call per neuron (1024 per MLP column).
+void for_each_grad_span(const Param& p, const std::function<void(int64_t, int64_t, int64_t)>& fn);
 
 /// Deterministic initial value of element `full_index` of parameter `name`.
 float init_value(uint64_t seed, const std::string& name, int64_t full_index, InitSpec init);

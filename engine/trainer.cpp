@@ -192,9 +192,18 @@ void Trainer::clip_gradients() {
   for (Param* p : model_->params().trainable()) {
     if (!p->grad.defined()) continue;
     const float* g = p->grad.f32();
+    // Owned runs that touch in memory are summed as one span, so the order of additions (and
+    // the bits of the norm) is the same whether or not the parameter is cut into units.
+    int64_t begin = 0, end = -1;
     for_each_grad_run(*p, [&](int64_t, int64_t go, int64_t len, int pos) {
-      if (sync_->owner_of_group(sync_->group_of(*p, pos)) == layout_.rank) sq += cpu::sum_squares(g + go, len);
+      if (sync_->owner_of_group(sync_->group_of(*p, pos)) != layout_.rank) return;
+      if (go != end) {
+        if (end > begin) sq += cpu::sum_squares(g + begin, end - begin);
+        begin = go;
+      }
+      end = go + len;
     });
+    if (end > begin) sq += cpu::sum_squares(g + begin, end - begin);
   }
   world_->allreduce_sum(&sq, 1);
   const double norm = std::sqrt(sq);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cpu/fast_math.h"
 #include "kernels/cpu/gemm.h"
 
 namespace subdp::cpu {
@@ -19,11 +20,10 @@ void causal_softmax(float* a, int T) {
     float* row = a + static_cast<int64_t>(i) * T;
     float mx = row[0];
     for (int j = 1; j <= i; ++j) mx = std::max(mx, row[j]);
+#pragma omp simd
+    for (int j = 0; j <= i; ++j) row[j] = exp_approx(row[j] - mx);
     float sum = 0.f;
-    for (int j = 0; j <= i; ++j) {
-      row[j] = std::exp(row[j] - mx);
-      sum += row[j];
-    }
+    for (int j = 0; j <= i; ++j) sum += row[j];
     const float inv = 1.f / sum;
     for (int j = 0; j <= i; ++j) row[j] *= inv;
     for (int j = i + 1; j < T; ++j) row[j] = 0.f;

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/fast_math.h"
+
 namespace subdp::cpu {
 
 void relu_forward(const float* x, float* y, int64_t n) {
@@ -26,19 +28,19 @@ constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2/pi)
 }
 
 void gelu_forward(const float* x, float* y, int64_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     float v = x[i];
-    y[i] = 0.5f * v * (1.f + std::tanh(kGeluC * (v + 0.044715f * v * v * v)));
+    y[i] = 0.5f * v * (1.f + tanh_approx(kGeluC * (v + 0.044715f * v * v * v)));
   }
 }
 
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     float v = x[i];
     float u = kGeluC * (v + 0.044715f * v * v * v);
-    float t = std::tanh(u);
+    float t = tanh_approx(u);
     float sech2 = 1.f - t * t;
     float grad = 0.5f * (1.f + t) + 0.5f * v * sech2 * kGeluC * (1.f + 3.f * 0.044715f * v * v);
     dx[i] = dy[i] * grad;

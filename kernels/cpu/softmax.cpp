@@ -4,6 +4,8 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/fast_math.h"
+
 namespace subdp::cpu {
 
 void softmax_rows(float* x, int64_t rows, int V) {
@@ -12,11 +14,10 @@ void softmax_rows(float* x, int64_t rows, int V) {
     float* p = x + r * V;
     float mx = p[0];
     for (int i = 1; i < V; ++i) mx = std::max(mx, p[i]);
+#pragma omp simd
+    for (int i = 0; i < V; ++i) p[i] = exp_approx(p[i] - mx);
     float s = 0.f;
-    for (int i = 0; i < V; ++i) {
-      p[i] = std::exp(p[i] - mx);
-      s += p[i];
-    }
+    for (int i = 0; i < V; ++i) s += p[i];
     const float inv = 1.f / s;
     for (int i = 0; i < V; ++i) p[i] *= inv;
   }
@@ -34,11 +35,10 @@ double cross_entropy_forward(const float* logits, const int32_t* targets, float*
     for (int i = 1; i < V; ++i)
       if (l[i] > l[arg]) arg = i;
     const float mx = l[arg];
+#pragma omp simd
+    for (int i = 0; i < V; ++i) p[i] = exp_approx(l[i] - mx);
     double s = 0;
-    for (int i = 0; i < V; ++i) {
-      p[i] = std::exp(l[i] - mx);
-      s += p[i];
-    }
+    for (int i = 0; i < V; ++i) s += p[i];
     const float inv = static_cast<float>(1.0 / s);
     for (int i = 0; i < V; ++i) p[i] *= inv;
     row_loss[r] = std::log(s) - (l[targets[r]] - mx);
