@@ -100,7 +100,7 @@ const float* BasicBlock::forward(const float* x, int N, bool training, ResNetScr
     std::memset(out, 0, sizeof(float) * n_out);
   }
   if (sc_conv_) {
-    float* t = s.tmp[0].f32();
+    float* t = s.tmp.f32();
     sc_conv_->forward(x, sc_.f32(), N, H_, W_, ws);                   // (N, cout, Ho, Wo)
     sc_bn_->forward(sc_.f32(), t, N, HWo, training);
     cpu::add(out, t, out, n_out);
@@ -111,40 +111,36 @@ const float* BasicBlock::forward(const float* x, int N, bool training, ResNetScr
   return out;
 }
 
-void BasicBlock::backward(const float* x, const float* dout, float* dx, int N, ResNetScratch& s) {
+void BasicBlock::backward(const float* x, float* dout, float* dx, int N, ResNetScratch& s) {
   const int64_t n_in = static_cast<int64_t>(N) * cin_ * H_ * W_;
   if (identity()) {
     std::memcpy(dx, dout, sizeof(float) * n_in);
     return;
   }
+  // Three activation-sized buffers in all (dout, dx, s.tmp): dout is rewritten in place as
+  // d(sum) then d(c2), and once conv2's backward has consumed it, holds conv1's dx.
   const int64_t n_out = static_cast<int64_t>(N) * cout_ * Ho_ * Wo_, HWo = Ho_ * Wo_;
   float* ws = s.workspace.f32();
-  float* dsum = s.tmp[0].f32();  // (N, cout, Ho, Wo)
-  cpu::relu_backward(out_.f32(), dout, dsum, n_out, false);
+  float* d = dout;  // (N, cout, Ho, Wo)
+  cpu::relu_backward(out_.f32(), d, d, n_out, false);
   if (sc_conv_) {
-    float* t = s.tmp[1].f32();
-    sc_bn_->backward(sc_.f32(), dsum, t, N, HWo);
+    float* t = s.tmp.f32();  // (N, cout, Ho, Wo)
+    sc_bn_->backward(sc_.f32(), d, t, N, HWo);
     sc_conv_->backward(x, t, dx, N, H_, W_, ws);  // dx (N, cin, H, W) written
   } else {
-    std::memcpy(dx, dsum, sizeof(float) * n_in);
+    std::memcpy(dx, d, sizeof(float) * n_in);
   }
   if (!branch_present()) return;
-  float* d = dsum;
-  if (branch_scale_ != 1.f) {
-    d = s.tmp[1].f32();
-    for (int64_t i = 0; i < n_out; ++i) d[i] = dsum[i] * branch_scale_;
-  }
-  float* dc2 = s.tmp[2].f32();
-  bn2_->backward(c2_.f32(), d, dc2, N, HWo);
-  float* dh1 = s.tmp[1].f32();  // (N, C1, Ho, Wo)
-  conv2_->backward(h1_.f32(), dc2, dh1, N, Ho_, Wo_, ws);
+  if (branch_scale_ != 1.f) cpu::scale(d, branch_scale_, n_out);
+  bn2_->backward(c2_.f32(), d, d, N, HWo);  // d: d(c2) (N, cout, Ho, Wo)
+  float* dh1 = s.tmp.f32();                 // (N, C1, Ho, Wo)
+  conv2_->backward(h1_.f32(), d, dh1, N, Ho_, Wo_, ws);
   const int64_t n_h = static_cast<int64_t>(N) * conv1_->cout() * HWo;
   cpu::relu_backward(h1_.f32(), dh1, dh1, n_h, false);
   if (neuron_scale_ != 1.f) cpu::scale(dh1, neuron_scale_, n_h);
-  float* dc1 = s.tmp[2].f32();
-  bn1_->backward(c1_.f32(), dh1, dc1, N, HWo);
-  float* dxb = s.tmp[1].f32();  // (N, cin, H, W)
-  conv1_->backward(x, dc1, dxb, N, H_, W_, ws);
+  bn1_->backward(c1_.f32(), dh1, dh1, N, HWo);  // dh1: d(c1)
+  float* dxb = dout;  // (N, cin, H, W): d(c2) is dead; every scratch buffer holds max_elems
+  conv1_->backward(x, dh1, dxb, N, H_, W_, ws);
   cpu::axpy(1.f, dxb, dx, n_in);
 }
 
@@ -186,7 +182,7 @@ ResNet::ResNet(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint
   pooled_ = Tensor::empty({N, final_C_}, MemCategory::activations);
   dpooled_ = Tensor::empty({N, final_C_}, MemCategory::activations);
   for (auto& g : scratch_.grad) g = Tensor::empty({max_elems}, MemCategory::activations);
-  for (auto& t : scratch_.tmp) t = Tensor::empty({max_elems}, MemCategory::activations);
+  scratch_.tmp = Tensor::empty({max_elems}, MemCategory::activations);
   scratch_.workspace = Tensor::empty({ws}, MemCategory::workspace);
 }
 
@@ -228,7 +224,7 @@ void ResNet::backward() {
   float* dh = scratch_.grad[ping].f32();  // (N, w0, H, W)
   const int64_t n = stem_h_.numel() / stem_h_.dim(0) * N;
   cpu::relu_backward(stem_h_.f32(), dh, dh, n, false);
-  float* dc = scratch_.tmp[0].f32();
+  float* dc = scratch_.tmp.f32();
   stem_bn_->backward(stem_c_.f32(), dh, dc, N, H_ * W_);
   stem_conv_->backward(input_, dc, nullptr, N, H_, W_, scratch_.workspace.f32());
 }

@@ -21,8 +21,8 @@ ModelUnits resnet_units(const ModelConfig& c);
 
 /// Scratch buffers shared by all blocks for the backward pass, each (N, max C*H*W).
 struct ResNetScratch {
-  Tensor grad[2];  // activation-gradient ping-pong between blocks
-  Tensor tmp[3];   // within-block temporaries
+  Tensor grad[2];  // activation-gradient ping-pong between blocks (a block clobbers its dout)
+  Tensor tmp;      // within-block temporary
   Tensor workspace;  // conv im2col workspace
 };
 
@@ -34,8 +34,9 @@ class BasicBlock {
   /// x (N, cin, H, W) -> output() (N, cout, Ho, Wo). Returns the output pointer (x itself
   /// when the block is the identity).
   const float* forward(const float* x, int N, bool training, ResNetScratch& s);
-  /// dout (N, cout, Ho, Wo) -> dx (N, cin, H, W) written.
-  void backward(const float* x, const float* dout, float* dx, int N, ResNetScratch& s);
+  /// dout (N, cout, Ho, Wo) -> dx (N, cin, H, W) written; dout's buffer (max_elems floats)
+  /// is used as scratch and left overwritten.
+  void backward(const float* x, float* dout, float* dx, int N, ResNetScratch& s);
   int64_t max_elems(int N) const;
   int64_t workspace_floats(int N) const;
   void collect_batchnorms(std::vector<BatchNorm2d*>& out) const;
