@@ -23,6 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "parity"))
 import torch_peer  # noqa: E402
+from torch_peer import windows  # noqa: E402
 from parity import read as read_safetensors  # noqa: E402
 
 EVAL_RE = re.compile(r"^eval step (\d+) .*bits_per_byte (\S+)")
@@ -82,11 +83,6 @@ def initial_weights(args):
         subprocess.run([args.binary, "parity-dump", args.config, tmp, "--steps", "1"], check=True,
                        stdout=subprocess.DEVNULL)
         return read_safetensors(os.path.join(tmp, "weights.safetensors"))
-
-
-def windows(data, starts, T):
-    win = torch.stack([data[i:i + T + 1] for i in starts.tolist()]).long()
-    return win[:, :T], win[:, 1:]
 
 
 def torch_curve(args, s):

@@ -77,12 +77,16 @@ def mlp():
     return Mlp()
 
 
+def windows(data, starts, T):
+    """Windows of T+1 tokens of `data` (uint8 tensor) at `starts`: inputs and targets, (n, T) int64."""
+    win = torch.stack([data[s:s + T + 1] for s in starts.tolist()]).long()
+    return win[:, :T], win[:, 1:]
+
+
 def byte_windows(path, n, T):
     """n random windows of T+1 bytes of the file at `path`: inputs (n, T) and targets (n, T), int64."""
     data = torch.frombuffer(bytearray(open(path, "rb").read()), dtype=torch.uint8)
-    starts = torch.randint(0, data.numel() - T - 1, (n,))
-    win = torch.stack([data[s:s + T + 1] for s in starts.tolist()]).long()
-    return win[:, :T], win[:, 1:]
+    return windows(data, torch.randint(0, data.numel() - T - 1, (n,)), T)
 
 
 def build(name):

@@ -60,6 +60,7 @@ void Trainer::recalibrate_batchnorm(Model& model) {
   auto bns = model.batchnorms();
   if (bns.empty() || !plan_.masked()) return;
   const int batches = static_cast<int>(std::min<int64_t>(kRecalibrationBatches, steps_per_epoch_));
+  const float momentum = bns.front()->momentum;  // the layers' own, restored below
   for (BatchNorm2d* bn : bns) {
     bn->running_mean->value.zero_();
     std::fill(bn->running_var->value.f32(), bn->running_var->value.f32() + bn->running_var->value.numel(), 1.f);
@@ -69,7 +70,7 @@ void Trainer::recalibrate_batchnorm(Model& model) {
     data_->train_batch(0, i, batch_);
     model.forward(batch_, true, nullptr);
   }
-  for (BatchNorm2d* bn : bns) bn->momentum = 0.1f;
+  for (BatchNorm2d* bn : bns) bn->momentum = momentum;
 }
 
 EvalResult Trainer::evaluate_local() {
