@@ -45,24 +45,84 @@ inline void im2col_row(const ConvShape& s, const float* img, int kh, int kw, flo
   }
 }
 
+// "Same" convolutions (stride 1, 2*pad = k-1) have Ho = H, Wo = W: the im2col row of kernel
+// offset (kh, kw) is the flat image shifted by d = (kh-pad)*W + (kw-pad), except for the
+// columns where ow + kw - pad leaves [0, W) (which the flat shift wraps onto the
+// neighbouring row) and the rows outside the image. One long copy per row instead of one
+// per output row: for 7x7 planes the per-call overhead dominated.
+bool is_same_stride1(const ConvShape& s) { return s.stride == 1 && 2 * s.pad == s.k - 1; }
+
+// Flat index range [lo, hi) of the im2col row (kh, kw) whose source i + d lies in the image.
+inline void same_flat_range(const ConvShape& s, int kh, int kw, int& lo, int& hi, int& d) {
+  const int HW = s.H * s.W;
+  d = (kh - s.pad) * s.W + (kw - s.pad);
+  lo = std::max(0, -d);
+  hi = std::min(HW, HW - d);
+}
+
+// Zeroes the wrapped columns of one (H*W) im2col row: ow < pad - kw or ow >= W + pad - kw.
+inline void zero_wrapped_columns(const ConvShape& s, int kw, float* row) {
+  const int left = std::max(0, s.pad - kw), right_from = std::min(s.W, s.W + s.pad - kw);
+  for (int oh = 0; oh < s.H; ++oh) {
+    float* r = row + oh * s.W;
+    for (int ow = 0; ow < left; ++ow) r[ow] = 0.f;
+    for (int ow = right_from; ow < s.W; ++ow) r[ow] = 0.f;
+  }
+}
+
+void im2col_row_same(const ConvShape& s, const float* img, int kh, int kw, float* out) {
+  int lo, hi, d;
+  same_flat_range(s, kh, kw, lo, hi, d);
+  const int HW = s.H * s.W;
+  if (lo >= hi) {
+    std::memset(out, 0, sizeof(float) * HW);
+    return;
+  }
+  std::memset(out, 0, sizeof(float) * lo);
+  std::memcpy(out + lo, img + lo + d, sizeof(float) * (hi - lo));
+  std::memset(out + hi, 0, sizeof(float) * (HW - hi));
+  zero_wrapped_columns(s, kw, out);
+}
+
 // cols (Cin*k*k, Ho*Wo) of one image x (Cin, H, W).
 void im2col_sample(const ConvShape& s, const float* x, float* cols) {
   const int P = s.Ho() * s.Wo(), kk = s.k * s.k;
+  const bool same = is_same_stride1(s);
   for (int c = 0; c < s.Cin; ++c)
-    for (int ki = 0; ki < kk; ++ki)
-      im2col_row(s, x + static_cast<int64_t>(c) * s.H * s.W, ki / s.k, ki % s.k,
-                 cols + (static_cast<int64_t>(c) * kk + ki) * P);
+    for (int ki = 0; ki < kk; ++ki) {
+      const float* img = x + static_cast<int64_t>(c) * s.H * s.W;
+      float* out = cols + (static_cast<int64_t>(c) * kk + ki) * P;
+      if (same)
+        im2col_row_same(s, img, ki / s.k, ki % s.k, out);
+      else
+        im2col_row(s, img, ki / s.k, ki % s.k, out);
+    }
 }
 
-// dx (Cin, H, W) = col2im(cols (Cin*k*k, Ho*Wo)); dx is zeroed here.
-void col2im_sample(const ConvShape& s, const float* cols, float* dx) {
+// dx_img (H, W) += col2im of one row (H*W) of a "same" convolution. The row's wrapped
+// columns are zeroed first (the row is scratch), so one flat shifted add is exact.
+void col2im_row_same(const ConvShape& s, float* row, int kh, int kw, float* img) {
+  int lo, hi, d;
+  same_flat_range(s, kh, kw, lo, hi, d);
+  zero_wrapped_columns(s, kw, row);
+  for (int i = lo; i < hi; ++i) img[i + d] += row[i];
+}
+
+// dx (Cin, H, W) = col2im(cols (Cin*k*k, Ho*Wo)); dx is zeroed here; cols is scratch and
+// may be modified.
+void col2im_sample(const ConvShape& s, float* cols, float* dx) {
   const int Ho = s.Ho(), Wo = s.Wo(), P = Ho * Wo, kk = s.k * s.k;
   std::memset(dx, 0, sizeof(float) * s.Cin * s.H * s.W);
+  const bool same = is_same_stride1(s);
   for (int c = 0; c < s.Cin; ++c) {
     float* img = dx + static_cast<int64_t>(c) * s.H * s.W;
     for (int ki = 0; ki < kk; ++ki) {
       const int kh = ki / s.k, kw = ki % s.k;
-      const float* in = cols + (static_cast<int64_t>(c) * kk + ki) * P;
+      float* in = cols + (static_cast<int64_t>(c) * kk + ki) * P;
+      if (same) {
+        col2im_row_same(s, in, kh, kw, img);
+        continue;
+      }
       int lo, hi;
       valid_range(s.W, Wo, s.stride, s.pad, kw, lo, hi);
       for (int oh = 0; oh < Ho; ++oh) {

@@ -156,6 +156,47 @@ TEST(GradCheck, Conv2d3x3Stride2Pad1) { check_conv(SubnetMask{}, {3, 4, 3, 2, 1}
 TEST(GradCheck, Conv2d1x1Stride2) { check_conv(SubnetMask{}, {3, 4, 1, 2, 0}, {}, {}, {4, 3, 1, 1}); }
 TEST(GradCheck, Conv2d1x1Stride1) { check_conv(SubnetMask{}, {3, 4, 1, 1, 0}, {}, {}, {4, 3, 1, 1}); }
 TEST(GradCheck, Conv2d3x3Stride1Pad0) { check_conv(SubnetMask{}, {2, 3, 3, 1, 0}, {}, {}, {3, 2, 3, 3}); }
+TEST(GradCheck, Conv2d5x5Stride1Pad2) { check_conv(SubnetMask{}, {2, 3, 5, 1, 2}, {}, {}, {3, 2, 5, 5}); }
+
+// The im2col kernel takes a flat-shift path for "same" convolutions (stride 1, 2*pad = k-1)
+// and a row-by-row path otherwise; both must equal the textbook six-loop convolution.
+void expect_conv_matches_naive(cpu::ConvShape s) {
+  Tensor x = random_tensor({s.N, s.Cin, s.H, s.W}, 1.f, 31);
+  Tensor w = random_tensor({s.Cout, s.Cin, s.k, s.k}, 1.f, 32);
+  Tensor y = act({s.N, s.Cout, s.Ho(), s.Wo()});
+  Tensor ws = act({cpu::conv2d_workspace_floats(s)});
+  cpu::conv2d_forward(s, x.f32(), w.f32(), y.f32(), ws.f32());
+  const float* X = x.f32();
+  const float* Wt = w.f32();
+  for (int n = 0; n < s.N; ++n)
+    for (int co = 0; co < s.Cout; ++co)
+      for (int oh = 0; oh < s.Ho(); ++oh)
+        for (int ow = 0; ow < s.Wo(); ++ow) {
+          double acc = 0;
+          for (int ci = 0; ci < s.Cin; ++ci)
+            for (int kh = 0; kh < s.k; ++kh)
+              for (int kw = 0; kw < s.k; ++kw) {
+                const int ih = oh * s.stride - s.pad + kh, iw = ow * s.stride - s.pad + kw;
+                if (ih < 0 || ih >= s.H || iw < 0 || iw >= s.W) continue;
+                acc += double(X[((n * s.Cin + ci) * s.H + ih) * s.W + iw]) *
+                       Wt[((co * s.Cin + ci) * s.k + kh) * s.k + kw];
+              }
+          const float got = y.f32()[((n * s.Cout + co) * s.Ho() + oh) * s.Wo() + ow];
+          ASSERT_NEAR(got, acc, 1e-4 * (1 + std::abs(acc))) << n << " " << co << " " << oh << " " << ow;
+        }
+}
+
+TEST(Conv2dKernel, SameConvolutionsMatchNaive) {
+  expect_conv_matches_naive({3, 4, 7, 7, 5, 3, 1, 1});
+  expect_conv_matches_naive({2, 3, 5, 6, 2, 5, 1, 2});
+  expect_conv_matches_naive({2, 2, 1, 9, 3, 3, 1, 1});  // one-row image: every row is an edge
+}
+
+TEST(Conv2dKernel, StridedAndUnpaddedConvolutionsMatchNaive) {
+  expect_conv_matches_naive({3, 4, 7, 7, 5, 3, 2, 1});
+  expect_conv_matches_naive({2, 3, 6, 5, 2, 3, 1, 0});
+  expect_conv_matches_naive({2, 3, 6, 5, 2, 1, 2, 0});
+}
 
 TEST(GradCheck, Conv2dMaskedOutputChannelsBackwardRegime) {
   // 5 output channels, kept {4, 1}: dW (2, cin, 3, 3) for the kept prefix.
