@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/winograd.h"
 
 namespace subdp::cpu {
 
@@ -146,11 +147,26 @@ int64_t thread_floats(const ConvShape& s) { return cols_floats(s) + weight_float
 // own im2col buffer (OpenBLAS's OpenMP build does not nest), so no thread waits on another
 // inside a layer. Weight gradients go to per-thread partials summed in thread order:
 // deterministic for a fixed thread count.
-int64_t conv2d_workspace_floats(const ConvShape& s) {
+int64_t conv2d_im2col_workspace_floats(const ConvShape& s) {
   return static_cast<int64_t>(omp_get_max_threads()) * thread_floats(s);
 }
 
+int64_t conv2d_workspace_floats(const ConvShape& s) {
+  return winograd_applies(s) ? winograd_workspace_floats(s) : conv2d_im2col_workspace_floats(s);
+}
+
 void conv2d_forward(const ConvShape& s, const float* x, const float* w, float* y, float* ws) {
+  if (winograd_applies(s)) return winograd_forward(s, x, w, y, ws);
+  conv2d_im2col_forward(s, x, w, y, ws);
+}
+
+void conv2d_backward(const ConvShape& s, const float* x, const float* w, const float* dy,
+                     float* dx, float* dw, int dw_cout, int dw_cin, float* ws) {
+  if (winograd_applies(s)) return winograd_backward(s, x, w, dy, dx, dw, dw_cout, dw_cin, ws);
+  conv2d_im2col_backward(s, x, w, dy, dx, dw, dw_cout, dw_cin, ws);
+}
+
+void conv2d_im2col_forward(const ConvShape& s, const float* x, const float* w, float* y, float* ws) {
   const int P = s.Ho() * s.Wo(), CK = s.Cin * s.k * s.k;
   const int64_t in_size = static_cast<int64_t>(s.Cin) * s.H * s.W, out_size = static_cast<int64_t>(s.Cout) * P;
   const bool direct = s.k == 1 && s.stride == 1 && s.pad == 0;  // 1x1 stride 1: x is its own im2col
@@ -167,8 +183,8 @@ void conv2d_forward(const ConvShape& s, const float* x, const float* w, float* y
   }
 }
 
-void conv2d_backward(const ConvShape& s, const float* x, const float* w, const float* dy,
-                     float* dx, float* dw, int dw_cout, int dw_cin, float* ws) {
+void conv2d_im2col_backward(const ConvShape& s, const float* x, const float* w, const float* dy,
+                            float* dx, float* dw, int dw_cout, int dw_cin, float* ws) {
   const int P = s.Ho() * s.Wo(), kk = s.k * s.k, CK = s.Cin * kk;
   const int64_t in_size = static_cast<int64_t>(s.Cin) * s.H * s.W, out_size = static_cast<int64_t>(s.Cout) * P;
   const bool want_dw = dw && dw_cout > 0 && dw_cin > 0;

@@ -1,5 +1,6 @@
-// conv2d on the CPU as im2col + GEMM, samples spread over OpenMP threads, one
-// single-threaded GEMM per sample. Layout NCHW, float32.
+// conv2d on the CPU: Winograd F(2x2, 3x3) for 3x3 stride-1 convolutions with enough
+// channels (kernels/cpu/winograd.h), im2col + GEMM otherwise (samples spread over OpenMP
+// threads, one single-threaded GEMM per sample). Layout NCHW, float32.
 #pragma once
 #include <cstdint>
 
@@ -13,8 +14,7 @@ struct ConvShape {
   int Wo() const { return (W + 2 * pad - k) / stride + 1; }
 };
 
-/// Floats of workspace conv2d_forward / conv2d_backward need: per OpenMP thread, one
-/// sample's im2col columns and a weight-gradient partial.
+/// Floats of workspace conv2d_forward / conv2d_backward need (the path's own figure).
 int64_t conv2d_workspace_floats(const ConvShape& s);
 
 /// y (N, Cout, Ho, Wo) = conv(x (N, Cin, H, W), w (Cout, Cin, k, k)). No bias.
@@ -26,6 +26,13 @@ void conv2d_forward(const ConvShape& s, const float* x, const float* w, float* y
 /// array: backward masking computes weight gradients for kept channels only.
 void conv2d_backward(const ConvShape& s, const float* x, const float* w, const float* dy,
                      float* dx, float* dw, int dw_cout, int dw_cin, float* ws);
+
+/// The im2col + GEMM path for any shape (what conv2d_* use when Winograd does not apply).
+/// Workspace: per OpenMP thread, one sample's im2col columns and a weight-gradient partial.
+int64_t conv2d_im2col_workspace_floats(const ConvShape& s);
+void conv2d_im2col_forward(const ConvShape& s, const float* x, const float* w, float* y, float* ws);
+void conv2d_im2col_backward(const ConvShape& s, const float* x, const float* w, const float* dy,
+                            float* dx, float* dw, int dw_cout, int dw_cin, float* ws);
 
 /// Global average pool: x (N, C, HW) -> y (N, C).
 void global_avg_pool_forward(const float* x, float* y, int N, int C, int HW);

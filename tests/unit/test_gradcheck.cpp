@@ -156,6 +156,11 @@ TEST(GradCheck, Conv2d3x3Stride2Pad1) { check_conv(SubnetMask{}, {3, 4, 3, 2, 1}
 TEST(GradCheck, Conv2d1x1Stride2) { check_conv(SubnetMask{}, {3, 4, 1, 2, 0}, {}, {}, {4, 3, 1, 1}); }
 TEST(GradCheck, Conv2d1x1Stride1) { check_conv(SubnetMask{}, {3, 4, 1, 1, 0}, {}, {}, {4, 3, 1, 1}); }
 TEST(GradCheck, Conv2d3x3Stride1Pad0) { check_conv(SubnetMask{}, {2, 3, 3, 1, 0}, {}, {}, {3, 2, 3, 3}); }
+TEST(GradCheck, Conv2d3x3WinogradPath) { check_conv(SubnetMask{}, {8, 9, 3, 1, 1}, {}, {}, {9, 8, 3, 3}); }
+TEST(GradCheck, Conv2d3x3WinogradMaskedOutputChannels) {
+  // Backward masking on the Winograd path: 9 output channels, kept {0, 4, 7}.
+  check_conv(prefix_mask(9, {0, 4, 7}), {8, 9, 3, 1, 1}, UnitRef{0, 0, 1}, {}, {3, 8, 3, 3});
+}
 TEST(GradCheck, Conv2d5x5Stride1Pad2) { check_conv(SubnetMask{}, {2, 3, 5, 1, 2}, {}, {}, {3, 2, 5, 5}); }
 
 // The im2col kernel takes a flat-shift path for "same" convolutions (stride 1, 2*pad = k-1)

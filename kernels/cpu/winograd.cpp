@@ -1,0 +1,343 @@
+// Winograd F(2x2, 3x3) convolution (Lavin and Gray 2016). With the transforms
+//   B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1],
+//   A^T = [1 1 1 0; 0 1 -1 -1],
+// a 2x2 output tile is Y = A^T [(G g G^T) . (B^T d B)] A for its 4x4 input patch d and each
+// 3x3 filter g. Over all tiles and channel pairs this is, per transformed element xi (16),
+//   M[xi] (Cout, T) = U[xi] (Cout, Cin) x V[xi] (Cin, T)
+// and its backward is two more GEMMs per xi in the same domain:
+//   dU[xi] (Cout, Cin) = E[xi] (Cout, T) x V[xi]^T,  E = A dY A^T,  dg = G^T dU G;
+//   the input gradient is the forward convolution of dy with the flipped, transposed filters.
+#include "kernels/cpu/winograd.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <omp.h>
+
+#include "kernels/cpu/gemm.h"
+
+namespace subdp::cpu {
+
+namespace {
+
+constexpr int kXi = 16;          // transformed elements per tile (4x4)
+constexpr int kTargetTiles = 128;  // tiles per GEMM column block: chunks of samples reach it
+
+// Tile grid of one sample and the chunking of samples into GEMM column blocks.
+struct Tiling {
+  int th, tw, per_sample, chunk, T;
+  explicit Tiling(const ConvShape& s)
+      : th((s.H + 1) / 2), tw((s.W + 1) / 2), per_sample(th * tw),
+        chunk(std::max(1, std::min(s.N, (kTargetTiles + per_sample - 1) / per_sample))),
+        T(chunk * per_sample) {}
+  int chunks(int N) const { return (N + chunk - 1) / chunk; }
+  int64_t padded_plane() const { return static_cast<int64_t>(2 * th + 2) * (2 * tw + 2); }
+  // The padded plane followed by six rows of transform scratch.
+  int64_t plane_and_rows() const { return padded_plane() + 6 * (2 * tw + 2); }
+};
+
+int64_t max_channels(const ConvShape& s) { return std::max(s.Cin, s.Cout); }
+int64_t filter_floats(const ConvShape& s) { return int64_t{kXi} * s.Cout * s.Cin; }
+int64_t tile_buffer_floats(const ConvShape& s, const Tiling& t) { return kXi * max_channels(s) * t.T; }
+int64_t thread_floats(const ConvShape& s, const Tiling& t) {
+  return 2 * tile_buffer_floats(s, t) + t.plane_and_rows() + filter_floats(s);
+}
+
+// u (4x4) = G g G^T for one 3x3 filter g (row-major).
+void transform_filter(const float* g, float* u) {
+  float t[4][3];  // G g
+  for (int j = 0; j < 3; ++j) {
+    const float g0 = g[j], g1 = g[3 + j], g2 = g[6 + j];
+    t[0][j] = g0;
+    t[1][j] = 0.5f * (g0 + g1 + g2);
+    t[2][j] = 0.5f * (g0 - g1 + g2);
+    t[3][j] = g2;
+  }
+  for (int i = 0; i < 4; ++i) {
+    const float a = t[i][0], b = t[i][1], c = t[i][2];
+    u[i * 4 + 0] = a;
+    u[i * 4 + 1] = 0.5f * (a + b + c);
+    u[i * 4 + 2] = 0.5f * (a - b + c);
+    u[i * 4 + 3] = c;
+  }
+}
+
+// dg (3x3) += G^T du G for one 4x4 transformed-filter gradient du.
+void accumulate_filter_gradient(const float* du, float* dg) {
+  float t[3][4];  // G^T du
+  for (int j = 0; j < 4; ++j) {
+    const float d0 = du[j], d1 = du[4 + j], d2 = du[8 + j], d3 = du[12 + j];
+    t[0][j] = d0 + 0.5f * (d1 + d2);
+    t[1][j] = 0.5f * (d1 - d2);
+    t[2][j] = 0.5f * (d1 + d2) + d3;
+  }
+  for (int i = 0; i < 3; ++i) {
+    const float a = t[i][0], b = t[i][1], c = t[i][2], d = t[i][3];
+    dg[i * 3 + 0] += a + 0.5f * (b + c);
+    dg[i * 3 + 1] += 0.5f * (b - c);
+    dg[i * 3 + 2] += 0.5f * (b + c) + d;
+  }
+}
+
+// U (16, rows, cols) from filters w (Cout, Cin, 3, 3). transpose_flip: U of the input-gradient
+// convolution, w'[ci][co] = w[co][ci] rotated by 180 degrees, so rows = Cin, cols = Cout.
+void transform_filters(const ConvShape& s, const float* w, bool transpose_flip, float* U) {
+  const int rows = transpose_flip ? s.Cin : s.Cout, cols = transpose_flip ? s.Cout : s.Cin;
+#pragma omp parallel for schedule(static)
+  for (int co = 0; co < s.Cout; ++co)
+    for (int ci = 0; ci < s.Cin; ++ci) {
+      const float* g = w + (static_cast<int64_t>(co) * s.Cin + ci) * 9;
+      float flipped[9], u[kXi];
+      if (transpose_flip)
+        for (int i = 0; i < 9; ++i) flipped[i] = g[8 - i];
+      transform_filter(transpose_flip ? flipped : g, u);
+      const int r = transpose_flip ? ci : co, c = transpose_flip ? co : ci;
+      for (int xi = 0; xi < kXi; ++xi) U[(static_cast<int64_t>(xi) * rows + r) * cols + c] = u[xi];
+    }
+}
+
+// plane ((2*th+2) x Wp) = img (H, W) at offset (1, 1), zeros elsewhere (only the border is
+// cleared: the interior is overwritten).
+void pad_plane(const ConvShape& s, const Tiling& t, const float* img, float* plane) {
+  const int Wp = 2 * t.tw + 2, Hp = 2 * t.th + 2;
+  std::memset(plane, 0, sizeof(float) * Wp);
+  for (int h = 0; h < s.H; ++h) {
+    float* row = plane + (h + 1) * Wp;
+    row[0] = 0.f;
+    std::memcpy(row + 1, img + h * s.W, sizeof(float) * s.W);
+    for (int j = s.W + 1; j < Wp; ++j) row[j] = 0.f;
+  }
+  std::memset(plane + (s.H + 1) * Wp, 0, sizeof(float) * (Hp - s.H - 1) * Wp);
+}
+
+// b (4 rows of Wp) = B^T d for the 4 padded rows d starting at d0 (row stride Wp).
+inline void input_rows_transform(const float* __restrict d0, int Wp, float* __restrict b) {
+  const float *d1 = d0 + Wp, *d2 = d1 + Wp, *d3 = d2 + Wp;
+  for (int j = 0; j < Wp; ++j) {
+    b[j] = d0[j] - d2[j];
+    b[Wp + j] = d1[j] + d2[j];
+    b[2 * Wp + j] = d2[j] - d1[j];
+    b[3 * Wp + j] = d1[j] - d3[j];
+  }
+}
+
+// o0..o3 (tw) = one row b of B^T d times B, for the tw tiles along it (stride-2 windows of 4).
+inline void input_cols_transform(const float* __restrict b, int tw, float* __restrict o0,
+                                 float* __restrict o1, float* __restrict o2, float* __restrict o3) {
+  for (int tx = 0; tx < tw; ++tx) {
+    const float a0 = b[2 * tx], a1 = b[2 * tx + 1], a2 = b[2 * tx + 2], a3 = b[2 * tx + 3];
+    o0[tx] = a0 - a2;
+    o1[tx] = a1 + a2;
+    o2[tx] = a2 - a1;
+    o3[tx] = a1 - a3;
+  }
+}
+
+// V (16, C, T) for samples [n0, n0 + count) of x (N, C, H, W): V = B^T d B per 4x4 patch,
+// patches at stride 2 over the image padded by one zero on the top and left (and as many
+// as the tile grid needs on the bottom and right). Columns of absent samples are zero.
+// B^T is applied to four whole padded rows at once, then B along each row to all the tiles
+// of the tile row: every loop runs over contiguous or stride-2 data and vectorises.
+void transform_input(const ConvShape& s, const Tiling& t, const float* x, int C, int n0, int count,
+                     float* plane, float* V) {
+  const int Wp = 2 * t.tw + 2;
+  const int64_t step = static_cast<int64_t>(C) * t.T;  // next xi
+  float* rows = plane + t.padded_plane();            // B^T d: 4 rows of Wp
+  for (int c = 0; c < C; ++c)
+    for (int ln = 0; ln < t.chunk; ++ln) {
+      float* v0 = V + static_cast<int64_t>(c) * t.T + static_cast<int64_t>(ln) * t.per_sample;
+      if (ln >= count) {
+        for (int xi = 0; xi < kXi; ++xi) std::memset(v0 + xi * step, 0, sizeof(float) * t.per_sample);
+        continue;
+      }
+      const float* img = x + (static_cast<int64_t>(n0 + ln) * C + c) * s.H * s.W;
+      pad_plane(s, t, img, plane);
+      for (int ty = 0; ty < t.th; ++ty) {
+        input_rows_transform(plane + 2 * ty * Wp, Wp, rows);
+        for (int i = 0; i < 4; ++i) {
+          float* o = v0 + (i * 4) * step + ty * t.tw;
+          input_cols_transform(rows + i * Wp, t.tw, o, o + step, o + 2 * step, o + 3 * step);
+        }
+      }
+    }
+}
+
+// E (16, C, T) = A dY A^T per 2x2 tile of dy (N, C, H, W), zero beyond the image edge.
+// Row-wise like transform_input: A on the two rows of a tile row, then A^T along them.
+void transform_output_gradient(const ConvShape& s, const Tiling& t, const float* dy, int C, int n0,
+                               int count, float* rows, float* E) {
+  const int64_t step = static_cast<int64_t>(C) * t.T;
+  const int Wt = 2 * t.tw;
+  float *g0 = rows, *g1 = rows + Wt, *e = rows + 2 * Wt;  // e: 4 rows of Wt
+  for (int c = 0; c < C; ++c)
+    for (int ln = 0; ln < t.chunk; ++ln) {
+      float* o0 = E + static_cast<int64_t>(c) * t.T + static_cast<int64_t>(ln) * t.per_sample;
+      if (ln >= count) {
+        for (int xi = 0; xi < kXi; ++xi) std::memset(o0 + xi * step, 0, sizeof(float) * t.per_sample);
+        continue;
+      }
+      const float* img = dy + (static_cast<int64_t>(n0 + ln) * C + c) * s.H * s.W;
+      for (int ty = 0; ty < t.th; ++ty) {
+        std::memset(rows, 0, sizeof(float) * 2 * Wt);
+        std::memcpy(g0, img + 2 * ty * s.W, sizeof(float) * s.W);
+        if (2 * ty + 1 < s.H) std::memcpy(g1, img + (2 * ty + 1) * s.W, sizeof(float) * s.W);
+        for (int j = 0; j < Wt; ++j) {
+          e[j] = g0[j];
+          e[Wt + j] = g0[j] + g1[j];
+          e[2 * Wt + j] = g0[j] - g1[j];
+          e[3 * Wt + j] = -g1[j];
+        }
+        for (int i = 0; i < 4; ++i) {
+          const float* r = e + i * Wt;
+          float* o = o0 + (i * 4) * step + ty * t.tw;
+          float *o1 = o + step, *o2 = o1 + step, *o3 = o2 + step;
+          for (int tx = 0; tx < t.tw; ++tx) {
+            const float a0 = r[2 * tx], a1 = r[2 * tx + 1];
+            o[tx] = a0;
+            o1[tx] = a0 + a1;
+            o2[tx] = a0 - a1;
+            o3[tx] = -a1;
+          }
+        }
+      }
+    }
+}
+
+// r (8 rows of tw): rows 0-3 = row 0 of A^T m for columns j = 0..3, rows 4-7 = row 1, for
+// the tw tiles of one tile row; m(xi) = m[xi * step + tx].
+inline void output_rows_transform(const float* __restrict m, int64_t step, int tw, float* __restrict r) {
+  for (int j = 0; j < 4; ++j) {
+    const float *p0 = m + j * step, *p1 = m + (4 + j) * step, *p2 = m + (8 + j) * step,
+                *p3 = m + (12 + j) * step;
+    float *r0 = r + j * tw, *r1 = r + (4 + j) * tw;
+    for (int tx = 0; tx < tw; ++tx) {
+      r0[tx] = p0[tx] + p1[tx] + p2[tx];
+      r1[tx] = p1[tx] - p2[tx] - p3[tx];
+    }
+  }
+}
+
+// out (2*tw) = one output row: (r0, r1, r2, r3) (4 rows of tw) times A.
+inline void output_cols_transform(const float* __restrict r, int tw, float* __restrict out) {
+  const float *r0 = r, *r1 = r + tw, *r2 = r + 2 * tw, *r3 = r + 3 * tw;
+  for (int tx = 0; tx < tw; ++tx) {
+    out[2 * tx] = r0[tx] + r1[tx] + r2[tx];
+    out[2 * tx + 1] = r1[tx] - r2[tx] - r3[tx];
+  }
+}
+
+// y (N, C, H, W) samples [n0, n0 + count) = A^T M A per tile of M (16, C, T); overwritten.
+// scratch: 10 * tw floats (8 rows of A^T m and one output row of 2*tw).
+void transform_output(const ConvShape& s, const Tiling& t, const float* M, int C, int n0, int count,
+                      float* scratch, float* y) {
+  const int64_t step = static_cast<int64_t>(C) * t.T;
+  float *r = scratch, *row = scratch + 8 * t.tw;
+  for (int c = 0; c < C; ++c)
+    for (int ln = 0; ln < count; ++ln) {
+      float* img = y + (static_cast<int64_t>(n0 + ln) * C + c) * s.H * s.W;
+      const float* m0 = M + static_cast<int64_t>(c) * t.T + static_cast<int64_t>(ln) * t.per_sample;
+      for (int ty = 0; ty < t.th; ++ty) {
+        output_rows_transform(m0 + ty * t.tw, step, t.tw, r);
+        for (int a = 0; a < 2 && 2 * ty + a < s.H; ++a) {
+          float* out = img + (2 * ty + a) * s.W;
+          if (s.W % 2 == 0) {  // the tiles cover the row exactly: write in place
+            output_cols_transform(r + 4 * a * t.tw, t.tw, out);
+          } else {
+            output_cols_transform(r + 4 * a * t.tw, t.tw, row);
+            std::memcpy(out, row, sizeof(float) * s.W);
+          }
+        }
+      }
+    }
+}
+
+// out (16, rows, T) = U[xi] (rows, cols) x in[xi] (cols, T) for every xi.
+void multiply_tiles(const float* U, int rows, int cols, const float* in, int T, float* out) {
+  for (int xi = 0; xi < kXi; ++xi)
+    sgemm(false, false, rows, T, cols, 1.f, U + static_cast<int64_t>(xi) * rows * cols, cols,
+          in + static_cast<int64_t>(xi) * cols * T, T, 0.f, out + static_cast<int64_t>(xi) * rows * T, T);
+}
+
+// Forward-direction convolution of `in` (N, cin, H, W) with transformed filters U (16, cout,
+// cin) into out (N, cout, H, W): shared by the forward pass and the input gradient.
+void convolve(const ConvShape& s, const Tiling& t, const float* U, const float* in, int cin, int cout,
+              float* out, float* ws_threads) {
+#pragma omp parallel
+  {
+    float* a = ws_threads + omp_get_thread_num() * thread_floats(s, t);
+    float* b = a + tile_buffer_floats(s, t);
+    float* plane = b + tile_buffer_floats(s, t);
+#pragma omp for schedule(static)
+    for (int ch = 0; ch < t.chunks(s.N); ++ch) {
+      const int n0 = ch * t.chunk, count = std::min(t.chunk, s.N - n0);
+      transform_input(s, t, in, cin, n0, count, plane, a);
+      multiply_tiles(U, cout, cin, a, t.T, b);
+      transform_output(s, t, b, cout, n0, count, plane, out);
+    }
+  }
+}
+
+}  // namespace
+
+bool winograd_applies(const ConvShape& s) {
+  return s.k == 3 && s.stride == 1 && s.pad == 1 && s.Cin >= 8 && s.Cout >= 8;
+}
+
+int64_t winograd_workspace_floats(const ConvShape& s) {
+  const Tiling t(s);
+  return filter_floats(s) + static_cast<int64_t>(omp_get_max_threads()) * thread_floats(s, t);
+}
+
+void winograd_forward(const ConvShape& s, const float* x, const float* w, float* y, float* ws) {
+  const Tiling t(s);
+  transform_filters(s, w, false, ws);
+  convolve(s, t, ws, x, s.Cin, s.Cout, y, ws + filter_floats(s));
+}
+
+void winograd_backward(const ConvShape& s, const float* x, const float* w, const float* dy,
+                       float* dx, float* dw, int dw_cout, int dw_cin, float* ws) {
+  const Tiling t(s);
+  float* U = ws;
+  float* threads_ws = ws + filter_floats(s);
+  if (dx) {
+    transform_filters(s, w, true, U);
+    convolve(s, t, U, dy, s.Cout, s.Cin, dx, threads_ws);
+  }
+  if (!dw || dw_cout <= 0 || dw_cin <= 0) return;
+  const int64_t du_n = int64_t{kXi} * dw_cout * dw_cin;
+  int threads = 1;
+#pragma omp parallel
+  {
+#pragma omp single
+    threads = omp_get_num_threads();
+    float* v = threads_ws + omp_get_thread_num() * thread_floats(s, t);
+    float* e = v + tile_buffer_floats(s, t);
+    float* plane = e + tile_buffer_floats(s, t);
+    float* du = plane + t.plane_and_rows();  // this thread's partial (16, dw_cout, dw_cin)
+    std::memset(du, 0, sizeof(float) * du_n);
+#pragma omp for schedule(static)
+    for (int ch = 0; ch < t.chunks(s.N); ++ch) {
+      const int n0 = ch * t.chunk, count = std::min(t.chunk, s.N - n0);
+      transform_input(s, t, x, s.Cin, n0, count, plane, v);
+      transform_output_gradient(s, t, dy, s.Cout, n0, count, plane, e);
+      // du[xi] (dw_cout, dw_cin) += e[xi][:dw_cout] (dw_cout, T) x v[xi][:dw_cin]^T
+      for (int xi = 0; xi < kXi; ++xi)
+        sgemm(false, true, dw_cout, dw_cin, t.T, 1.f, e + static_cast<int64_t>(xi) * s.Cout * t.T, t.T,
+              v + static_cast<int64_t>(xi) * s.Cin * t.T, t.T, 1.f, du + xi * dw_cout * dw_cin, dw_cin);
+    }
+  }
+  // Sum the partials in thread order into the first one, then dw += G^T du G per filter.
+  float* total = threads_ws + t.plane_and_rows() + 2 * tile_buffer_floats(s, t);
+  for (int th = 1; th < threads; ++th) {
+    const float* part = total + th * thread_floats(s, t);
+    for (int64_t i = 0; i < du_n; ++i) total[i] += part[i];
+  }
+  for (int co = 0; co < dw_cout; ++co)
+    for (int ci = 0; ci < dw_cin; ++ci) {
+      float du[kXi];
+      for (int xi = 0; xi < kXi; ++xi) du[xi] = total[(static_cast<int64_t>(xi) * dw_cout + co) * dw_cin + ci];
+      accumulate_filter_gradient(du, dw + (static_cast<int64_t>(co) * dw_cin + ci) * 9);
+    }
+}
+
+}  // namespace subdp::cpu

@@ -1,0 +1,73 @@
+// Winograd F(2x2, 3x3) convolution against the im2col path (itself checked against the
+// naive convolution and by finite differences in test_gradcheck.cpp): forward, input
+// gradient, full and masked-prefix weight gradients, odd and tiny image sizes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/cpu/conv.h"
+#include "kernels/cpu/winograd.h"
+#include "tests/unit/gradcheck.h"
+
+namespace subdp {
+namespace {
+
+using test::random_tensor;
+
+Tensor scratch(int64_t n) { return Tensor::zeros({n}, MemCategory::workspace); }
+
+void expect_close(const float* got, const float* want, int64_t n, const char* what) {
+  double scale = 0;
+  for (int64_t i = 0; i < n; ++i) scale = std::max(scale, double(std::abs(want[i])));
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_NEAR(got[i], want[i], 2e-5 * (1 + scale)) << what << " element " << i;
+}
+
+// Winograd and im2col on shape s: y, dx, dw (prefix dw_cout x dw_cin) agree.
+void expect_paths_agree(cpu::ConvShape s, int dw_cout, int dw_cin) {
+  ASSERT_TRUE(cpu::winograd_applies(s));
+  const int64_t xn = int64_t{s.N} * s.Cin * s.H * s.W, yn = int64_t{s.N} * s.Cout * s.H * s.W;
+  Tensor x = random_tensor({xn}, 1.f, 41), w = random_tensor({int64_t{s.Cout} * s.Cin * 9}, 1.f, 42);
+  Tensor dy = random_tensor({yn}, 1.f, 43);
+  Tensor ws_w = scratch(cpu::winograd_workspace_floats(s)), ws_i = scratch(cpu::conv2d_im2col_workspace_floats(s));
+  Tensor y_w = scratch(yn), y_i = scratch(yn);
+  cpu::winograd_forward(s, x.f32(), w.f32(), y_w.f32(), ws_w.f32());
+  cpu::conv2d_im2col_forward(s, x.f32(), w.f32(), y_i.f32(), ws_i.f32());
+  expect_close(y_w.f32(), y_i.f32(), yn, "y");
+
+  const int64_t dwn = int64_t{dw_cout} * dw_cin * 9;
+  Tensor dx_w = scratch(xn), dx_i = scratch(xn), dw_w = random_tensor({dwn}, 1.f, 44);
+  Tensor dw_i = Tensor::zeros({dwn}, MemCategory::workspace);
+  std::copy(dw_w.f32(), dw_w.f32() + dwn, dw_i.f32());  // both accumulate onto the same start
+  cpu::winograd_backward(s, x.f32(), w.f32(), dy.f32(), dx_w.f32(), dw_w.f32(), dw_cout, dw_cin, ws_w.f32());
+  cpu::conv2d_im2col_backward(s, x.f32(), w.f32(), dy.f32(), dx_i.f32(), dw_i.f32(), dw_cout, dw_cin, ws_i.f32());
+  expect_close(dx_w.f32(), dx_i.f32(), xn, "dx");
+  expect_close(dw_w.f32(), dw_i.f32(), dwn, "dw");
+}
+
+TEST(Winograd, AppliesOnlyToSameThreeByThreeWithEnoughChannels) {
+  EXPECT_TRUE(cpu::winograd_applies({1, 8, 5, 5, 8, 3, 1, 1}));
+  EXPECT_FALSE(cpu::winograd_applies({1, 1, 28, 28, 32, 3, 1, 1}));   // the stem: im2col
+  EXPECT_FALSE(cpu::winograd_applies({1, 32, 28, 28, 64, 3, 2, 1}));  // strided
+  EXPECT_FALSE(cpu::winograd_applies({1, 32, 28, 28, 64, 1, 1, 0}));  // 1x1
+}
+
+TEST(Winograd, EvenImageMatchesIm2col) { expect_paths_agree({3, 8, 8, 6, 12, 3, 1, 1}, 12, 8); }
+TEST(Winograd, OddImageMatchesIm2col) { expect_paths_agree({5, 9, 7, 5, 8, 3, 1, 1}, 8, 9); }
+TEST(Winograd, OneRowImageMatchesIm2col) { expect_paths_agree({2, 8, 1, 3, 8, 3, 1, 1}, 8, 8); }
+TEST(Winograd, ManySamplesPerChunkMatchIm2col) { expect_paths_agree({37, 8, 3, 3, 10, 3, 1, 1}, 10, 8); }
+TEST(Winograd, MaskedWeightGradientPrefixMatchesIm2col) { expect_paths_agree({3, 12, 6, 7, 10, 3, 1, 1}, 4, 5); }
+
+TEST(Winograd, NoWeightGradientLeavesOnlyInputGradient) {
+  const cpu::ConvShape s{2, 8, 4, 4, 8, 3, 1, 1};
+  Tensor x = random_tensor({2 * 8 * 16}, 1.f, 1), w = random_tensor({8 * 8 * 9}, 1.f, 2), dy = random_tensor({2 * 8 * 16}, 1.f, 3);
+  Tensor ws = scratch(cpu::winograd_workspace_floats(s)), dx = scratch(2 * 8 * 16);
+  cpu::winograd_backward(s, x.f32(), w.f32(), dy.f32(), dx.f32(), nullptr, 0, 0, ws.f32());
+  double norm = 0;
+  for (int64_t i = 0; i < dx.numel(); ++i) norm += std::abs(dx.f32()[i]);
+  EXPECT_GT(norm, 1.0);
+}
+
+}  // namespace
+}  // namespace subdp
