@@ -53,7 +53,8 @@ TEST(Winograd, AppliesOnlyToSameThreeByThreeWithEnoughChannels) {
   EXPECT_FALSE(cpu::winograd_applies({1, 32, 28, 28, 64, 1, 1, 0}));  // 1x1
 }
 
-TEST(Winograd, EvenImageMatchesIm2col) { expect_paths_agree({3, 8, 8, 6, 12, 3, 1, 1}, 12, 8); }
+TEST(Winograd, EvenImageMatchesIm2col) { expect_paths_agree({3, 8, 8, 16, 12, 3, 1, 1}, 12, 8); }
+TEST(Winograd, FourteenWideImageMatchesIm2col) { expect_paths_agree({2, 8, 5, 14, 9, 3, 1, 1}, 9, 8); }
 TEST(Winograd, OddImageMatchesIm2col) { expect_paths_agree({5, 9, 7, 5, 8, 3, 1, 1}, 8, 9); }
 TEST(Winograd, OneRowImageMatchesIm2col) { expect_paths_agree({2, 8, 1, 3, 8, 3, 1, 1}, 8, 8); }
 TEST(Winograd, ManySamplesPerChunkMatchIm2col) { expect_paths_agree({37, 8, 3, 3, 10, 3, 1, 1}, 10, 8); }
