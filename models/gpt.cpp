@@ -61,8 +61,19 @@ std::unique_ptr<Model> make_gpt(const ModelConfig& c, const SubnetMask& mask, in
   return std::make_unique<Gpt>(c, mask, max_batch, seed);
 }
 
+namespace {
+bool block_skips_weight_gradients(const SubnetMask& mask, int index) {
+  return mask.regime == Regime::backward && mask.granularity == Granularity::block && !mask.block_kept.at(index);
+}
+}  // namespace
+
+bool TransformerBlock::uses_forward_scratch(const SubnetMask& mask, int index) {
+  const bool neuron_backward = mask.regime == Regime::backward && mask.granularity == Granularity::neuron;
+  return neuron_backward || block_skips_weight_gradients(mask, index);
+}
+
 TransformerBlock::TransformerBlock(ParamSet& ps, const SubnetMask& mask, const ModelConfig& c, int index,
-                                   int64_t max_rows)
+                                   int64_t max_rows, const Tensor& forward_scratch)
     : C_(c.width), heads_(c.heads) {
   if (mask.skips_block(index)) return;
   const std::string name = "blocks." + std::to_string(index);
@@ -71,9 +82,14 @@ TransformerBlock::TransformerBlock(ParamSet& ps, const SubnetMask& mask, const M
   // Parameters in torch's state_dict order: ln1, ln2, qkv, proj, fc, fc2.
   ln1_ = std::make_unique<LayerNorm>(ps, name + ".ln1", C_, index);
   ln2_ = std::make_unique<LayerNorm>(ps, name + ".ln2", C_, index);
+  const bool dropped = block_skips_weight_gradients(mask, index);  // nothing read by a dW GEMM
+  const bool shared = uses_forward_scratch(mask, index);
+  const int hd = C_ / heads_;
+  const int64_t kept_attn_cols = dropped ? 0 : static_cast<int64_t>(mask.layers.at(heads_layer(index)).kept) * hd;
   attn_ = std::make_unique<CausalSelfAttention>(ps, name, C_, heads_, c.context, max_rows,
                                                 neuron ? heads_layer(index) : -1, index,
-                                                neuron ? mask.scale : 1.f, kGpt2Weight);
+                                                neuron ? mask.scale : 1.f, kGpt2Weight,
+                                                shared ? &forward_scratch : nullptr, kept_attn_cols);
   const UnitRef out_units{neuron ? mlp_layer(index) : -1, 0, 1}, in_units{neuron ? mlp_layer(index) : -1, 1, 1};
   fc_ = std::make_unique<Linear>(ps, name + ".fc", C_, H, true, out_units, UnitRef{}, index, &kGpt2Weight, &kZero);
   fc2_ = std::make_unique<Linear>(ps, name + ".fc2", H, C_, true, UnitRef{}, in_units, index, &kGpt2Weight, &kZero);
@@ -81,11 +97,19 @@ TransformerBlock::TransformerBlock(ParamSet& ps, const SubnetMask& mask, const M
   else branch_scale_ = mask.block_scale(index);  // pinned blocks are never scaled
   ln1_->allocate_stats(max_rows);
   ln2_->allocate_stats(max_rows);
-  ln1_out_ = activation(max_rows, C_);  // (B, T, C) each, fc_pre_ / fc_act_ (B, T, H local)
+  // (B, T, C) each, fc_pre_ / fc_act_ (B, T, H local). Each forward-only output is consumed
+  // by the next GEMM before the following one is written, so they can share one scratch.
+  // ln1 and ln2 outputs feed the kept units' dW at neuron level: shared only when dropped.
+  auto in_scratch = [&](int64_t width, bool share) {
+    return share ? forward_scratch.slice0(0, max_rows * width).view({max_rows, width}) : activation(max_rows, width);
+  };
+  ln1_out_ = in_scratch(C_, dropped);
   mid_ = activation(max_rows, C_);
-  ln2_out_ = activation(max_rows, C_);
-  fc_pre_ = activation(max_rows, fc_->out());
-  fc_act_ = activation(max_rows, fc_->out());
+  ln2_out_ = in_scratch(C_, dropped);
+  fc_pre_ = activation(max_rows, fc_->out());  // GELU's backward reads it
+  fc_act_ = in_scratch(fc_->out(), shared);
+  fc_act_kept_cols_ = shared && !dropped ? mask.layers.at(mlp_layer(index)).kept : 0;
+  if (fc_act_kept_cols_ > 0) fc_act_kept_ = activation(max_rows, fc_act_kept_cols_);
   out_ = activation(max_rows, C_);
 }
 
@@ -103,6 +127,7 @@ const float* TransformerBlock::forward(const float* x, int B, int T) {
   if (neuron_scale_ != 1.f) cpu::scale(fc_act_.f32(), neuron_scale_, nh);
   float* out = out_.f32();  // (B, T, C)
   linear_forward(*fc2_, fc_act_.f32(), out, rows);
+  if (fc_act_kept_.defined()) cpu::copy_columns(fc_act_.f32(), rows, fc_->out(), fc_act_kept_cols_, fc_act_kept_.f32());
   if (branch_scale_ != 1.f) cpu::scale(out, branch_scale_, n);
   cpu::add(out, mid, out, n);  // out = mid + mlp branch
   return out;
@@ -121,7 +146,11 @@ void TransformerBlock::backward(const float* x, float* dres, int B, int T, GptSc
   };
   float* dh = s.dh.f32();    // (B, T, H)
   float* dln = s.dln.f32();  // (B, T, C)
-  linear_backward(*fc2_, fc_act_.f32(), branch_grad(), dh, rows);
+  // fc2's dW reads fc_act: the stored kept columns, or nothing (stale scratch) when dropped.
+  if (fc_act_kept_.defined())
+    fc2_->backward(fc_act_kept_.f32(), branch_grad(), dh, rows, fc_act_kept_cols_);
+  else
+    linear_backward(*fc2_, fc_act_.f32(), branch_grad(), dh, rows);
   // fc_act = neuron_scale * gelu(fc_pre)
   cpu::gelu_backward(fc_pre_.f32(), dh, dh, nh);
   if (neuron_scale_ != 1.f) cpu::scale(dh, neuron_scale_, nh);
@@ -140,8 +169,11 @@ Gpt::Gpt(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t s
   wte_ = std::make_unique<Embedding>(params_, "wte", V_, C_, kGpt2Weight);
   wpe_ = std::make_unique<Embedding>(params_, "wpe", T_, C_, kGpt2Weight);
   int64_t hidden = 0, width = 0;
+  for (int b = 0; b < c.depth; ++b)
+    if (TransformerBlock::uses_forward_scratch(mask_, b) && !forward_scratch_.defined())
+      forward_scratch_ = Tensor::empty({rows * c.mlp_ratio * C_}, MemCategory::activations);
   for (int b = 0; b < c.depth; ++b) {
-    blocks_.push_back(std::make_unique<TransformerBlock>(params_, mask_, c, b, rows));
+    blocks_.push_back(std::make_unique<TransformerBlock>(params_, mask_, c, b, rows, forward_scratch_));
     hidden = std::max(hidden, blocks_.back()->hidden());
     width = std::max(width, blocks_.back()->attn_width());
   }

@@ -40,7 +40,16 @@ struct GptScratch {
 
 class TransformerBlock {
  public:
-  TransformerBlock(ParamSet& ps, const SubnetMask& mask, const ModelConfig& c, int index, int64_t max_rows);
+  /// forward_scratch: flat (max_rows * mlp_ratio * C) floats shared by the blocks under
+  /// backward masking. Outputs read again only by weight-gradient GEMMs are computed there
+  /// and not stored when the block is dropped (ln1, ln2, attention and GELU outputs); at
+  /// neuron level only the kept heads' / neurons' columns of the attention and GELU outputs
+  /// (the columns proj's and fc2's weight gradients read) are stored.
+  TransformerBlock(ParamSet& ps, const SubnetMask& mask, const ModelConfig& c, int index, int64_t max_rows,
+                   const Tensor& forward_scratch);
+  /// True when the block uses forward_scratch: backward masking at neuron level, or at
+  /// block level when this block is dropped (full forward, no weight gradients).
+  static bool uses_forward_scratch(const SubnetMask& mask, int index);
   /// False when forward masking drops the block (identity, no parameters).
   bool present() const { return ln1_ != nullptr; }
   /// x (B, T, C) -> block output (B, T, C); returns x itself when the block is absent.
@@ -56,6 +65,8 @@ class TransformerBlock {
   std::unique_ptr<CausalSelfAttention> attn_;
   std::unique_ptr<Linear> fc_, fc2_;
   Tensor ln1_out_, mid_, ln2_out_, fc_pre_, fc_act_, out_;  // (B, T, C or H)
+  Tensor fc_act_kept_;         // (B, T, kept neurons): stored prefix of fc_act_ at neuron level
+  int64_t fc_act_kept_cols_ = 0;
   int C_, heads_;
   float branch_scale_ = 1.f, neuron_scale_ = 1.f;
 };
@@ -79,6 +90,7 @@ class Gpt : public Model {
   std::unique_ptr<Embedding> wte_, wpe_;
   std::vector<std::unique_ptr<TransformerBlock>> blocks_;
   std::unique_ptr<LayerNorm> lnf_;
+  Tensor forward_scratch_;  // see TransformerBlock; allocated only when a block uses it
   Tensor x0_;       // (B, T, C) embeddings
   Tensor lnf_out_;  // (B, T, C)
   Tensor pos_ids_;  // (B, T) int32 positions

@@ -21,7 +21,7 @@ void AttentionScratch::allocate(int64_t rows, int64_t Ck, int T, int thread_slot
 
 CausalSelfAttention::CausalSelfAttention(ParamSet& ps, const std::string& prefix, int C, int heads, int T,
                                          int64_t max_rows, int head_layer, int block, float head_scale,
-                                         InitSpec weight_init)
+                                         InitSpec weight_init, const Tensor* y_scratch, int64_t y_kept_cols)
     : C_(C), heads_(heads), hd_(C / heads), head_scale_(head_scale) {
   SUBDP_ASSERT(heads > 0 && C % heads == 0);
   const InitSpec zero{InitSpec::constant, 0.f};
@@ -41,7 +41,13 @@ CausalSelfAttention::CausalSelfAttention(ParamSet& ps, const std::string& prefix
                                   &zero);
   qkv_ = Tensor::empty({max_rows, 3 * Ck}, MemCategory::activations);
   att_ = Tensor::empty({max_rows / T * local_heads_ * T * T}, MemCategory::activations);
-  y_ = Tensor::empty({max_rows, Ck}, MemCategory::activations);
+  y_ = y_scratch ? y_scratch->slice0(0, max_rows * Ck).view({max_rows, Ck})
+                 : Tensor::empty({max_rows, Ck}, MemCategory::activations);
+  if (y_scratch) {
+    SUBDP_ASSERT(y_kept_cols >= 0 && y_kept_cols <= Ck);
+    y_kept_cols_ = y_kept_cols;
+    if (y_kept_cols > 0) y_kept_ = Tensor::empty({max_rows, y_kept_cols}, MemCategory::activations);
+  }
 }
 
 void CausalSelfAttention::forward(const float* x, float* out, int B, int T) {
@@ -61,6 +67,7 @@ void CausalSelfAttention::forward(const float* x, float* out, int B, int T) {
   FlopCounter::count() += 4LL * B * local_heads_ * T * T * hd_;
   if (head_scale_ != 1.f) cpu::scale(y, head_scale_, rows * Ck);
   proj->forward(y, out, rows);  // (B, T, C)
+  if (y_kept_.defined()) cpu::copy_columns(y, rows, Ck, y_kept_cols_, y_kept_.f32());
 }
 
 void CausalSelfAttention::backward(const float* x, const float* dout, float* dx, int B, int T,
@@ -72,7 +79,10 @@ void CausalSelfAttention::backward(const float* x, const float* dout, float* dx,
     return;
   }
   float* dy = s.dy.f32();  // (B, T, Ck)
-  proj->backward(y_.f32(), dout, dy, rows);
+  if (y_kept_.defined())
+    proj->backward(y_kept_.f32(), dout, dy, rows, y_kept_cols_);
+  else
+    proj->backward(y_.f32(), dout, dy, rows);  // y_ is stale scratch only when proj has no dW
   // y = head_scale * attention(qkv), so d attention = head_scale * dy.
   if (head_scale_ != 1.f) cpu::scale(dy, head_scale_, rows * Ck);
   float* dqkv = s.dqkv.f32();  // (B, T, 3 Ck)

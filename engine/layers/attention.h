@@ -32,8 +32,13 @@ class CausalSelfAttention {
   /// prefix: "blocks.<i>". head_layer: maskable layer id of the heads, -1 = not masked.
   /// head_scale multiplies the attention output y before proj (forward masking, 1/keep).
   /// Weights drawn per `weight_init`, biases zero. Activations for max_rows = B*T rows.
+  /// y_scratch: when non-null, the attention output y (read again only by proj's weight
+  /// gradient) is computed in this flat scratch of at least max_rows * C floats, and only
+  /// its first y_kept_cols columns (the kept heads' prefix: proj's weight-gradient columns)
+  /// are stored, none when proj has no weight gradient (backward masking).
   CausalSelfAttention(ParamSet& ps, const std::string& prefix, int C, int heads, int T, int64_t max_rows,
-                      int head_layer, int block, float head_scale, InitSpec weight_init);
+                      int head_layer, int block, float head_scale, InitSpec weight_init,
+                      const Tensor* y_scratch = nullptr, int64_t y_kept_cols = 0);
 
   int channels() const { return C_; }
   /// Heads present locally (Hk; all heads unless forward-masked).
@@ -53,7 +58,9 @@ class CausalSelfAttention {
   float head_scale_;
   Tensor qkv_;  // (B, T, 3 Ck)
   Tensor att_;  // (B, Hk, T, T) probabilities
-  Tensor y_;    // (B, T, Ck) attention output (scaled)
+  Tensor y_;    // (B, T, Ck) attention output (scaled); a view of the scratch when shared
+  Tensor y_kept_;         // (B, T, y_kept_cols_) stored prefix of y when y_ is shared
+  int64_t y_kept_cols_ = 0;
 };
 
 }  // namespace subdp

@@ -30,13 +30,13 @@ void Linear::forward(const float* x, float* y, int64_t rows) const {
   FlopCounter::add_gemm(rows, O, I);
 }
 
-void Linear::backward(const float* x, const float* dy, float* dx, int64_t rows) const {
+void Linear::backward(const float* x, const float* dy, float* dx, int64_t rows, int64_t ldx) const {
   const int64_t I = in(), O = out();
   if (weight->grad.defined()) {
     // Kept prefix only: dW[:go, :gi] (go, gi) += dy[:, :go]^T (go, rows) . x[:, :gi] (rows, gi)
     const int64_t go = weight->unit.axis == 0 ? weight->grad_extent() : O;
     const int64_t gi = weight->unit.axis == 1 ? weight->grad_extent() : I;
-    cpu::sgemm(true, false, go, gi, rows, 1.f, dy, O, x, I, 1.f, weight->grad.f32(), gi);
+    cpu::sgemm(true, false, go, gi, rows, 1.f, dy, O, x, ldx > 0 ? ldx : I, 1.f, weight->grad.f32(), gi);
     FlopCounter::add_gemm(go, gi, rows);
   }
   if (bias && bias->grad.defined()) cpu::bias_grad_rows(dy, bias->grad.f32(), rows, bias->grad_extent(), O);

@@ -22,8 +22,9 @@ class Linear {
   /// y (rows, out) = x (rows, in) W^T + b.
   void forward(const float* x, float* y, int64_t rows) const;
   /// Accumulates dW (kept prefix) and db from dy (rows, out) and x (rows, in);
-  /// writes dx (rows, in) when dx != nullptr.
-  void backward(const float* x, const float* dy, float* dx, int64_t rows) const;
+  /// writes dx (rows, in) when dx != nullptr. x is read only for dW, and only its kept
+  /// prefix columns: ldx (default in()) lets a caller store just those (backward masking).
+  void backward(const float* x, const float* dy, float* dx, int64_t rows, int64_t ldx = 0) const;
 
   Param* weight = nullptr;
   Param* bias = nullptr;

@@ -1,6 +1,8 @@
 // Elementwise kernels (OpenMP parallel loops).
 #include "kernels/cpu/elementwise.h"
 
+#include <cstring>
+
 #include <cmath>
 #include <vector>
 
@@ -60,6 +62,11 @@ void axpy(float alpha, const float* x, float* y, int64_t n) {
 void scale(float* x, float alpha, int64_t n) {
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) x[i] *= alpha;
+}
+
+void copy_columns(const float* x, int64_t rows, int64_t width, int64_t cols, float* out) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(out + r * cols, x + r * width, sizeof(float) * cols);
 }
 
 // Reductions run serially: an OpenMP reduction combines partial sums in an

@@ -23,6 +23,7 @@
 #include "engine/error.h"
 #include "engine/layers/attention.h"
 #include "engine/layers/embedding.h"
+#include "engine/memory.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/gemm.h"
 #include "models/gpt.h"
@@ -444,6 +445,44 @@ void expect_backward_masked_restricted(const std::string& gran) {
 
 TEST(Gpt, BackwardMaskedHeadsAndNeuronsGradsRestricted) { expect_backward_masked_restricted("neuron"); }
 TEST(Gpt, BackwardMaskedBlocksGradsRestricted) { expect_backward_masked_restricted("block"); }
+
+// Design brief, step 2: "activations kept only for a skipped weight gradient are not
+// stored". Backward masking moves the outputs read only by weight-gradient GEMMs (ln1, ln2,
+// attention y, GELU) into one shared (rows, H) scratch: a dropped block stores none of them
+// (block level), a block at neuron level stores only the kept heads' and neurons' columns.
+int64_t activation_bytes(const ModelConfig& c, const SubnetMask& mask) {
+  const MemStats m = MemoryTracker::global().measure([&] { Gpt g(c, mask, kBatch, 3); });
+  return m.peak[static_cast<int>(MemCategory::activations)];  // the model is gone by now
+}
+
+TEST(Gpt, BackwardMaskingStoresNoActivationsOnlyForSkippedWeightGradients) {
+  const ModelConfig c = tiny_gpt();
+  const ModelUnits units = gpt_units(c);
+  const int64_t rows = int64_t{kBatch} * c.context, C = c.width, H = int64_t{c.mlp_ratio} * c.width,
+                hd = C / c.heads, f = sizeof(float);
+  const int64_t full = activation_bytes(c, full_mask(units));
+  for (const std::string gran : {"block", "neuron"}) {
+    MaskConfig mc;
+    mc.regime = "backward";
+    mc.granularity = gran;
+    mc.keep = 0.5;
+    const SubnetworkPlan plan = make_plan(units, mc, 2);
+    for (int s = 0; s < 2; ++s) {
+      const SubnetMask mask = make_subnet_mask(plan, units, s, true);
+      int64_t saved = 0;
+      for (int b = 0; b < c.depth; ++b) {
+        if (gran == "block") {
+          if (!plan.keeps_block(s, b)) saved += rows * (C + C + C + H) * f;  // ln1, ln2, y, gelu
+        } else {
+          saved += rows * (C - mask.layers[2 * b].kept * hd) * f;  // dropped heads' y columns
+          saved += rows * (H - mask.layers[2 * b + 1].kept) * f;   // dropped neurons' GELU columns
+        }
+      }
+      const bool any = gran == "neuron" || saved > 0;
+      EXPECT_EQ(activation_bytes(c, mask), full - saved + (any ? rows * H * f : 0)) << gran << " subnetwork " << s;
+    }
+  }
+}
 
 TEST(Gpt, ShorterSequencesMatchPrefixOfFullContext) {
   OneThread one;
