@@ -11,27 +11,16 @@ Usage:
   check.py bytes-per-step METRICS EXPECTED  every step all-reduced exactly EXPECTED bytes
 Exits 1 with a message on the first violation.
 """
-import glob, json, struct, sys
+import glob, json, os, sys
 import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from safetensors_reader import read_numpy  # noqa: E402
 
 
 def losses(path):
     with open(path) as f:
         return [json.loads(line)["loss"] for line in f if line.strip()]
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for name, meta in header.items():
-        if name == "__metadata__":
-            continue
-        a, b = meta["data_offsets"]
-        out[name] = np.frombuffer(data[a:b], dtype=np.float32).reshape(meta["shape"])
-    return out
 
 
 def fail(msg):
@@ -73,7 +62,7 @@ def mean_losses(single, tol, ranks):
 
 
 def tensors_close(a, b, tol):
-    ta, tb = read_safetensors(a), read_safetensors(b)
+    ta, tb = read_numpy(a), read_numpy(b)
     if set(ta) != set(tb):
         fail(f"tensor names differ: {sorted(set(ta) ^ set(tb))[:5]}")
     for k in ta:
@@ -92,7 +81,7 @@ def rank_dumps(d):
     files = sorted(glob.glob(f"{d}/rank*.safetensors"))
     if len(files) < 2:
         fail(f"expected rank dumps in {d}, found {files}")
-    return files, [read_safetensors(f) for f in files]
+    return files, [read_numpy(f) for f in files]
 
 
 def holders_identical(d, require_all=False):

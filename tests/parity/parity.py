@@ -7,7 +7,7 @@ loss, every parameter gradient and the losses of the first optimizer steps.
             [--step-tol TOL]
 Exits 1 naming the first tensor whose relative error (max |a - b| / max |b|) exceeds tol.
 """
-import argparse, json, os, struct, sys
+import argparse, json, os, sys
 
 import numpy as np
 import torch
@@ -16,18 +16,13 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks"))
 import torch_peer  # noqa: E402  (the project's PyTorch twins of the reference models)
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from safetensors_reader import read_numpy  # noqa: E402
+
 
 def read(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for name, meta in header.items():
-        if name != "__metadata__":
-            a, b = meta["data_offsets"]
-            out[name] = torch.from_numpy(np.frombuffer(data[a:b], dtype=np.float32).copy()).reshape(meta["shape"])
-    return out
+    """{name: torch float32 tensor} of a subdp safetensors file."""
+    return {name: torch.from_numpy(a.copy()) for name, a in read_numpy(path).items()}
 
 
 def rel_err(a, b):
