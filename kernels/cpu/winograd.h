@@ -1,10 +1,8 @@
-// 3x3 stride-1 pad-1 convolutions by Winograd's minimal filtering F(m x m, 3x3) (Lavin and
-// Gray 2016, "Fast Algorithms for Convolutional Neural Networks", eq. 8), m = 4 (or 2 for
-// images smaller than 4x4): a 4x4 output tile costs 36 multiplies per (input, output)
-// channel pair instead of 144 (2x2 tiles: 16 instead of 36), as 36 (16) GEMMs over the
-// tiles of a chunk of samples. Forward, input gradient and weight gradient all run in the
-// transformed domain. Layout NCHW, float32; same contracts as cpu::conv2d_*. Rounding
-// differs from direct convolution by ~1e-6 relative (m = 4: a few 1e-6).
+// 3x3 stride-1 pad-1 convolutions by Winograd's minimal filtering F(2x2, 3x3) (Lavin and
+// Gray 2016, "Fast Algorithms for Convolutional Neural Networks", eq. 8): each 2x2 output
+// tile costs 16 multiplies per (input, output) channel pair instead of 36, as 16 GEMMs
+// over the tiles of a chunk of samples. Forward, input gradient and weight gradient all run
+// in the transformed domain. Layout NCHW, float32; same contracts as cpu::conv2d_*.
 #pragma once
 #include <cstdint>
 
@@ -16,24 +14,20 @@ namespace subdp::cpu {
 /// and 8 output channels (below that the 16 small GEMMs lose to one im2col GEMM).
 bool winograd_applies(const ConvShape& s);
 
-/// The output tile m the Winograd path uses for shape s: 4, or 2 when H or W is below 4.
-/// Every function below takes `tile` = 0 (this choice) or 2 / 4 (tests run both).
-int winograd_tile(const ConvShape& s);
-
 /// Floats of workspace winograd_forward / winograd_backward need: the transformed weights,
 /// and per OpenMP thread two transformed-tile buffers, a padded plane and a weight-gradient
 /// partial.
-int64_t winograd_workspace_floats(const ConvShape& s, int tile = 0);
+int64_t winograd_workspace_floats(const ConvShape& s);
 
 /// y (N, Cout, H, W) = conv(x (N, Cin, H, W), w (Cout, Cin, 3, 3)), pad 1. Requires
 /// winograd_applies(s).
-void winograd_forward(const ConvShape& s, const float* x, const float* w, float* y, float* ws, int tile = 0);
+void winograd_forward(const ConvShape& s, const float* x, const float* w, float* y, float* ws);
 
 /// Backward of winograd_forward: dx (N, Cin, H, W) written when non-null; dw, when non-null,
 /// accumulates (+=) the gradient of w[:dw_cout, :dw_cin] into a compact (dw_cout, dw_cin, 3, 3)
 /// array (backward masking). Weight-gradient partials are summed in thread order:
 /// deterministic for a fixed thread count.
 void winograd_backward(const ConvShape& s, const float* x, const float* w, const float* dy,
-                       float* dx, float* dw, int dw_cout, int dw_cin, float* ws, int tile = 0);
+                       float* dx, float* dw, int dw_cout, int dw_cin, float* ws);
 
 }  // namespace subdp::cpu
