@@ -1,9 +1,8 @@
 // Elementwise kernels (OpenMP parallel loops).
 #include "kernels/cpu/elementwise.h"
 
-#include <cstring>
-
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "kernels/cpu/fast_math.h"
