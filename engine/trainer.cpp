@@ -250,6 +250,8 @@ void Trainer::print_eval(const EvalResult& full, const EvalResult& sub) {
   if (!prints_) return;
   std::printf("eval step %lld epoch %.2f: full model test_loss %.4f test_acc %.4f", static_cast<long long>(step_),
               static_cast<double>(step_) / steps_per_epoch_, full.loss, full.acc);
+  if (full.positions == 0 && world_->backend() == "simulated")
+    std::printf(" (not evaluated: --simulate-rank runs this rank alone)");
   // Byte-level text: bits per byte (per token for token shards) = loss in nats / ln 2.
   if (config_.data.name == "text" || config_.data.name == "token_shards")
     std::printf(" bits_per_%s %.4f", config_.data.name == "text" ? "byte" : "token", full.loss / std::log(2.0));
