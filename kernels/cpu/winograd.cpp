@@ -134,6 +134,24 @@ inline void input_cols_transform(const float* __restrict b, int tw, float* __res
   }
 }
 
+// For every channel c < C and chunk sample ln: calls f(p, v0) with p = the (sample, channel)
+// plane index into an (N, C, H, W) tensor and v0 = that plane's first column in a
+// transformed-tile buffer (16, C, T) (next xi at + C*T); the columns of the chunk's absent
+// samples (ln >= count) are zeroed instead, so the GEMMs see zeros there.
+template <class Fn>
+void for_each_chunk_plane(const Tiling& t, int C, int n0, int count, float* buf, Fn&& f) {
+  const int64_t step = static_cast<int64_t>(C) * t.T;
+  for (int c = 0; c < C; ++c)
+    for (int ln = 0; ln < t.chunk; ++ln) {
+      float* v0 = buf + static_cast<int64_t>(c) * t.T + static_cast<int64_t>(ln) * t.per_sample;
+      if (ln >= count) {
+        for (int xi = 0; xi < kXi; ++xi) std::memset(v0 + xi * step, 0, sizeof(float) * t.per_sample);
+        continue;
+      }
+      f(static_cast<int64_t>(n0 + ln) * C + c, v0);
+    }
+}
+
 // V (16, C, T) for samples [n0, n0 + count) of x (N, C, H, W): V = B^T d B per 4x4 patch,
 // patches at stride 2 over the image padded by one zero on the top and left (and as many
 // as the tile grid needs on the bottom and right). Columns of absent samples are zero.
@@ -145,23 +163,16 @@ void transform_input(const ConvShape& s, const Tiling& t, const float* x, int C,
   const int tw = TW ? TW : t.tw, Wp = 2 * tw + 2;
   const int64_t step = static_cast<int64_t>(C) * t.T;  // next xi
   float* rows = plane + t.padded_plane();            // B^T d: 4 rows of Wp
-  for (int c = 0; c < C; ++c)
-    for (int ln = 0; ln < t.chunk; ++ln) {
-      float* v0 = V + static_cast<int64_t>(c) * t.T + static_cast<int64_t>(ln) * t.per_sample;
-      if (ln >= count) {
-        for (int xi = 0; xi < kXi; ++xi) std::memset(v0 + xi * step, 0, sizeof(float) * t.per_sample);
-        continue;
-      }
-      const float* img = x + (static_cast<int64_t>(n0 + ln) * C + c) * s.H * s.W;
-      pad_plane(s, t, img, plane);
-      for (int ty = 0; ty < t.th; ++ty) {
-        input_rows_transform(plane + 2 * ty * Wp, Wp, rows);
-        for (int i = 0; i < 4; ++i) {
-          float* o = v0 + (i * 4) * step + ty * tw;
-          input_cols_transform(rows + i * Wp, tw, o, o + step, o + 2 * step, o + 3 * step);
-        }
+  for_each_chunk_plane(t, C, n0, count, V, [&](int64_t p, float* v0) {
+    pad_plane(s, t, x + p * s.H * s.W, plane);
+    for (int ty = 0; ty < t.th; ++ty) {
+      input_rows_transform(plane + 2 * ty * Wp, Wp, rows);
+      for (int i = 0; i < 4; ++i) {
+        float* o = v0 + (i * 4) * step + ty * tw;
+        input_cols_transform(rows + i * Wp, tw, o, o + step, o + 2 * step, o + 3 * step);
       }
     }
+  });
 }
 
 // E (16, C, T) = A dY A^T per 2x2 tile of dy (N, C, H, W), zero beyond the image edge.
@@ -172,38 +183,32 @@ void transform_output_gradient(const ConvShape& s, const Tiling& t, const float*
   const int64_t step = static_cast<int64_t>(C) * t.T;
   const int tw = TW ? TW : t.tw, Wt = 2 * tw;
   float *g0 = rows, *g1 = rows + Wt, *e = rows + 2 * Wt;  // e: 4 rows of Wt
-  for (int c = 0; c < C; ++c)
-    for (int ln = 0; ln < t.chunk; ++ln) {
-      float* o0 = E + static_cast<int64_t>(c) * t.T + static_cast<int64_t>(ln) * t.per_sample;
-      if (ln >= count) {
-        for (int xi = 0; xi < kXi; ++xi) std::memset(o0 + xi * step, 0, sizeof(float) * t.per_sample);
-        continue;
+  for_each_chunk_plane(t, C, n0, count, E, [&](int64_t p, float* v0) {
+    const float* img = dy + p * s.H * s.W;
+    for (int ty = 0; ty < t.th; ++ty) {
+      std::memset(rows, 0, sizeof(float) * 2 * Wt);
+      std::memcpy(g0, img + 2 * ty * s.W, sizeof(float) * s.W);
+      if (2 * ty + 1 < s.H) std::memcpy(g1, img + (2 * ty + 1) * s.W, sizeof(float) * s.W);
+      for (int j = 0; j < Wt; ++j) {
+        e[j] = g0[j];
+        e[Wt + j] = g0[j] + g1[j];
+        e[2 * Wt + j] = g0[j] - g1[j];
+        e[3 * Wt + j] = -g1[j];
       }
-      const float* img = dy + (static_cast<int64_t>(n0 + ln) * C + c) * s.H * s.W;
-      for (int ty = 0; ty < t.th; ++ty) {
-        std::memset(rows, 0, sizeof(float) * 2 * Wt);
-        std::memcpy(g0, img + 2 * ty * s.W, sizeof(float) * s.W);
-        if (2 * ty + 1 < s.H) std::memcpy(g1, img + (2 * ty + 1) * s.W, sizeof(float) * s.W);
-        for (int j = 0; j < Wt; ++j) {
-          e[j] = g0[j];
-          e[Wt + j] = g0[j] + g1[j];
-          e[2 * Wt + j] = g0[j] - g1[j];
-          e[3 * Wt + j] = -g1[j];
-        }
-        for (int i = 0; i < 4; ++i) {
-          const float* r = e + i * Wt;
-          float* o = o0 + (i * 4) * step + ty * tw;
-          float *o1 = o + step, *o2 = o1 + step, *o3 = o2 + step;
-          for (int tx = 0; tx < tw; ++tx) {
-            const float a0 = r[2 * tx], a1 = r[2 * tx + 1];
-            o[tx] = a0;
-            o1[tx] = a0 + a1;
-            o2[tx] = a0 - a1;
-            o3[tx] = -a1;
-          }
+      for (int i = 0; i < 4; ++i) {
+        const float* r = e + i * Wt;
+        float* o = v0 + (i * 4) * step + ty * tw;
+        float *o1 = o + step, *o2 = o1 + step, *o3 = o2 + step;
+        for (int tx = 0; tx < tw; ++tx) {
+          const float a0 = r[2 * tx], a1 = r[2 * tx + 1];
+          o[tx] = a0;
+          o1[tx] = a0 + a1;
+          o2[tx] = a0 - a1;
+          o3[tx] = -a1;
         }
       }
     }
+  });
 }
 
 // r (8 rows of tw): rows 0-3 = row 0 of A^T m for columns j = 0..3, rows 4-7 = row 1, for
