@@ -54,7 +54,7 @@ std::vector<FullTensorSpec> full_specs(const ModelConfig& config) {
 }
 
 std::vector<NamedTensor> gather_full(Model& model, Optimizer* opt, const GradientSync& sync, Communicator& world,
-                                     const std::vector<FullTensorSpec>& specs) {
+                                     const std::vector<FullTensorSpec>& specs, bool to_all) {
   auto local = by_name(model);
   std::map<const Param*, size_t> opt_index;
   if (opt) {
@@ -87,7 +87,8 @@ std::vector<NamedTensor> gather_full(Model& model, Optimizer* opt, const Gradien
         });
       }
       world.reduce_sum(full.data(), full.data(), static_cast<int64_t>(full.size()), 0);
-      if (rank == 0) out.push_back({k < 0 ? spec.name : spec.name + "::" + std::to_string(k), spec.shape, std::move(full)});
+      if (to_all) world.broadcast(full.data(), static_cast<int64_t>(sizeof(float) * full.size()), 0);
+      if (rank == 0 || to_all) out.push_back({k < 0 ? spec.name : spec.name + "::" + std::to_string(k), spec.shape, std::move(full)});
     }
   }
   return out;

@@ -22,11 +22,13 @@ struct FullTensorSpec {
 };
 std::vector<FullTensorSpec> full_specs(const ModelConfig& config);
 
-/// Collective: returns on rank 0 the full model's tensors, each unit taken from the owner
-/// of its holder group (lowest rank), dense tensors from rank 0. Empty on other ranks.
-/// With an optimizer, also returns its state as "<name>::<k>" tensors (zeros where unheld).
+/// Collective: returns on rank 0 (on every rank when to_all) the full model's tensors, each
+/// unit taken from the owner of its holder group (lowest rank), dense tensors from rank 0.
+/// Empty on other ranks. With an optimizer, also returns its state as "<name>::<k>" tensors
+/// (zeros where unheld).
 std::vector<NamedTensor> gather_full(Model& model, Optimizer* opt, const GradientSync& sync,
-                                     Communicator& world, const std::vector<FullTensorSpec>& specs);
+                                     Communicator& world, const std::vector<FullTensorSpec>& specs,
+                                     bool to_all = false);
 
 /// Collective: rank 0 holds `full` (read from a checkpoint); every rank copies its slices of
 /// each parameter and, when opt is given and the tensors exist, of the optimizer state.

@@ -34,10 +34,14 @@ class Trainer {
   void clip_gradients();
   EvalResult evaluate_full();
   EvalResult evaluate_local();
-  /// Re-estimates BatchNorm running statistics of `model` on training batches (masked runs).
-  void recalibrate_batchnorm(Model& model);
+  /// Re-estimates BatchNorm running statistics of `model` on training batches (masked runs):
+  /// kRecalibrationBatches of this rank's own, or split over the world (across_world).
+  void recalibrate_batchnorm(Model& model, bool across_world);
   static constexpr int kRecalibrationBatches = 32;
+  /// Loss and accuracy of `model` on test share share_rank of `shares` (no communication).
   EvalResult evaluate(Model& model, int share_rank, int shares);
+  /// Collective: every rank evaluates its share of the test split; all-reduced totals.
+  EvalResult evaluate_shares(Model& model);
   void log_step(double loss, double acc, double lr, double step_s, double comm_s, int64_t flops, int64_t bytes);
   void save(bool final);
   void resume();
@@ -52,7 +56,7 @@ class Trainer {
   ModelUnits units_;
   SubnetworkPlan plan_;
   std::unique_ptr<Model> model_;
-  std::unique_ptr<Model> eval_model_;  // rank 0: full model for evaluation (untracked)
+  std::unique_ptr<Model> eval_model_;  // assembled full model for evaluation (untracked)
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<GradientSync> sync_;
   std::unique_ptr<DataSource> data_;

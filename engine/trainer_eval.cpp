@@ -28,16 +28,21 @@ EvalResult Trainer::evaluate(Model& model, int share_rank, int shares) {
           positions};
 }
 
+EvalResult Trainer::evaluate_shares(Model& model) {
+  // Every rank evaluates its own share of the test split; the sums are all-reduced.
+  if (world_->backend() == "simulated") return evaluate(model, 0, 1);  // alone: the whole split
+  EvalResult own = evaluate(model, layout_.rank, layout_.world);
+  double sums[3] = {own.loss * own.positions, own.acc * own.positions, static_cast<double>(own.positions)};
+  world_->allreduce_sum(sums, 3);
+  return {sums[0] / sums[2], sums[1] / sums[2], static_cast<int64_t>(sums[2])};
+}
+
 EvalResult Trainer::evaluate_full() {
-  EvalResult r{std::nan(""), std::nan(""), 0};
-  if (!plan_.masked()) {
-    if (layout_.rank == 0) r = evaluate(*model_, 0, 1);  // every rank holds the full model
-    world_->barrier();
-    return r;
-  }
-  if (world_->backend() == "simulated") return r;  // other ranks' units are not here
-  auto full = gather_full(*model_, nullptr, *sync_, *world_, specs_);
-  if (layout_.rank != 0) return r;
+  // Sharded evaluation (design brief): every rank assembles the full model and evaluates a
+  // 1/W share of the test split, so no rank idles while one evaluates everything.
+  if (!plan_.masked()) return evaluate_shares(*model_);  // every rank holds the full model
+  if (world_->backend() == "simulated") return {std::nan(""), std::nan(""), 0};  // other ranks' units are not here
+  auto full = gather_full(*model_, nullptr, *sync_, *world_, specs_, /*to_all=*/true);
   if (!eval_model_) {
     MemoryTracker::global().set_paused(true);  // outside the training footprint
     eval_model_ = make_model(config_.model, full_mask(units_), config_.train.batch_size, config_.train.seed);
@@ -49,17 +54,21 @@ EvalResult Trainer::evaluate_full() {
     SUBDP_ASSERT(by_name.count(p->name));
     std::copy(by_name[p->name]->data.begin(), by_name[p->name]->data.end(), p->value.f32());
   }
-  recalibrate_batchnorm(*eval_model_);
-  return evaluate(*eval_model_, 0, 1);
+  recalibrate_batchnorm(*eval_model_, /*across_world=*/true);
+  return evaluate_shares(*eval_model_);
 }
 
-void Trainer::recalibrate_batchnorm(Model& model) {
+void Trainer::recalibrate_batchnorm(Model& model, bool across_world) {
   // The subnetworks' running statistics describe subnetworks, not the assembled model (whose
   // activations sum every kept branch): re-estimate them as a plain average over training
-  // batches (BN recalibration, as for slimmable networks and stochastic depth).
+  // batches (BN recalibration, as for slimmable networks and stochastic depth). Across the
+  // world, each rank averages an equal number of its own batches and the ranks' averages are
+  // averaged, which is the average over all of them.
   auto bns = model.batchnorms();
   if (bns.empty() || !plan_.masked()) return;
-  const int batches = static_cast<int>(std::min<int64_t>(kRecalibrationBatches, steps_per_epoch_));
+  int batches = static_cast<int>(std::min<int64_t>(kRecalibrationBatches, steps_per_epoch_));
+  const int ranks = across_world ? layout_.world : 1;
+  batches = (batches + ranks - 1) / ranks;
   const float momentum = bns.front()->momentum;  // the layers' own, restored below
   for (BatchNorm2d* bn : bns) {
     bn->running_mean->value.zero_();
@@ -70,7 +79,15 @@ void Trainer::recalibrate_batchnorm(Model& model) {
     data_->train_batch(0, i, batch_);
     model.forward(batch_, true, nullptr);
   }
-  for (BatchNorm2d* bn : bns) bn->momentum = momentum;
+  for (BatchNorm2d* bn : bns) {
+    bn->momentum = momentum;
+    if (ranks == 1) continue;
+    for (Param* p : {bn->running_mean, bn->running_var}) {
+      float* v = p->value.f32();
+      world_->allreduce_sum(v, p->value.numel());
+      for (int64_t j = 0; j < p->value.numel(); ++j) v[j] /= static_cast<float>(ranks);
+    }
+  }
 }
 
 EvalResult Trainer::evaluate_local() {
@@ -81,14 +98,12 @@ EvalResult Trainer::evaluate_local() {
   for (BatchNorm2d* bn : bns)
     for (Param* p : {bn->running_mean, bn->running_var})
       saved.emplace_back(p->value.f32(), p->value.f32() + p->value.numel());
-  recalibrate_batchnorm(*model_);
-  EvalResult own = evaluate(*model_, layout_.rank, layout_.world);
+  recalibrate_batchnorm(*model_, /*across_world=*/false);
+  EvalResult own = evaluate_shares(*model_);
   size_t k = 0;
   for (BatchNorm2d* bn : bns)
     for (Param* p : {bn->running_mean, bn->running_var}) std::copy(saved[k].begin(), saved[k].end(), p->value.f32()), ++k;
-  double sums[3] = {own.loss * own.positions, own.acc * own.positions, static_cast<double>(own.positions)};
-  world_->allreduce_sum(sums, 3);
-  return {sums[0] / sums[2], sums[1] / sums[2], static_cast<int64_t>(sums[2])};
+  return own;
 }
 
 void Trainer::save(bool final) {
