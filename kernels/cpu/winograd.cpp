@@ -32,16 +32,16 @@ struct Tiling {
         chunk(std::max(1, std::min(s.N, (kTargetTiles + per_sample - 1) / per_sample))),
         T(chunk * per_sample) {}
   int chunks(int N) const { return (N + chunk - 1) / chunk; }
-  int64_t padded_plane() const { return static_cast<int64_t>(2 * th + 2) * (2 * tw + 2); }
-  // The padded plane followed by six rows of transform scratch.
-  int64_t plane_and_rows() const { return padded_plane() + 6 * (2 * tw + 2); }
+  // Transform scratch: five rows of a padded tile row (four of B^T d or A dY and one row
+  // of zeros; the output transform's 10 * tw fits too).
+  int64_t scratch() const { return 5 * (2 * static_cast<int64_t>(tw) + 2); }
 };
 
 int64_t max_channels(const ConvShape& s) { return std::max(s.Cin, s.Cout); }
 int64_t filter_floats(const ConvShape& s) { return int64_t{kXi} * s.Cout * s.Cin; }
 int64_t tile_buffer_floats(const ConvShape& s, const Tiling& t) { return kXi * max_channels(s) * t.T; }
 int64_t thread_floats(const ConvShape& s, const Tiling& t) {
-  return 2 * tile_buffer_floats(s, t) + t.plane_and_rows() + filter_floats(s);
+  return 2 * tile_buffer_floats(s, t) + t.scratch() + filter_floats(s);
 }
 
 // u (4x4) = G g G^T for one 3x3 filter g (row-major).
@@ -97,29 +97,28 @@ void transform_filters(const ConvShape& s, const float* w, bool transpose_flip, 
     }
 }
 
-// plane ((2*th+2) x Wp) = img (H, W) at offset (1, 1), zeros elsewhere (only the border is
-// cleared: the interior is overwritten).
-void pad_plane(const ConvShape& s, const Tiling& t, const float* img, float* plane) {
-  const int Wp = 2 * t.tw + 2, Hp = 2 * t.th + 2;
-  std::memset(plane, 0, sizeof(float) * Wp);
-  for (int h = 0; h < s.H; ++h) {
-    float* row = plane + (h + 1) * Wp;
-    row[0] = 0.f;
-    std::memcpy(row + 1, img + h * s.W, sizeof(float) * s.W);
-    for (int j = s.W + 1; j < Wp; ++j) row[j] = 0.f;
-  }
-  std::memset(plane + (s.H + 1) * Wp, 0, sizeof(float) * (Hp - s.H - 1) * Wp);
-}
-
-// b (4 rows of Wp) = B^T d for the 4 padded rows d starting at d0 (row stride Wp).
-inline void input_rows_transform(const float* __restrict d0, int Wp, float* __restrict b) {
-  const float *d1 = d0 + Wp, *d2 = d1 + Wp, *d3 = d2 + Wp;
-  for (int j = 0; j < Wp; ++j) {
-    b[j] = d0[j] - d2[j];
-    b[Wp + j] = d1[j] + d2[j];
-    b[2 * Wp + j] = d2[j] - d1[j];
-    b[3 * Wp + j] = d1[j] - d3[j];
-  }
+// b (4 rows of Wp) = B^T d for the four padded rows d0..d3 of one tile row, read straight
+// from the image: padded column j is image column j - 1 (zero at j = 0 and past the image),
+// and a row outside the image is `zero` (W zeros). Replaces copying a padded plane.
+// W is 2 * tw or 2 * tw - 1: the first 2 * tw - 1 columns run with a compile-time trip count
+// when TW is known, which keeps the loop in whole vectors.
+template <int TW>
+inline void input_rows_transform(const float* __restrict d0, const float* __restrict d1,
+                                 const float* __restrict d2, const float* __restrict d3, int tw, int W,
+                                 float* __restrict b) {
+  const int Wp = 2 * (TW ? TW : tw) + 2, full = 2 * (TW ? TW : tw) - 1;
+  float *b0 = b, *b1 = b + Wp, *b2 = b + 2 * Wp, *b3 = b + 3 * Wp;
+  auto column = [&](int j) {  // padded column j + 1 from image column j
+    b0[j + 1] = d0[j] - d2[j];
+    b1[j + 1] = d1[j] + d2[j];
+    b2[j + 1] = d2[j] - d1[j];
+    b3[j + 1] = d1[j] - d3[j];
+  };
+  b0[0] = b1[0] = b2[0] = b3[0] = 0.f;
+  for (int j = 0; j < full; ++j) column(j);
+  if (W > full) column(full);
+  else b0[full + 1] = b1[full + 1] = b2[full + 1] = b3[full + 1] = 0.f;
+  b0[Wp - 1] = b1[Wp - 1] = b2[Wp - 1] = b3[Wp - 1] = 0.f;
 }
 
 // o0..o3 (tw) = one row b of B^T d times B, for the tw tiles along it (stride-2 windows of 4).
@@ -159,14 +158,18 @@ void for_each_chunk_plane(const Tiling& t, int C, int n0, int count, float* buf,
 // of the tile row: every loop runs over contiguous or stride-2 data and vectorises.
 template <int TW>
 void transform_input(const ConvShape& s, const Tiling& t, const float* x, int C, int n0, int count,
-                     float* plane, float* V) {
+                     float* scratch, float* V) {
   const int tw = TW ? TW : t.tw, Wp = 2 * tw + 2;
   const int64_t step = static_cast<int64_t>(C) * t.T;  // next xi
-  float* rows = plane + t.padded_plane();            // B^T d: 4 rows of Wp
+  float* rows = scratch;               // B^T d: 4 rows of Wp
+  float* zero = scratch + 4 * Wp;      // one image row of zeros (the padding rows)
+  std::fill(zero, zero + s.W, 0.f);
   for_each_chunk_plane(t, C, n0, count, V, [&](int64_t p, float* v0) {
-    pad_plane(s, t, x + p * s.H * s.W, plane);
+    const float* img = x + p * s.H * s.W;
+    auto row = [&](int h) { return h >= 0 && h < s.H ? img + static_cast<int64_t>(h) * s.W : zero; };
     for (int ty = 0; ty < t.th; ++ty) {
-      input_rows_transform(plane + 2 * ty * Wp, Wp, rows);
+      const int h = 2 * ty - 1;  // image row of padded row 2 * ty
+      input_rows_transform<TW>(row(h), row(h + 1), row(h + 2), row(h + 3), tw, s.W, rows);
       for (int i = 0; i < 4; ++i) {
         float* o = v0 + (i * 4) * step + ty * tw;
         input_cols_transform(rows + i * Wp, tw, o, o + step, o + 2 * step, o + 3 * step);
@@ -182,19 +185,23 @@ void transform_output_gradient(const ConvShape& s, const Tiling& t, const float*
                                int count, float* rows, float* E) {
   const int64_t step = static_cast<int64_t>(C) * t.T;
   const int tw = TW ? TW : t.tw, Wt = 2 * tw;
-  float *g0 = rows, *g1 = rows + Wt, *e = rows + 2 * Wt;  // e: 4 rows of Wt
+  float* e = rows;                // 4 rows of Wt
+  float* zero = rows + 4 * Wt;    // one image row of zeros (below an odd-height image)
+  std::fill(zero, zero + s.W, 0.f);
+  for (int i = 0; i < 4; ++i) std::fill(e + i * Wt + s.W, e + (i + 1) * Wt, 0.f);  // past an odd width
   for_each_chunk_plane(t, C, n0, count, E, [&](int64_t p, float* v0) {
     const float* img = dy + p * s.H * s.W;
     for (int ty = 0; ty < t.th; ++ty) {
-      std::memset(rows, 0, sizeof(float) * 2 * Wt);
-      std::memcpy(g0, img + 2 * ty * s.W, sizeof(float) * s.W);
-      if (2 * ty + 1 < s.H) std::memcpy(g1, img + (2 * ty + 1) * s.W, sizeof(float) * s.W);
-      for (int j = 0; j < Wt; ++j) {
+      const float* __restrict g0 = img + 2 * ty * s.W;
+      const float* __restrict g1 = 2 * ty + 1 < s.H ? g0 + s.W : zero;
+      auto column = [&](int j) {
         e[j] = g0[j];
         e[Wt + j] = g0[j] + g1[j];
         e[2 * Wt + j] = g0[j] - g1[j];
         e[3 * Wt + j] = -g1[j];
-      }
+      };
+      for (int j = 0; j < Wt - 1; ++j) column(j);  // W is Wt or Wt - 1 (compile-time bound)
+      if (s.W == Wt) column(Wt - 1);
       for (int i = 0; i < 4; ++i) {
         const float* r = e + i * Wt;
         float* o = v0 + (i * 4) * step + ty * tw;
@@ -292,14 +299,14 @@ void convolve(const ConvShape& s, const Tiling& t, const float* U, const float* 
   {
     float* a = ws_threads + omp_get_thread_num() * thread_floats(s, t);
     float* b = a + tile_buffer_floats(s, t);
-    float* plane = b + tile_buffer_floats(s, t);
+    float* scratch = b + tile_buffer_floats(s, t);
 #pragma omp for schedule(static)
     for (int ch = 0; ch < t.chunks(s.N); ++ch) {
       const int n0 = ch * t.chunk, count = std::min(t.chunk, s.N - n0);
       with_tile_width(t.tw, [&](auto tw) {
-        transform_input<tw()>(s, t, in, cin, n0, count, plane, a);
+        transform_input<tw()>(s, t, in, cin, n0, count, scratch, a);
         multiply_tiles(U, cout, cin, a, t.T, b);
-        transform_output<tw()>(s, t, b, cout, n0, count, plane, out);
+        transform_output<tw()>(s, t, b, cout, n0, count, scratch, out);
       });
     }
   }
@@ -340,15 +347,15 @@ void winograd_backward(const ConvShape& s, const float* x, const float* w, const
     threads = omp_get_num_threads();
     float* v = threads_ws + omp_get_thread_num() * thread_floats(s, t);
     float* e = v + tile_buffer_floats(s, t);
-    float* plane = e + tile_buffer_floats(s, t);
-    float* du = plane + t.plane_and_rows();  // this thread's partial (16, dw_cout, dw_cin)
+    float* scratch = e + tile_buffer_floats(s, t);
+    float* du = scratch + t.scratch();  // this thread's partial (16, dw_cout, dw_cin)
     std::memset(du, 0, sizeof(float) * du_n);
 #pragma omp for schedule(static)
     for (int ch = 0; ch < t.chunks(s.N); ++ch) {
       const int n0 = ch * t.chunk, count = std::min(t.chunk, s.N - n0);
       with_tile_width(t.tw, [&](auto tw) {
-        transform_input<tw()>(s, t, x, s.Cin, n0, count, plane, v);
-        transform_output_gradient<tw()>(s, t, dy, s.Cout, n0, count, plane, e);
+        transform_input<tw()>(s, t, x, s.Cin, n0, count, scratch, v);
+        transform_output_gradient<tw()>(s, t, dy, s.Cout, n0, count, scratch, e);
       });
       // du[xi] (dw_cout, dw_cin) += e[xi][:dw_cout] (dw_cout, T) x v[xi][:dw_cin]^T
       for (int xi = 0; xi < kXi; ++xi)
@@ -358,7 +365,7 @@ void winograd_backward(const ConvShape& s, const float* x, const float* w, const
   }
   // dw += G^T du G per filter, du summed over the threads' partials in thread order
   // (deterministic); filters are independent, so output channels run in parallel.
-  const float* parts = threads_ws + t.plane_and_rows() + 2 * tile_buffer_floats(s, t);
+  const float* parts = threads_ws + t.scratch() + 2 * tile_buffer_floats(s, t);
   const int64_t part_stride = thread_floats(s, t);
 #pragma omp parallel for schedule(static)
   for (int co = 0; co < dw_cout; ++co)

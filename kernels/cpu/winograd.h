@@ -15,7 +15,7 @@ namespace subdp::cpu {
 bool winograd_applies(const ConvShape& s);
 
 /// Floats of workspace winograd_forward / winograd_backward need: the transformed weights,
-/// and per OpenMP thread two transformed-tile buffers, a padded plane and a weight-gradient
+/// and per OpenMP thread two transformed-tile buffers, a transform scratch rows and a weight-gradient
 /// partial.
 int64_t winograd_workspace_floats(const ConvShape& s);
 
