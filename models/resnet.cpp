@@ -87,23 +87,27 @@ const float* BasicBlock::forward(const float* x, int N, bool training, ResNetScr
   const int64_t n_out = static_cast<int64_t>(N) * cout_ * Ho_ * Wo_, HWo = Ho_ * Wo_;
   float* out = out_.f32();  // (N, cout, Ho, Wo)
   float* ws = s.workspace.f32();
-  const float* shortcut = x;  // (N, cout, Ho, Wo)
+  if (branch_present()) {
+    conv1_->forward(x, c1_.f32(), N, H_, W_, ws);                     // (N, C1, Ho, Wo)
+    bn1_->forward(c1_.f32(), h1_.f32(), N, HWo, training);            // (N, C1, Ho, Wo)
+    const int64_t n_h = static_cast<int64_t>(N) * conv1_->cout() * HWo;
+    cpu::relu_forward(h1_.f32(), h1_.f32(), n_h);
+    if (neuron_scale_ != 1.f) cpu::scale(h1_.f32(), neuron_scale_, n_h);
+    conv2_->forward(h1_.f32(), c2_.f32(), N, Ho_, Wo_, ws);           // (N, cout, Ho, Wo)
+    bn2_->forward(c2_.f32(), out, N, HWo, training);
+    if (branch_scale_ != 1.f) cpu::scale(out, branch_scale_, n_out);
+  } else {
+    std::memset(out, 0, sizeof(float) * n_out);
+  }
   if (sc_conv_) {
     float* t = s.tmp.f32();
     sc_conv_->forward(x, sc_.f32(), N, H_, W_, ws);                   // (N, cout, Ho, Wo)
     sc_bn_->forward(sc_.f32(), t, N, HWo, training);
-    shortcut = t;
+    cpu::add(out, t, out, n_out);
+  } else {
+    cpu::add(out, x, out, n_out);
   }
-  if (!branch_present()) {
-    cpu::relu_forward(shortcut, out, n_out);
-    return out;
-  }
-  conv1_->forward(x, c1_.f32(), N, H_, W_, ws);                       // (N, C1, Ho, Wo)
-  // h1 = relu(bn1(c1)) * neuron_scale, written as relu(neuron_scale * bn1(c1)) (scale > 0)
-  bn1_->forward(c1_.f32(), h1_.f32(), N, HWo, training, {neuron_scale_, nullptr, true});  // (N, C1, Ho, Wo)
-  conv2_->forward(h1_.f32(), c2_.f32(), N, Ho_, Wo_, ws);             // (N, cout, Ho, Wo)
-  // out = relu(branch_scale * bn2(c2) + shortcut)
-  bn2_->forward(c2_.f32(), out, N, HWo, training, {branch_scale_, shortcut, true});
+  cpu::relu_forward(out, out, n_out);
   return out;
 }
 
@@ -192,7 +196,8 @@ double ResNet::forward(const Batch& batch, bool training, int64_t* correct) {
   const int N = static_cast<int>(rows_);
   float* ws = scratch_.workspace.f32();
   stem_conv_->forward(input_, stem_c_.f32(), N, H_, W_, ws);  // (N, w0, H, W)
-  stem_bn_->forward(stem_c_.f32(), stem_h_.f32(), N, H_ * W_, training, {1.f, nullptr, true});  // relu(bn(c))
+  stem_bn_->forward(stem_c_.f32(), stem_h_.f32(), N, H_ * W_, training);
+  cpu::relu_forward(stem_h_.f32(), stem_h_.f32(), stem_h_.numel() / stem_h_.dim(0) * N);
   const float* x = stem_h_.f32();
   block_in_.clear();
   for (auto& blk : blocks_) {

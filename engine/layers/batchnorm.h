@@ -5,7 +5,6 @@
 #include <string>
 
 #include "engine/param.h"
-#include "kernels/cpu/norm.h"
 
 namespace subdp {
 
@@ -16,9 +15,8 @@ class BatchNorm2d {
   int channels() const { return static_cast<int>(gamma->value.dim(0)); }
   /// Allocates the per-channel batch statistics kept for backward (activations).
   void allocate_stats();
-  /// y (N, C, HW) from x; training uses batch statistics and updates running stats. The
-  /// epilogue (scale, residual add, ReLU) is applied in the same pass (cpu::BatchNormEpilogue).
-  void forward(const float* x, float* y, int N, int HW, bool training, const cpu::BatchNormEpilogue& epilogue = {});
+  /// y (N, C, HW) from x; training uses batch statistics and updates running stats.
+  void forward(const float* x, float* y, int N, int HW, bool training);
   /// dx (N, C, HW) written; dgamma/dbeta accumulated for the kept prefix.
   void backward(const float* x, const float* dy, float* dx, int N, int HW) const;
 

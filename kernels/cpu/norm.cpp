@@ -1,86 +1,56 @@
 // BatchNorm2d and LayerNorm kernels.
 #include "kernels/cpu/norm.h"
 
-#include <algorithm>
 #include <cmath>
 #include <vector>
 
 namespace subdp::cpu {
 
-namespace {
-
-// Mean and M2 (sum of squared deviations) of channel c over (N, HW): each plane's own mean
-// and centred M2 in float SIMD lanes, merged across planes in double in a fixed order
-// (deterministic for a given build).
-void channel_moments(const float* x, int N, int C, int HW, int c, double& mean, double& m2) {
-  double count = 0;
-  mean = 0, m2 = 0;
-  for (int n = 0; n < N; ++n) {
-    const float* p = x + (static_cast<int64_t>(n) * C + c) * HW;
-    float sum = 0.f;
-#pragma omp simd reduction(+ : sum)
-    for (int i = 0; i < HW; ++i) sum += p[i];
-    const float pm = sum / static_cast<float>(HW);
-    float pm2 = 0.f;
-#pragma omp simd reduction(+ : pm2)
-    for (int i = 0; i < HW; ++i) pm2 += (p[i] - pm) * (p[i] - pm);
-    const double merged = count + HW, delta = pm - mean;
-    mean += delta * HW / merged;
-    m2 += pm2 + delta * delta * count * HW / merged;
-    count = merged;
-  }
-}
-
-// y = relu?(x * a + b + residual) over the (N, HW) planes of channel c.
-template <bool Relu, bool Residual>
-void normalise_channel(const float* x, float* y, const float* residual, int N, int C, int HW, int c, float a,
-                       float b) {
-  for (int n = 0; n < N; ++n) {
-    const int64_t off = (static_cast<int64_t>(n) * C + c) * HW;
-    const float* __restrict p = x + off;
-    float* __restrict q = y + off;
-    const float* __restrict r = Residual ? residual + off : nullptr;
-#pragma omp simd
-    for (int i = 0; i < HW; ++i) {
-      float v = p[i] * a + b;
-      if constexpr (Residual) v += r[i];
-      q[i] = Relu ? std::max(v, 0.f) : v;
-    }
-  }
-}
-
-}  // namespace
-
 void batchnorm_forward(const float* x, const float* gamma, const float* beta, float* y,
                        float* mean, float* rstd, float* running_mean, float* running_var, int N,
-                       int C, int HW, bool training, float momentum, float eps,
-                       const BatchNormEpilogue& epilogue) {
+                       int C, int HW, bool training, float momentum, float eps) {
   const int64_t M = static_cast<int64_t>(N) * HW;
 #pragma omp parallel for schedule(static)
   for (int c = 0; c < C; ++c) {
     float mu, rs;
     if (training) {
-      double m, m2;
-      channel_moments(x, N, C, HW, c, m, m2);
-      const double var = m2 / M;
+      // Each (n, c) plane is summed in float SIMD lanes, planes in double: vectorised, and
+      // still one fixed order of additions (deterministic for a given build).
+      double s = 0, ss = 0;
+      for (int n = 0; n < N; ++n) {
+        const float* p = x + (static_cast<int64_t>(n) * C + c) * HW;
+        float plane = 0.f;
+#pragma omp simd reduction(+ : plane)
+        for (int i = 0; i < HW; ++i) plane += p[i];
+        s += plane;
+      }
+      const double m = s / M;
+      const float fm = static_cast<float>(m);
+      for (int n = 0; n < N; ++n) {
+        const float* p = x + (static_cast<int64_t>(n) * C + c) * HW;
+        float plane = 0.f;
+#pragma omp simd reduction(+ : plane)
+        for (int i = 0; i < HW; ++i) plane += (p[i] - fm) * (p[i] - fm);
+        ss += plane;
+      }
+      const double var = ss / M;
       mu = static_cast<float>(m);
       rs = static_cast<float>(1.0 / std::sqrt(var + eps));
       mean[c] = mu;
       rstd[c] = rs;
-      const double unbiased = M > 1 ? m2 / (M - 1) : var;
+      const double unbiased = M > 1 ? ss / (M - 1) : var;
       running_mean[c] = (1 - momentum) * running_mean[c] + momentum * mu;
       running_var[c] = (1 - momentum) * running_var[c] + momentum * static_cast<float>(unbiased);
     } else {
       mu = running_mean[c];
       rs = 1.f / std::sqrt(running_var[c] + eps);
     }
-    // scale * (gamma * (x - mu) * rs + beta) = x * a + b
-    const float ga = gamma[c] * rs, a = epilogue.scale * ga, b = epilogue.scale * (beta[c] - mu * ga);
-    const float* r = epilogue.residual;
-    if (epilogue.relu)
-      r ? normalise_channel<true, true>(x, y, r, N, C, HW, c, a, b) : normalise_channel<true, false>(x, y, r, N, C, HW, c, a, b);
-    else
-      r ? normalise_channel<false, true>(x, y, r, N, C, HW, c, a, b) : normalise_channel<false, false>(x, y, r, N, C, HW, c, a, b);
+    const float a = gamma[c] * rs, b = beta[c] - mu * a;
+    for (int n = 0; n < N; ++n) {
+      const float* p = x + (static_cast<int64_t>(n) * C + c) * HW;
+      float* q = y + (static_cast<int64_t>(n) * C + c) * HW;
+      for (int i = 0; i < HW; ++i) q[i] = p[i] * a + b;
+    }
   }
 }
 

@@ -4,27 +4,13 @@
 
 namespace subdp::cpu {
 
-/// What batchnorm_forward applies to its normalised output z in the same pass:
-/// y = relu?(scale * z + residual). Saves the separate scale / residual-add / ReLU passes of
-/// a residual block's tail (masking scale, shortcut, activation). residual: (N, C, HW) or
-/// null; it may not alias y.
-struct BatchNormEpilogue {
-  float scale = 1.f;
-  const float* residual = nullptr;
-  bool relu = false;
-};
-
 /// BatchNorm2d forward on x (N, C, HW).
 /// training: batch statistics over (N, HW); writes mean/rstd (C) for the backward pass and
 /// updates running_mean/running_var (C) with `momentum` (unbiased variance, as PyTorch).
-/// eval: uses running statistics. z = gamma * (x - mean) * rstd + beta, eps as in PyTorch
-/// (1e-5); y = z with the epilogue applied. The variance combines per-(n, c)-plane means and
-/// centred sums of squares (Chan, Golub and LeVeque 1979), so x is read from memory once for
-/// the statistics (the plane's second pass hits L1) and once for y.
+/// eval: uses running statistics. y = gamma * (x - mean) * rstd + beta. eps as in PyTorch (1e-5).
 void batchnorm_forward(const float* x, const float* gamma, const float* beta, float* y,
                        float* mean, float* rstd, float* running_mean, float* running_var, int N,
-                       int C, int HW, bool training, float momentum, float eps,
-                       const BatchNormEpilogue& epilogue = {});
+                       int C, int HW, bool training, float momentum, float eps);
 
 /// BatchNorm2d backward (training statistics). dx (N, C, HW) is written; dgamma/dbeta are
 /// accumulated (+=) for the first `grad_channels` channels only (backward masking).
