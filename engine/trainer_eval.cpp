@@ -29,8 +29,8 @@ EvalResult Trainer::evaluate(Model& model, int share_rank, int shares) {
 }
 
 EvalResult Trainer::evaluate_shares(Model& model) {
-  // Every rank evaluates its own share of the test split; the sums are all-reduced.
-  if (world_->backend() == "simulated") return evaluate(model, 0, 1);  // alone: the whole split
+  // Every rank evaluates its own share of the test split; the sums are all-reduced (under
+  // --simulate-rank as if every rank had this rank's figures).
   EvalResult own = evaluate(model, layout_.rank, layout_.world);
   double sums[3] = {own.loss * own.positions, own.acc * own.positions, static_cast<double>(own.positions)};
   world_->allreduce_sum(sums, 3);
