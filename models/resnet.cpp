@@ -44,7 +44,7 @@ ModelUnits resnet_units(const ModelConfig& c) {
 }
 
 BasicBlock::BasicBlock(ParamSet& ps, const SubnetMask& mask, int index, int cin, int cout, int stride,
-                       int H, int W, int max_batch)
+                       int H, int W, int max_batch, bool zero_init_residual)
     : cin_(cin), cout_(cout), H_(H), W_(W) {
   const std::string name = "blocks." + std::to_string(index);
   Ho_ = (H + 2 - 3) / stride + 1;
@@ -55,7 +55,8 @@ BasicBlock::BasicBlock(ParamSet& ps, const SubnetMask& mask, int index, int cin,
     conv1_ = std::make_unique<Conv2d>(ps, name + ".c1", cin, cout, 3, stride, 1, channels, UnitRef{}, index);
     bn1_ = std::make_unique<BatchNorm2d>(ps, name + ".b1", cout, channels, index);
     conv2_ = std::make_unique<Conv2d>(ps, name + ".c2", cout, cout, 3, 1, 1, UnitRef{}, channels, index);
-    bn2_ = std::make_unique<BatchNorm2d>(ps, name + ".b2", cout, UnitRef{}, index);
+    bn2_ = std::make_unique<BatchNorm2d>(ps, name + ".b2", cout, UnitRef{}, index,
+                                         zero_init_residual ? 0.f : 1.f);
     const int local = conv1_->cout();
     c1_ = activation(N, local, Ho_, Wo_);
     h1_ = activation(N, local, Ho_, Wo_);
@@ -168,7 +169,8 @@ ResNet::ResNet(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint
   auto geom = block_geometry(c);
   for (size_t b = 0; b < geom.size(); ++b) {
     auto blk = std::make_unique<BasicBlock>(params_, mask_, static_cast<int>(b), geom[b].cin, geom[b].cout,
-                                            geom[b].stride, H, W, N);
+                                            geom[b].stride, H, W, N,
+                                            c.zero_init_residual);
     max_elems = std::max(max_elems, blk->max_elems(N));
     ws = std::max(ws, blk->workspace_floats(N));
     H = blk->Ho();

@@ -29,8 +29,10 @@ struct ResNetScratch {
 /// out = relu(shortcut(x) + scale * bn2(conv2(relu(bn1(conv1(x))) * s_neuron))).
 class BasicBlock {
  public:
+  /// zero_init_residual: bn2's gamma starts at 0, so the branch starts as the zero function
+  /// and the block as its shortcut (Goyal et al. 2017, section 5.1; torchvision's flag).
   BasicBlock(ParamSet& ps, const SubnetMask& mask, int index, int cin, int cout, int stride, int H,
-             int W, int max_batch);
+             int W, int max_batch, bool zero_init_residual);
   /// x (N, cin, H, W) -> output() (N, cout, Ho, Wo). Returns the output pointer (x itself
   /// when the block is the identity).
   const float* forward(const float* x, int N, bool training, ResNetScratch& s);

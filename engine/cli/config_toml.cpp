@@ -59,6 +59,7 @@ std::vector<Field> fields(Config& c) {
       {"model", "hidden", &m.hidden, nonempty_list(at_least(1))},
       {"model", "widths", &m.widths, nonempty_list(at_least(1))},
       {"model", "blocks_per_stage", &m.blocks_per_stage, at_least(1)},
+      {"model", "zero_init_residual", &m.zero_init_residual, any()},
       {"model", "in_channels", &m.in_channels, at_least(1)},
       {"model", "image_size", &m.image_size, at_least(1)},
       {"model", "classes", &m.classes, at_least(2)},

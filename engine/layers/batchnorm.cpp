@@ -5,9 +5,10 @@
 
 namespace subdp {
 
-BatchNorm2d::BatchNorm2d(ParamSet& ps, const std::string& name, int C, UnitRef units, int block) {
+BatchNorm2d::BatchNorm2d(ParamSet& ps, const std::string& name, int C, UnitRef units, int block,
+                         float gamma_init) {
   UnitRef u = units.layer >= 0 ? UnitRef{units.layer, 0, 1} : UnitRef{};
-  gamma = &ps.add(name + ".weight", {C}, {InitSpec::constant, 1.f}, u, block);
+  gamma = &ps.add(name + ".weight", {C}, {InitSpec::constant, gamma_init}, u, block);
   beta = &ps.add(name + ".bias", {C}, {InitSpec::constant, 0.f}, u, block);
   running_mean = &ps.add(name + ".running_mean", {C}, {InitSpec::constant, 0.f}, u, block, false);
   running_var = &ps.add(name + ".running_var", {C}, {InitSpec::constant, 1.f}, u, block, false);

@@ -10,8 +10,10 @@ namespace subdp {
 
 class BatchNorm2d {
  public:
-  /// units: channel units (axis 0 of every per-channel tensor), if maskable.
-  BatchNorm2d(ParamSet& ps, const std::string& name, int channels, UnitRef units = {}, int block = -1);
+  /// units: channel units (axis 0 of every per-channel tensor), if maskable. gamma starts at
+  /// gamma_init (1 as torch; 0 for a zero-initialised residual branch).
+  BatchNorm2d(ParamSet& ps, const std::string& name, int channels, UnitRef units = {}, int block = -1,
+              float gamma_init = 1.f);
   int channels() const { return static_cast<int>(gamma->value.dim(0)); }
   /// Allocates the per-channel batch statistics kept for backward (activations).
   void allocate_stats();
