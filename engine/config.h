@@ -16,7 +16,7 @@ struct ModelConfig {
   // resnet
   std::vector<int> widths = {32, 64, 128};  // channels per stage
   int blocks_per_stage = 2;
-  bool zero_init_residual = false;  // last BatchNorm gamma of every residual branch starts at 0
+  bool zero_init_residual = false;  // every residual branch starts as 0 (resnet: last BN gamma; gpt: proj, fc2)
   // image models
   int in_channels = 1, image_size = 28, classes = 10;
   // gpt

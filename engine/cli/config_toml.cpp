@@ -337,6 +337,9 @@ void check_cross(const Config& c, const std::string& path) {
   SUBDP_CHECK(t.epochs > 0 || t.steps > 0,
               "{}: [train] epochs and steps are both 0 or missing: give exactly one of "
               "epochs > 0 or steps > 0", path);
+  SUBDP_CHECK(!c.model.zero_init_residual || c.model.name != "mlp",
+              "{}: [model] zero_init_residual = true: the MLP has no residual branches "
+              "(the key applies to resnet and gpt)", path);
   SUBDP_CHECK(c.model.width % c.model.heads == 0,
               "{}: [model] width = {}: must be divisible by heads = {}", path, c.model.width,
               c.model.heads);

@@ -10,6 +10,7 @@
 // and a backward-masked layer takes weight gradients for the first Hk heads of each section.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "engine/layers/linear.h"
@@ -31,14 +32,15 @@ class CausalSelfAttention {
  public:
   /// prefix: "blocks.<i>". head_layer: maskable layer id of the heads, -1 = not masked.
   /// head_scale multiplies the attention output y before proj (forward masking, 1/keep).
-  /// Weights drawn per `weight_init`, biases zero. Activations for max_rows = B*T rows.
+  /// Weights drawn per `weight_init` (proj's per `proj_weight_init` when given), biases zero. Activations for max_rows = B*T rows.
   /// y_scratch: when non-null, the attention output y (read again only by proj's weight
   /// gradient) is computed in this flat scratch of at least max_rows * C floats, and only
   /// its first y_kept_cols columns (the kept heads' prefix: proj's weight-gradient columns)
   /// are stored, none when proj has no weight gradient (backward masking).
   CausalSelfAttention(ParamSet& ps, const std::string& prefix, int C, int heads, int T, int64_t max_rows,
                       int head_layer, int block, float head_scale, InitSpec weight_init,
-                      const Tensor* y_scratch = nullptr, int64_t y_kept_cols = 0);
+                      const Tensor* y_scratch = nullptr, int64_t y_kept_cols = 0,
+                      std::optional<InitSpec> proj_weight_init = std::nullopt);
 
   int channels() const { return C_; }
   /// Heads present locally (Hk; all heads unless forward-masked).

@@ -233,6 +233,7 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"nonfinite_enum", S + "nonfinite = \"ignore\"\n", {}, {"[train] nonfinite", "stop, skip"}},
         ErrorCase{"both_epochs_steps", "[train]\nepochs = 2\nsteps = 10\n", {}, {"[train]", "epochs", "steps", "exactly one"}},
         ErrorCase{"neither_epochs_steps", "[train]\nbatch_size = 4\n", {}, {"epochs", "steps", "exactly one"}},
+        ErrorCase{"zero_init_mlp", S + "[model]\nzero_init_residual = true\n", {}, {"[model] zero_init_residual = true", "no residual branches"}},
         ErrorCase{"width_heads", S + "[model]\nwidth = 100\nheads = 8\n", {}, {"[model] width = 100", "divisible by heads = 8"}},
         ErrorCase{"coverage", S + "[parallel]\nsubnetworks = 4\n[mask]\nregime = \"forward\"\nkeep = 0.3\n", {}, {"[mask] keep", "whole number"}},
         ErrorCase{"resume_auto_no_dir", S + "[checkpoint]\nresume = \"auto\"\n", {}, {"[checkpoint] resume", "dir"}},

@@ -1,0 +1,139 @@
+// model.zero_init_residual: every residual branch starts as the zero function (Goyal et al.
+// 2017, section 5.1), so each block starts as its shortcut. ResNet: the last BatchNorm gamma
+// of every branch is 0; on the first backward no gradient reaches the branch's convolutions
+// while that gamma does learn. GPT: both output projections (attention proj, MLP fc2) are 0;
+// no gradient reaches qkv or fc while the projections learn.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+
+#include "engine/plan.h"
+#include "models/model.h"
+#include "tests/unit/gradcheck.h"
+
+namespace subdp {
+namespace {
+
+ModelConfig small_resnet(bool zero_init) {
+  ModelConfig c;
+  c.name = "resnet";
+  c.widths = {4, 8};
+  c.blocks_per_stage = 2;
+  c.image_size = 8;
+  c.zero_init_residual = zero_init;
+  return c;
+}
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+double max_abs(const Tensor& t) {
+  double m = 0;
+  for (int64_t i = 0; i < t.numel(); ++i) m = std::max(m, std::fabs(static_cast<double>(t.f32()[i])));
+  return m;
+}
+
+ModelConfig small_gpt(bool zero_init) {
+  ModelConfig c;
+  c.name = "gpt";
+  c.vocab = 11;
+  c.context = 5;
+  c.width = 8;
+  c.heads = 2;
+  c.depth = 2;
+  c.zero_init_residual = zero_init;
+  return c;
+}
+
+/// A batch of 6 examples: images (6, 1, 8, 8) with labels, or token rows (6, T).
+Batch small_batch(const ModelConfig& c) {
+  Batch b;
+  b.n = 6;
+  if (c.name == "gpt") {
+    b.x = Tensor::zeros({6, c.context}, MemCategory::activations, DType::i32);
+    b.y = Tensor::zeros({6, c.context}, MemCategory::activations, DType::i32);
+    for (int64_t i = 0; i < b.x.numel(); ++i) {
+      b.x.i32()[i] = static_cast<int32_t>((7 * i + 3) % c.vocab);
+      b.y.i32()[i] = static_cast<int32_t>((5 * i + 1) % c.vocab);
+    }
+    return b;
+  }
+  b.x = test::random_tensor({6, 1, 8, 8}, 1.f, 3);
+  b.y = Tensor::zeros({6}, MemCategory::activations, DType::i32);
+  for (int i = 0; i < 6; ++i) b.y.i32()[i] = i % 10;
+  return b;
+}
+
+/// Runs one forward and backward of a 6-example batch on the full model.
+std::unique_ptr<Model> model_after_backward(const ModelConfig& c) {
+  auto model = make_model(c, full_mask(model_units(c)), 6, 7);
+  Batch b = small_batch(c);
+  model->zero_grad();
+  model->forward(b, true, nullptr);
+  model->backward();
+  return model;
+}
+
+TEST(ResNetInit, ZeroInitResidualZeroesOnlyTheBranchTailGamma) {
+  auto model = model_after_backward(small_resnet(true));
+  int zeroed = 0, ones = 0;
+  for (Param* p : model->params().all()) {
+    if (!ends_with(p->name, ".weight") || p->full_shape.size() != 1) continue;  // BatchNorm gammas
+    const bool tail = ends_with(p->name, ".b2.weight");
+    EXPECT_EQ(max_abs(p->value), tail ? 0.0 : 1.0) << p->name;
+    zeroed += tail;
+    ones += !tail;
+  }
+  EXPECT_EQ(zeroed, 4);  // one per block
+  EXPECT_EQ(ones, 6);    // stem, b1 of every block, the projection shortcut
+}
+
+TEST(ResNetInit, ZeroInitResidualGradientReachesGammaNotTheBranchConvs) {
+  auto model = model_after_backward(small_resnet(true));
+  for (Param* p : model->params().trainable()) {
+    if (p->block < 0 || !p->grad.defined()) continue;
+    const bool conv = p->name.find(".c1.") != std::string::npos || p->name.find(".c2.") != std::string::npos ||
+                      p->name.find(".b1.") != std::string::npos;
+    if (conv) EXPECT_EQ(max_abs(p->grad), 0.0) << p->name;
+    if (ends_with(p->name, ".b2.weight")) EXPECT_GT(max_abs(p->grad), 1e-6) << p->name;
+  }
+}
+
+TEST(ResNetInit, DefaultInitGivesTheBranchConvsGradients) {
+  auto model = model_after_backward(small_resnet(false));
+  for (Param* p : model->params().trainable())
+    if (ends_with(p->name, ".c2.weight")) EXPECT_GT(max_abs(p->grad), 1e-6) << p->name;
+}
+
+bool is_branch_output(const std::string& name) {
+  return ends_with(name, ".proj.weight") || ends_with(name, ".fc2.weight");
+}
+
+TEST(GptInit, ZeroInitResidualZeroesOnlyTheOutputProjections) {
+  auto model = model_after_backward(small_gpt(true));
+  int zeroed = 0;
+  for (Param* p : model->params().trainable()) {
+    if (is_branch_output(p->name)) {
+      EXPECT_EQ(max_abs(p->value), 0.0) << p->name;
+      EXPECT_GT(max_abs(p->grad), 1e-6) << p->name;  // the projections learn
+      ++zeroed;
+    }
+    if (ends_with(p->name, ".qkv.weight") || ends_with(p->name, ".fc.weight")) {
+      EXPECT_GT(max_abs(p->value), 0.0) << p->name;
+      EXPECT_EQ(max_abs(p->grad), 0.0) << p->name;  // nothing flows back through a zero projection
+    }
+  }
+  EXPECT_EQ(zeroed, 4);  // two per block
+}
+
+TEST(GptInit, DefaultInitDrawsTheOutputProjections) {
+  auto model = model_after_backward(small_gpt(false));
+  for (Param* p : model->params().trainable())
+    if (is_branch_output(p->name)) EXPECT_GT(max_abs(p->value), 0.0) << p->name;
+}
+
+}  // namespace
+}  // namespace subdp
