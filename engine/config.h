@@ -16,7 +16,8 @@ struct ModelConfig {
   // resnet
   std::vector<int> widths = {32, 64, 128};  // channels per stage
   int blocks_per_stage = 2;
-  bool zero_init_residual = false;  // every residual branch starts as 0 (resnet: last BN gamma; gpt: proj, fc2)
+  // every residual branch starts as 0 (resnet: last BN gamma; gpt: proj and fc2 weights)
+  bool zero_init_residual = false;
   // image models
   int in_channels = 1, image_size = 28, classes = 10;
   // gpt

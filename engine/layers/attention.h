@@ -32,7 +32,8 @@ class CausalSelfAttention {
  public:
   /// prefix: "blocks.<i>". head_layer: maskable layer id of the heads, -1 = not masked.
   /// head_scale multiplies the attention output y before proj (forward masking, 1/keep).
-  /// Weights drawn per `weight_init` (proj's per `proj_weight_init` when given), biases zero. Activations for max_rows = B*T rows.
+  /// Weights drawn per `weight_init` (proj's per `proj_weight_init` when given), biases zero.
+  /// Activations for max_rows = B*T rows.
   /// y_scratch: when non-null, the attention output y (read again only by proj's weight
   /// gradient) is computed in this flat scratch of at least max_rows * C floats, and only
   /// its first y_kept_cols columns (the kept heads' prefix: proj's weight-gradient columns)
