@@ -51,6 +51,7 @@ name = "gpt"
 width = 96
 heads = 6
 hidden = [512, 256]
+zero_init_residual = true
 [data]
 name = "text"
 path = "/data/brown"
@@ -74,6 +75,7 @@ pinned = [0, 3]
   EXPECT_EQ(c.model.name, "gpt");
   EXPECT_EQ(c.model.width, 96);
   EXPECT_EQ(c.model.hidden, (std::vector<int>{512, 256}));
+  EXPECT_TRUE(c.model.zero_init_residual);
   EXPECT_EQ(c.data.path, "/data/brown");
   EXPECT_FALSE(c.data.normalize);
   EXPECT_EQ(c.train.epochs, 3);
@@ -91,6 +93,7 @@ TEST(Config, OverridesApply) {
                            "log.metrics_file=", "optim.nesterov=true", "parallel.subnetworks=2",
                            "mask.keep=0.5"});
   EXPECT_EQ(c.train.batch_size, 64);
+  EXPECT_FALSE(c.model.zero_init_residual);  // default
   EXPECT_EQ(c.mask.regime, "backward");  // later overrides win
   EXPECT_EQ(c.mask.pinned, (std::vector<int>{0, 1}));
   EXPECT_DOUBLE_EQ(c.optim.lr, 1e-3);
