@@ -114,6 +114,27 @@ TEST(ResNetInit, DefaultInitGivesTheBranchConvsGradients) {
     if (ends_with(p->name, ".c2.weight")) EXPECT_GT(max_abs(p->grad), 1e-6) << p->name;
 }
 
+TEST(ResNetInit, ZeroInitResidualInAForwardMaskedSubnetwork) {
+  // Block level, keep 0.5, S = 4: each subnetwork holds 2 of the 4 branches, whose tail
+  // gammas start at 0 as in the full model; dropped branches have no parameters at all.
+  const ModelConfig c = small_resnet(true);
+  MaskConfig m;
+  m.regime = "forward";
+  m.keep = 0.5;
+  const ModelUnits units = model_units(c);
+  const SubnetworkPlan plan = make_plan(units, m, 4);
+  for (int subnet = 0; subnet < 4; ++subnet) {
+    auto model = make_model(c, make_subnet_mask(plan, units, subnet, true), 6, 7);
+    int tails = 0;
+    for (Param* p : model->params().all())
+      if (ends_with(p->name, ".b2.weight")) {
+        EXPECT_EQ(max_abs(p->value), 0.0) << p->name;
+        ++tails;
+      }
+    EXPECT_EQ(tails, 2) << "subnetwork " << subnet;
+  }
+}
+
 bool is_branch_output(const std::string& name) {
   return ends_with(name, ".proj.weight") || ends_with(name, ".fc2.weight");
 }
