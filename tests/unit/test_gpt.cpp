@@ -28,6 +28,7 @@
 #include "kernels/cpu/gemm.h"
 #include "models/gpt.h"
 #include "tests/unit/gradcheck.h"
+#include "tests/unit/tiny_models.h"
 
 namespace subdp {
 namespace {
@@ -36,19 +37,9 @@ using test::check_gradient;
 using test::dot;
 using test::grad_value_index;
 using test::random_tensor;
+using test::tiny_gpt;
+using test::token_batch;
 using test::value_full_index;
-
-ModelConfig tiny_gpt() {
-  ModelConfig c;
-  c.name = "gpt";
-  c.vocab = 11;
-  c.context = 5;
-  c.width = 8;
-  c.heads = 2;
-  c.depth = 2;
-  c.mlp_ratio = 4;
-  return c;
-}
 
 constexpr int kBatch = 3;
 
@@ -59,18 +50,6 @@ struct OneThread {
   OneThread() { cpu::set_num_threads(1); }
   ~OneThread() { cpu::set_num_threads(saved); }
 };
-
-Batch token_batch(int B, int T, int V, uint64_t seed) {
-  Batch b;
-  b.x = Tensor::empty({B, T}, MemCategory::activations, DType::i32);
-  b.y = Tensor::empty({B, T}, MemCategory::activations, DType::i32);
-  b.n = B;
-  for (int64_t i = 0; i < b.x.numel(); ++i) {
-    b.x.i32()[i] = static_cast<int32_t>(mix64(seed * 1000 + i) % V);
-    b.y.i32()[i] = static_cast<int32_t>(mix64(seed * 1000 + i + 500) % V);
-  }
-  return b;
-}
 
 bool is_norm_weight(const std::string& name) {
   return name.find("ln") != std::string::npos && name.size() > 7 && name.substr(name.size() - 7) == ".weight";

@@ -22,6 +22,7 @@
 #include "kernels/cpu/softmax.h"
 #include "models/model.h"
 #include "tests/unit/gradcheck.h"
+#include "tests/unit/tiny_models.h"
 
 namespace subdp {
 namespace {
@@ -30,6 +31,7 @@ using test::check_gradient;
 using test::dot;
 using test::FdOptions;
 using test::grad_value_index;
+using test::random_image_batch;
 using test::random_tensor;
 
 Tensor act(const Shape& s) { return Tensor::zeros(s, MemCategory::activations); }
@@ -455,24 +457,9 @@ ModelConfig mlp_config() {
 }
 
 ModelConfig resnet_config() {
-  ModelConfig c;
-  c.name = "resnet";
-  c.widths = {4, 8};
-  c.blocks_per_stage = 1;
-  c.in_channels = 1;
-  c.image_size = 8;
-  c.classes = 10;
+  ModelConfig c = test::tiny_resnet();
+  c.blocks_per_stage = 1;  // one block per stage keeps the finite differences short
   return c;
-}
-
-Batch random_batch(const ModelConfig& c, int n, uint64_t seed) {
-  Batch b;
-  b.x = random_tensor({n, c.in_channels, c.image_size, c.image_size}, 1.5f, seed);
-  b.y = Tensor::zeros({n}, MemCategory::activations, DType::i32);
-  std::mt19937_64 rng(seed + 1);
-  for (int i = 0; i < n; ++i) b.y.i32()[i] = static_cast<int32_t>(rng() % c.classes);
-  b.n = n;
-  return b;
 }
 
 /// Moves norm parameters (constant-initialised: BatchNorm gamma = 1, beta = 0) to
@@ -524,7 +511,7 @@ TEST(GradCheck, MlpModel) {
   auto units = model_units(c);
   SubnetMask mask = full_mask(units);
   auto model = make_model(c, mask, 6, 17);
-  Batch b = random_batch(c, 6, 81);
+  Batch b = random_image_batch(c, 6, 81);
   int n = 0;
   check_model(*model, b, model_options(), &n);
   EXPECT_EQ(n, 6);  // net.1, net.3, net.5: weight + bias
@@ -537,7 +524,7 @@ TEST(GradCheck, ResNetModel) {
   auto units = model_units(c);
   SubnetMask mask = full_mask(units);
   auto model = make_model(c, mask, 3, 19);
-  Batch b = random_batch(c, 3, 83);
+  Batch b = random_image_batch(c, 3, 83);
   int n = 0;
   check_model(*model, b, model_options(), &n);
   EXPECT_EQ(n, 3 + 2 * 6 + 3 + 2);  // stem (3), 2 branches (6 each), shortcut (3), fc (2)
@@ -572,7 +559,7 @@ TEST_P(MaskedModelGradCheck, HeldGradientsMatchFiniteDifferences) {
     SCOPED_TRACE("subnetwork " + std::to_string(s));
     SubnetMask mask = subnet(c, mc.regime, mc.granularity, s);
     auto model = make_model(c, mask, 3, 23);
-    Batch b = random_batch(c, 3, 85 + s);
+    Batch b = random_image_batch(c, 3, 85 + s);
     int n = 0;
     FdOptions o = model_options();
     o.max_probes = 6;

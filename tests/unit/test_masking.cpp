@@ -17,11 +17,14 @@
 #include "engine/plan.h"
 #include "models/model.h"
 #include "tests/unit/gradcheck.h"
+#include "tests/unit/tiny_models.h"
 
 namespace subdp {
 namespace {
 
 using test::grad_value_index;
+using test::random_image_batch;
+using test::tiny_resnet;
 using test::value_full_index;
 
 constexpr int kS = 4;
@@ -35,27 +38,6 @@ ModelConfig mlp_config() {
   c.image_size = 4;
   c.classes = 10;
   return c;
-}
-
-ModelConfig resnet_config() {
-  ModelConfig c;
-  c.name = "resnet";
-  c.widths = {4, 8};
-  c.blocks_per_stage = 2;  // blocks 0, 1 (stage 0), 2 (stride 2 + projection), 3 (stage 1)
-  c.in_channels = 1;
-  c.image_size = 8;
-  c.classes = 10;
-  return c;
-}
-
-Batch random_batch(const ModelConfig& c, int n, uint64_t seed) {
-  Batch b;
-  b.x = test::random_tensor({n, c.in_channels, c.image_size, c.image_size}, 1.5f, seed);
-  b.y = Tensor::zeros({n}, MemCategory::activations, DType::i32);
-  std::mt19937_64 rng(seed + 1);
-  for (int i = 0; i < n; ++i) b.y.i32()[i] = static_cast<int32_t>(rng() % c.classes);
-  b.n = n;
-  return b;
 }
 
 /// Norm parameters (BatchNorm gamma = 1, beta = 0 at init) get layout-independent random
@@ -120,7 +102,7 @@ struct PlanSetup {
 
 PlanSetup make_setup(const Case& c, const char* regime) {
   PlanSetup s;
-  s.config = std::string(c.model) == "mlp" ? mlp_config() : resnet_config();
+  s.config = std::string(c.model) == "mlp" ? mlp_config() : tiny_resnet();
   s.units = model_units(s.config);
   MaskConfig mc;
   mc.regime = regime;
@@ -208,7 +190,7 @@ TEST_P(ForwardMasking, SubnetworkEqualsZeroedAndScaledFullModel) {
     }
 
     const auto mult = zero_and_scale(*full, *sub, st, s, scale);
-    Batch b = random_batch(st.config, N, 700 + s);
+    Batch b = random_image_batch(st.config, N, 700 + s);
     sub->zero_grad();
     full->zero_grad();
     int64_t correct_sub = -1, correct_full = -1;
@@ -258,7 +240,7 @@ TEST_P(BackwardMasking, GradientsEqualFullGradientsOnKeptUnits) {
     auto full = make_model(st.config, full_mask(st.units), N, kSeed);
     randomize_norms(*sub);
     randomize_norms(*full);
-    Batch b = random_batch(st.config, N, 900 + s);
+    Batch b = random_image_batch(st.config, N, 900 + s);
     sub->zero_grad();
     full->zero_grad();
     const double loss_sub = sub->forward(b, true, nullptr);
@@ -352,7 +334,7 @@ TEST(Masking, ScaleNoneLeavesKeptUnitsUnscaled) {
       randomize_norms(*sub);
       randomize_norms(*full);
       zero_and_scale(*full, *sub, st, s, 1.f);
-      Batch b = random_batch(st.config, 4, 800 + s);
+      Batch b = random_image_batch(st.config, 4, 800 + s);
       const double ls = sub->forward(b, true, nullptr), lf = full->forward(b, true, nullptr);
       EXPECT_NEAR(ls, lf, 1e-5 * std::abs(lf)) << "subnetwork " << s;
     }
@@ -366,7 +348,7 @@ TEST(Masking, ZeroingIsNotVacuous) {
   SubnetMask mask = make_subnet_mask(st.plan, st.units, 0, true);
   auto sub = make_model(st.config, mask, 6, kSeed);
   auto full = make_model(st.config, full_mask(st.units), 6, kSeed);
-  Batch b = random_batch(st.config, 6, 1);
+  Batch b = random_image_batch(st.config, 6, 1);
   const double ls = sub->forward(b, true, nullptr);
   const double l0 = full->forward(b, true, nullptr);
   // 10x the tolerance of the invariant-3 comparison.

@@ -5,26 +5,25 @@
 // no gradient reaches qkv or fc while the projections learn.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
-#include <random>
 #include <string>
 
 #include "engine/plan.h"
 #include "models/model.h"
-#include "tests/unit/gradcheck.h"
+#include "tests/unit/tiny_models.h"
 
 namespace subdp {
 namespace {
 
-ModelConfig small_resnet(bool zero_init) {
-  ModelConfig c;
-  c.name = "resnet";
-  c.widths = {4, 8};
-  c.blocks_per_stage = 2;
-  c.image_size = 8;
-  c.zero_init_residual = zero_init;
-  return c;
+/// config with model.zero_init_residual set to on.
+ModelConfig with_zero_init(ModelConfig config, bool on) {
+  config.zero_init_residual = on;
+  return config;
 }
+
+ModelConfig small_resnet(bool zero_init) { return with_zero_init(test::tiny_resnet(), zero_init); }
+ModelConfig small_gpt(bool zero_init) { return with_zero_init(test::tiny_gpt(), zero_init); }
 
 bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
@@ -36,41 +35,11 @@ double max_abs(const Tensor& t) {
   return m;
 }
 
-ModelConfig small_gpt(bool zero_init) {
-  ModelConfig c;
-  c.name = "gpt";
-  c.vocab = 11;
-  c.context = 5;
-  c.width = 8;
-  c.heads = 2;
-  c.depth = 2;
-  c.zero_init_residual = zero_init;
-  return c;
-}
-
-/// A batch of 6 examples: images (6, 1, 8, 8) with labels, or token rows (6, T).
-Batch small_batch(const ModelConfig& c) {
-  Batch b;
-  b.n = 6;
-  if (c.name == "gpt") {
-    b.x = Tensor::zeros({6, c.context}, MemCategory::activations, DType::i32);
-    b.y = Tensor::zeros({6, c.context}, MemCategory::activations, DType::i32);
-    for (int64_t i = 0; i < b.x.numel(); ++i) {
-      b.x.i32()[i] = static_cast<int32_t>((7 * i + 3) % c.vocab);
-      b.y.i32()[i] = static_cast<int32_t>((5 * i + 1) % c.vocab);
-    }
-    return b;
-  }
-  b.x = test::random_tensor({6, 1, 8, 8}, 1.f, 3);
-  b.y = Tensor::zeros({6}, MemCategory::activations, DType::i32);
-  for (int i = 0; i < 6; ++i) b.y.i32()[i] = i % 10;
-  return b;
-}
-
 /// Runs one forward and backward of a 6-example batch on the full model.
 std::unique_ptr<Model> model_after_backward(const ModelConfig& c) {
   auto model = make_model(c, full_mask(model_units(c)), 6, 7);
-  Batch b = small_batch(c);
+  const Batch b = c.name == "gpt" ? test::token_batch(6, c.context, c.vocab, 3)   // (6, T) tokens
+                                  : test::random_image_batch(c, 6, 3);           // (6, 1, 8, 8)
   model->zero_grad();
   model->forward(b, true, nullptr);
   model->backward();

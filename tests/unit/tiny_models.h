@@ -1,0 +1,64 @@
+// Tiny model configurations and random batches shared by the model-level unit tests
+// (finite differences, masking invariants, GPT, zero-initialised branches).
+#pragma once
+#include <cstdint>
+#include <random>
+
+#include "engine/config.h"
+#include "engine/data/dataset.h"
+#include "models/model.h"
+#include "tests/unit/gradcheck.h"
+
+namespace subdp::test {
+
+/// ResNet on 1x8x8 images: widths {4, 8}, 2 blocks per stage, so blocks 0, 1 (stage 0),
+/// 2 (stride 2 + projection shortcut), 3 (stage 1); 10 classes.
+inline ModelConfig tiny_resnet() {
+  ModelConfig c;
+  c.name = "resnet";
+  c.widths = {4, 8};
+  c.blocks_per_stage = 2;
+  c.in_channels = 1;
+  c.image_size = 8;
+  c.classes = 10;
+  return c;
+}
+
+/// GPT: vocabulary 11, context 5, width 8, 2 heads, 2 blocks, MLP ratio 4.
+inline ModelConfig tiny_gpt() {
+  ModelConfig c;
+  c.name = "gpt";
+  c.vocab = 11;
+  c.context = 5;
+  c.width = 8;
+  c.heads = 2;
+  c.depth = 2;
+  c.mlp_ratio = 4;
+  return c;
+}
+
+/// n images (n, C, H, W) uniform in (-1.5, 1.5) and labels uniform over c.classes, from seed.
+inline Batch random_image_batch(const ModelConfig& c, int n, uint64_t seed) {
+  Batch b;
+  b.x = random_tensor({n, c.in_channels, c.image_size, c.image_size}, 1.5f, seed);
+  b.y = Tensor::zeros({n}, MemCategory::activations, DType::i32);
+  std::mt19937_64 rng(seed + 1);
+  for (int i = 0; i < n; ++i) b.y.i32()[i] = static_cast<int32_t>(rng() % c.classes);
+  b.n = n;
+  return b;
+}
+
+/// B rows of T input and target tokens (B, T) int32 in [0, V), from seed.
+inline Batch token_batch(int B, int T, int V, uint64_t seed) {
+  Batch b;
+  b.x = Tensor::empty({B, T}, MemCategory::activations, DType::i32);
+  b.y = Tensor::empty({B, T}, MemCategory::activations, DType::i32);
+  b.n = B;
+  for (int64_t i = 0; i < b.x.numel(); ++i) {
+    b.x.i32()[i] = static_cast<int32_t>(mix64(seed * 1000 + i) % V);
+    b.y.i32()[i] = static_cast<int32_t>(mix64(seed * 1000 + i + 500) % V);
+  }
+  return b;
+}
+
+}  // namespace subdp::test
