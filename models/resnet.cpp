@@ -169,8 +169,7 @@ ResNet::ResNet(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint
   auto geom = block_geometry(c);
   for (size_t b = 0; b < geom.size(); ++b) {
     auto blk = std::make_unique<BasicBlock>(params_, mask_, static_cast<int>(b), geom[b].cin, geom[b].cout,
-                                            geom[b].stride, H, W, N,
-                                            c.zero_init_residual);
+                                            geom[b].stride, H, W, N, c.zero_init_residual);
     max_elems = std::max(max_elems, blk->max_elems(N));
     ws = std::max(ws, blk->workspace_floats(N));
     H = blk->Ho();

@@ -22,7 +22,7 @@ void AttentionScratch::allocate(int64_t rows, int64_t Ck, int T, int thread_slot
 CausalSelfAttention::CausalSelfAttention(ParamSet& ps, const std::string& prefix, int C, int heads, int T,
                                          int64_t max_rows, int head_layer, int block, float head_scale,
                                          InitSpec weight_init, const Tensor* y_scratch, int64_t y_kept_cols,
-                                         std::optional<InitSpec> proj_weight_init)
+                                         const InitSpec* proj_weight_init)
     : C_(C), heads_(heads), hd_(C / heads), head_scale_(head_scale) {
   SUBDP_ASSERT(heads > 0 && C % heads == 0);
   const InitSpec zero{InitSpec::constant, 0.f};
@@ -37,10 +37,9 @@ CausalSelfAttention::CausalSelfAttention(ParamSet& ps, const std::string& prefix
   }
   const int64_t Ck = qkv_weight->value.numel() / (3 * static_cast<int64_t>(C));  // local q width
   local_heads_ = static_cast<int>(Ck / hd_);
-  const InitSpec proj_init = proj_weight_init.value_or(weight_init);
   proj = std::make_unique<Linear>(ps, prefix + ".proj", C, C, true, UnitRef{},
-                                  head_layer >= 0 ? UnitRef{head_layer, 1, hd_} : UnitRef{}, block, &proj_init,
-                                  &zero);
+                                  head_layer >= 0 ? UnitRef{head_layer, 1, hd_} : UnitRef{}, block,
+                                  proj_weight_init ? proj_weight_init : &weight_init, &zero);
   qkv_ = Tensor::empty({max_rows, 3 * Ck}, MemCategory::activations);
   att_ = Tensor::empty({max_rows / T * local_heads_ * T * T}, MemCategory::activations);
   y_ = y_scratch ? y_scratch->slice0(0, max_rows * Ck).view({max_rows, Ck})

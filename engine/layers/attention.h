@@ -10,7 +10,6 @@
 // and a backward-masked layer takes weight gradients for the first Hk heads of each section.
 #pragma once
 #include <memory>
-#include <optional>
 #include <string>
 
 #include "engine/layers/linear.h"
@@ -32,7 +31,7 @@ class CausalSelfAttention {
  public:
   /// prefix: "blocks.<i>". head_layer: maskable layer id of the heads, -1 = not masked.
   /// head_scale multiplies the attention output y before proj (forward masking, 1/keep).
-  /// Weights drawn per `weight_init` (proj's per `proj_weight_init` when given), biases zero.
+  /// Weights drawn per `weight_init` (proj's per `*proj_weight_init` when non-null), biases zero.
   /// Activations for max_rows = B*T rows.
   /// y_scratch: when non-null, the attention output y (read again only by proj's weight
   /// gradient) is computed in this flat scratch of at least max_rows * C floats, and only
@@ -41,7 +40,7 @@ class CausalSelfAttention {
   CausalSelfAttention(ParamSet& ps, const std::string& prefix, int C, int heads, int T, int64_t max_rows,
                       int head_layer, int block, float head_scale, InitSpec weight_init,
                       const Tensor* y_scratch = nullptr, int64_t y_kept_cols = 0,
-                      std::optional<InitSpec> proj_weight_init = std::nullopt);
+                      const InitSpec* proj_weight_init = nullptr);
 
   int channels() const { return C_; }
   /// Heads present locally (Hk; all heads unless forward-masked).
