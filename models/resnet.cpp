@@ -101,7 +101,7 @@ const float* BasicBlock::forward(const float* x, int N, bool training, ResNetScr
     std::memset(out, 0, sizeof(float) * n_out);
   }
   if (sc_conv_) {
-    float* t = s.tmp.f32();
+    float* t = s.grad[0].f32();  // the gradient buffers are free during the forward pass
     sc_conv_->forward(x, sc_.f32(), N, H_, W_, ws);                   // (N, cout, Ho, Wo)
     sc_bn_->forward(sc_.f32(), t, N, HWo, training);
     cpu::add(out, t, out, n_out);
@@ -118,14 +118,16 @@ void BasicBlock::backward(const float* x, float* dout, float* dx, int N, ResNetS
     std::memcpy(dx, dout, sizeof(float) * n_in);
     return;
   }
-  // Three activation-sized buffers in all (dout, dx, s.tmp): dout is rewritten in place as
-  // d(sum) then d(c2), and once conv2's backward has consumed it, holds conv1's dx.
+  // Two scratch buffers in all (dout, dx); the rest reuses stored activations once they are
+  // dead: dout is rewritten in place as d(sum) then d(c2) and, once conv2's backward has
+  // consumed it, holds conv1's dx; d(sc) overwrites sc (BatchNorm's backward reads each
+  // input element before writing its gradient) and d(h1) overwrites c2.
   const int64_t n_out = static_cast<int64_t>(N) * cout_ * Ho_ * Wo_, HWo = Ho_ * Wo_;
   float* ws = s.workspace.f32();
   float* d = dout;  // (N, cout, Ho, Wo)
   cpu::relu_backward(out_.f32(), d, d, n_out, false);
   if (sc_conv_) {
-    float* t = s.tmp.f32();  // (N, cout, Ho, Wo)
+    float* t = sc_.f32();  // (N, cout, Ho, Wo): d(sc) in place of sc
     sc_bn_->backward(sc_.f32(), d, t, N, HWo);
     sc_conv_->backward(x, t, dx, N, H_, W_, ws);  // dx (N, cin, H, W) written
   } else {
@@ -134,7 +136,7 @@ void BasicBlock::backward(const float* x, float* dout, float* dx, int N, ResNetS
   if (!branch_present()) return;
   if (branch_scale_ != 1.f) cpu::scale(d, branch_scale_, n_out);
   bn2_->backward(c2_.f32(), d, d, N, HWo);  // d: d(c2) (N, cout, Ho, Wo)
-  float* dh1 = s.tmp.f32();                 // (N, C1, Ho, Wo)
+  float* dh1 = c2_.f32();                   // (N, C1, Ho, Wo), C1 <= cout: c2 is dead
   conv2_->backward(h1_.f32(), d, dh1, N, Ho_, Wo_, ws);
   const int64_t n_h = static_cast<int64_t>(N) * conv1_->cout() * HWo;
   cpu::relu_backward(h1_.f32(), dh1, dh1, n_h, false);
@@ -183,7 +185,6 @@ ResNet::ResNet(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint
   pooled_ = Tensor::empty({N, final_C_}, MemCategory::activations);
   dpooled_ = Tensor::empty({N, final_C_}, MemCategory::activations);
   for (auto& g : scratch_.grad) g = Tensor::empty({max_elems}, MemCategory::activations);
-  scratch_.tmp = Tensor::empty({max_elems}, MemCategory::activations);
   scratch_.workspace = Tensor::empty({ws}, MemCategory::workspace);
 }
 
@@ -225,7 +226,7 @@ void ResNet::backward() {
   float* dh = scratch_.grad[ping].f32();  // (N, w0, H, W)
   const int64_t n = stem_h_.numel() / stem_h_.dim(0) * N;
   cpu::relu_backward(stem_h_.f32(), dh, dh, n, false);
-  float* dc = scratch_.tmp.f32();
+  float* dc = dh;  // d(stem_c) in place
   stem_bn_->backward(stem_c_.f32(), dh, dc, N, H_ * W_);
   stem_conv_->backward(input_, dc, nullptr, N, H_, W_, scratch_.workspace.f32());
 }

@@ -19,10 +19,11 @@ namespace subdp {
 
 ModelUnits resnet_units(const ModelConfig& c);
 
-/// Scratch buffers shared by all blocks for the backward pass, each (N, max C*H*W).
+/// Scratch buffers shared by all blocks, each (N, max C*H*W) floats: the backward pass's
+/// activation-gradient ping-pong (a block clobbers its dout); grad[0] also holds the
+/// shortcut BatchNorm's output during the forward pass, when no gradient is live.
 struct ResNetScratch {
-  Tensor grad[2];  // activation-gradient ping-pong between blocks (a block clobbers its dout)
-  Tensor tmp;      // within-block temporary
+  Tensor grad[2];
   Tensor workspace;  // conv im2col workspace
 };
 
