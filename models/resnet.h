@@ -38,7 +38,8 @@ class BasicBlock {
   /// when the block is the identity).
   const float* forward(const float* x, int N, bool training, ResNetScratch& s);
   /// dout (N, cout, Ho, Wo) -> dx (N, cin, H, W) written; dout's buffer (max_elems floats)
-  /// is used as scratch and left overwritten.
+  /// is used as scratch and left overwritten, and so are the stored c2 and shortcut
+  /// activations: call it once per forward.
   void backward(const float* x, float* dout, float* dx, int N, ResNetScratch& s);
   int64_t max_elems(int N) const;
   int64_t workspace_floats(int N) const;
