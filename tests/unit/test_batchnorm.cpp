@@ -1,6 +1,7 @@
-// BatchNorm2d forward kernel against a double-precision reference: batch statistics, the
-// running-statistics update (unbiased variance) and the normalised output, on data far from
-// zero where a careless variance formula loses everything to cancellation.
+// BatchNorm2d kernels: the forward against a double-precision reference (batch statistics,
+// the running-statistics update with unbiased variance, the normalised output) on data far
+// from zero where a careless variance formula loses everything to cancellation; the
+// backward in place over its input or its output gradient, as the ResNet calls it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -55,6 +56,38 @@ TEST(BatchNormKernel, TrainingStatisticsMatchDoubleReferenceOnOffsetData) {
         const double z = gamma[c] * (x.f32()[k] - ref.mean[c]) / std::sqrt(ref.var[c] + 1e-5) + beta[c];
         ASSERT_NEAR(y[k], z, 2e-3) << "y at " << k;
       }
+  }
+}
+
+// The ResNet writes BatchNorm input gradients over the input (shortcut: dx == x) or over
+// the output gradient (dx == dy) to save activation buffers; both must give exactly the
+// out-of-place result, gradients of gamma and beta included.
+TEST(BatchNormKernel, BackwardInPlaceOverInputOrOutputGradientEqualsOutOfPlace) {
+  Tensor x = test::random_tensor({kSize}, 1.f, 5), dy = test::random_tensor({kSize}, 1.f, 6);
+  std::vector<float> gamma = {1.f, 2.f, -0.5f}, beta = {0.f, 0.1f, 1.f}, y(kSize), mean(C), rstd(C);
+  std::vector<float> rm(C, 0.f), rv(C, 1.f);
+  cpu::batchnorm_forward(x.f32(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data(), rm.data(), rv.data(),
+                         N, C, HW, true, 0.1f, 1e-5f);
+  struct Result {
+    std::vector<float> dx, dgamma, dbeta;
+  };
+  // aliasing: 0 = dx separate, 1 = dx over x, 2 = dx over dy
+  auto run = [&](int aliasing) {
+    std::vector<float> xs(x.f32(), x.f32() + kSize), dys(dy.f32(), dy.f32() + kSize), sep(kSize);
+    Result r{{}, std::vector<float>(C, 0.f), std::vector<float>(C, 0.f)};
+    float* dx = aliasing == 1 ? xs.data() : aliasing == 2 ? dys.data() : sep.data();
+    cpu::batchnorm_backward(xs.data(), gamma.data(), mean.data(), rstd.data(), dys.data(), dx, r.dgamma.data(),
+                            r.dbeta.data(), N, C, HW, C);
+    r.dx.assign(dx, dx + kSize);
+    return r;
+  };
+  const Result ref = run(0);
+  EXPECT_GT(*std::max_element(ref.dx.begin(), ref.dx.end()), 0.1f);  // a real gradient
+  for (int aliasing : {1, 2}) {
+    const Result r = run(aliasing);
+    EXPECT_EQ(r.dx, ref.dx) << (aliasing == 1 ? "dx over x" : "dx over dy");
+    EXPECT_EQ(r.dgamma, ref.dgamma);
+    EXPECT_EQ(r.dbeta, ref.dbeta);
   }
 }
 
