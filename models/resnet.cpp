@@ -67,7 +67,7 @@ BasicBlock::BasicBlock(ParamSet& ps, const SubnetMask& mask, int index, int cin,
   if (stride != 1 || cin != cout) {
     sc_conv_ = std::make_unique<Conv2d>(ps, name + ".short.0", cin, cout, 1, stride, 0);
     sc_bn_ = std::make_unique<BatchNorm2d>(ps, name + ".short.1", cout);
-    sc_ = activation(N, cout, Ho_, Wo_);
+    if (branch_present()) sc_ = activation(N, cout, Ho_, Wo_);
   }
   if (!identity()) out_ = activation(N, cout, Ho_, Wo_);
 }
@@ -83,25 +83,27 @@ int64_t BasicBlock::workspace_floats(int N) const {
   return ws;
 }
 
-const float* BasicBlock::forward(const float* x, int N, bool training, ResNetScratch& s) {
+float* BasicBlock::forward(float* x, int N, bool training, ResNetScratch& s) {
   if (identity()) return x;  // dropped block with an identity shortcut (x is already >= 0)
   const int64_t n_out = static_cast<int64_t>(N) * cout_ * Ho_ * Wo_, HWo = Ho_ * Wo_;
   float* out = out_.f32();  // (N, cout, Ho, Wo)
   float* ws = s.workspace.f32();
-  if (branch_present()) {
-    conv1_->forward(x, c1_.f32(), N, H_, W_, ws);                     // (N, C1, Ho, Wo)
-    bn1_->forward(c1_.f32(), h1_.f32(), N, HWo, training);            // (N, C1, Ho, Wo)
-    const int64_t n_h = static_cast<int64_t>(N) * conv1_->cout() * HWo;
-    cpu::relu_forward(h1_.f32(), h1_.f32(), n_h);
-    if (neuron_scale_ != 1.f) cpu::scale(h1_.f32(), neuron_scale_, n_h);
-    conv2_->forward(h1_.f32(), c2_.f32(), N, Ho_, Wo_, ws);           // (N, cout, Ho, Wo)
-    bn2_->forward(c2_.f32(), out, N, HWo, training);
-    if (branch_scale_ != 1.f) cpu::scale(out, branch_scale_, n_out);
-  } else {
-    std::memset(out, 0, sizeof(float) * n_out);
+  float* t = s.grad.f32();  // the gradient scratch is free during the forward pass
+  if (!branch_present()) {  // a dropped block's projection: out = relu(bn(conv(x)))
+    sc_conv_->forward(x, t, N, H_, W_, ws);  // (N, cout, Ho, Wo), recomputed in backward
+    sc_bn_->forward(t, out, N, HWo, training);
+    cpu::relu_forward(out, out, n_out);
+    return out;
   }
+  conv1_->forward(x, c1_.f32(), N, H_, W_, ws);                     // (N, C1, Ho, Wo)
+  bn1_->forward(c1_.f32(), h1_.f32(), N, HWo, training);            // (N, C1, Ho, Wo)
+  const int64_t n_h = static_cast<int64_t>(N) * conv1_->cout() * HWo;
+  cpu::relu_forward(h1_.f32(), h1_.f32(), n_h);
+  if (neuron_scale_ != 1.f) cpu::scale(h1_.f32(), neuron_scale_, n_h);
+  conv2_->forward(h1_.f32(), c2_.f32(), N, Ho_, Wo_, ws);           // (N, cout, Ho, Wo)
+  bn2_->forward(c2_.f32(), out, N, HWo, training);
+  if (branch_scale_ != 1.f) cpu::scale(out, branch_scale_, n_out);
   if (sc_conv_) {
-    float* t = s.grad[0].f32();  // the gradient buffers are free during the forward pass
     sc_conv_->forward(x, sc_.f32(), N, H_, W_, ws);                   // (N, cout, Ho, Wo)
     sc_bn_->forward(sc_.f32(), t, N, HWo, training);
     cpu::add(out, t, out, n_out);
@@ -112,28 +114,28 @@ const float* BasicBlock::forward(const float* x, int N, bool training, ResNetScr
   return out;
 }
 
-void BasicBlock::backward(const float* x, float* dout, float* dx, int N, ResNetScratch& s) {
-  const int64_t n_in = static_cast<int64_t>(N) * cin_ * H_ * W_;
-  if (identity()) {
-    std::memcpy(dx, dout, sizeof(float) * n_in);
-    return;
-  }
-  // Two scratch buffers in all (dout, dx); the rest reuses stored activations once they are
-  // dead: dout is rewritten in place as d(sum) then d(c2) and, once conv2's backward has
-  // consumed it, holds conv1's dx; d(sc) overwrites sc (BatchNorm's backward reads each
-  // input element before writing its gradient) and d(h1) overwrites c2.
+void BasicBlock::backward(const float* x, float* dx, int N, ResNetScratch& s) {
+  SUBDP_CHECK(!identity(), "BasicBlock::backward called on an identity block");
+  // No buffer of its own: d(sum) is the output buffer and is rewritten in place as d(c2);
+  // d(sc) overwrites sc (BatchNorm's backward reads each input element before writing its
+  // gradient), d(h1) overwrites c2 (dead after bn2's backward), and both paths' input
+  // gradients are summed in dx.
   const int64_t n_out = static_cast<int64_t>(N) * cout_ * Ho_ * Wo_, HWo = Ho_ * Wo_;
   float* ws = s.workspace.f32();
-  float* d = dout;  // (N, cout, Ho, Wo)
-  cpu::relu_backward(out_.f32(), d, d, n_out, false);
-  if (sc_conv_) {
-    float* t = sc_.f32();  // (N, cout, Ho, Wo): d(sc) in place of sc
-    sc_bn_->backward(sc_.f32(), d, t, N, HWo);
-    sc_conv_->backward(x, t, dx, N, H_, W_, ws);  // dx (N, cin, H, W) written
-  } else {
-    std::memcpy(dx, d, sizeof(float) * n_in);
+  float* d = out_.f32();  // (N, cout, Ho, Wo): d(sum), the output ReLU already applied
+  if (!branch_present()) {
+    sc_conv_->forward(x, dx, N, H_, W_, ws);  // sc (N, cout, Ho, Wo), as in the forward
+    sc_bn_->backward(dx, d, d, N, HWo);       // d: d(sc)
+    sc_conv_->backward(x, d, dx, N, H_, W_, ws);
+    return;
   }
-  if (!branch_present()) return;
+  if (sc_conv_) {
+    float* dsc = sc_.f32();  // (N, cout, Ho, Wo): d(sc) in place of sc
+    sc_bn_->backward(sc_.f32(), d, dsc, N, HWo);
+    sc_conv_->backward(x, dsc, dx, N, H_, W_, ws);  // dx (N, cin, H, W) written
+  } else {
+    std::memcpy(dx, d, sizeof(float) * n_out);  // identity shortcut: cin, H, W = cout, Ho, Wo
+  }
   if (branch_scale_ != 1.f) cpu::scale(d, branch_scale_, n_out);
   bn2_->backward(c2_.f32(), d, d, N, HWo);  // d: d(c2) (N, cout, Ho, Wo)
   float* dh1 = c2_.f32();                   // (N, C1, Ho, Wo), C1 <= cout: c2 is dead
@@ -141,10 +143,8 @@ void BasicBlock::backward(const float* x, float* dout, float* dx, int N, ResNetS
   const int64_t n_h = static_cast<int64_t>(N) * conv1_->cout() * HWo;
   cpu::relu_backward(h1_.f32(), dh1, dh1, n_h, false);
   if (neuron_scale_ != 1.f) cpu::scale(dh1, neuron_scale_, n_h);
-  bn1_->backward(c1_.f32(), dh1, dh1, N, HWo);  // dh1: d(c1)
-  float* dxb = dout;  // (N, cin, H, W): d(c2) is dead; every scratch buffer holds max_elems
-  conv1_->backward(x, dh1, dxb, N, H_, W_, ws);
-  cpu::axpy(1.f, dxb, dx, n_in);
+  bn1_->backward(c1_.f32(), dh1, dh1, N, HWo);            // dh1: d(c1)
+  conv1_->backward(x, dh1, dx, N, H_, W_, ws, true);      // dx (N, cin, H, W) += branch's
 }
 
 void BasicBlock::collect_batchnorms(std::vector<BatchNorm2d*>& out) const {
@@ -163,7 +163,6 @@ ResNet::ResNet(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint
   const int N = max_batch, w0 = c.widths.at(0);
   stem_conv_ = std::make_unique<Conv2d>(params_, "stem.0", C_in_, w0, 3, 1, 1);
   stem_bn_ = std::make_unique<BatchNorm2d>(params_, "stem.1", w0);
-  stem_c_ = activation(N, w0, H_, W_);
   stem_h_ = activation(N, w0, H_, W_);
   int H = H_, W = W_;
   int64_t max_elems = static_cast<int64_t>(N) * w0 * H * W;
@@ -184,7 +183,7 @@ ResNet::ResNet(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint
   fc_ = std::make_unique<Linear>(params_, "fc", final_C_, c.classes, true);
   pooled_ = Tensor::empty({N, final_C_}, MemCategory::activations);
   dpooled_ = Tensor::empty({N, final_C_}, MemCategory::activations);
-  for (auto& g : scratch_.grad) g = Tensor::empty({max_elems}, MemCategory::activations);
+  scratch_.grad = Tensor::empty({max_elems}, MemCategory::activations);
   scratch_.workspace = Tensor::empty({ws}, MemCategory::workspace);
 }
 
@@ -197,10 +196,11 @@ double ResNet::forward(const Batch& batch, bool training, int64_t* correct) {
   input_ = batch.x.f32();
   const int N = static_cast<int>(rows_);
   float* ws = scratch_.workspace.f32();
-  stem_conv_->forward(input_, stem_c_.f32(), N, H_, W_, ws);  // (N, w0, H, W)
-  stem_bn_->forward(stem_c_.f32(), stem_h_.f32(), N, H_ * W_, training);
+  float* c = scratch_.grad.f32();  // stem conv output (N, w0, H, W): recomputed in backward
+  stem_conv_->forward(input_, c, N, H_, W_, ws);
+  stem_bn_->forward(c, stem_h_.f32(), N, H_ * W_, training);
   cpu::relu_forward(stem_h_.f32(), stem_h_.f32(), stem_h_.numel() / stem_h_.dim(0) * N);
-  const float* x = stem_h_.f32();
+  float* x = stem_h_.f32();
   block_in_.clear();
   for (auto& blk : blocks_) {
     block_in_.push_back(x);
@@ -212,23 +212,27 @@ double ResNet::forward(const Batch& batch, bool training, int64_t* correct) {
   return head_.loss(batch.y.i32(), rows_, training, correct);
 }
 
+// One activation-sized scratch g in all. Each activation buffer is post-ReLU and, once its
+// consumer's backward has read it, dead: the gradient with respect to it goes into that
+// same buffer, masked by the ReLU it holds (relu_backward with dx == y, element by element).
 void ResNet::backward() {
   const int N = static_cast<int>(rows_);
   fc_->backward(pooled_.f32(), head_.dlogits(), dpooled_.f32(), rows_);
-  float* g = scratch_.grad[0].f32();
+  float* g = scratch_.grad.f32();
+  const int64_t n_last = static_cast<int64_t>(N) * final_C_ * final_H_ * final_W_;
   cpu::global_avg_pool_backward(dpooled_.f32(), g, N, final_C_, final_H_ * final_W_);
-  int ping = 0;
+  cpu::relu_backward(last_out_, g, last_out_, n_last, false);
   for (size_t b = blocks_.size(); b-- > 0;) {
-    float* dx = scratch_.grad[ping ^ 1].f32();
-    blocks_[b]->backward(block_in_[b], scratch_.grad[ping].f32(), dx, N, scratch_);
-    ping ^= 1;
+    BasicBlock& blk = *blocks_[b];
+    if (blk.identity()) continue;  // its output buffer is its input's: the gradient is in place
+    blk.backward(block_in_[b], g, N, scratch_);  // g: d(x) (N, cin, H, W)
+    cpu::relu_backward(block_in_[b], g, block_in_[b], blk.in_elems(N), false);
   }
-  float* dh = scratch_.grad[ping].f32();  // (N, w0, H, W)
-  const int64_t n = stem_h_.numel() / stem_h_.dim(0) * N;
-  cpu::relu_backward(stem_h_.f32(), dh, dh, n, false);
-  float* dc = dh;  // d(stem_c) in place
-  stem_bn_->backward(stem_c_.f32(), dh, dc, N, H_ * W_);
-  stem_conv_->backward(input_, dc, nullptr, N, H_, W_, scratch_.workspace.f32());
+  float* dh = stem_h_.f32();  // (N, w0, H, W): d(stem conv output after BN), ReLU applied
+  float* ws = scratch_.workspace.f32();
+  stem_conv_->forward(input_, g, N, H_, W_, ws);  // the BatchNorm's input, as in the forward
+  stem_bn_->backward(g, dh, dh, N, H_ * W_);
+  stem_conv_->backward(input_, dh, nullptr, N, H_, W_, ws);
 }
 
 }  // namespace subdp

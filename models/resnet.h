@@ -19,12 +19,13 @@ namespace subdp {
 
 ModelUnits resnet_units(const ModelConfig& c);
 
-/// Scratch buffers shared by all blocks, each (N, max C*H*W) floats: the backward pass's
-/// activation-gradient ping-pong (a block clobbers its dout); grad[0] also holds the
-/// shortcut BatchNorm's output during the forward pass, when no gradient is live.
+/// Scratch shared by all blocks. grad, (N, max C*H*W) floats: in the backward pass each
+/// block's input gradient before it is masked by the input's ReLU and moved into the input's
+/// own (then dead) buffer; in the forward pass, when no gradient is live, the stem conv's
+/// output and the shortcut BatchNorm's output.
 struct ResNetScratch {
-  Tensor grad[2];
-  Tensor workspace;  // conv im2col workspace
+  Tensor grad;
+  Tensor workspace;  // conv workspace (im2col columns or Winograd tiles)
 };
 
 /// out = relu(shortcut(x) + scale * bn2(conv2(relu(bn1(conv1(x))) * s_neuron))).
@@ -34,13 +35,17 @@ class BasicBlock {
   /// and the block as its shortcut (Goyal et al. 2017, section 5.1; torchvision's flag).
   BasicBlock(ParamSet& ps, const SubnetMask& mask, int index, int cin, int cout, int stride, int H,
              int W, int max_batch, bool zero_init_residual);
-  /// x (N, cin, H, W) -> output() (N, cout, Ho, Wo). Returns the output pointer (x itself
-  /// when the block is the identity).
-  const float* forward(const float* x, int N, bool training, ResNetScratch& s);
-  /// dout (N, cout, Ho, Wo) -> dx (N, cin, H, W) written; dout's buffer (max_elems floats)
-  /// is used as scratch and left overwritten, and so are the stored c2 and shortcut
-  /// activations: call it once per forward.
-  void backward(const float* x, float* dout, float* dx, int N, ResNetScratch& s);
+  /// x (N, cin, H, W) -> (N, cout, Ho, Wo), post-ReLU. Returns the output buffer (x itself
+  /// when the block is the identity), which the caller overwrites with its gradient.
+  float* forward(float* x, int N, bool training, ResNetScratch& s);
+  /// Expects the output buffer to hold d(output) already multiplied by the output ReLU's
+  /// derivative; writes dx (N, cin, H, W), not yet masked by x's ReLU. The output buffer and
+  /// the stored c2 and shortcut activations are overwritten: call it once per forward, and
+  /// never for an identity() block (its gradient passes through unchanged).
+  void backward(const float* x, float* dx, int N, ResNetScratch& s);
+  /// A dropped block with an identity shortcut: forward returns its input.
+  bool identity() const { return !branch_present() && !sc_conv_; }
+  int64_t in_elems(int N) const { return static_cast<int64_t>(N) * cin_ * H_ * W_; }
   int64_t max_elems(int N) const;
   int64_t workspace_floats(int N) const;
   void collect_batchnorms(std::vector<BatchNorm2d*>& out) const;
@@ -49,10 +54,11 @@ class BasicBlock {
 
  private:
   bool branch_present() const { return conv1_ != nullptr; }
-  bool identity() const { return !branch_present() && !sc_conv_; }
   std::unique_ptr<Conv2d> conv1_, conv2_, sc_conv_;
   std::unique_ptr<BatchNorm2d> bn1_, bn2_, sc_bn_;
-  Tensor c1_, h1_, c2_, sc_, out_;  // stored activations, (N, C, Ho, Wo)
+  // Stored activations, (N, C, Ho, Wo). sc_ only with a branch: a dropped block's projection
+  // recomputes its conv in backward rather than keep it (forward masking stores less).
+  Tensor c1_, h1_, c2_, sc_, out_;
   int cin_, cout_, H_, W_, Ho_, Wo_;
   float branch_scale_ = 1.f, neuron_scale_ = 1.f;
 };
@@ -70,9 +76,11 @@ class ResNet : public Model {
   std::unique_ptr<BatchNorm2d> stem_bn_;
   std::vector<std::unique_ptr<BasicBlock>> blocks_;
   std::unique_ptr<Linear> fc_;
-  Tensor stem_c_, stem_h_, pooled_, dpooled_;
-  std::vector<const float*> block_in_;  // input of each block in the last forward
-  const float* last_out_ = nullptr;
+  // stem_h_: the stem's ReLU output (N, w0, H, W). Its conv output is not stored: the
+  // forward puts it in the scratch and the backward recomputes it (a 1-channel 3x3 conv).
+  Tensor stem_h_, pooled_, dpooled_;
+  std::vector<float*> block_in_;  // input of each block in the last forward
+  float* last_out_ = nullptr;
   ResNetScratch scratch_;
   CrossEntropyHead head_;
   const float* input_ = nullptr;

@@ -39,7 +39,8 @@ void Conv2d::forward(const float* x, float* y, int N, int H, int W, float* ws) c
   FlopCounter::add_gemm(s.Cout, static_cast<int64_t>(N) * s.Ho() * s.Wo(), static_cast<int64_t>(s.Cin) * k * k);
 }
 
-void Conv2d::backward(const float* x, const float* dy, float* dx, int N, int H, int W, float* ws) const {
+void Conv2d::backward(const float* x, const float* dy, float* dx, int N, int H, int W, float* ws,
+                      bool accumulate_dx) const {
   const cpu::ConvShape s = shape(N, H, W);
   const int64_t P = static_cast<int64_t>(N) * s.Ho() * s.Wo();
   float* dw = nullptr;
@@ -50,7 +51,7 @@ void Conv2d::backward(const float* x, const float* dy, float* dx, int N, int H, 
     gci = static_cast<int>(weight->grad.dim(1));
     FlopCounter::add_gemm(gco, static_cast<int64_t>(gci) * k * k, P);
   }
-  cpu::conv2d_backward(s, x, weight->value.f32(), dy, dx, dw, gco, gci, ws);
+  cpu::conv2d_backward(s, x, weight->value.f32(), dy, dx, dw, gco, gci, ws, accumulate_dx);
   if (dx) FlopCounter::add_gemm(static_cast<int64_t>(s.Cin) * k * k, P, s.Cout);
 }
 

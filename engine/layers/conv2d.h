@@ -23,8 +23,9 @@ class Conv2d {
 
   /// y (N, Cout, Ho, Wo) from x (N, Cin, H, W); ws holds workspace_floats() floats.
   void forward(const float* x, float* y, int N, int H, int W, float* ws) const;
-  /// Accumulates dW (kept prefix); writes dx when non-null.
-  void backward(const float* x, const float* dy, float* dx, int N, int H, int W, float* ws) const;
+  /// Accumulates dW (kept prefix); writes dx when non-null (adds to it with accumulate_dx).
+  void backward(const float* x, const float* dy, float* dx, int N, int H, int W, float* ws,
+                bool accumulate_dx = false) const;
 
   Param* weight = nullptr;
   int k, stride, pad;

@@ -109,11 +109,11 @@ void col2im_row_same(const ConvShape& s, float* row, int kh, int kw, float* img)
   for (int i = lo; i < hi; ++i) img[i + d] += row[i];
 }
 
-// dx (Cin, H, W) = col2im(cols (Cin*k*k, Ho*Wo)); dx is zeroed here; cols is scratch and
-// may be modified.
-void col2im_sample(const ConvShape& s, float* cols, float* dx) {
+// dx (Cin, H, W) (+)= col2im(cols (Cin*k*k, Ho*Wo)); dx is zeroed here unless accumulate;
+// cols is scratch and may be modified.
+void col2im_sample(const ConvShape& s, float* cols, float* dx, bool accumulate) {
   const int Ho = s.Ho(), Wo = s.Wo(), P = Ho * Wo, kk = s.k * s.k;
-  std::memset(dx, 0, sizeof(float) * s.Cin * s.H * s.W);
+  if (!accumulate) std::memset(dx, 0, sizeof(float) * s.Cin * s.H * s.W);
   const bool same = is_same_stride1(s);
   for (int c = 0; c < s.Cin; ++c) {
     float* img = dx + static_cast<int64_t>(c) * s.H * s.W;
@@ -161,9 +161,10 @@ void conv2d_forward(const ConvShape& s, const float* x, const float* w, float* y
 }
 
 void conv2d_backward(const ConvShape& s, const float* x, const float* w, const float* dy,
-                     float* dx, float* dw, int dw_cout, int dw_cin, float* ws) {
-  if (winograd_applies(s)) return winograd_backward(s, x, w, dy, dx, dw, dw_cout, dw_cin, ws);
-  conv2d_im2col_backward(s, x, w, dy, dx, dw, dw_cout, dw_cin, ws);
+                     float* dx, float* dw, int dw_cout, int dw_cin, float* ws, bool accumulate_dx) {
+  if (winograd_applies(s))
+    return winograd_backward(s, x, w, dy, dx, dw, dw_cout, dw_cin, ws, accumulate_dx);
+  conv2d_im2col_backward(s, x, w, dy, dx, dw, dw_cout, dw_cin, ws, accumulate_dx);
 }
 
 void conv2d_im2col_forward(const ConvShape& s, const float* x, const float* w, float* y, float* ws) {
@@ -184,7 +185,8 @@ void conv2d_im2col_forward(const ConvShape& s, const float* x, const float* w, f
 }
 
 void conv2d_im2col_backward(const ConvShape& s, const float* x, const float* w, const float* dy,
-                            float* dx, float* dw, int dw_cout, int dw_cin, float* ws) {
+                            float* dx, float* dw, int dw_cout, int dw_cin, float* ws,
+                            bool accumulate_dx) {
   const int P = s.Ho() * s.Wo(), kk = s.k * s.k, CK = s.Cin * kk;
   const int64_t in_size = static_cast<int64_t>(s.Cin) * s.H * s.W, out_size = static_cast<int64_t>(s.Cout) * P;
   const bool want_dw = dw && dw_cout > 0 && dw_cin > 0;
@@ -209,7 +211,7 @@ void conv2d_im2col_backward(const ConvShape& s, const float* x, const float* w, 
       if (dx) {
         // dcols (CK, P) = w^T (CK, Cout) x dy_n (Cout, P)
         sgemm(true, false, CK, P, s.Cout, 1.f, w, CK, dyn, P, 0.f, cols, P);
-        col2im_sample(s, cols, dx + n * in_size);
+        col2im_sample(s, cols, dx + n * in_size, accumulate_dx);
       }
     }
   }

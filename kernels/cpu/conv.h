@@ -21,18 +21,22 @@ int64_t conv2d_workspace_floats(const ConvShape& s);
 void conv2d_forward(const ConvShape& s, const float* x, const float* w, float* y, float* ws);
 
 /// Backward of conv2d_forward.
-/// dx (N, Cin, H, W) is written when non-null. dw, when non-null, accumulates (+=) the
-/// gradient of the prefix w[:dw_cout, :dw_cin] into a compact (dw_cout, dw_cin, k, k)
-/// array: backward masking computes weight gradients for kept channels only.
+/// dx (N, Cin, H, W) is written when non-null, or added to (+=) with accumulate_dx (a
+/// residual block sums its branch's and its shortcut's input gradients in one buffer).
+/// dw, when non-null, accumulates (+=) the gradient of the prefix w[:dw_cout, :dw_cin] into
+/// a compact (dw_cout, dw_cin, k, k) array: backward masking computes weight gradients for
+/// kept channels only.
 void conv2d_backward(const ConvShape& s, const float* x, const float* w, const float* dy,
-                     float* dx, float* dw, int dw_cout, int dw_cin, float* ws);
+                     float* dx, float* dw, int dw_cout, int dw_cin, float* ws,
+                     bool accumulate_dx = false);
 
 /// The im2col + GEMM path for any shape (what conv2d_* use when Winograd does not apply).
 /// Workspace: per OpenMP thread, one sample's im2col columns and a weight-gradient partial.
 int64_t conv2d_im2col_workspace_floats(const ConvShape& s);
 void conv2d_im2col_forward(const ConvShape& s, const float* x, const float* w, float* y, float* ws);
 void conv2d_im2col_backward(const ConvShape& s, const float* x, const float* w, const float* dy,
-                            float* dx, float* dw, int dw_cout, int dw_cin, float* ws);
+                            float* dx, float* dw, int dw_cout, int dw_cin, float* ws,
+                            bool accumulate_dx = false);
 
 /// Global average pool: x (N, C, HW) -> y (N, C).
 void global_avg_pool_forward(const float* x, float* y, int N, int C, int HW);

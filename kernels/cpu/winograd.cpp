@@ -40,9 +40,14 @@ struct Tiling {
 int64_t max_channels(const ConvShape& s) { return std::max(s.Cin, s.Cout); }
 int64_t filter_floats(const ConvShape& s) { return int64_t{kXi} * s.Cout * s.Cin; }
 int64_t tile_buffer_floats(const ConvShape& s, const Tiling& t) { return kXi * max_channels(s) * t.T; }
-int64_t thread_floats(const ConvShape& s, const Tiling& t) {
-  return 2 * tile_buffer_floats(s, t) + t.scratch() + filter_floats(s);
-}
+// Per-thread tile region: two transformed-tile buffers and the transform scratch.
+int64_t thread_floats(const ConvShape& s, const Tiling& t) { return 2 * tile_buffer_floats(s, t) + t.scratch(); }
+
+// Workspace layout: max_threads filter-sized slots, then max_threads tile regions. Slot 0
+// holds the transformed filters U (forward, input gradient); in the weight-gradient phase,
+// when U is dead, slot th holds thread th's partial dU, so U costs no slot of its own.
+float* filter_slot(const ConvShape& s, float* ws, int th) { return ws + th * filter_floats(s); }
+float* tile_regions(const ConvShape& s, float* ws) { return ws + omp_get_max_threads() * filter_floats(s); }
 
 // u (4x4) = G g G^T for one 3x3 filter g (row-major).
 void transform_filter(const float* g, float* u) {
@@ -241,11 +246,12 @@ inline void output_cols_transform(const float* __restrict r, int tw, float* __re
   }
 }
 
-// y (N, C, H, W) samples [n0, n0 + count) = A^T M A per tile of M (16, C, T); overwritten.
-// scratch: 10 * tw floats (8 rows of A^T m and one output row of 2*tw).
+// y (N, C, H, W) samples [n0, n0 + count) = A^T M A per tile of M (16, C, T); overwritten,
+// or added to when accumulate. scratch: 10 * tw floats (8 rows of A^T m and one output row
+// of 2*tw).
 template <int TW>
 void transform_output(const ConvShape& s, const Tiling& t, const float* M, int C, int n0, int count,
-                      float* scratch, float* y) {
+                      float* scratch, float* y, bool accumulate) {
   const int64_t step = static_cast<int64_t>(C) * t.T;
   const int tw = TW ? TW : t.tw;
   float *r = scratch, *row = scratch + 8 * tw;
@@ -257,11 +263,15 @@ void transform_output(const ConvShape& s, const Tiling& t, const float* M, int C
         output_rows_transform(m0 + ty * tw, step, tw, r);
         for (int a = 0; a < 2 && 2 * ty + a < s.H; ++a) {
           float* out = img + (2 * ty + a) * s.W;
-          if (s.W % 2 == 0) {  // the tiles cover the row exactly: write in place
+          if (s.W % 2 == 0 && !accumulate) {  // the tiles cover the row exactly: write in place
             output_cols_transform(r + 4 * a * tw, tw, out);
           } else {
             output_cols_transform(r + 4 * a * tw, tw, row);
-            std::memcpy(out, row, sizeof(float) * s.W);
+            if (accumulate) {
+              for (int i = 0; i < s.W; ++i) out[i] += row[i];
+            } else {
+              std::memcpy(out, row, sizeof(float) * s.W);
+            }
           }
         }
       }
@@ -292,9 +302,10 @@ void multiply_tiles(const float* U, int rows, int cols, const float* in, int T, 
 }
 
 // Forward-direction convolution of `in` (N, cin, H, W) with transformed filters U (16, cout,
-// cin) into out (N, cout, H, W): shared by the forward pass and the input gradient.
+// cin) into out (N, cout, H, W) (added to it when accumulate): shared by the forward pass and
+// the input gradient.
 void convolve(const ConvShape& s, const Tiling& t, const float* U, const float* in, int cin, int cout,
-              float* out, float* ws_threads) {
+              float* out, float* ws_threads, bool accumulate = false) {
 #pragma omp parallel
   {
     float* a = ws_threads + omp_get_thread_num() * thread_floats(s, t);
@@ -306,7 +317,7 @@ void convolve(const ConvShape& s, const Tiling& t, const float* U, const float* 
       with_tile_width(t.tw, [&](auto tw) {
         transform_input<tw()>(s, t, in, cin, n0, count, scratch, a);
         multiply_tiles(U, cout, cin, a, t.T, b);
-        transform_output<tw()>(s, t, b, cout, n0, count, scratch, out);
+        transform_output<tw()>(s, t, b, cout, n0, count, scratch, out, accumulate);
       });
     }
   }
@@ -320,23 +331,23 @@ bool winograd_applies(const ConvShape& s) {
 
 int64_t winograd_workspace_floats(const ConvShape& s) {
   const Tiling t(s);
-  return filter_floats(s) + static_cast<int64_t>(omp_get_max_threads()) * thread_floats(s, t);
+  return static_cast<int64_t>(omp_get_max_threads()) * (filter_floats(s) + thread_floats(s, t));
 }
 
 void winograd_forward(const ConvShape& s, const float* x, const float* w, float* y, float* ws) {
   const Tiling t(s);
   transform_filters(s, w, false, ws);
-  convolve(s, t, ws, x, s.Cin, s.Cout, y, ws + filter_floats(s));
+  convolve(s, t, ws, x, s.Cin, s.Cout, y, tile_regions(s, ws));
 }
 
 void winograd_backward(const ConvShape& s, const float* x, const float* w, const float* dy,
-                       float* dx, float* dw, int dw_cout, int dw_cin, float* ws) {
+                       float* dx, float* dw, int dw_cout, int dw_cin, float* ws, bool accumulate_dx) {
   const Tiling t(s);
-  float* U = ws;
-  float* threads_ws = ws + filter_floats(s);
+  float* U = filter_slot(s, ws, 0);
+  float* threads_ws = tile_regions(s, ws);
   if (dx) {
     transform_filters(s, w, true, U);
-    convolve(s, t, U, dy, s.Cout, s.Cin, dx, threads_ws);
+    convolve(s, t, U, dy, s.Cout, s.Cin, dx, threads_ws, accumulate_dx);
   }
   if (!dw || dw_cout <= 0 || dw_cin <= 0) return;
   const int64_t du_n = int64_t{kXi} * dw_cout * dw_cin;
@@ -348,7 +359,7 @@ void winograd_backward(const ConvShape& s, const float* x, const float* w, const
     float* v = threads_ws + omp_get_thread_num() * thread_floats(s, t);
     float* e = v + tile_buffer_floats(s, t);
     float* scratch = e + tile_buffer_floats(s, t);
-    float* du = scratch + t.scratch();  // this thread's partial (16, dw_cout, dw_cin)
+    float* du = filter_slot(s, ws, omp_get_thread_num());  // partial (16, dw_cout, dw_cin)
     std::memset(du, 0, sizeof(float) * du_n);
 #pragma omp for schedule(static)
     for (int ch = 0; ch < t.chunks(s.N); ++ch) {
@@ -365,8 +376,8 @@ void winograd_backward(const ConvShape& s, const float* x, const float* w, const
   }
   // dw += G^T du G per filter, du summed over the threads' partials in thread order
   // (deterministic); filters are independent, so output channels run in parallel.
-  const float* parts = threads_ws + t.scratch() + 2 * tile_buffer_floats(s, t);
-  const int64_t part_stride = thread_floats(s, t);
+  const float* parts = filter_slot(s, ws, 0);
+  const int64_t part_stride = filter_floats(s);
 #pragma omp parallel for schedule(static)
   for (int co = 0; co < dw_cout; ++co)
     for (int ci = 0; ci < dw_cin; ++ci) {

@@ -14,20 +14,22 @@ namespace subdp::cpu {
 /// and 8 output channels (below that the 16 small GEMMs lose to one im2col GEMM).
 bool winograd_applies(const ConvShape& s);
 
-/// Floats of workspace winograd_forward / winograd_backward need: the transformed weights,
-/// and per OpenMP thread two transformed-tile buffers, a transform scratch rows and a weight-gradient
-/// partial.
+/// Floats of workspace winograd_forward / winograd_backward need: per OpenMP thread two
+/// transformed-tile buffers, transform scratch rows and a filter-sized slot (16 * Cout * Cin)
+/// that holds the transformed weights (slot 0) and later the weight-gradient partials.
 int64_t winograd_workspace_floats(const ConvShape& s);
 
 /// y (N, Cout, H, W) = conv(x (N, Cin, H, W), w (Cout, Cin, 3, 3)), pad 1. Requires
 /// winograd_applies(s).
 void winograd_forward(const ConvShape& s, const float* x, const float* w, float* y, float* ws);
 
-/// Backward of winograd_forward: dx (N, Cin, H, W) written when non-null; dw, when non-null,
+/// Backward of winograd_forward: dx (N, Cin, H, W) written when non-null (added to with
+/// accumulate_dx); dw, when non-null,
 /// accumulates (+=) the gradient of w[:dw_cout, :dw_cin] into a compact (dw_cout, dw_cin, 3, 3)
 /// array (backward masking). Weight-gradient partials are summed in thread order:
 /// deterministic for a fixed thread count.
 void winograd_backward(const ConvShape& s, const float* x, const float* w, const float* dy,
-                       float* dx, float* dw, int dw_cout, int dw_cin, float* ws);
+                       float* dx, float* dw, int dw_cout, int dw_cin, float* ws,
+                       bool accumulate_dx = false);
 
 }  // namespace subdp::cpu

@@ -70,5 +70,31 @@ TEST(Winograd, NoWeightGradientLeavesOnlyInputGradient) {
   EXPECT_GT(norm, 1.0);
 }
 
+// conv2d_backward with accumulate_dx adds the input gradient to dx's contents (a residual
+// block sums its shortcut's and branch's in one buffer): start + written, on both paths.
+void expect_accumulate_adds(cpu::ConvShape s) {
+  const int64_t xn = int64_t{s.N} * s.Cin * s.H * s.W, yn = int64_t{s.N} * s.Cout * s.Ho() * s.Wo();
+  Tensor x = random_tensor({xn}, 1.f, 51), w = random_tensor({int64_t{s.Cout} * s.Cin * s.k * s.k}, 1.f, 52);
+  Tensor dy = random_tensor({yn}, 1.f, 53), start = random_tensor({xn}, 1.f, 54);
+  Tensor ws = scratch(cpu::conv2d_workspace_floats(s)), written = scratch(xn), summed = scratch(xn);
+  cpu::conv2d_backward(s, x.f32(), w.f32(), dy.f32(), written.f32(), nullptr, 0, 0, ws.f32());
+  std::copy(start.f32(), start.f32() + xn, summed.f32());
+  cpu::conv2d_backward(s, x.f32(), w.f32(), dy.f32(), summed.f32(), nullptr, 0, 0, ws.f32(), true);
+  std::vector<float> want(xn);
+  for (int64_t i = 0; i < xn; ++i) want[i] = start.f32()[i] + written.f32()[i];
+  expect_close(summed.f32(), want.data(), xn, "accumulated dx");
+}
+
+TEST(ConvAccumulate, WinogradEvenAndOddImagesAddToInputGradient) {
+  expect_accumulate_adds({3, 8, 8, 8, 12, 3, 1, 1});
+  expect_accumulate_adds({2, 9, 7, 5, 8, 3, 1, 1});
+}
+
+TEST(ConvAccumulate, Im2colStridedAndProjectionAddToInputGradient) {
+  expect_accumulate_adds({3, 4, 9, 9, 6, 3, 2, 1});  // strided 3x3 (a stage's first conv)
+  expect_accumulate_adds({3, 4, 9, 9, 6, 1, 2, 0});  // 1x1 stride-2 projection
+  expect_accumulate_adds({2, 1, 6, 6, 5, 3, 1, 1});  // one input channel (the stem)
+}
+
 }  // namespace
 }  // namespace subdp
