@@ -31,7 +31,8 @@ class Model {
   /// `correct` (optional) receives the number of positions whose argmax is the target.
   /// training = true stores what backward() needs (and uses batch statistics / scaling).
   virtual double forward(const Batch& batch, bool training, int64_t* correct) = 0;
-  /// Backward of the last training forward: accumulates parameter gradients.
+  /// Backward of the last training forward: accumulates parameter gradients. Call it once
+  /// per forward: a model may overwrite its stored activations with their gradients.
   virtual void backward() = 0;
   /// Every BatchNorm layer (for re-estimating running statistics of an assembled model).
   virtual std::vector<BatchNorm2d*> batchnorms() { return {}; }

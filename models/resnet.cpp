@@ -119,7 +119,9 @@ void BasicBlock::backward(const float* x, float* dx, int N, ResNetScratch& s) {
   // No buffer of its own: d(sum) is the output buffer and is rewritten in place as d(c2);
   // d(sc) overwrites sc (BatchNorm's backward reads each input element before writing its
   // gradient), d(h1) overwrites c2 (dead after bn2's backward), and both paths' input
-  // gradients are summed in dx.
+  // gradients are summed in dx. A dropped block with a projection: dx first holds the
+  // recomputed projection conv output, d(sc) overwrites the output buffer, then dx is
+  // written.
   const int64_t n_out = static_cast<int64_t>(N) * cout_ * Ho_ * Wo_, HWo = Ho_ * Wo_;
   float* ws = s.workspace.f32();
   float* d = out_.f32();  // (N, cout, Ho, Wo): d(sum), the output ReLU already applied
@@ -228,7 +230,7 @@ void ResNet::backward() {
     blk.backward(block_in_[b], g, N, scratch_);  // g: d(x) (N, cin, H, W)
     cpu::relu_backward(block_in_[b], g, block_in_[b], blk.in_elems(N), false);
   }
-  float* dh = stem_h_.f32();  // (N, w0, H, W): d(stem conv output after BN), ReLU applied
+  float* dh = stem_h_.f32();  // (N, w0, H, W): d(stem BN output), the ReLU mask applied
   float* ws = scratch_.workspace.f32();
   stem_conv_->forward(input_, g, N, H_, W_, ws);  // the BatchNorm's input, as in the forward
   stem_bn_->backward(g, dh, dh, N, H_ * W_);

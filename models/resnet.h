@@ -21,8 +21,10 @@ ModelUnits resnet_units(const ModelConfig& c);
 
 /// Scratch shared by all blocks. grad, (N, max C*H*W) floats: in the backward pass each
 /// block's input gradient before it is masked by the input's ReLU and moved into the input's
-/// own (then dead) buffer; in the forward pass, when no gradient is live, the stem conv's
-/// output and the shortcut BatchNorm's output.
+/// own (then dead) buffer, and before that the recomputed conv output a BatchNorm backward
+/// reads (the stem's; a dropped block's projection); in the forward pass, when no gradient
+/// is live, the stem conv's output, a kept block's shortcut BatchNorm output and a dropped
+/// block's projection conv output.
 struct ResNetScratch {
   Tensor grad;
   Tensor workspace;  // conv workspace (im2col columns or Winograd tiles)
@@ -77,7 +79,8 @@ class ResNet : public Model {
   std::vector<std::unique_ptr<BasicBlock>> blocks_;
   std::unique_ptr<Linear> fc_;
   // stem_h_: the stem's ReLU output (N, w0, H, W). Its conv output is not stored: the
-  // forward puts it in the scratch and the backward recomputes it (a 1-channel 3x3 conv).
+  // forward puts it in the scratch and the backward recomputes it (a 3x3 conv from the
+  // in_channels-channel image: 1 for Fashion-MNIST, 3 for CIFAR-10).
   Tensor stem_h_, pooled_, dpooled_;
   std::vector<float*> block_in_;  // input of each block in the last forward
   float* last_out_ = nullptr;

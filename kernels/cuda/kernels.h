@@ -162,7 +162,8 @@ int64_t conv2d_workspace_floats(const ConvShape& s, int chunk);
 /// As cpu::conv2d_forward: y (N, Cout, Ho, Wo) = conv(x, w), no bias.
 void conv2d_forward(const ConvShape& s, const float* x, const float* w, float* y, float* ws,
                     int chunk, cudaStream_t stream);
-/// As cpu::conv2d_backward: dx written when non-null; dw (dw_cout, dw_cin, k, k) accumulated
+/// As cpu::conv2d_backward (without its accumulate_dx): dx written when non-null; dw
+/// (dw_cout, dw_cin, k, k) accumulated
 /// (+=) with the gradient of the prefix w[:dw_cout, :dw_cin] when non-null.
 void conv2d_backward(const ConvShape& s, const float* x, const float* w, const float* dy,
                      float* dx, float* dw, int dw_cout, int dw_cin, float* ws, int chunk,

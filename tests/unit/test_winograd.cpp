@@ -1,6 +1,7 @@
 // Winograd F(2x2, 3x3) convolution against the im2col path (itself checked against the
 // naive convolution and by finite differences in test_gradcheck.cpp): forward, input
-// gradient, full and masked-prefix weight gradients, odd and tiny image sizes.
+// gradient, full and masked-prefix weight gradients, odd and tiny image sizes; and conv
+// backward adding into dx (accumulate_dx) on both paths.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -71,23 +72,28 @@ TEST(Winograd, NoWeightGradientLeavesOnlyInputGradient) {
 }
 
 // conv2d_backward with accumulate_dx adds the input gradient to dx's contents (a residual
-// block sums its shortcut's and branch's in one buffer): start + written, on both paths.
+// block sums its shortcut's and branch's in one buffer): start + written, on both paths,
+// and the weight gradient computed in the same call is the one without accumulation.
 void expect_accumulate_adds(cpu::ConvShape s) {
   const int64_t xn = int64_t{s.N} * s.Cin * s.H * s.W, yn = int64_t{s.N} * s.Cout * s.Ho() * s.Wo();
-  Tensor x = random_tensor({xn}, 1.f, 51), w = random_tensor({int64_t{s.Cout} * s.Cin * s.k * s.k}, 1.f, 52);
+  const int64_t wn = int64_t{s.Cout} * s.Cin * s.k * s.k;
+  Tensor x = random_tensor({xn}, 1.f, 51), w = random_tensor({wn}, 1.f, 52);
   Tensor dy = random_tensor({yn}, 1.f, 53), start = random_tensor({xn}, 1.f, 54);
   Tensor ws = scratch(cpu::conv2d_workspace_floats(s)), written = scratch(xn), summed = scratch(xn);
-  cpu::conv2d_backward(s, x.f32(), w.f32(), dy.f32(), written.f32(), nullptr, 0, 0, ws.f32());
+  Tensor dw_written = scratch(wn), dw_summed = scratch(wn);
+  cpu::conv2d_backward(s, x.f32(), w.f32(), dy.f32(), written.f32(), dw_written.f32(), s.Cout, s.Cin, ws.f32());
   std::copy(start.f32(), start.f32() + xn, summed.f32());
-  cpu::conv2d_backward(s, x.f32(), w.f32(), dy.f32(), summed.f32(), nullptr, 0, 0, ws.f32(), true);
+  cpu::conv2d_backward(s, x.f32(), w.f32(), dy.f32(), summed.f32(), dw_summed.f32(), s.Cout, s.Cin, ws.f32(), true);
   std::vector<float> want(xn);
   for (int64_t i = 0; i < xn; ++i) want[i] = start.f32()[i] + written.f32()[i];
   expect_close(summed.f32(), want.data(), xn, "accumulated dx");
+  expect_close(dw_summed.f32(), dw_written.f32(), wn, "dw");
 }
 
 TEST(ConvAccumulate, WinogradEvenAndOddImagesAddToInputGradient) {
   expect_accumulate_adds({3, 8, 8, 8, 12, 3, 1, 1});
   expect_accumulate_adds({2, 9, 7, 5, 8, 3, 1, 1});
+  expect_accumulate_adds({37, 8, 3, 3, 10, 3, 1, 1});  // many chunks: both threads' partials
 }
 
 TEST(ConvAccumulate, Im2colStridedAndProjectionAddToInputGradient) {
