@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 
 #include "engine/checkpoint.h"
 #include "engine/data/dataset.h"
@@ -255,14 +256,16 @@ void Trainer::print_eval(const EvalResult& full, const EvalResult& sub) {
   // Byte-level text: bits per byte (per token for token shards) = loss in nats / ln 2.
   if (config_.data.name == "text" || config_.data.name == "token_shards")
     std::printf(" bits_per_%s %.4f", config_.data.name == "text" ? "byte" : "token", full.loss / std::log(2.0));
-  if (plan_.masked()) std::printf(" | subnetworks (own share) loss %.4f acc %.4f", sub.loss, sub.acc);
+  // A share with no examples gives 0/0; print it as "nan", not "-nan".
+  auto shown = [](double v) { return std::isnan(v) ? std::numeric_limits<double>::quiet_NaN() : v; };
+  if (plan_.masked()) std::printf(" | subnetworks (own share) loss %.4f acc %.4f", shown(sub.loss), shown(sub.acc));
   std::printf("\n");
   std::fflush(stdout);
 }
 
 void Trainer::print_memory_comparison() {
   const MemStats& mem = MemoryTracker::global().stats();
-  std::printf("memory on rank 0 (bytes)     ");
+  std::printf("memory on rank %-3d (bytes)   ", layout_.rank);
   for (int c = 0; c < kNumMemCategories; ++c) std::printf(" %12s", category_name(static_cast<MemCategory>(c)));
   std::printf(" %12s\n  this layout                ", "total");
   for (int c = 0; c < kNumMemCategories; ++c) std::printf(" %12lld", static_cast<long long>(mem.current[c]));

@@ -11,6 +11,11 @@ CrossEntropyHead::CrossEntropyHead(int64_t max_rows, int classes)
       dlogits_(Tensor::empty({max_rows, classes}, MemCategory::activations)),
       classes_(classes) {}
 
+CrossEntropyHead::CrossEntropyHead(int64_t max_rows, int classes, const Tensor& dlogits_area)
+    : logits_(Tensor::empty({max_rows, classes}, MemCategory::activations)),
+      dlogits_(dlogits_area.slice0(0, max_rows * classes).view({max_rows, classes})),
+      classes_(classes) {}
+
 double CrossEntropyHead::loss(const int32_t* targets, int64_t rows, bool training, int64_t* correct) {
   for (int64_t r = 0; r < rows; ++r)
     SUBDP_CHECK(targets[r] >= 0 && targets[r] < classes_, "target {} out of range [0, {})", targets[r], classes_);

@@ -140,16 +140,16 @@ const float* TransformerBlock::forward(const float* x, int B, int T) {
 void TransformerBlock::backward(const float* x, float* dres, int B, int T, GptScratch& s) const {
   if (!present()) return;  // identity: the gradient passes unchanged
   const int64_t rows = static_cast<int64_t>(B) * T, n = rows * C_, nh = rows * fc_->out();
-  // Gradient entering a branch: dres, times the branch scale (block level).
+  float* dh = s.work.f32();  // (B, T, H)
+  float* dln = s.dln.f32();  // (B, T, C)
+  // Gradient entering a branch: dres, times the branch scale (block level), in dln. The
+  // branch's output layer (fc2, proj) reads it before anything writes dln.
   auto branch_grad = [&]() -> const float* {
     if (branch_scale_ == 1.f) return dres;
-    float* d = s.dbranch.f32();
-    std::memcpy(d, dres, sizeof(float) * n);
-    cpu::scale(d, branch_scale_, n);
-    return d;
+    std::memcpy(dln, dres, sizeof(float) * n);
+    cpu::scale(dln, branch_scale_, n);
+    return dln;
   };
-  float* dh = s.dh.f32();    // (B, T, H)
-  float* dln = s.dln.f32();  // (B, T, C)
   // fc2's dW reads fc_act: the stored kept columns, or nothing (stale scratch) when dropped.
   if (fc_act_kept_.defined())
     fc2_->backward(fc_act_kept_.f32(), branch_grad(), dh, rows, fc_act_kept_cols_);
@@ -166,31 +166,37 @@ void TransformerBlock::backward(const float* x, float* dres, int B, int T, GptSc
 }
 
 Gpt::Gpt(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed)
-    : Model(mask, seed), head_(static_cast<int64_t>(max_batch) * c.context, c.vocab), T_(c.context), V_(c.vocab),
-      C_(c.width), max_batch_(max_batch) {
+    : Model(mask, seed), T_(c.context), V_(c.vocab), C_(c.width), max_batch_(max_batch) {
   gpt_units(c);  // validates the sizes
   const int64_t rows = static_cast<int64_t>(max_batch) * T_;
   wte_ = std::make_unique<Embedding>(params_, "wte", V_, C_, kGpt2Weight);
   wpe_ = std::make_unique<Embedding>(params_, "wpe", T_, C_, kGpt2Weight);
-  int64_t hidden = 0, width = 0;
+  // Widths (floats per row) of what lives in shared_: the head's lnf output and dlogits,
+  // and the blocks' forward scratch (full widths: backward masking keeps every unit).
+  const int64_t head_width = static_cast<int64_t>(C_) + V_;
   for (int b = 0; b < c.depth; ++b)
-    if (TransformerBlock::uses_forward_scratch(mask_, b) && !forward_scratch_.defined())
-      forward_scratch_ = Tensor::empty({rows * c.mlp_ratio * C_}, MemCategory::activations);
+    if (TransformerBlock::uses_forward_scratch(mask_, b) && !shared_.defined())
+      shared_ = Tensor::empty({rows * std::max({head_width, int64_t{c.mlp_ratio} * C_, 4 * int64_t{C_}})},
+                              MemCategory::activations);
+  int64_t hidden = 0, width = 0;
   for (int b = 0; b < c.depth; ++b) {
-    blocks_.push_back(std::make_unique<TransformerBlock>(params_, mask_, c, b, rows, forward_scratch_));
+    blocks_.push_back(std::make_unique<TransformerBlock>(params_, mask_, c, b, rows, shared_));
     hidden = std::max(hidden, blocks_.back()->hidden());
     width = std::max(width, blocks_.back()->attn_width());
   }
+  const int64_t shared_width = std::max({head_width, hidden, 4 * width});  // dh, or attention's dy + dqkv
+  if (!shared_.defined()) shared_ = Tensor::empty({rows * shared_width}, MemCategory::activations);
+  SUBDP_ASSERT(shared_.numel() >= rows * shared_width);
   lnf_ = std::make_unique<LayerNorm>(params_, "lnf", C_);
   lnf_->allocate_stats(rows);
   x0_ = activation(rows, C_);
-  lnf_out_ = activation(rows, C_);
+  lnf_out_ = shared_.slice0(0, rows * C_).view({rows, C_});
+  head_ = std::make_unique<CrossEntropyHead>(rows, V_, shared_.slice0(rows * C_, rows * head_width));
   pos_ids_ = Tensor::empty({max_batch, T_}, MemCategory::activations, DType::i32);
   dres_ = activation(rows, C_);
-  scratch_.dbranch = activation(rows, C_);
   scratch_.dln = activation(rows, C_);
-  scratch_.dh = activation(rows, hidden);
-  scratch_.attn.allocate(rows, width, T_, omp_get_max_threads());
+  scratch_.work = shared_;
+  scratch_.attn.bind(shared_, rows, width, T_, omp_get_max_threads());
 }
 
 void Gpt::run_forward(const int32_t* tokens, int B, int T) {
@@ -214,7 +220,7 @@ void Gpt::run_forward(const int32_t* tokens, int B, int T) {
   last_ = x;
   lnf_->forward(x, lnf_out_.f32(), rows);
   // logits (rows, V) = lnf_out (rows, C) . wte^T (C, V)
-  cpu::sgemm(false, true, rows, V_, C_, 1.f, lnf_out_.f32(), C_, wte_->weight->value.f32(), C_, 0.f, head_.logits(),
+  cpu::sgemm(false, true, rows, V_, C_, 1.f, lnf_out_.f32(), C_, wte_->weight->value.f32(), C_, 0.f, head_->logits(),
              V_);
   FlopCounter::add_gemm(rows, V_, C_);
 }
@@ -224,17 +230,17 @@ double Gpt::forward(const Batch& batch, bool training, int64_t* correct) {
               "GPT expects (B, T) int32 tokens and targets, got x {}", shape_str(batch.x.shape()));
   const int T = static_cast<int>(batch.x.dim(1));
   run_forward(batch.x.i32(), static_cast<int>(batch.n), T);
-  return head_.loss(batch.y.i32(), batch.n * T, training, correct);
+  return head_->loss(batch.y.i32(), batch.n * T, training, correct);
 }
 
 const float* Gpt::logits(const int32_t* tokens, int B, int T) {
   run_forward(tokens, B, T);
-  return head_.logits();
+  return head_->logits();
 }
 
 void Gpt::backward() {
   const int64_t rows = static_cast<int64_t>(B_) * Tcur_;
-  const float* dlogits = head_.dlogits();  // (rows, V)
+  const float* dlogits = head_->dlogits();  // (rows, V)
   Param* wte = wte_->weight;
   if (wte->grad.defined()) {
     // dwte (V, C) += dlogits^T (V, rows) . lnf_out (rows, C)

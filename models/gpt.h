@@ -30,11 +30,14 @@ namespace subdp {
 ModelUnits gpt_units(const ModelConfig& c);
 std::unique_ptr<Model> make_gpt(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed);
 
-/// Backward scratch shared by every block, each for B*T rows.
+/// Backward scratch shared by every block, for B*T rows.
 struct GptScratch {
-  Tensor dbranch;  // (B, T, C) branch-scaled residual gradient (block-level scaling)
-  Tensor dln;      // (B, T, C) gradient of a LayerNorm output
-  Tensor dh;       // (B, T, H) gradient of the MLP hidden layer (widest local H)
+  /// (B, T, C): the gradient entering a branch (dres times the block-level branch scale),
+  /// then, once the branch's output layer has read it, the gradient of its LayerNorm output.
+  Tensor dln;
+  /// Flat view of Gpt's shared scratch: the MLP hidden gradient dh (B, T, H) (widest local H);
+  /// attention's dy and dqkv (attn.grads) are in the same floats, used after dh is dead.
+  Tensor work;
   AttentionScratch attn;
 };
 
@@ -79,7 +82,7 @@ class Gpt : public Model {
   void backward() override;
   int64_t positions_per_example() const override { return T_; }
   /// Logits (B*T, vocab) of the last forward.
-  const float* last_logits() const override { return head_.logits(); }
+  const float* last_logits() const override { return head_->logits(); }
   /// Logits (B*T, vocab) of tokens (B, T), B <= max_batch, T <= context (generation).
   const float* logits(const int32_t* tokens, int B, int T);
   int context() const { return T_; }
@@ -90,13 +93,18 @@ class Gpt : public Model {
   std::unique_ptr<Embedding> wte_, wpe_;
   std::vector<std::unique_ptr<TransformerBlock>> blocks_;
   std::unique_ptr<LayerNorm> lnf_;
-  Tensor forward_scratch_;  // see TransformerBlock; allocated only when a block uses it
+  /// One flat scratch of B*T rows, used in turn by (1) the blocks' forward scratch under
+  /// backward masking (TransformerBlock); (2) from the end of the forward pass, lnf's output
+  /// (B, T, C) then the head's probabilities / dlogits (B, T, V) after it, both read by the
+  /// head's backward; (3) the blocks' backward (GptScratch::work). Nothing written in one
+  /// phase is read in a later one.
+  Tensor shared_;
   Tensor x0_;       // (B, T, C) embeddings
-  Tensor lnf_out_;  // (B, T, C)
+  Tensor lnf_out_;  // (B, T, C) view of shared_
   Tensor pos_ids_;  // (B, T) int32 positions
   Tensor dres_;     // (B, T, C) residual-stream gradient
   GptScratch scratch_;
-  CrossEntropyHead head_;
+  std::unique_ptr<CrossEntropyHead> head_;  // logits (B, T, V) own; dlogits in shared_
   std::vector<const float*> block_in_;  // input of each block in the last forward
   const float* last_ = nullptr;         // (B, T, C) input of lnf
   const int32_t* tokens_ = nullptr;

@@ -13,9 +13,12 @@
 namespace subdp {
 
 void AttentionScratch::allocate(int64_t rows, int64_t Ck, int T, int thread_slots) {
+  bind(Tensor::empty({rows * 4 * Ck}, MemCategory::activations), rows, Ck, T, thread_slots);
+}
+
+void AttentionScratch::bind(const Tensor& area, int64_t rows, int64_t Ck, int T, int thread_slots) {
+  grads = area.slice0(0, rows * 4 * Ck);
   slots = std::max(1, thread_slots);
-  dy = Tensor::empty({rows, Ck}, MemCategory::activations);
-  dqkv = Tensor::empty({rows, 3 * Ck}, MemCategory::activations);
   ws = Tensor::empty({cpu::attention_workspace_floats({1, T, 1, 1}, slots)}, MemCategory::workspace);
 }
 
@@ -79,14 +82,15 @@ void CausalSelfAttention::backward(const float* x, const float* dout, float* dx,
     std::memset(dx, 0, sizeof(float) * rows * C_);
     return;
   }
-  float* dy = s.dy.f32();  // (B, T, Ck)
+  SUBDP_ASSERT(s.grads.numel() >= 4 * rows * Ck);
+  float* dy = s.grads.f32();  // (B, T, Ck)
   if (y_kept_.defined())
     proj->backward(y_kept_.f32(), dout, dy, rows, y_kept_cols_);
   else
     proj->backward(y_.f32(), dout, dy, rows);  // y_ is stale scratch only when proj has no dW
   // y = head_scale * attention(qkv), so d attention = head_scale * dy.
   if (head_scale_ != 1.f) cpu::scale(dy, head_scale_, rows * Ck);
-  float* dqkv = s.dqkv.f32();  // (B, T, 3 Ck)
+  float* dqkv = dy + rows * Ck;  // (B, T, 3 Ck)
   cpu::attention_backward({B, T, local_heads_, hd_}, qkv_.f32(), att_.f32(), dy, dqkv, s.ws.f32(), s.slots);
   FlopCounter::count() += 8LL * B * local_heads_ * T * T * hd_;
   if (qkv_weight->grad.defined()) {

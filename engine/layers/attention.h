@@ -19,12 +19,15 @@ namespace subdp {
 
 /// Backward scratch shared by the attention layers of a model (sized for the widest one).
 struct AttentionScratch {
-  Tensor dy;    // (B, T, Ck) gradient of the attention output
-  Tensor dqkv;  // (B, T, 3 Ck)
-  Tensor ws;    // attention_workspace_floats: one (T, T) matrix per thread slot
+  Tensor grads;  // flat: dy (B, T, Ck), the attention output's gradient, then dqkv (B, T, 3 Ck)
+  Tensor ws;     // attention_workspace_floats: one (T, T) matrix per thread slot
   int slots = 1;
-  /// Allocates for rows = B*T rows of width Ck and `slots` threads (activations / workspace).
+  /// Allocates dy and dqkv for rows = B*T rows of width Ck (activations) and the workspace
+  /// for `slots` threads.
   void allocate(int64_t rows, int64_t Ck, int T, int slots);
+  /// Places dy and dqkv in the first 4 * rows * Ck floats of `area` (flat, a scratch the
+  /// model reuses outside attention backward) and allocates only the workspace.
+  void bind(const Tensor& area, int64_t rows, int64_t Ck, int T, int slots);
 };
 
 class CausalSelfAttention {
@@ -49,6 +52,7 @@ class CausalSelfAttention {
   /// out (B, T, C) = proj(attention(x (B, T, C))), proj bias included. Stores qkv, att, y.
   void forward(const float* x, float* out, int B, int T);
   /// dout (B, T, C) -> dx (B, T, C) written; accumulates held parameter gradients (kept prefix).
+  /// dx may be dout: dout is read (by proj's backward) before dx is written.
   void backward(const float* x, const float* dout, float* dx, int B, int T, AttentionScratch& s) const;
 
   Param* qkv_weight = nullptr;  // (3, Ck, C) local, torch (3C, C)
