@@ -117,12 +117,12 @@ TransformerBlock::TransformerBlock(ParamSet& ps, const SubnetMask& mask, const M
   out_ = activation(max_rows, C_);
 }
 
-const float* TransformerBlock::forward(const float* x, int B, int T) {
+const float* TransformerBlock::forward(const float* x, int B, int T, GptScratch& s) {
   if (!present()) return x;
   const int64_t rows = static_cast<int64_t>(B) * T, n = rows * C_, nh = rows * fc_->out();
   float* mid = mid_.f32();  // (B, T, C)
   ln1_->forward(x, ln1_out_.f32(), rows);
-  attn_->forward(ln1_out_.f32(), mid, B, T);
+  attn_->forward(ln1_out_.f32(), mid, B, T, s.attn);
   if (branch_scale_ != 1.f) cpu::scale(mid, branch_scale_, n);
   cpu::add(mid, x, mid, n);  // mid = x + attn branch
   ln2_->forward(mid, ln2_out_.f32(), rows);
@@ -215,7 +215,7 @@ void Gpt::run_forward(const int32_t* tokens, int B, int T) {
   block_in_.clear();
   for (auto& blk : blocks_) {
     block_in_.push_back(x);
-    x = blk->forward(x, B, T);
+    x = blk->forward(x, B, T, scratch_);
   }
   last_ = x;
   lnf_->forward(x, lnf_out_.f32(), rows);

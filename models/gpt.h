@@ -56,7 +56,8 @@ class TransformerBlock {
   /// False when forward masking drops the block (identity, no parameters).
   bool present() const { return ln1_ != nullptr; }
   /// x (B, T, C) -> block output (B, T, C); returns x itself when the block is absent.
-  const float* forward(const float* x, int B, int T);
+  /// Attention forms its probabilities in s.attn's workspace.
+  const float* forward(const float* x, int B, int T, GptScratch& s);
   /// dres (B, T, C): gradient of the block output on entry, of its input x on exit.
   void backward(const float* x, float* dres, int B, int T, GptScratch& s) const;
   /// Local MLP hidden width and attention width (for sizing the shared scratch).

@@ -44,7 +44,6 @@ CausalSelfAttention::CausalSelfAttention(ParamSet& ps, const std::string& prefix
                                   head_layer >= 0 ? UnitRef{head_layer, 1, hd_} : UnitRef{}, block,
                                   proj_weight_init ? proj_weight_init : &weight_init, &zero);
   qkv_ = Tensor::empty({max_rows, 3 * Ck}, MemCategory::activations);
-  att_ = Tensor::empty({max_rows / T * local_heads_ * T * T}, MemCategory::activations);
   y_ = y_scratch ? y_scratch->slice0(0, max_rows * Ck).view({max_rows, Ck})
                  : Tensor::empty({max_rows, Ck}, MemCategory::activations);
   if (y_scratch) {
@@ -54,7 +53,7 @@ CausalSelfAttention::CausalSelfAttention(ParamSet& ps, const std::string& prefix
   }
 }
 
-void CausalSelfAttention::forward(const float* x, float* out, int B, int T) {
+void CausalSelfAttention::forward(const float* x, float* out, int B, int T, AttentionScratch& s) {
   const int64_t rows = static_cast<int64_t>(B) * T, Ck = static_cast<int64_t>(local_heads_) * hd_;
   if (Ck == 0) {  // this subnetwork keeps no head: the branch is proj's bias alone
     std::memset(out, 0, sizeof(float) * rows * C_);
@@ -67,7 +66,7 @@ void CausalSelfAttention::forward(const float* x, float* out, int B, int T) {
   cpu::add_bias_rows(qkv, qkv_bias->value.f32(), rows, 3 * Ck);
   FlopCounter::add_gemm(rows, 3 * Ck, C_);
   float* y = y_.f32();  // (B, T, Ck)
-  cpu::attention_forward({B, T, local_heads_, hd_}, qkv, att_.f32(), y);
+  cpu::attention_forward({B, T, local_heads_, hd_}, qkv, nullptr, y, s.ws.f32(), s.slots);
   FlopCounter::count() += 4LL * B * local_heads_ * T * T * hd_;
   if (head_scale_ != 1.f) cpu::scale(y, head_scale_, rows * Ck);
   proj->forward(y, out, rows);  // (B, T, C)
@@ -91,8 +90,8 @@ void CausalSelfAttention::backward(const float* x, const float* dout, float* dx,
   // y = head_scale * attention(qkv), so d attention = head_scale * dy.
   if (head_scale_ != 1.f) cpu::scale(dy, head_scale_, rows * Ck);
   float* dqkv = dy + rows * Ck;  // (B, T, 3 Ck)
-  cpu::attention_backward({B, T, local_heads_, hd_}, qkv_.f32(), att_.f32(), dy, dqkv, s.ws.f32(), s.slots);
-  FlopCounter::count() += 8LL * B * local_heads_ * T * T * hd_;
+  cpu::attention_backward({B, T, local_heads_, hd_}, qkv_.f32(), nullptr, dy, dqkv, s.ws.f32(), s.slots);
+  FlopCounter::count() += 10LL * B * local_heads_ * T * T * hd_;  // 8 plus the recomputed q k^T
   if (qkv_weight->grad.defined()) {
     // Kept prefix of each section: dW[s, :gk] (gk, C) += dqkv[:, s*Ck : s*Ck+gk]^T . x (rows, C)
     const int64_t gk = qkv_weight->grad.numel() / (3 * static_cast<int64_t>(C_));

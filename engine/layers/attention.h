@@ -20,7 +20,7 @@ namespace subdp {
 /// Backward scratch shared by the attention layers of a model (sized for the widest one).
 struct AttentionScratch {
   Tensor grads;  // flat: dy (B, T, Ck), the attention output's gradient, then dqkv (B, T, 3 Ck)
-  Tensor ws;     // attention_workspace_floats: one (T, T) matrix per thread slot
+  Tensor ws;     // attention_workspace_floats: two (T, T) matrices per thread slot (forward too)
   int slots = 1;
   /// Allocates dy and dqkv for rows = B*T rows of width Ck (activations) and the workspace
   /// for `slots` threads.
@@ -49,8 +49,11 @@ class CausalSelfAttention {
   /// Heads present locally (Hk; all heads unless forward-masked).
   int local_heads() const { return local_heads_; }
 
-  /// out (B, T, C) = proj(attention(x (B, T, C))), proj bias included. Stores qkv, att, y.
-  void forward(const float* x, float* out, int B, int T);
+  /// out (B, T, C) = proj(attention(x (B, T, C))), proj bias included. Stores qkv and y; the
+  /// attention probabilities (B, Hk, T, T) are formed in s.ws and recomputed in backward, so
+  /// they cost no activation memory (their B*Hk*T*T floats would be the block's largest
+  /// tensor at T = 128, C = 256) for 2*B*Hk*T*T*hd more FLOPs.
+  void forward(const float* x, float* out, int B, int T, AttentionScratch& s);
   /// dout (B, T, C) -> dx (B, T, C) written; accumulates held parameter gradients (kept prefix).
   /// dx may be dout: dout is read (by proj's backward) before dx is written.
   void backward(const float* x, const float* dout, float* dx, int B, int T, AttentionScratch& s) const;
@@ -63,7 +66,6 @@ class CausalSelfAttention {
   int C_, heads_, hd_, local_heads_;
   float head_scale_;
   Tensor qkv_;  // (B, T, 3 Ck)
-  Tensor att_;  // (B, Hk, T, T) probabilities
   Tensor y_;    // (B, T, Ck) attention output (scaled); a view of the scratch when shared
   Tensor y_kept_;         // (B, T, y_kept_cols_) stored prefix of y when y_ is shared
   int64_t y_kept_cols_ = 0;

@@ -54,23 +54,37 @@ bool worth_threads(const AttentionShape& s) {
 }  // namespace
 
 int64_t attention_workspace_floats(const AttentionShape& s, int slots) {
-  return static_cast<int64_t>(std::max(slots, 1)) * s.T * s.T;
+  return 2 * static_cast<int64_t>(std::max(slots, 1)) * s.T * s.T;
 }
 
-void attention_forward(const AttentionShape& s, const float* qkv, float* att, float* y) {
+namespace {
+
+/// a (T, T) = causal softmax of q (T, hd) . k^T (hd, T) * scale; q and k with row stride ld.
+/// The forward pass and the backward's recomputation both call this: same arithmetic.
+void probabilities(const float* q, const float* k, int T, int hd, int ld, float scale, float* a) {
+  sgemm(false, true, T, T, hd, scale, q, ld, k, ld, 0.f, a, T);
+  causal_softmax(a, T);
+}
+
+/// Thread th's two (T, T) workspace matrices: [0] probabilities, [1] their gradient.
+float* slot(float* ws, int T, int which) {
+  return ws + (2 * static_cast<int64_t>(omp_get_thread_num()) + which) * T * T;
+}
+
+}  // namespace
+
+void attention_forward(const AttentionShape& s, const float* qkv, float* att, float* y, float* ws, int slots) {
   const int T = s.T, hd = s.hd, C = static_cast<int>(s.width()), ld = 3 * C;
   const float scale = 1.f / std::sqrt(static_cast<float>(hd));
   const int64_t pairs = static_cast<int64_t>(s.B) * s.H;
-#pragma omp parallel for schedule(static) if (worth_threads(s))
+#pragma omp parallel for schedule(static) num_threads(thread_count(slots)) if (worth_threads(s))
   for (int64_t bh = 0; bh < pairs; ++bh) {
     const int64_t b = bh / s.H, h = bh % s.H;
     const float* q = qkv + b * T * ld + h * hd;  // (T, hd), row stride 3C
     const float* k = q + C;
     const float* v = q + 2 * C;
-    float* a = att + bh * T * T;                  // (T, T)
-    // a (T, T) = q (T, hd) . k^T (hd, T) * scale
-    sgemm(false, true, T, T, hd, scale, q, ld, k, ld, 0.f, a, T);
-    causal_softmax(a, T);
+    float* a = att ? att + bh * T * T : slot(ws, T, 0);  // (T, T)
+    probabilities(q, k, T, hd, ld, scale, a);
     // y_bh (T, hd) = a (T, T) . v (T, hd), row stride C
     sgemm(false, false, T, hd, T, 1.f, a, T, v, ld, 0.f, y + b * T * C + h * hd, C);
   }
@@ -91,9 +105,14 @@ void attention_backward(const AttentionShape& s, const float* qkv, const float* 
     float* dq = dqkv + off;
     float* dk = dq + C;
     float* dv = dq + 2 * C;
-    const float* a = att + bh * T * T;              // (T, T)
-    const float* g = dy + b * T * C + h * hd;       // (T, hd), row stride C
-    float* da = ws + static_cast<int64_t>(omp_get_thread_num()) * T * T;  // (T, T)
+    const float* a = att ? att + bh * T * T : nullptr;  // (T, T)
+    if (!a) {
+      float* recomputed = slot(ws, T, 0);
+      probabilities(q, k, T, hd, ld, scale, recomputed);
+      a = recomputed;
+    }
+    const float* g = dy + b * T * C + h * hd;  // (T, hd), row stride C
+    float* da = slot(ws, T, 1);                // (T, T)
     // da (T, T) = g (T, hd) . v^T (hd, T);  dv (T, hd) = a^T (T, T) . g (T, hd)
     sgemm(false, true, T, T, hd, 1.f, g, C, v, ld, 0.f, da, T);
     sgemm(true, false, T, hd, T, 1.f, a, T, g, C, 0.f, dv, ld);

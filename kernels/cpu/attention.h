@@ -14,17 +14,22 @@ struct AttentionShape {
   int64_t width() const { return static_cast<int64_t>(H) * hd; }  // C of y, a third of qkv
 };
 
-/// Floats of workspace attention_backward needs: one (T, T) matrix per thread slot.
+/// Floats of workspace attention_forward / attention_backward need: two (T, T) matrices per
+/// thread slot (the probabilities when they are not stored, and their gradient).
 int64_t attention_workspace_floats(const AttentionShape& s, int slots);
 
 /// y (B, T, H*hd) = softmax_causal(q k^T * scale) v, scale = 1/sqrt(hd), from
-/// qkv (B, T, 3*H*hd). att (B, H, T, T) receives the probabilities (zero above the diagonal),
-/// kept for the backward pass.
-void attention_forward(const AttentionShape& s, const float* qkv, float* att, float* y);
+/// qkv (B, T, 3*H*hd). When att is non-null, att (B, H, T, T) receives the probabilities
+/// (zero above the diagonal) for the backward pass; when null they are formed one (T, T)
+/// matrix at a time in ws (attention_workspace_floats(s, slots) floats, at most `slots`
+/// threads) and attention_backward recomputes them.
+void attention_forward(const AttentionShape& s, const float* qkv, float* att, float* y, float* ws = nullptr,
+                       int slots = 1);
 
 /// Backward of attention_forward: dqkv (B, T, 3*H*hd) written from dy (B, T, H*hd), the
-/// forward's qkv and att. ws: attention_workspace_floats(s, slots) floats; at most `slots`
-/// threads run.
+/// forward's qkv and att, or, with att null, probabilities recomputed from qkv with the
+/// forward's arithmetic (bit-identical). ws: attention_workspace_floats(s, slots) floats;
+/// at most `slots` threads run.
 void attention_backward(const AttentionShape& s, const float* qkv, const float* att, const float* dy,
                         float* dqkv, float* ws, int slots);
 

@@ -101,7 +101,7 @@ void check_attention(const SubnetMask& mask, int head_layer, float head_scale) {
   AttentionScratch scratch;
   scratch.allocate(rows, C, T, 4);
   auto loss = [&] {
-    attn.forward(x.f32(), out.f32(), B, T);
+    attn.forward(x.f32(), out.f32(), B, T, scratch);
     return dot(out.f32(), r.f32(), out.numel());
   };
   for (Param* p : ps.trainable()) p->grad.zero_();
@@ -149,9 +149,11 @@ TEST(Attention, CausalRowsIgnoreTheFuture) {
   CausalSelfAttention attn(ps, "blocks.0", C, H, T, T, -1, -1, 1.f, {InitSpec::uniform, 0.5f});
   Tensor x = random_tensor({T, C}, 1.f, 3);
   Tensor a = Tensor::zeros({T, C}, MemCategory::activations), b = Tensor::zeros({T, C}, MemCategory::activations);
-  attn.forward(x.f32(), a.f32(), B, T);
+  AttentionScratch scratch;
+  scratch.allocate(T, C, T, 1);
+  attn.forward(x.f32(), a.f32(), B, T, scratch);
   for (int c = 0; c < C; ++c) x.f32()[(T - 1) * C + c] += 1.f;
-  attn.forward(x.f32(), b.f32(), B, T);
+  attn.forward(x.f32(), b.f32(), B, T, scratch);
   for (int i = 0; i < (T - 1) * C; ++i) EXPECT_EQ(a.f32()[i], b.f32()[i]) << i;
   double diff = 0;
   for (int c = 0; c < C; ++c) diff += std::abs(a.f32()[(T - 1) * C + c] - b.f32()[(T - 1) * C + c]);
@@ -183,6 +185,30 @@ TEST(Attention, KernelThreadsAndSlotsDoNotChangeResults) {
   for (int64_t i = 0; i < 3 * n; ++i) {
     ASSERT_FLOAT_EQ(d1[i], d2[i]) << i;
     ASSERT_FLOAT_EQ(d1[i], d3[i]) << i;
+  }
+}
+
+TEST(Attention, RecomputedProbabilitiesGiveTheStoredResultsExactly) {
+  // attention_forward / backward with att null form the probabilities in the workspace and
+  // recompute them in backward: y and dqkv must equal the stored-probabilities run bit for
+  // bit, on one thread and on two (the layer relies on this: training is unchanged).
+  const cpu::AttentionShape sh{4, 32, 4, 8};
+  const int64_t n = static_cast<int64_t>(sh.B) * sh.T * sh.width();
+  Tensor qkv = random_tensor({3 * n}, 1.f, 33), dy = random_tensor({n}, 1.f, 34);
+  for (const int threads : {1, 2}) {
+    const int saved = omp_get_max_threads();
+    cpu::set_num_threads(threads);
+    std::vector<float> att(static_cast<size_t>(sh.B) * sh.H * sh.T * sh.T), ws(cpu::attention_workspace_floats(sh, threads));
+    std::vector<float> y_stored(n), y_recomputed(n), d_stored(3 * n), d_recomputed(3 * n);
+    cpu::attention_forward(sh, qkv.f32(), att.data(), y_stored.data());
+    cpu::attention_backward(sh, qkv.f32(), att.data(), dy.f32(), d_stored.data(), ws.data(), threads);
+    std::fill(ws.begin(), ws.end(), std::nanf(""));  // nothing may survive from the stored run
+    cpu::attention_forward(sh, qkv.f32(), nullptr, y_recomputed.data(), ws.data(), threads);
+    std::fill(ws.begin(), ws.end(), std::nanf(""));  // backward may not read the forward's workspace
+    cpu::attention_backward(sh, qkv.f32(), nullptr, dy.f32(), d_recomputed.data(), ws.data(), threads);
+    cpu::set_num_threads(saved);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(y_stored[i], y_recomputed[i]) << threads << " " << i;
+    for (int64_t i = 0; i < 3 * n; ++i) ASSERT_EQ(d_stored[i], d_recomputed[i]) << threads << " " << i;
   }
 }
 
@@ -436,8 +462,8 @@ int64_t activation_bytes(const ModelConfig& c, const SubnetMask& mask) {
 
 TEST(Gpt, ActivationBytesAreTheStoredTensorsAndOneSharedScratch) {
   // Every float the unmasked model keeps per row (B*T rows): per block ln1, mid, ln2, out,
-  // y (C each), qkv (3C), fc_pre and GELU output (H each), attention probabilities
-  // (heads * T), two LayerNorms' mean and rstd; once: embeddings, residual gradient, dln
+  // y (C each), qkv (3C), fc_pre and GELU output (H each), two LayerNorms' mean and rstd (the
+  // attention probabilities are recomputed in backward, not stored); once: embeddings, residual gradient, dln
   // (C each), logits (V), lnf's mean and rstd, int32 positions, and one shared scratch as
   // wide as the widest of lnf output + dlogits (C + V), dh (H), attention dy + dqkv (4C).
   ModelConfig c = tiny_gpt();
@@ -445,7 +471,7 @@ TEST(Gpt, ActivationBytesAreTheStoredTensorsAndOneSharedScratch) {
     c.vocab = vocab;
     const int64_t rows = int64_t{kBatch} * c.context, C = c.width, H = int64_t{c.mlp_ratio} * c.width,
                   V = c.vocab, f = sizeof(float);
-    const int64_t per_block = 8 * C + 2 * H + int64_t{c.heads} * c.context + 4;
+    const int64_t per_block = 8 * C + 2 * H + 4;
     const int64_t once = 3 * C + V + 2 + 1 + std::max({C + V, H, 4 * C});
     EXPECT_EQ(activation_bytes(c, full_mask(gpt_units(c))), rows * f * (c.depth * per_block + once)) << vocab;
   }
