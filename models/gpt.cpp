@@ -65,6 +65,15 @@ namespace {
 bool block_skips_weight_gradients(const SubnetMask& mask, int index) {
   return mask.regime == Regime::backward && mask.granularity == Granularity::block && !mask.block_kept.at(index);
 }
+
+/// Local MLP hidden width and attention width of block `index`, as ParamSet shapes them:
+/// 0 for an absent block, the kept units under forward neuron masking, else full.
+std::pair<int64_t, int64_t> local_widths(const ModelConfig& c, const SubnetMask& mask, int index) {
+  if (mask.skips_block(index)) return {0, 0};
+  const int64_t H = int64_t{c.mlp_ratio} * c.width;
+  if (!(mask.forward_masked() && mask.granularity == Granularity::neuron)) return {H, c.width};
+  return {mask.layers.at(mlp_layer(index)).kept, int64_t{mask.layers.at(heads_layer(index)).kept} * (c.width / c.heads)};
+}
 }  // namespace
 
 bool TransformerBlock::uses_forward_scratch(const SubnetMask& mask, int index) {
@@ -104,16 +113,18 @@ TransformerBlock::TransformerBlock(ParamSet& ps, const SubnetMask& mask, const M
   // (B, T, C) each, fc_pre_ / fc_act_ (B, T, H local). Each forward-only output is consumed
   // by the next GEMM before the following one is written, so they can share one scratch.
   // ln1 and ln2 outputs feed the kept units' dW at neuron level: shared only when dropped.
+  // The GELU output fc_act is always in the scratch: fc2's weight gradient recomputes the
+  // columns it reads from fc_pre (which GELU's backward needs anyway).
   auto in_scratch = [&](int64_t width, bool share) {
     return share ? forward_scratch.slice0(0, max_rows * width).view({max_rows, width}) : activation(max_rows, width);
   };
   ln1_out_ = in_scratch(C_, dropped);
   mid_ = activation(max_rows, C_);
   ln2_out_ = in_scratch(C_, dropped);
-  fc_pre_ = activation(max_rows, fc_->out());  // GELU's backward reads it
-  fc_act_ = in_scratch(fc_->out(), shared);
-  fc_act_kept_cols_ = shared && !dropped ? mask.layers.at(mlp_layer(index)).kept : 0;
-  if (fc_act_kept_cols_ > 0) fc_act_kept_ = activation(max_rows, fc_act_kept_cols_);
+  fc_pre_ = activation(max_rows, fc_->out());
+  fc_act_ = in_scratch(fc_->out(), true);
+  const Param& w2 = *fc2_->weight;
+  fc2_grad_cols_ = !w2.grad.defined() ? 0 : w2.unit.layer >= 0 ? w2.grad_extent() : fc2_->in();
   out_ = activation(max_rows, C_);
 }
 
@@ -131,7 +142,6 @@ const float* TransformerBlock::forward(const float* x, int B, int T, GptScratch&
   if (neuron_scale_ != 1.f) cpu::scale(fc_act_.f32(), neuron_scale_, nh);
   float* out = out_.f32();  // (B, T, C)
   linear_forward(*fc2_, fc_act_.f32(), out, rows);
-  if (fc_act_kept_.defined()) cpu::copy_columns(fc_act_.f32(), rows, fc_->out(), fc_act_kept_cols_, fc_act_kept_.f32());
   if (branch_scale_ != 1.f) cpu::scale(out, branch_scale_, n);
   cpu::add(out, mid, out, n);  // out = mid + mlp branch
   return out;
@@ -150,11 +160,16 @@ void TransformerBlock::backward(const float* x, float* dres, int B, int T, GptSc
     cpu::scale(dln, branch_scale_, n);
     return dln;
   };
-  // fc2's dW reads fc_act: the stored kept columns, or nothing (stale scratch) when dropped.
-  if (fc_act_kept_.defined())
-    fc2_->backward(fc_act_kept_.f32(), branch_grad(), dh, rows, fc_act_kept_cols_);
-  else
-    linear_backward(*fc2_, fc_act_.f32(), branch_grad(), dh, rows);
+  // fc2's dW reads the first fc2_grad_cols_ columns of fc_act = neuron_scale * gelu(fc_pre):
+  // recomputed into dh as (rows, cols) by the forward's arithmetic. fc2's backward forms dW
+  // before its dx overwrites dh.
+  const int64_t cols = fc2_grad_cols_;
+  if (cols > 0) {
+    if (cols == fc_->out()) cpu::gelu_forward(fc_pre_.f32(), dh, nh);
+    else cpu::gelu_forward_columns(fc_pre_.f32(), rows, fc_->out(), cols, dh);
+    if (neuron_scale_ != 1.f) cpu::scale(dh, neuron_scale_, rows * cols);
+  }
+  fc2_->backward(dh, branch_grad(), fc2_->in() > 0 ? dh : nullptr, rows, cols > 0 ? cols : fc2_->in());
   // fc_act = neuron_scale * gelu(fc_pre)
   cpu::gelu_backward(fc_pre_.f32(), dh, dh, nh);
   if (neuron_scale_ != 1.f) cpu::scale(dh, neuron_scale_, nh);
@@ -171,22 +186,22 @@ Gpt::Gpt(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t s
   const int64_t rows = static_cast<int64_t>(max_batch) * T_;
   wte_ = std::make_unique<Embedding>(params_, "wte", V_, C_, kGpt2Weight);
   wpe_ = std::make_unique<Embedding>(params_, "wpe", T_, C_, kGpt2Weight);
-  // Widths (floats per row) of what lives in shared_: the head's lnf output and dlogits,
-  // and the blocks' forward scratch (full widths: backward masking keeps every unit).
-  const int64_t head_width = static_cast<int64_t>(C_) + V_;
-  for (int b = 0; b < c.depth; ++b)
-    if (TransformerBlock::uses_forward_scratch(mask_, b) && !shared_.defined())
-      shared_ = Tensor::empty({rows * std::max({head_width, int64_t{c.mlp_ratio} * C_, 4 * int64_t{C_}})},
-                              MemCategory::activations);
+  // shared_ (floats per row): the head's lnf output and dlogits (C + V); the blocks' forward
+  // scratch (GELU output, and under backward masking ln1 / ln2 / attention outputs: at most
+  // the local hidden width); their backward scratch (dh, or attention's dy + dqkv).
   int64_t hidden = 0, width = 0;
   for (int b = 0; b < c.depth; ++b) {
-    blocks_.push_back(std::make_unique<TransformerBlock>(params_, mask_, c, b, rows, shared_));
-    hidden = std::max(hidden, blocks_.back()->hidden());
-    width = std::max(width, blocks_.back()->attn_width());
+    const auto [h, w] = local_widths(c, mask_, b);
+    hidden = std::max(hidden, h);
+    width = std::max(width, w);
   }
-  const int64_t shared_width = std::max({head_width, hidden, 4 * width});  // dh, or attention's dy + dqkv
-  if (!shared_.defined()) shared_ = Tensor::empty({rows * shared_width}, MemCategory::activations);
-  SUBDP_ASSERT(shared_.numel() >= rows * shared_width);
+  const int64_t head_width = static_cast<int64_t>(C_) + V_, shared_width = std::max({head_width, hidden, 4 * width});
+  shared_ = Tensor::empty({rows * shared_width}, MemCategory::activations);
+  for (int b = 0; b < c.depth; ++b) {
+    blocks_.push_back(std::make_unique<TransformerBlock>(params_, mask_, c, b, rows, shared_));
+    const auto [h, w] = local_widths(c, mask_, b);
+    SUBDP_ASSERT(blocks_.back()->hidden() == h && blocks_.back()->attn_width() == w);
+  }
   lnf_ = std::make_unique<LayerNorm>(params_, "lnf", C_);
   lnf_->allocate_stats(rows);
   x0_ = activation(rows, C_);

@@ -43,15 +43,17 @@ struct GptScratch {
 
 class TransformerBlock {
  public:
-  /// forward_scratch: flat (max_rows * mlp_ratio * C) floats shared by the blocks under
-  /// backward masking. Outputs read again only by weight-gradient GEMMs are computed there
-  /// and not stored when the block is dropped (ln1, ln2, attention and GELU outputs); at
-  /// neuron level only the kept heads' / neurons' columns of the attention and GELU outputs
-  /// (the columns proj's and fc2's weight gradients read) are stored.
+  /// forward_scratch: flat, at least max_rows * max(C, local hidden width) floats shared by
+  /// the blocks. The GELU output is always computed there (fc2's weight gradient recomputes
+  /// it from the stored GELU input). Under backward masking, outputs read again only by
+  /// weight-gradient GEMMs are computed there too and not stored when the block is dropped
+  /// (ln1, ln2 and attention outputs); at neuron level only the kept heads' columns of the
+  /// attention output (the columns proj's weight gradient reads) are stored.
   TransformerBlock(ParamSet& ps, const SubnetMask& mask, const ModelConfig& c, int index, int64_t max_rows,
                    const Tensor& forward_scratch);
-  /// True when the block uses forward_scratch: backward masking at neuron level, or at
-  /// block level when this block is dropped (full forward, no weight gradients).
+  /// True when the block also computes its attention output (and, when dropped, its ln1 and
+  /// ln2 outputs) in forward_scratch: backward masking at neuron level, or at block level
+  /// when this block is dropped (full forward, no weight gradients).
   static bool uses_forward_scratch(const SubnetMask& mask, int index);
   /// False when forward masking drops the block (identity, no parameters).
   bool present() const { return ln1_ != nullptr; }
@@ -68,9 +70,8 @@ class TransformerBlock {
   std::unique_ptr<LayerNorm> ln1_, ln2_;
   std::unique_ptr<CausalSelfAttention> attn_;
   std::unique_ptr<Linear> fc_, fc2_;
-  Tensor ln1_out_, mid_, ln2_out_, fc_pre_, fc_act_, out_;  // (B, T, C or H)
-  Tensor fc_act_kept_;         // (B, T, kept neurons): stored prefix of fc_act_ at neuron level
-  int64_t fc_act_kept_cols_ = 0;
+  Tensor ln1_out_, mid_, ln2_out_, fc_pre_, fc_act_, out_;  // (B, T, C or H); fc_act_ in the scratch
+  int64_t fc2_grad_cols_ = 0;  // leading fc_act columns fc2's weight gradient reads (0: none)
   int C_, heads_;
   float branch_scale_ = 1.f, neuron_scale_ = 1.f;
 };

@@ -26,13 +26,21 @@ void relu_backward(const float* y, const float* dy, float* dx, int64_t n, bool a
 
 namespace {
 constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2/pi)
-}
+inline float gelu(float v) { return 0.5f * v * (1.f + tanh_approx(kGeluC * (v + 0.044715f * v * v * v))); }
+}  // namespace
 
 void gelu_forward(const float* x, float* y, int64_t n) {
 #pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    float v = x[i];
-    y[i] = 0.5f * v * (1.f + tanh_approx(kGeluC * (v + 0.044715f * v * v * v)));
+  for (int64_t i = 0; i < n; ++i) y[i] = gelu(x[i]);
+}
+
+void gelu_forward_columns(const float* x, int64_t rows, int64_t ld, int64_t cols, float* y) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * ld;
+    float* yr = y + r * cols;
+#pragma omp simd
+    for (int64_t i = 0; i < cols; ++i) yr[i] = gelu(xr[i]);
   }
 }
 

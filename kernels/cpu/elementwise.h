@@ -10,6 +10,9 @@ void relu_forward(const float* x, float* y, int64_t n);
 void relu_backward(const float* y, const float* dy, float* dx, int64_t n, bool accumulate);
 /// GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3))) (Hendrycks & Gimpel 2016).
 void gelu_forward(const float* x, float* y, int64_t n);
+/// y (rows, cols) = gelu of the first cols columns of x (rows, ld), element for element the
+/// same arithmetic as gelu_forward (recomputing part of a stored GELU output gives its bits).
+void gelu_forward_columns(const float* x, int64_t rows, int64_t ld, int64_t cols, float* y);
 /// dx = dy * gelu'(x).
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n);
 /// y = a + b.

@@ -1,8 +1,11 @@
 // kernels/cpu/fast_math.h against libm: the vectorised exp and tanh behind GELU and softmax.
 #include <gtest/gtest.h>
 
+#include <omp.h>
+
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/fast_math.h"
@@ -44,6 +47,28 @@ TEST(FastMath, GeluPropagatesNaN) {
   EXPECT_TRUE(std::isnan(y[0]));
   EXPECT_NEAR(y[1], 0.841192f, 1e-5f);  // torch.nn.functional.gelu(1, approximate="tanh")
   EXPECT_NEAR(y[2], -0.158808f, 1e-5f);
+}
+
+TEST(FastMath, GeluColumnsRecomputeTheFlatOutputBitForBit) {
+  // The GPT recomputes the leading columns of a GELU output for fc2's weight gradient:
+  // row widths 13 and 1 (tails only) and 40 (vector body and tail) against one flat call
+  // over (rows, ld), whose vector / tail split falls elsewhere, on one and two threads.
+  const int64_t rows = 37, ld = 45;
+  std::vector<float> x(rows * ld);
+  for (int64_t i = 0; i < rows * ld; ++i) x[i] = std::sin(0.37f * i) * 4.f;
+  for (const int threads : {1, 2}) {
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    std::vector<float> flat(rows * ld);
+    cpu::gelu_forward(x.data(), flat.data(), rows * ld);
+    for (const int64_t cols : {13, 1, 40}) {
+      std::vector<float> y(rows * cols);
+      cpu::gelu_forward_columns(x.data(), rows, ld, cols, y.data());
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) ASSERT_EQ(y[r * cols + c], flat[r * ld + c]) << threads << " " << cols;
+    }
+    omp_set_num_threads(saved);
+  }
 }
 
 }  // namespace

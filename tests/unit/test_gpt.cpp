@@ -462,8 +462,8 @@ int64_t activation_bytes(const ModelConfig& c, const SubnetMask& mask) {
 
 TEST(Gpt, ActivationBytesAreTheStoredTensorsAndOneSharedScratch) {
   // Every float the unmasked model keeps per row (B*T rows): per block ln1, mid, ln2, out,
-  // y (C each), qkv (3C), fc_pre and GELU output (H each), two LayerNorms' mean and rstd (the
-  // attention probabilities are recomputed in backward, not stored); once: embeddings, residual gradient, dln
+  // y (C each), qkv (3C), the GELU input (H), two LayerNorms' mean and rstd (the attention
+  // probabilities and the GELU output are recomputed in backward, not stored); once: embeddings, residual gradient, dln
   // (C each), logits (V), lnf's mean and rstd, int32 positions, and one shared scratch as
   // wide as the widest of lnf output + dlogits (C + V), dh (H), attention dy + dqkv (4C).
   ModelConfig c = tiny_gpt();
@@ -471,7 +471,7 @@ TEST(Gpt, ActivationBytesAreTheStoredTensorsAndOneSharedScratch) {
     c.vocab = vocab;
     const int64_t rows = int64_t{kBatch} * c.context, C = c.width, H = int64_t{c.mlp_ratio} * c.width,
                   V = c.vocab, f = sizeof(float);
-    const int64_t per_block = 8 * C + 2 * H + 4;
+    const int64_t per_block = 8 * C + H + 4;
     const int64_t once = 3 * C + V + 2 + 1 + std::max({C + V, H, 4 * C});
     EXPECT_EQ(activation_bytes(c, full_mask(gpt_units(c))), rows * f * (c.depth * per_block + once)) << vocab;
   }
@@ -494,10 +494,9 @@ TEST(Gpt, BackwardMaskingStoresNoActivationsOnlyForSkippedWeightGradients) {
       int64_t saved = 0;
       for (int b = 0; b < c.depth; ++b) {
         if (gran == "block") {
-          if (!plan.keeps_block(s, b)) saved += rows * (C + C + C + H) * f;  // ln1, ln2, y, gelu
+          if (!plan.keeps_block(s, b)) saved += rows * (C + C + C) * f;  // ln1, ln2, y
         } else {
           saved += rows * (C - mask.layers[2 * b].kept * hd) * f;  // dropped heads' y columns
-          saved += rows * (H - mask.layers[2 * b + 1].kept) * f;   // dropped neurons' GELU columns
         }
       }
       // The blocks' forward scratch is the model's shared scratch, which every layout has.
