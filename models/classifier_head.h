@@ -20,7 +20,8 @@ class CrossEntropyHead {
   float* logits() const { return logits_.f32(); }
   /// Loss (nats, mean over rows); computes dlogits for backward when training.
   double loss(const int32_t* targets, int64_t rows, bool training, int64_t* correct);
-  /// dlogits (rows, classes) of the last training loss().
+  /// dlogits (rows, classes) of the last training loss(); in lent scratch, valid until the
+  /// model reuses that scratch (for the GPT: until its blocks' backward).
   const float* dlogits() const { return dlogits_.f32(); }
 
  private:

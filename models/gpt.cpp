@@ -66,6 +66,14 @@ bool block_skips_weight_gradients(const SubnetMask& mask, int index) {
   return mask.regime == Regime::backward && mask.granularity == Granularity::block && !mask.block_kept.at(index);
 }
 
+/// True when the block also computes its attention output (and, when dropped, its ln1 and
+/// ln2 outputs) in the forward scratch: backward masking at neuron level, or at block level
+/// when the block is dropped (full forward, no weight gradients).
+bool outputs_in_scratch(const SubnetMask& mask, int index) {
+  const bool neuron_backward = mask.regime == Regime::backward && mask.granularity == Granularity::neuron;
+  return neuron_backward || block_skips_weight_gradients(mask, index);
+}
+
 /// Local MLP hidden width and attention width of block `index`, as ParamSet shapes them:
 /// 0 for an absent block, the kept units under forward neuron masking, else full.
 std::pair<int64_t, int64_t> local_widths(const ModelConfig& c, const SubnetMask& mask, int index) {
@@ -75,11 +83,6 @@ std::pair<int64_t, int64_t> local_widths(const ModelConfig& c, const SubnetMask&
   return {mask.layers.at(mlp_layer(index)).kept, int64_t{mask.layers.at(heads_layer(index)).kept} * (c.width / c.heads)};
 }
 }  // namespace
-
-bool TransformerBlock::uses_forward_scratch(const SubnetMask& mask, int index) {
-  const bool neuron_backward = mask.regime == Regime::backward && mask.granularity == Granularity::neuron;
-  return neuron_backward || block_skips_weight_gradients(mask, index);
-}
 
 TransformerBlock::TransformerBlock(ParamSet& ps, const SubnetMask& mask, const ModelConfig& c, int index,
                                    int64_t max_rows, const Tensor& forward_scratch)
@@ -92,7 +95,7 @@ TransformerBlock::TransformerBlock(ParamSet& ps, const SubnetMask& mask, const M
   ln1_ = std::make_unique<LayerNorm>(ps, name + ".ln1", C_, index);
   ln2_ = std::make_unique<LayerNorm>(ps, name + ".ln2", C_, index);
   const bool dropped = block_skips_weight_gradients(mask, index);  // nothing read by a dW GEMM
-  const bool shared = uses_forward_scratch(mask, index);
+  const bool shared = outputs_in_scratch(mask, index);
   const int hd = C_ / heads_;
   const int64_t kept_attn_cols = dropped ? 0 : static_cast<int64_t>(mask.layers.at(heads_layer(index)).kept) * hd;
   // zero_init_residual: both branches' output projections (attention proj, MLP fc2) start at

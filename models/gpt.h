@@ -51,10 +51,6 @@ class TransformerBlock {
   /// attention output (the columns proj's weight gradient reads) are stored.
   TransformerBlock(ParamSet& ps, const SubnetMask& mask, const ModelConfig& c, int index, int64_t max_rows,
                    const Tensor& forward_scratch);
-  /// True when the block also computes its attention output (and, when dropped, its ln1 and
-  /// ln2 outputs) in forward_scratch: backward masking at neuron level, or at block level
-  /// when this block is dropped (full forward, no weight gradients).
-  static bool uses_forward_scratch(const SubnetMask& mask, int index);
   /// False when forward masking drops the block (identity, no parameters).
   bool present() const { return ln1_ != nullptr; }
   /// x (B, T, C) -> block output (B, T, C); returns x itself when the block is absent.
@@ -95,8 +91,8 @@ class Gpt : public Model {
   std::unique_ptr<Embedding> wte_, wpe_;
   std::vector<std::unique_ptr<TransformerBlock>> blocks_;
   std::unique_ptr<LayerNorm> lnf_;
-  /// One flat scratch of B*T rows, used in turn by (1) the blocks' forward scratch under
-  /// backward masking (TransformerBlock); (2) from the end of the forward pass, lnf's output
+  /// One flat scratch of B*T rows, used in turn by (1) the blocks' forward scratch (GELU
+  /// output; under backward masking also ln1 / ln2 / attention outputs, TransformerBlock); (2) from the end of the forward pass, lnf's output
   /// (B, T, C) then the head's probabilities / dlogits (B, T, V) after it, both read by the
   /// head's backward; (3) the blocks' backward (GptScratch::work). Nothing written in one
   /// phase is read in a later one.

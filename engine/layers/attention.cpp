@@ -86,7 +86,7 @@ void CausalSelfAttention::backward(const float* x, const float* dout, float* dx,
   if (y_kept_.defined())
     proj->backward(y_kept_.f32(), dout, dy, rows, y_kept_cols_);
   else
-    proj->backward(y_.f32(), dout, dy, rows);  // y_ is stale scratch only when proj has no dW
+    proj->backward(y_.f32(), dout, dy, rows);  // y_ is stale scratch only when proj's dW has no column
   // y = head_scale * attention(qkv), so d attention = head_scale * dy.
   if (head_scale_ != 1.f) cpu::scale(dy, head_scale_, rows * Ck);
   float* dqkv = dy + rows * Ck;  // (B, T, 3 Ck)

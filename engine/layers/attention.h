@@ -20,7 +20,8 @@ namespace subdp {
 /// Backward scratch shared by the attention layers of a model (sized for the widest one).
 struct AttentionScratch {
   Tensor grads;  // flat: dy (B, T, Ck), the attention output's gradient, then dqkv (B, T, 3 Ck)
-  Tensor ws;     // attention_workspace_floats: two (T, T) matrices per thread slot (forward too)
+  Tensor ws;     // attention_workspace_floats: per thread slot the probabilities (forward and
+                 // backward) and their gradient (backward), (T, T) each
   int slots = 1;
   /// Allocates dy and dqkv for rows = B*T rows of width Ck (activations) and the workspace
   /// for `slots` threads.
@@ -51,8 +52,8 @@ class CausalSelfAttention {
 
   /// out (B, T, C) = proj(attention(x (B, T, C))), proj bias included. Stores qkv and y; the
   /// attention probabilities (B, Hk, T, T) are formed in s.ws and recomputed in backward, so
-  /// they cost no activation memory (their B*Hk*T*T floats would be the block's largest
-  /// tensor at T = 128, C = 256) for 2*B*Hk*T*T*hd more FLOPs.
+  /// they cost no activation memory (B*Hk*T*T floats, as many as the MLP's GELU input at
+  /// T = 128, 8 heads, C = 256, mlp_ratio 4) for 2*B*Hk*T*T*hd more FLOPs.
   void forward(const float* x, float* out, int B, int T, AttentionScratch& s);
   /// dout (B, T, C) -> dx (B, T, C) written; accumulates held parameter gradients (kept prefix).
   /// dx may be dout: dout is read (by proj's backward) before dx is written.

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #include "kernels/cpu/fast_math.h"
 #include "kernels/cpu/gemm.h"
@@ -74,10 +75,13 @@ float* slot(float* ws, int T, int which) {
 }  // namespace
 
 void attention_forward(const AttentionShape& s, const float* qkv, float* att, float* y, float* ws, int slots) {
+  if (!att && !ws) throw std::invalid_argument("attention_forward: probabilities need att or a workspace");
   const int T = s.T, hd = s.hd, C = static_cast<int>(s.width()), ld = 3 * C;
   const float scale = 1.f / std::sqrt(static_cast<float>(hd));
   const int64_t pairs = static_cast<int64_t>(s.B) * s.H;
-#pragma omp parallel for schedule(static) num_threads(thread_count(slots)) if (worth_threads(s))
+  // Stored probabilities use no workspace slot, so every thread may run.
+  const int team = att ? omp_get_max_threads() : thread_count(slots);
+#pragma omp parallel for schedule(static) num_threads(team) if (worth_threads(s))
   for (int64_t bh = 0; bh < pairs; ++bh) {
     const int64_t b = bh / s.H, h = bh % s.H;
     const float* q = qkv + b * T * ld + h * hd;  // (T, hd), row stride 3C

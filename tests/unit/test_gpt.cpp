@@ -453,8 +453,9 @@ TEST(Gpt, BackwardMaskedBlocksGradsRestricted) { expect_backward_masked_restrict
 
 // Design brief, step 2: "activations kept only for a skipped weight gradient are not
 // stored". Backward masking moves the outputs read only by weight-gradient GEMMs (ln1, ln2,
-// attention y, GELU) into one shared (rows, H) scratch: a dropped block stores none of them
-// (block level), a block at neuron level stores only the kept heads' and neurons' columns.
+// attention y) into the model's shared scratch: a dropped block stores none of them (block
+// level), a block at neuron level stores only the kept heads' columns of y. (The GELU
+// output is in the scratch in every layout.)
 int64_t activation_bytes(const ModelConfig& c, const SubnetMask& mask) {
   const MemStats m = MemoryTracker::global().measure([&] { Gpt g(c, mask, kBatch, 3); });
   return m.peak[static_cast<int>(MemCategory::activations)];  // the model is gone by now
@@ -480,8 +481,7 @@ TEST(Gpt, ActivationBytesAreTheStoredTensorsAndOneSharedScratch) {
 TEST(Gpt, BackwardMaskingStoresNoActivationsOnlyForSkippedWeightGradients) {
   const ModelConfig c = tiny_gpt();
   const ModelUnits units = gpt_units(c);
-  const int64_t rows = int64_t{kBatch} * c.context, C = c.width, H = int64_t{c.mlp_ratio} * c.width,
-                hd = C / c.heads, f = sizeof(float);
+  const int64_t rows = int64_t{kBatch} * c.context, C = c.width, hd = C / c.heads, f = sizeof(float);
   const int64_t full = activation_bytes(c, full_mask(units));
   for (const std::string gran : {"block", "neuron"}) {
     MaskConfig mc;
