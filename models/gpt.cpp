@@ -31,11 +31,6 @@ void linear_forward(const Linear& l, const float* x, float* y, int64_t rows) {
   if (l.bias) cpu::add_bias_rows(y, l.bias->value.f32(), rows, l.out());
 }
 
-/// Backward of linear_forward: dx written (zero when l has no input column).
-void linear_backward(const Linear& l, const float* x, const float* dy, float* dx, int64_t rows) {
-  l.backward(x, dy, l.in() > 0 ? dx : nullptr, rows);  // dx has no column when in() == 0
-}
-
 }  // namespace
 
 ModelUnits gpt_units(const ModelConfig& c) {
