@@ -58,7 +58,8 @@ class TransformerBlock {
   const float* forward(const float* x, int B, int T, GptScratch& s);
   /// dres (B, T, C): gradient of the block output on entry, of its input x on exit.
   void backward(const float* x, float* dres, int B, int T, GptScratch& s) const;
-  /// Local MLP hidden width and attention width (for sizing the shared scratch).
+  /// Local MLP hidden width and attention width as built (Gpt checks them against the widths
+  /// it sized the shared scratch with before building the blocks).
   int64_t hidden() const { return present() ? fc_->out() : 0; }
   int64_t attn_width() const { return present() ? static_cast<int64_t>(attn_->local_heads()) * (C_ / heads_) : 0; }
 
@@ -92,10 +93,10 @@ class Gpt : public Model {
   std::vector<std::unique_ptr<TransformerBlock>> blocks_;
   std::unique_ptr<LayerNorm> lnf_;
   /// One flat scratch of B*T rows, used in turn by (1) the blocks' forward scratch (GELU
-  /// output; under backward masking also ln1 / ln2 / attention outputs, TransformerBlock); (2) from the end of the forward pass, lnf's output
-  /// (B, T, C) then the head's probabilities / dlogits (B, T, V) after it, both read by the
-  /// head's backward; (3) the blocks' backward (GptScratch::work). Nothing written in one
-  /// phase is read in a later one.
+  /// output; under backward masking also ln1 / ln2 / attention outputs, TransformerBlock);
+  /// (2) from the end of the forward pass, lnf's output (B, T, C) then the head's
+  /// probabilities / dlogits (B, T, V) after it, both read by the head's backward; (3) the
+  /// blocks' backward (GptScratch::work). Nothing written in one phase is read in a later one.
   Tensor shared_;
   Tensor x0_;       // (B, T, C) embeddings
   Tensor lnf_out_;  // (B, T, C) view of shared_
