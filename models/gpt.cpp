@@ -61,9 +61,9 @@ bool block_skips_weight_gradients(const SubnetMask& mask, int index) {
   return mask.regime == Regime::backward && mask.granularity == Granularity::block && !mask.block_kept.at(index);
 }
 
-/// True when the block also computes its attention output (and, when dropped, its ln1 and
-/// ln2 outputs) in the forward scratch: backward masking at neuron level, or at block level
-/// when the block is dropped (full forward, no weight gradients).
+/// True when the block also computes its attention output in the forward scratch: backward
+/// masking at neuron level, or at block level when the block is dropped (full forward, no
+/// weight gradients).
 bool outputs_in_scratch(const SubnetMask& mask, int index) {
   const bool neuron_backward = mask.regime == Regime::backward && mask.granularity == Granularity::neuron;
   return neuron_backward || block_skips_weight_gradients(mask, index);
@@ -109,18 +109,16 @@ TransformerBlock::TransformerBlock(ParamSet& ps, const SubnetMask& mask, const M
   ln1_->allocate_stats(max_rows);
   ln2_->allocate_stats(max_rows);
   // (B, T, C) each, fc_pre_ / fc_act_ (B, T, H local). Each forward-only output is consumed
-  // by the next GEMM before the following one is written, so they can share one scratch.
-  // ln1 and ln2 outputs feed the kept units' dW at neuron level: shared only when dropped.
-  // The GELU output fc_act is always in the scratch: fc2's weight gradient recomputes the
-  // columns it reads from fc_pre (which GELU's backward needs anyway).
-  auto in_scratch = [&](int64_t width, bool share) {
-    return share ? forward_scratch.slice0(0, max_rows * width).view({max_rows, width}) : activation(max_rows, width);
-  };
-  ln1_out_ = in_scratch(C_, dropped);
+  // by the next GEMM before the following one is written, so they share one scratch. The
+  // ln1 / ln2 outputs (read by the qkv / fc weight gradients) are recomputed in backward
+  // from the block input / mid and the stored statistics; the GELU output fc_act from fc_pre
+  // (which GELU's backward needs anyway), the columns fc2's weight gradient reads.
+  auto in_scratch = [&](int64_t width) { return forward_scratch.slice0(0, max_rows * width).view({max_rows, width}); };
+  ln1_out_ = in_scratch(C_);
   mid_ = activation(max_rows, C_);
-  ln2_out_ = in_scratch(C_, dropped);
+  ln2_out_ = in_scratch(C_);
   fc_pre_ = activation(max_rows, fc_->out());
-  fc_act_ = in_scratch(fc_->out(), true);
+  fc_act_ = in_scratch(fc_->out());
   const Param& w2 = *fc2_->weight;
   fc2_grad_cols_ = !w2.grad.defined() ? 0 : w2.unit.layer >= 0 ? w2.grad_extent() : fc2_->in();
   out_ = activation(max_rows, C_);
@@ -171,10 +169,13 @@ void TransformerBlock::backward(const float* x, float* dres, int B, int T, GptSc
   // fc_act = neuron_scale * gelu(fc_pre)
   cpu::gelu_backward(fc_pre_.f32(), dh, dh, nh);
   if (neuron_scale_ != 1.f) cpu::scale(dh, neuron_scale_, nh);
-  fc_->backward(ln2_out_.f32(), dh, fc_->out() > 0 ? dln : nullptr, rows);
+  // fc's dW reads ln2's output: recomputed (fc_ has no dW in a dropped block).
+  if (fc_->weight->grad.defined()) ln2_->recompute(mid_.f32(), s.ln_out.f32(), rows);
+  fc_->backward(s.ln_out.f32(), dh, fc_->out() > 0 ? dln : nullptr, rows);
   if (fc_->out() == 0) std::memset(dln, 0, sizeof(float) * n);
   ln2_->backward(mid_.f32(), dln, dres, rows);  // dres += ...: now d(mid)
-  attn_->backward(ln1_out_.f32(), branch_grad(), dln, B, T, s.attn);
+  if (attn_->qkv_weight->grad.defined()) ln1_->recompute(x, s.ln_out.f32(), rows);  // for qkv's dW
+  attn_->backward(s.ln_out.f32(), branch_grad(), dln, B, T, s.attn);
   ln1_->backward(x, dln, dres, rows);  // dres += ...: now d(x)
 }
 
@@ -208,6 +209,7 @@ Gpt::Gpt(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t s
   pos_ids_ = Tensor::empty({max_batch, T_}, MemCategory::activations, DType::i32);
   dres_ = activation(rows, C_);
   scratch_.dln = activation(rows, C_);
+  scratch_.ln_out = activation(rows, C_);
   scratch_.work = shared_;
   scratch_.attn.bind(shared_, rows, width, T_, omp_get_max_threads());
 }

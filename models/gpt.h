@@ -39,16 +39,19 @@ struct GptScratch {
   /// attention's dy and dqkv (attn.grads) are in the same floats, used after dh is dead.
   Tensor work;
   AttentionScratch attn;
+  /// (B, T, C): ln1's or ln2's output recomputed for the weight gradient that reads it (the
+  /// blocks do not store LayerNorm outputs).
+  Tensor ln_out;
 };
 
 class TransformerBlock {
  public:
   /// forward_scratch: flat, at least max_rows * max(C, local hidden width) floats shared by
-  /// the blocks. The GELU output is always computed there (fc2's weight gradient recomputes
-  /// it from the stored GELU input). Under backward masking, outputs read again only by
-  /// weight-gradient GEMMs are computed there too and not stored when the block is dropped
-  /// (ln1, ln2 and attention outputs); at neuron level only the kept heads' columns of the
-  /// attention output (the columns proj's weight gradient reads) are stored.
+  /// the blocks. The ln1 and ln2 outputs and the GELU output are always computed there and
+  /// not stored: backward recomputes them (LayerNorm from its stored statistics, GELU from
+  /// its stored input), bit for bit. Under backward masking the attention output is computed
+  /// there too and not stored when the block is dropped; at neuron level only the kept
+  /// heads' columns of it (the columns proj's weight gradient reads) are stored.
   TransformerBlock(ParamSet& ps, const SubnetMask& mask, const ModelConfig& c, int index, int64_t max_rows,
                    const Tensor& forward_scratch);
   /// False when forward masking drops the block (identity, no parameters).
@@ -67,7 +70,8 @@ class TransformerBlock {
   std::unique_ptr<LayerNorm> ln1_, ln2_;
   std::unique_ptr<CausalSelfAttention> attn_;
   std::unique_ptr<Linear> fc_, fc2_;
-  Tensor ln1_out_, mid_, ln2_out_, fc_pre_, fc_act_, out_;  // (B, T, C or H); fc_act_ in the scratch
+  // (B, T, C or H); ln1_out_, ln2_out_ and fc_act_ are views of the forward scratch.
+  Tensor ln1_out_, mid_, ln2_out_, fc_pre_, fc_act_, out_;
   int64_t fc2_grad_cols_ = 0;  // leading fc_act columns fc2's weight gradient reads (0: none)
   int C_, heads_;
   float branch_scale_ = 1.f, neuron_scale_ = 1.f;

@@ -20,6 +20,10 @@ void LayerNorm::forward(const float* x, float* y, int64_t rows) {
                          channels(), eps);
 }
 
+void LayerNorm::recompute(const float* x, float* y, int64_t rows) const {
+  cpu::layernorm_apply(x, gamma->value.f32(), beta->value.f32(), mean.f32(), rstd.f32(), y, rows, channels());
+}
+
 void LayerNorm::backward(const float* x, const float* dy, float* dx, int64_t rows) const {
   const bool held = gamma->grad.defined();
   cpu::layernorm_backward(x, gamma->value.f32(), mean.f32(), rstd.f32(), dy, dx,

@@ -14,6 +14,9 @@ class LayerNorm {
   void allocate_stats(int64_t rows);
   /// y (rows, C) = LN(x).
   void forward(const float* x, float* y, int64_t rows);
+  /// y (rows, C) = LN(x) again from the statistics of the last forward on the same x (its
+  /// bits exactly): lets a model recompute the output in backward instead of storing it.
+  void recompute(const float* x, float* y, int64_t rows) const;
   /// dx (rows, C) accumulated (+=); dgamma, dbeta accumulated when held.
   void backward(const float* x, const float* dy, float* dx, int64_t rows) const;
 

@@ -90,12 +90,20 @@ void batchnorm_backward(const float* x, const float* gamma, const float* mean, c
   }
 }
 
+namespace {
+// One row of LayerNorm's output from its statistics. Forward and recompute both call it, so
+// a recomputed output has the forward's bits.
+inline void layernorm_row(const float* __restrict p, const float* __restrict gamma, const float* __restrict beta,
+                          float m, float rs, float* __restrict q, int C) {
+  for (int i = 0; i < C; ++i) q[i] = (p[i] - m) * rs * gamma[i] + beta[i];
+}
+}  // namespace
+
 void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y,
                        float* mean, float* rstd, int64_t rows, int C, float eps) {
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* p = x + r * C;
-    float* q = y + r * C;
     float m = 0.f;
 #pragma omp simd reduction(+ : m)
     for (int i = 0; i < C; ++i) m += p[i];
@@ -105,10 +113,16 @@ void layernorm_forward(const float* x, const float* gamma, const float* beta, fl
     for (int i = 0; i < C; ++i) v += (p[i] - m) * (p[i] - m);
     v /= C;
     const float rs = 1.f / std::sqrt(v + eps);
-    for (int i = 0; i < C; ++i) q[i] = (p[i] - m) * rs * gamma[i] + beta[i];
+    layernorm_row(p, gamma, beta, m, rs, y + r * C, C);
     mean[r] = m;
     rstd[r] = rs;
   }
+}
+
+void layernorm_apply(const float* x, const float* gamma, const float* beta, const float* mean,
+                     const float* rstd, float* y, int64_t rows, int C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) layernorm_row(x + r * C, gamma, beta, mean[r], rstd[r], y + r * C, C);
 }
 
 void layernorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd,

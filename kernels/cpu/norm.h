@@ -22,6 +22,12 @@ void batchnorm_backward(const float* x, const float* gamma, const float* mean, c
 void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y,
                        float* mean, float* rstd, int64_t rows, int C, float eps);
 
+/// LayerNorm output y (rows, C) of x from the statistics mean / rstd (rows) that
+/// layernorm_forward wrote for the same x: bit for bit the forward's y (recomputation in
+/// backward instead of storing y).
+void layernorm_apply(const float* x, const float* gamma, const float* beta, const float* mean,
+                     const float* rstd, float* y, int64_t rows, int C);
+
 /// LayerNorm backward: dx (rows, C) accumulated (+=, residual stream); dgamma/dbeta (C)
 /// accumulated when non-null.
 void layernorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd,

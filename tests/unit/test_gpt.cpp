@@ -452,28 +452,29 @@ TEST(Gpt, BackwardMaskedHeadsAndNeuronsGradsRestricted) { expect_backward_masked
 TEST(Gpt, BackwardMaskedBlocksGradsRestricted) { expect_backward_masked_restricted("block"); }
 
 // Design brief, step 2: "activations kept only for a skipped weight gradient are not
-// stored". Backward masking moves the outputs read only by weight-gradient GEMMs (ln1, ln2,
-// attention y) into the model's shared scratch: a dropped block stores none of them (block
-// level), a block at neuron level stores only the kept heads' columns of y. (The GELU
-// output is in the scratch in every layout.)
+// stored". Backward masking moves the attention output y (read only by proj's weight
+// gradient) into the model's shared scratch: a dropped block does not store it (block
+// level), a block at neuron level stores only the kept heads' columns of y. (The ln1, ln2
+// and GELU outputs are in the scratch in every layout, recomputed in backward.)
 int64_t activation_bytes(const ModelConfig& c, const SubnetMask& mask) {
   const MemStats m = MemoryTracker::global().measure([&] { Gpt g(c, mask, kBatch, 3); });
   return m.peak[static_cast<int>(MemCategory::activations)];  // the model is gone by now
 }
 
 TEST(Gpt, ActivationBytesAreTheStoredTensorsAndOneSharedScratch) {
-  // Every float the unmasked model keeps per row (B*T rows): per block ln1, mid, ln2, out,
-  // y (C each), qkv (3C), the GELU input (H), two LayerNorms' mean and rstd (the attention
-  // probabilities and the GELU output are recomputed in backward, not stored); once: embeddings, residual gradient, dln
-  // (C each), logits (V), lnf's mean and rstd, int32 positions, and one shared scratch as
-  // wide as the widest of lnf output + dlogits (C + V), dh (H), attention dy + dqkv (4C).
+  // Every float the unmasked model keeps per row (B*T rows): per block mid, out, y (C
+  // each), qkv (3C), the GELU input (H), two LayerNorms' mean and rstd (the attention
+  // probabilities and the ln1, ln2 and GELU outputs are recomputed in backward, not
+  // stored); once: embeddings, residual gradient, dln, the recomputed LayerNorm output (C
+  // each), logits (V), lnf's mean and rstd, int32 positions, and one shared scratch as wide
+  // as the widest of lnf output + dlogits (C + V), dh (H), attention dy + dqkv (4C).
   ModelConfig c = tiny_gpt();
   for (const int vocab : {11, 40}) {  // shared width set by 4C = H = 32, then by C + V = 48
     c.vocab = vocab;
     const int64_t rows = int64_t{kBatch} * c.context, C = c.width, H = int64_t{c.mlp_ratio} * c.width,
                   V = c.vocab, f = sizeof(float);
-    const int64_t per_block = 8 * C + H + 4;
-    const int64_t once = 3 * C + V + 2 + 1 + std::max({C + V, H, 4 * C});
+    const int64_t per_block = 6 * C + H + 4;
+    const int64_t once = 4 * C + V + 2 + 1 + std::max({C + V, H, 4 * C});
     EXPECT_EQ(activation_bytes(c, full_mask(gpt_units(c))), rows * f * (c.depth * per_block + once)) << vocab;
   }
 }
@@ -494,7 +495,7 @@ TEST(Gpt, BackwardMaskingStoresNoActivationsOnlyForSkippedWeightGradients) {
       int64_t saved = 0;
       for (int b = 0; b < c.depth; ++b) {
         if (gran == "block") {
-          if (!plan.keeps_block(s, b)) saved += rows * (C + C + C) * f;  // ln1, ln2, y
+          if (!plan.keeps_block(s, b)) saved += rows * C * f;  // y
         } else {
           saved += rows * (C - mask.layers[2 * b].kept * hd) * f;  // dropped heads' y columns
         }

@@ -4,6 +4,8 @@
 // models use their own mean cross-entropy from a training-mode forward.
 #include <gtest/gtest.h>
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -308,6 +310,29 @@ TEST(GradCheck, LayerNorm) {
   EXPECT_TRUE(check_gradient("ln.weight", ln.gamma->value.f32(), ln.gamma->grad.f32(), C, loss));
   EXPECT_TRUE(check_gradient("ln.bias", ln.beta->value.f32(), ln.beta->grad.f32(), C, loss));
   EXPECT_TRUE(check_gradient("ln input (accumulated)", x.f32(), g.f32(), x.numel(), loss));
+}
+
+// The GPT stores no LayerNorm output: backward recomputes it from the stored statistics and
+// must get the forward's bits (odd width: vector remainder; 1 and 2 threads: row split).
+TEST(LayerNorm, RecomputedOutputHasTheForwardsBits) {
+  SubnetMask mask;
+  ParamSet ps(mask, 9);
+  const int C = 37;
+  const int64_t rows = 23;
+  LayerNorm ln(ps, "ln", C);
+  ln.allocate_stats(rows);
+  randomize(*ln.gamma, 1.f, 0.5f, 51);
+  randomize(*ln.beta, 0.f, 0.5f, 52);
+  Tensor x = random_tensor({rows, C}, 3.f, 53), y = act({rows, C}), again = act({rows, C});
+  const int saved = omp_get_max_threads();
+  for (const int threads : {1, 2}) {
+    omp_set_num_threads(threads);
+    ln.forward(x.f32(), y.f32(), rows);
+    std::fill(again.f32(), again.f32() + again.numel(), std::nanf(""));
+    ln.recompute(x.f32(), again.f32(), rows);
+    for (int64_t i = 0; i < y.numel(); ++i) EXPECT_EQ(again.f32()[i], y.f32()[i]) << i << " threads " << threads;
+  }
+  omp_set_num_threads(saved);
 }
 
 // ---------------------------------------------------------------------------------------------
