@@ -186,8 +186,8 @@ Gpt::Gpt(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t s
   wte_ = std::make_unique<Embedding>(params_, "wte", V_, C_, kGpt2Weight);
   wpe_ = std::make_unique<Embedding>(params_, "wpe", T_, C_, kGpt2Weight);
   // shared_ (floats per row): the head's lnf output and dlogits (C + V); the blocks' forward
-  // scratch (GELU output, and under backward masking ln1 / ln2 / attention outputs: at most
-  // the local hidden width); their backward scratch (dh, or attention's dy + dqkv).
+  // scratch (ln1, ln2 and GELU outputs, and under backward masking attention outputs: at
+  // most max(C, local hidden width)); their backward scratch (dh, or attention's dy + dqkv).
   int64_t hidden = 0, width = 0;
   for (int b = 0; b < c.depth; ++b) {
     const auto [h, w] = local_widths(c, mask_, b);

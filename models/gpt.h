@@ -96,8 +96,8 @@ class Gpt : public Model {
   std::unique_ptr<Embedding> wte_, wpe_;
   std::vector<std::unique_ptr<TransformerBlock>> blocks_;
   std::unique_ptr<LayerNorm> lnf_;
-  /// One flat scratch of B*T rows, used in turn by (1) the blocks' forward scratch (GELU
-  /// output; under backward masking also ln1 / ln2 / attention outputs, TransformerBlock);
+  /// One flat scratch of B*T rows, used in turn by (1) the blocks' forward scratch (ln1, ln2
+  /// and GELU outputs; under backward masking also attention outputs, TransformerBlock);
   /// (2) from the end of the forward pass, lnf's output (B, T, C) then the head's
   /// probabilities / dlogits (B, T, V) after it, both read by the head's backward; (3) the
   /// blocks' backward (GptScratch::work). Nothing written in one phase is read in a later one.
