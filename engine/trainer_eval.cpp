@@ -32,7 +32,10 @@ EvalResult Trainer::evaluate_shares(Model& model) {
   // Every rank evaluates its own share of the test split; the sums are all-reduced (under
   // --simulate-rank as if every rank had this rank's figures).
   EvalResult own = evaluate(model, layout_.rank, layout_.world);
-  double sums[3] = {own.loss * own.positions, own.acc * own.positions, static_cast<double>(own.positions)};
+  // A rank whose share is empty (fewer evaluation batches than ranks) adds nothing; its
+  // loss is NaN, and NaN * 0 would poison every rank's sum.
+  const double loss_sum = own.positions ? own.loss * own.positions : 0.0;
+  double sums[3] = {loss_sum, own.acc * own.positions, static_cast<double>(own.positions)};
   world_->allreduce_sum(sums, 3);
   return {sums[0] / sums[2], sums[1] / sums[2], static_cast<int64_t>(sums[2])};
 }

@@ -39,6 +39,9 @@ Rule above(double lo) { Rule r; r.lo = lo; r.lo_open = true; return r; }
 Rule range(double lo, double hi, bool lo_open, bool hi_open) {
   Rule r; r.lo = lo; r.hi = hi; r.lo_open = lo_open; r.hi_open = hi_open; return r;
 }
+/// lo <= value <= hi. The upper bounds on sizes are sanity limits far above any model this
+/// engine trains; they keep the shape arithmetic (int, int64) from overflowing.
+Rule between(double lo, double hi) { return range(lo, hi, false, false); }
 Rule one_of(std::vector<std::string> choices) { Rule r; r.choices = std::move(choices); return r; }
 Rule nonempty_list(Rule element) { element.nonempty = true; return element; }
 
@@ -56,30 +59,30 @@ std::vector<Field> fields(Config& c) {
   auto &l = c.log;
   return {
       {"model", "name", &m.name, one_of({"mlp", "resnet", "gpt"})},
-      {"model", "hidden", &m.hidden, nonempty_list(at_least(1))},
-      {"model", "widths", &m.widths, nonempty_list(at_least(1))},
-      {"model", "blocks_per_stage", &m.blocks_per_stage, at_least(1)},
+      {"model", "hidden", &m.hidden, nonempty_list(between(1, 1 << 24))},
+      {"model", "widths", &m.widths, nonempty_list(between(1, 1 << 16))},
+      {"model", "blocks_per_stage", &m.blocks_per_stage, between(1, 4096)},
       {"model", "zero_init_residual", &m.zero_init_residual, any()},
-      {"model", "in_channels", &m.in_channels, at_least(1)},
-      {"model", "image_size", &m.image_size, at_least(1)},
-      {"model", "classes", &m.classes, at_least(2)},
-      {"model", "vocab", &m.vocab, at_least(2)},
-      {"model", "context", &m.context, at_least(1)},
-      {"model", "width", &m.width, at_least(1)},
-      {"model", "heads", &m.heads, at_least(1)},
-      {"model", "depth", &m.depth, at_least(1)},
-      {"model", "mlp_ratio", &m.mlp_ratio, at_least(1)},
+      {"model", "in_channels", &m.in_channels, between(1, 1 << 16)},
+      {"model", "image_size", &m.image_size, between(1, 1 << 14)},
+      {"model", "classes", &m.classes, between(2, 1 << 24)},
+      {"model", "vocab", &m.vocab, between(2, 1 << 24)},
+      {"model", "context", &m.context, between(1, 1 << 20)},
+      {"model", "width", &m.width, between(1, 1 << 16)},
+      {"model", "heads", &m.heads, between(1, 1 << 16)},
+      {"model", "depth", &m.depth, between(1, 4096)},
+      {"model", "mlp_ratio", &m.mlp_ratio, between(1, 64)},
       {"data", "name", &d.name, one_of({"fashion_mnist", "mnist", "cifar10", "text", "token_shards"})},
       {"data", "path", &d.path, any()},
       {"data", "val_fraction", &d.val_fraction, range(0, 1, true, true)},
       {"data", "normalize", &d.normalize, any()},
       {"train", "epochs", &t.epochs, at_least(0)},
       {"train", "steps", &t.steps, at_least(0)},
-      {"train", "batch_size", &t.batch_size, at_least(1)},
+      {"train", "batch_size", &t.batch_size, between(1, 1 << 20)},
       {"train", "eval_every", &t.eval_every, at_least(0)},
       {"train", "eval_batches", &t.eval_batches, at_least(1)},
       {"train", "seed", &t.seed, at_least(0)},
-      {"train", "threads", &t.threads, at_least(0)},
+      {"train", "threads", &t.threads, between(0, 1024)},
       {"train", "nonfinite", &t.nonfinite, one_of({"stop", "skip"})},
       {"optim", "name", &o.name, one_of({"sgd", "adamw"})},
       {"optim", "lr", &o.lr, above(0)},
@@ -94,7 +97,7 @@ std::vector<Field> fields(Config& c) {
       {"optim", "min_lr_ratio", &o.min_lr_ratio, range(0, 1, false, false)},
       {"optim", "lr_scaling", &o.lr_scaling, one_of({"none", "linear"})},
       {"optim", "grad_clip", &o.grad_clip, at_least(0)},
-      {"parallel", "subnetworks", &p.subnetworks, at_least(1)},
+      {"parallel", "subnetworks", &p.subnetworks, between(1, 4096)},
       {"parallel", "backend", &p.backend, one_of({"auto", "mpi", "nccl", "local"})},
       {"parallel", "bucket_mb", &p.bucket_mb, above(0)},
       {"parallel", "collective_timeout_s", &p.collective_timeout_s, above(0)},

@@ -24,6 +24,10 @@ void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const f
 
 void set_num_threads(int threads) {
   threads = std::max(1, threads);
+  // OMP_DYNAMIC=true lets libgomp hand a parallel region fewer threads than asked; OpenBLAS
+  // (OpenMP build) then waits for the missing ones forever. The engine sizes its thread
+  // count itself, so dynamic adjustment is always off.
+  omp_set_dynamic(0);
   openblas_set_num_threads(threads);
   omp_set_num_threads(threads);
 }

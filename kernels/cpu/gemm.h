@@ -9,7 +9,8 @@ namespace subdp::cpu {
 void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
            int lda, const float* B, int ldb, float beta, float* C, int ldc);
 
-/// Sets the number of BLAS threads (OpenBLAS) and OpenMP threads; at least 1.
+/// Sets the number of BLAS threads (OpenBLAS) and OpenMP threads; at least 1. Turns off
+/// OpenMP dynamic thread adjustment (OMP_DYNAMIC), under which OpenBLAS can hang.
 void set_num_threads(int threads);
 
 }  // namespace subdp::cpu

@@ -170,7 +170,7 @@ TEST(Config, LoadConfigReadsFileAndNamesMissingOne) {
 
 TEST(Config, ExampleMessageFormat) {
   EXPECT_EQ(error_of("[train]\nsteps = 10\nbatch_size = -3\n"),
-            "configs/x.toml: [train] batch_size = -3: must be >= 1");
+            "configs/x.toml: [train] batch_size = -3: must be in [1, 1048576]");
 }
 
 // Each case: TOML text, overrides, strings the message must contain.
@@ -210,17 +210,19 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"wrong_type_list", S + "[model]\nhidden = 64\n", {}, {"[model] hidden", "expected an array"}},
         ErrorCase{"list_element_type", S + "[model]\nhidden = [64, \"a\"]\n", {}, {"[model] hidden", "integers"}},
         ErrorCase{"empty_list", S + "[model]\nwidths = []\n", {}, {"[model] widths", "must not be empty"}},
-        ErrorCase{"list_element_range", S + "[model]\nhidden = [64, 0]\n", {}, {"[model] hidden", ">= 1"}},
-        ErrorCase{"batch_size", S + "batch_size = 0\n", {}, {"[train] batch_size = 0", "must be >= 1"}},
+        ErrorCase{"list_element_range", S + "[model]\nhidden = [64, 0]\n", {}, {"[model] hidden", "[1, 16777216]"}},
+        ErrorCase{"batch_size", S + "batch_size = 0\n", {}, {"[train] batch_size = 0", "must be in [1, 1048576]"}},
         ErrorCase{"keep_zero", S + "[mask]\nkeep = 0.0\n", {}, {"[mask] keep", "(0, 1]"}},
         ErrorCase{"keep_big", S + "[mask]\nkeep = 1.5\n", {}, {"[mask] keep = 1.5", "(0, 1]"}},
         ErrorCase{"lr", S + "[optim]\nlr = 0\n", {}, {"[optim] lr = 0", "> 0"}},
         ErrorCase{"lr_nan", S + "[optim]\nlr = nan\n", {}, {"[optim] lr", "finite"}},
         ErrorCase{"beta", S + "[optim]\nbeta2 = 1.0\n", {}, {"[optim] beta2", "[0, 1)"}},
-        ErrorCase{"threads", S + "threads = -1\n", {}, {"[train] threads = -1", ">= 0"}},
+        ErrorCase{"threads", S + "threads = -1\n", {}, {"[train] threads = -1", "[0, 1024]"}},
+        ErrorCase{"threads_too_many", S + "threads = 100000\n", {}, {"[train] threads = 100000", "[0, 1024]"}},
+        ErrorCase{"width_huge", S + "[model]\nwidth = 2000000000\nheads = 1\n", {}, {"[model] width = 2000000000", "[1, 65536]"}},
         ErrorCase{"seed_negative", S + "seed = -1\n", {}, {"[train] seed", ">= 0"}},
-        ErrorCase{"int_overflow", S + "batch_size = 10000000000\n", {}, {"[train] batch_size", "does not fit"}},
-        ErrorCase{"subnetworks", S + "[parallel]\nsubnetworks = 0\n", {}, {"[parallel] subnetworks", ">= 1"}},
+        ErrorCase{"int_overflow", S + "eval_batches = 10000000000\n", {}, {"[train] eval_batches", "does not fit"}},
+        ErrorCase{"subnetworks", S + "[parallel]\nsubnetworks = 0\n", {}, {"[parallel] subnetworks", "[1, 4096]"}},
         ErrorCase{"log_every", S + "[log]\nevery = 0\n", {}, {"[log] every", ">= 1"}},
         ErrorCase{"val_fraction", S + "[data]\nval_fraction = 1\n", {}, {"[data] val_fraction", "(0, 1)"}},
         ErrorCase{"model_enum", S + "[model]\nname = \"vgg\"\n", {}, {"[model] name = \"vgg\"", "mlp, resnet, gpt"}},
@@ -245,7 +247,7 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"override_unknown_table", S, {"trian.steps=3"}, {"unknown table [trian]", "trian.steps"}},
         ErrorCase{"override_malformed", S, {"train.batch_size"}, {"--set train.batch_size", "table.key=value"}},
         ErrorCase{"override_no_table", S, {"batch_size=3"}, {"batch_size", "table.key"}},
-        ErrorCase{"override_bad_value", S, {"train.batch_size=-3"}, {"[train] batch_size = -3 (from --set)", ">= 1"}},
+        ErrorCase{"override_bad_value", S, {"train.batch_size=-3"}, {"[train] batch_size = -3 (from --set)", "[1, 1048576]"}},
         ErrorCase{"override_bare_word_for_int", S, {"train.batch_size=big"}, {"[train] batch_size = \"big\"", "expected an integer"}},
         ErrorCase{"override_enum", S, {"mask.regime=sideways"}, {"[mask] regime = \"sideways\"", "none, forward, backward"}}),
     [](const ::testing::TestParamInfo<ErrorCase>& info) { return std::string(info.param.name); });
