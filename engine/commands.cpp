@@ -26,6 +26,12 @@ int run_train(const Config& config, const TrainOptions& options) {
     int w = 0, W = 0;
     SUBDP_CHECK(std::sscanf(options.simulate_rank.c_str(), "%d/%d", &w, &W) == 2,
                 "--simulate-rank \"{}\": expected w/W", options.simulate_rank);
+    // One rank alone holds only its subnetwork's units: a checkpoint written from it would
+    // be a full model with holes, and a resume would need the other ranks' optimizer state.
+    SUBDP_CHECK(config.checkpoint.dir.empty() && config.checkpoint.resume.empty(),
+                "--simulate-rank {}: [checkpoint] dir / resume are not supported (this rank alone holds only "
+                "its subnetwork's units); unset them to measure the rank's footprint",
+                options.simulate_rank);
     world = make_simulated_communicator(w, W);
   } else {
     world = make_world(config.parallel);

@@ -37,14 +37,13 @@ class TextSource : public DataSource {
     const int64_t need = static_cast<int64_t>(T_) + 2;  // one window of T+1 and a start to draw
     SUBDP_CHECK(n - n_val >= need, "{}: {} tokens leave {} for training after data.val_fraction = {}; need at least "
                 "context + 2 = {}", path_, n, n - n_val, c.data.val_fraction, need);
-    SUBDP_CHECK(n_val == 0 || n_val >= need, "{}: the validation split (data.val_fraction = {}) holds {} tokens, "
-                "fewer than context + 2 = {}; raise val_fraction or set it to 0 (no evaluation)", path_,
-                c.data.val_fraction, n_val, need);
+    SUBDP_CHECK(n_val >= need, "{}: the validation split (data.val_fraction = {}) holds {} of its {} tokens, "
+                "fewer than context + 2 = {}; raise data.val_fraction", path_, c.data.val_fraction, n_val, n, need);
     train_.assign(s.tokens.begin(), s.tokens.end() - n_val);
     val_.assign(s.tokens.end() - n_val, s.tokens.end());
     const uint64_t train_seed = mix64(c.train.seed ^ 0x74726169ULL);  // "trai"
     train_sampler_ = std::make_unique<WindowSampler>(n - n_val, T_, batch_size_, rank, train_seed);
-    if (n_val > 0) eval_sampler_ = std::make_unique<WindowSampler>(n_val, T_, batch_size_, 0, kEvalSeed);
+    eval_sampler_ = std::make_unique<WindowSampler>(n_val, T_, batch_size_, 0, kEvalSeed);
     const int64_t per_step = static_cast<int64_t>(batch_size_) * T_ * world_;
     steps_per_epoch_ = std::max<int64_t>(1, static_cast<int64_t>(train_.size()) / per_step);
   }

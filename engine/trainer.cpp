@@ -154,9 +154,9 @@ void Trainer::train_step(int64_t epoch, int64_t in_epoch) {
   if (bad > 0) {
     SUBDP_CHECK(config_.train.nonfinite == "skip", "non-finite loss or gradient at step {} (see the rank's message "
                 "above); stopping before the optimizer step, no checkpoint written over the last good one "
-                "(train.nonfinite = \"skip\" skips such steps instead)", step_);
+                "(train.nonfinite = \"skip\" skips such steps instead)", step_ + 1);
     if (prints_) std::fprintf(stderr, "subdp: warning: skipping step %lld: non-finite values\n",
-                                        static_cast<long long>(step_));
+                                        static_cast<long long>(step_ + 1));  // 1-based
     ++step_;
     return;
   }
@@ -181,7 +181,7 @@ bool Trainer::gradients_finite() {
   for (Param* p : model_->params().trainable()) {
     if (!p->grad.defined() || cpu::all_finite(p->grad.f32(), p->grad.numel())) continue;
     std::fprintf(stderr, "subdp: rank %d: non-finite gradient in %s at step %lld\n", layout_.rank, p->name.c_str(),
-                 static_cast<long long>(step_));
+                 static_cast<long long>(step_ + 1));  // 1-based, as the progress lines and metrics
     return false;
   }
   return true;

@@ -1,6 +1,7 @@
 // The training session of one rank: layout, plan, local model, optimizer, gradient
 // averaging, data, evaluation, metrics and checkpoints (design brief, "One training step").
 #pragma once
+#include <cmath>
 #include <chrono>
 #include <fstream>
 #include <memory>
@@ -71,7 +72,7 @@ class Trainer {
   double window_loss_ = 0, window_acc_ = 0;
   int64_t window_n_ = 0, window_examples_ = 0;
   double window_time_ = 0;
-  double last_train_loss_ = 0;
+  double last_train_loss_ = std::nan("");  // NaN until a step runs (a resume at the last step runs none)
   std::chrono::steady_clock::time_point start_;
 };
 

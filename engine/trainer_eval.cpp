@@ -142,7 +142,11 @@ void Trainer::resume() {
         load_checkpoint(path, info, full, opt);
         SUBDP_CHECK(info.model_name == config_.model.name, "{}: checkpoint of model \"{}\", config says \"{}\"", path,
                     info.model_name, config_.model.name);
-        std::printf("resuming from %s at step %lld\n", path.c_str(), static_cast<long long>(info.step));
+        SUBDP_CHECK(info.step <= total_steps_,
+                    "{}: checkpoint at step {}, past the run's last step {} ([train] steps / epochs): nothing to "
+                    "train; raise train.steps or train.epochs", path, info.step, total_steps_);
+        std::printf("resuming from %s at step %lld%s\n", path.c_str(), static_cast<long long>(info.step),
+                    info.step == total_steps_ ? " (the run's last step: no training steps)" : "");
       } else {
         std::printf("checkpoint.resume = \"auto\": no checkpoint in %s, starting fresh\n", config_.checkpoint.dir.c_str());
       }

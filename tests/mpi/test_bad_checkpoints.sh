@@ -33,3 +33,5 @@ expect_fail "not a subdp checkpoint" train "$WORK/mlp.toml" --set parallel.backe
   --set checkpoint.resume="$WORK/nowhere"
 expect_fail "CRC32" train "$WORK/mlp.toml" --set parallel.backend=local \
   --set checkpoint.resume="$WORK/ckpt/step-00000008"
+expect_fail "past the run's last step 2" train "$WORK/mlp.toml" --set parallel.backend=local \
+  --set checkpoint.resume="$WORK/ckpt/step-00000004" --set train.steps=2 --set checkpoint.dir="$WORK/other"

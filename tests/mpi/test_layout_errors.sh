@@ -19,3 +19,6 @@ expect_error "no droppable residual" 2 "$SUBDP" train "$WORK/mlp.toml" --set par
   --set mask.regime=forward --set mask.granularity=block --set mask.keep=0.5
 expect_error "different config" 2 "$SUBDP" train "$WORK/mlp.toml" : -np 1 "$SUBDP" train "$WORK/mlp.toml" \
   --set train.seed=7
+expect_error "checkpoint\] dir / resume are not supported" 1 "$SUBDP" train "$WORK/mlp.toml" --simulate-rank 1/4 \
+  --set parallel.subnetworks=4 --set mask.regime=forward --set mask.granularity=neuron --set mask.keep=0.5 \
+  --set checkpoint.dir="$WORK/sim-ckpt"

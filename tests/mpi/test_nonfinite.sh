@@ -19,7 +19,7 @@ grep -m1 -E "non-finite" "$WORK/stop.log"
 bad_step=$(grep -m1 -oE "at step [0-9]+" "$WORK/stop.log" | grep -oE "[0-9]+")
 for d in "$WORK"/ckpt/step-*; do
   s=${d##*step-}
-  ((10#$s <= bad_step)) || { echo "FAIL: checkpoint $d written at or after the bad step $bad_step"; exit 1; }
+  ((10#$s < bad_step)) || { echo "FAIL: checkpoint $d written at or after the bad step $bad_step (1-based)"; exit 1; }
 done
 # Every checkpoint left on disk is finite.
 for d in "$WORK"/ckpt/step-*; do

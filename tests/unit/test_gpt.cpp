@@ -580,6 +580,13 @@ TEST(TextSource, RejectsTokensOutsideVocab) {
   c.model.vocab = 256;
   c.data.val_fraction = 0.001;  // 2 tokens: shorter than one window
   EXPECT_THROW(make_data_source(c, 0, 1), Error);
+  c.data.val_fraction = 0.0001;  // rounds to 0 tokens: no evaluation at all, also refused
+  try {
+    make_data_source(c, 0, 1);
+    ADD_FAILURE() << "an empty validation split was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("raise data.val_fraction"), std::string::npos) << e.what();
+  }
   std::filesystem::remove(path);
 }
 
