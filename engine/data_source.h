@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "engine/config.h"
+#include "engine/error.h"
 #include "models/model.h"
 
 namespace subdp {
@@ -25,7 +26,20 @@ class DataSource {
   virtual std::string describe() const = 0;
 };
 
-/// Builds the source named in config.data for rank `rank` of `world`.
+/// Builds the source named in config.data for rank `rank` of `world`. Errors reading the
+/// files (missing, empty, corrupt) name the key: "data.path: <path>: <what>" (or
+/// "data.path (default for <name>)" when the key is empty).
 std::unique_ptr<DataSource> make_data_source(const Config& config, int rank, int world);
+
+/// Runs load(); an Error it throws is rethrown with the data.path key in front.
+template <class Load>
+auto with_data_path_key(const Config& c, Load&& load) -> decltype(load()) {
+  try {
+    return load();
+  } catch (const Error& e) {
+    throw Error((c.data.path.empty() ? "data.path (default for " + c.data.name + "): " : std::string("data.path: ")) +
+                e.what());
+  }
+}
 
 }  // namespace subdp

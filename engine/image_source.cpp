@@ -26,8 +26,10 @@ class ImageSource : public DataSource {
         sampler_(0, 1, 0, 1, 0) {
     const std::string dir = c.data.path.empty() ? default_path(c.data.name) : c.data.path;
     const bool cifar = c.data.name == "cifar10";
-    train_ = cifar ? load_cifar10_dir(dir, true) : load_mnist_dir(dir, true);
-    test_ = cifar ? load_cifar10_dir(dir, false) : load_mnist_dir(dir, false);
+    with_data_path_key(c, [&] {
+      train_ = cifar ? load_cifar10_dir(dir, true) : load_mnist_dir(dir, true);
+      test_ = cifar ? load_cifar10_dir(dir, false) : load_mnist_dir(dir, false);
+    });
     SUBDP_CHECK(train_.channels == c.model.in_channels && train_.height == c.model.image_size,
                 "data.name = \"{}\" has {}x{}x{} images but the model expects in_channels = {}, image_size = {}",
                 c.data.name, train_.channels, train_.height, train_.width, c.model.in_channels, c.model.image_size);

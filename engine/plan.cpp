@@ -179,8 +179,9 @@ SubnetworkPlan make_plan(const ModelUnits& units, const MaskConfig& mask, int S)
     const bool pinned = std::count(mask.pinned.begin(), mask.pinned.end(), b) > 0;
     if (units.blocks[b].droppable && !pinned) stages[units.blocks[b].stage].push_back(b);
   }
-  SUBDP_CHECK(!stages.empty(), "mask.granularity = \"block\": the model has no droppable residual "
-              "blocks (the MLP has none; use granularity = \"neuron\", or unpin blocks)");
+  SUBDP_CHECK(!stages.empty(), "mask.granularity = \"block\": no droppable residual block is left to deal "
+              "(the model has {} blocks, {} of them in mask.pinned); use granularity = \"neuron\" or unpin blocks",
+              nblocks, mask.pinned.size());
   // Each stage is dealt with the brief's construction. Its rotation is chosen so the block
   // count per subnetwork is as even as possible over the whole model, not only per stage:
   // exhaustively over rotation combinations when there are few, else greedily stage by

@@ -41,6 +41,9 @@ void load_weights(Model& model, const std::vector<NamedTensor>& tensors, const s
                 p->name, it->second->data.size(), p->value.numel(), shape_str(p->full_shape));
     std::copy(it->second->data.begin(), it->second->data.end(), p->value.f32());
   }
+  SUBDP_CHECK(by_name.size() == model.params().all().size(),
+              "{}: checkpoint holds {} tensors, the model built from its config {}: the config does not describe "
+              "these weights", path, by_name.size(), model.params().all().size());
 }
 
 /// Next token from the logits (V) of the last position: argmax when temperature <= 0, else a
@@ -67,6 +70,10 @@ int next_token(const float* logits, int V, double temperature, int top_k, uint64
 int run_sample(const std::string& checkpoint, const std::string& prompt, int tokens, double temperature, int top_k,
                uint64_t seed, const std::vector<std::string>& overrides) {
   SUBDP_CHECK(tokens >= 0, "--tokens {} must be >= 0", tokens);
+  for (const std::string& o : overrides)
+    SUBDP_CHECK(o.rfind("model.", 0) != 0,
+                "--set {}: the checkpoint's weights fix the [model] table; override other keys only (e.g. "
+                "train.threads)", o);
   const std::string path = checkpoint_path(checkpoint);
   CheckpointInfo info;
   std::vector<NamedTensor> tensors, optimizer;

@@ -30,7 +30,8 @@ class TextSource : public DataSource {
     SUBDP_CHECK(name_ == "text" || !c.data.path.empty(),
                 "data.name = \"token_shards\" needs data.path (an llm.c .bin shard or a directory of them)");
     path_ = c.data.path.empty() ? "data/brown/brown.txt" : c.data.path;
-    TokenStream s = name_ == "text" ? load_text_bytes(path_) : load_token_shards(path_, c.model.vocab);
+    TokenStream s = with_data_path_key(
+        c, [&] { return name_ == "text" ? load_text_bytes(path_) : load_token_shards(path_, c.model.vocab); });
     check_vocab(s, c.model.vocab);
     const int64_t n = static_cast<int64_t>(s.tokens.size());
     const int64_t n_val = static_cast<int64_t>(static_cast<double>(n) * c.data.val_fraction);

@@ -151,7 +151,7 @@ int run(int argc, char** argv) {
   CLI::App* sample = app.add_subcommand("sample", "generate text with a byte-level GPT checkpoint");
   sample->add_option("CHECKPOINT", s.checkpoint, "checkpoint directory (or a checkpoint.dir: newest)")->required();
   sample->add_option("--prompt", s.prompt, "text to continue");
-  sample->add_option("--tokens", s.tokens, "bytes to generate")->check(CLI::NonNegativeNumber);
+  sample->add_option("--tokens", s.tokens, "bytes to generate")->check(CLI::Range(0, 1 << 30));
   sample->add_option("--temperature", s.temperature, "softmax temperature; 0 = greedy")->check(CLI::NonNegativeNumber);
   sample->add_option("--top-k", s.top_k, "sample among the k most likely bytes; 0 = all")->check(CLI::NonNegativeNumber);
   sample->add_option("--seed", s.seed, "seed of the draws");

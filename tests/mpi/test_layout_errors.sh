@@ -15,7 +15,7 @@ expect_error "does not divide the world size" 3 "$SUBDP" train "$WORK/mlp.toml" 
   --set mask.regime=forward --set mask.granularity=neuron --set mask.keep=0.5
 expect_error "must be a whole number" 4 "$SUBDP" train "$WORK/mlp.toml" --set parallel.subnetworks=4 \
   --set mask.regime=forward --set mask.granularity=neuron --set mask.keep=0.3
-expect_error "no droppable residual" 2 "$SUBDP" train "$WORK/mlp.toml" --set parallel.subnetworks=2 \
+expect_error "no droppable residual block" 2 "$SUBDP" train "$WORK/mlp.toml" --set parallel.subnetworks=2 \
   --set mask.regime=forward --set mask.granularity=block --set mask.keep=0.5
 expect_error "different config" 2 "$SUBDP" train "$WORK/mlp.toml" : -np 1 "$SUBDP" train "$WORK/mlp.toml" \
   --set train.seed=7

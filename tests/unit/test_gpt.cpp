@@ -572,6 +572,16 @@ TEST(TextSource, WindowsSplitsAndDeterminism) {
   std::filesystem::remove(path);
 }
 
+TEST(TextSource, FileErrorsNameTheDataPathKey) {
+  Config c = text_config("/nonexistent/subdp_corpus.txt");
+  try {
+    make_data_source(c, 0, 1);
+    ADD_FAILURE() << "a missing corpus was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "data.path: /nonexistent/subdp_corpus.txt: file not found");
+  }
+}
+
 TEST(TextSource, RejectsTokensOutsideVocab) {
   const std::string path = write_text("subdp_test_text_vocab.txt", 2000);
   Config c = text_config(path);
@@ -633,6 +643,9 @@ TEST(Sample, GreedyGenerationFromCheckpointIsDeterministic) {
   for (int i = 0; i < 6; ++i) EXPECT_EQ(static_cast<unsigned char>(greedy[3 + i]), ids[3 + i]) << i;
   EXPECT_EQ(generate(1.0, 7), generate(1.0, 7));
   EXPECT_THROW(run_sample((dir / "nothing").string(), "a", 1, 0, 0, 0), Error);
+  // The weights fix the model: a [model] override (here one block fewer) is refused, not
+  // silently truncated.
+  EXPECT_THROW(run_sample(dir.string(), "a", 1, 0, 0, 0, {"model.depth=1"}), Error);
   std::filesystem::remove_all(dir);
 }
 
