@@ -390,7 +390,7 @@ void check_ascii(const std::string& text, const std::string& path) {
   }
 }
 
-toml::table parse_override_value(const std::string& text, bool string_key) {
+toml::table parse_override_value(const std::string& text, bool string_key, const std::string& spec) {
   bool quoted = !text.empty() && (text[0] == '"' || text[0] == '\'');
   if (!string_key || quoted) {
     try {
@@ -398,6 +398,10 @@ toml::table parse_override_value(const std::string& text, bool string_key) {
       toml::table t = toml::parse("v = " + text);
       if (t.size() == 1 && t.contains("v")) return t;
     } catch (const toml::parse_error&) {
+      // Digits TOML cannot hold (beyond 64 bits) are a number out of range, not a bare word.
+      const size_t digits = text[0] == '+' || text[0] == '-' ? 1 : 0;
+      const bool integer = text.size() > digits && text.find_first_not_of("0123456789_", digits) == std::string::npos;
+      SUBDP_CHECK(!integer, "--set {}: {} is an integer out of the 64-bit range", spec, text);
     }
   }
   toml::table t;
@@ -424,7 +428,7 @@ std::string apply_override(toml::table& root, const std::vector<Field>& fs,
   SUBDP_CHECK(f, "--set {}: unknown key {}{}; valid keys of [{}]: {}", spec, dotted,
               suggestion(key, keys), table, join(keys));
   bool string_key = std::holds_alternative<std::string*>(f->target);
-  toml::table value = parse_override_value(text, string_key);
+  toml::table value = parse_override_value(text, string_key, spec);
   if (!root.contains(table) || !root[table].is_table()) root.insert_or_assign(table, toml::table{});
   toml::table& dst = *root[table].as_table();
   value.get("v")->visit([&](const auto& v) { dst.insert_or_assign(key, v); });

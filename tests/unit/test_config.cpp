@@ -251,6 +251,7 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"override_no_table", S, {"batch_size=3"}, {"batch_size", "table.key"}},
         ErrorCase{"override_bad_value", S, {"train.batch_size=-3"}, {"[train] batch_size = -3 (from --set)", "[1, 1048576]"}},
         ErrorCase{"override_bare_word_for_int", S, {"train.batch_size=big"}, {"[train] batch_size = \"big\"", "expected an integer"}},
+        ErrorCase{"override_huge_int", S, {"train.batch_size=99999999999999999999"}, {"train.batch_size", "99999999999999999999", "64-bit range"}},
         ErrorCase{"override_enum", S, {"mask.regime=sideways"}, {"[mask] regime = \"sideways\"", "none, forward, backward"}}),
     [](const ::testing::TestParamInfo<ErrorCase>& info) { return std::string(info.param.name); });
 
