@@ -284,15 +284,20 @@ TEST(GradCheck, BatchNorm2dRunningStatistics) {
       }
 }
 
+/// Statistics for `rows` rows and gamma ~ 1 +- 0.5, beta ~ 0 +- 0.5 drawn from `seed`, `seed` + 1.
+void randomize_layernorm(LayerNorm& ln, int64_t rows, uint64_t seed) {
+  ln.allocate_stats(rows);
+  randomize(*ln.gamma, 1.f, 0.5f, seed);
+  randomize(*ln.beta, 0.f, 0.5f, seed + 1);
+}
+
 TEST(GradCheck, LayerNorm) {
   SubnetMask mask;
   ParamSet ps(mask, 9);
   const int C = 6;
   const int64_t rows = 4;
   LayerNorm ln(ps, "ln", C);
-  ln.allocate_stats(rows);
-  randomize(*ln.gamma, 1.f, 0.5f, 41);
-  randomize(*ln.beta, 0.f, 0.5f, 42);
+  randomize_layernorm(ln, rows, 41);
   Tensor x = random_tensor({rows, C}, 2.f, 43), r = random_tensor({rows, C}, 1.f, 44);
   Tensor y = act({rows, C});
   auto loss = [&] {
@@ -320,9 +325,7 @@ TEST(LayerNorm, RecomputedOutputHasTheForwardsBits) {
   const int C = 37;
   const int64_t rows = 23;
   LayerNorm ln(ps, "ln", C);
-  ln.allocate_stats(rows);
-  randomize(*ln.gamma, 1.f, 0.5f, 51);
-  randomize(*ln.beta, 0.f, 0.5f, 52);
+  randomize_layernorm(ln, rows, 51);
   Tensor x = random_tensor({rows, C}, 3.f, 53), y = act({rows, C}), again = act({rows, C});
   const int saved = omp_get_max_threads();
   for (const int threads : {1, 2}) {
