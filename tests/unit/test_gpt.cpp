@@ -646,6 +646,12 @@ TEST(Sample, GreedyGenerationFromCheckpointIsDeterministic) {
   // The weights fix the model: a [model] override (here one block fewer) is refused, not
   // silently truncated.
   EXPECT_THROW(run_sample(dir.string(), "a", 1, 0, 0, 0, {"model.depth=1"}), Error);
+  try {  // --set trims the key: leading blanks get the same message
+    run_sample(dir.string(), "a", 1, 0, 0, 0, {"  model.name=mlp"});
+    ADD_FAILURE() << "a padded [model] override was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("fix the [model] table"), std::string::npos) << e.what();
+  }
   std::filesystem::remove_all(dir);
 }
 
