@@ -64,6 +64,8 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     a = p.parse_args()
     gemm = sgemm_rate(os.path.dirname(a.binary), a.threads)
+    blas = subprocess.run([a.binary, "version"], check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    print(f"BLAS: {blas}")
     print(f"OpenBLAS sgemm (1024^3, {a.threads} threads): {gemm:.1f} GFLOP/s\n")
     print("| model | batch | threads | unit | subdp | PyTorch | ratio | subdp GFLOP/s | of sgemm rate |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")

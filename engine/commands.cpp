@@ -5,6 +5,7 @@
 
 #include "engine/comm/communicator.h"
 #include "engine/error.h"
+#include "kernels/cpu/gemm.h"
 #include "engine/trainer.h"
 
 namespace subdp {
@@ -65,7 +66,7 @@ int run_version() {
 #ifdef SUBDP_WITH_NCCL
   std::printf(" nccl");
 #endif
-  std::printf("\n");
+  std::printf("\n%s\n", cpu::blas_description().c_str());
   return 0;
 }
 

@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 extern "C" void openblas_set_num_threads(int);
 
@@ -30,6 +31,16 @@ void set_num_threads(int threads) {
   omp_set_dynamic(0);
   openblas_set_num_threads(threads);
   omp_set_num_threads(threads);
+}
+
+std::string blas_description() {
+  std::string s = openblas_get_config();
+  s += "; core ";
+  s += openblas_get_corename();
+  if (const char* forced = std::getenv("OPENBLAS_CORETYPE")) s += std::string(" (OPENBLAS_CORETYPE=") + forced + ")";
+  __builtin_cpu_init();
+  s += __builtin_cpu_supports("avx512f") ? "; CPU with AVX-512" : "; CPU without AVX-512";
+  return s;
 }
 
 }  // namespace subdp::cpu

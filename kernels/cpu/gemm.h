@@ -1,5 +1,6 @@
 // GEMM on the CPU through OpenBLAS (cblas_sgemm), row-major.
 #pragma once
+#include <string>
 
 namespace subdp::cpu {
 
@@ -12,5 +13,11 @@ void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const f
 /// Sets the number of BLAS threads (OpenBLAS) and OpenMP threads; at least 1. Turns off
 /// OpenMP dynamic thread adjustment (OMP_DYNAMIC), under which OpenBLAS can hang.
 void set_num_threads(int threads);
+
+/// The loaded OpenBLAS: its build configuration and the kernel set (core) it runs, with
+/// OPENBLAS_CORETYPE when set (a DYNAMIC_ARCH OpenBLAS reads it at load time, and it beats
+/// the CPU's own id), and whether the CPU has AVX-512 (an AVX2 core such as Haswell then
+/// runs at about half the sgemm rate). Printed by `subdp version` and the benchmarks.
+std::string blas_description();
 
 }  // namespace subdp::cpu
