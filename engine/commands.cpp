@@ -5,8 +5,8 @@
 
 #include "engine/comm/communicator.h"
 #include "engine/error.h"
-#include "kernels/cpu/gemm.h"
 #include "engine/trainer.h"
+#include "kernels/cpu/gemm.h"
 
 namespace subdp {
 
