@@ -32,8 +32,13 @@ struct FdOptions {
   double max_nonsmooth = 0;
 };
 
-/// Central difference (f(v+eps) - f(v-eps)) / (actual step) of loss() in element i of v.
-inline double central_difference(float* v, int64_t i, float eps, const std::function<double()>& loss) {
+/// Central difference (f(v+eps) - f(v-eps)) / (actual step) of loss() in element i of v,
+/// and the two one-sided differences (f(v+eps) - f0) / step and (f0 - f(v-eps)) / step
+/// around f0 = loss() at v.
+struct Differences {
+  double central, right, left;
+};
+inline Differences differences(float* v, int64_t i, float eps, double f0, const std::function<double()>& loss) {
   const float orig = v[i];
   const float hi = orig + eps, lo = orig - eps;
   v[i] = hi;
@@ -41,7 +46,8 @@ inline double central_difference(float* v, int64_t i, float eps, const std::func
   v[i] = lo;
   const double lm = loss();
   v[i] = orig;
-  return (lp - lm) / (static_cast<double>(hi) - static_cast<double>(lo));
+  const double up = static_cast<double>(hi) - orig, down = orig - static_cast<double>(lo);
+  return {(lp - lm) / (up + down), (lp - f0) / up, (f0 - lm) / down};
 }
 
 /// Probe indices: all of [0, n) when n <= max_probes, else a seeded sample without repeats.
@@ -66,7 +72,10 @@ inline std::vector<int64_t> probe_indices(int64_t n, int max_probes, uint64_t se
 /// step of 1e-3 often crosses one), a probe passes when the difference at any of the steps
 /// matches; a probe that matches none is a mismatch when all its differences agree with one
 /// another within half the tolerance (the loss is smooth there: the analytic gradient is
-/// wrong) and is skipped as non-smooth when they disagree (a kink inside the steps). That
+/// wrong) and is skipped as non-smooth when they disagree (a kink inside the steps), or when
+/// the one-sided differences at the first step disagree with each other (a kink so close to
+/// the probed value that every central difference straddles it and returns the mean of the
+/// two slopes, while the analytic gradient is the slope of one side). That
 /// decision depends on the forward pass only, so a wrong backward cannot hide behind it, and
 /// at most max_nonsmooth of the probes may be skipped. Fails when the probed gradient is all
 /// zero (a check that compares nothing). value_index (optional) maps analytic index ->
@@ -81,10 +90,16 @@ inline ::testing::AssertionResult check_gradient(const std::string& what, float*
   std::vector<float> steps = {opt.eps};
   steps.insert(steps.end(), opt.witness_steps.begin(), opt.witness_steps.end());
   std::vector<std::vector<double>> num(idx.size());
+  std::vector<Differences> first(idx.size());  // at opt.eps
+  const double f0 = loss();
   double scale = 0;
   for (size_t k = 0; k < idx.size(); ++k) {
     const int64_t vi = value_index.empty() ? idx[k] : value_index.at(idx[k]);
-    for (float h : steps) num[k].push_back(central_difference(values, vi, h, loss));
+    for (float h : steps) {
+      const Differences d = differences(values, vi, h, f0, loss);
+      if (num[k].empty()) first[k] = d;
+      num[k].push_back(d.central);
+    }
     scale = std::max({scale, std::abs(num[k][0]), static_cast<double>(std::abs(analytic[idx[k]]))});
   }
   if (!(scale > 1e-7))
@@ -103,6 +118,7 @@ inline ::testing::AssertionResult check_gradient(const std::string& what, float*
       match = match || close(a, v);
       for (double w : num[k]) smooth = smooth && close(v, w, 0.5);
     }
+    if (!opt.witness_steps.empty()) smooth = smooth && close(first[k].right, first[k].left);
     if (match) continue;
     if (!smooth) {
       ++skipped;
