@@ -1,22 +1,20 @@
-// Winograd F(2x2, 3x3) convolution (Lavin and Gray 2016). With the transforms
-//   B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1],
-//   A^T = [1 1 1 0; 0 1 -1 -1],
-// a 2x2 output tile is Y = A^T [(G g G^T) . (B^T d B)] A for its 4x4 input patch d and each
-// 3x3 filter g. Over the T tiles of a chunk of samples and all channel pairs this is, per
-// transformed element xi (16),
+// Winograd minimal filtering F(m x m, 3x3) (Lavin and Gray 2016, "Fast Algorithms for
+// Convolutional Neural Networks", eq. 8), m = 2 or 4, alpha = m + 2 points. With the
+// transforms B^T (alpha, alpha), G (alpha, 3) and A^T (m, alpha) of Minimal<m> below, an m x m
+// output tile is Y = A^T [(G g G^T) . (B^T d B)] A for its alpha x alpha input patch d and
+// each 3x3 filter g. Over the T tiles of a chunk of samples and all channel pairs this is,
+// per transformed element xi (alpha^2 of them),
 //   M[xi] (T, Cout) = V[xi] (T, Cin) x U[xi] (Cin, Cout)
 // and its backward is two more GEMMs per xi in the same domain:
 //   dU[xi] (Cout, Cin) = E[xi]^T (Cout, T) x V[xi] (T, Cin),  E = A dY A^T,  dg = G^T dU G;
 //   the input gradient is the forward convolution of dy with the flipped, transposed filters.
 // Tiles are rows and channels are columns (channels-last): each sample is transposed to
 // (H * W, C) once, and the transforms then run on whole vectors of channels, whatever the
-// image width (tile rows are only 4-14 tiles wide on 28x28 inputs, which left the lanes of a
-// transform vectorised along rows mostly idle).
+// image width (tile rows are only 2-14 tiles wide on 28x28 inputs).
 #include "kernels/cpu/winograd.h"
 
 #include <algorithm>
 #include <cstring>
-#include <type_traits>
 
 #include <omp.h>
 
@@ -26,115 +24,163 @@ namespace subdp::cpu {
 
 namespace {
 
-constexpr int kXi = 16;            // transformed elements per tile (4x4)
 constexpr int kTargetTiles = 128;  // tiles per GEMM row block: chunks of samples reach it
-constexpr int kLanes = 8;          // floats per Vec
+constexpr int kMinTile4Side = 4;  // images at least this high and wide use F(4x4, 3x3)
+// Floats per Vec: the transforms' channel vectors fill one register (16 with AVX-512).
+#ifdef __AVX512F__
+constexpr int kLanes = 16;
+#else
+constexpr int kLanes = 8;
+#endif
 
-// Eight floats as one value (GCC/Clang vector extension): the transforms run on whole
-// channel vectors; with -march=native they compile to AVX2 or AVX-512 registers.
+// kLanes floats as one value (GCC/Clang vector extension): the transforms run on whole
+// channel vectors; with -march=native they compile to AVX2 or AVX-512 registers. Vec8 (8
+// floats) serves the 8 x 8 transposes.
 typedef float Vec __attribute__((vector_size(kLanes * sizeof(float))));
+typedef float Vec8 __attribute__((vector_size(8 * sizeof(float))));
 
-template <class V> V load(const float* p);
-template <> inline float load<float>(const float* p) { return *p; }
-template <> inline Vec load<Vec>(const float* p) {
-  Vec v;
+template <class V> V load(const float* p) {
+  V v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-inline void store(float* p, float v) { *p = v; }
-inline void store(float* p, Vec v) { std::memcpy(p, &v, sizeof v); }
+template <class V> void store(float* p, V v) { std::memcpy(p, &v, sizeof v); }
 
-// Calls f(c, Vec-or-float tag) for channel offsets c covering [0, C): whole vectors first,
-// then single channels (channel counts of masked layers need not be multiples of 8).
+// Calls f(c, tag) for channel offsets c covering [0, C), tag a Vec, Vec8 or float saying how
+// many channels from c to take: whole vectors first, then single channels (channel counts of
+// masked layers need not be multiples of 8 or 16).
 template <class Fn>
 inline void for_channels(int C, Fn&& f) {
   int c = 0;
   for (; c + kLanes <= C; c += kLanes) f(c, Vec{});
+  if (kLanes > 8)
+    for (; c + 8 <= C; c += 8) f(c, Vec8{});
   for (; c < C; ++c) f(c, 0.f);
+}
+
+// Transform matrices of F(m x m, 3x3) (Lavin and Gray 2016, section 4; interpolation points
+// 0, 1, -1 for m = 2 and 0, 1, -1, 2, -2 for m = 4, plus the point at infinity). A is A^T
+// transposed, kept as its own table so every transform reads matrix rows.
+template <int M> struct Minimal;
+template <> struct Minimal<2> {
+  static constexpr int m = 2, alpha = 4;
+  static constexpr float BT[4][4] = {{1, 0, -1, 0}, {0, 1, 1, 0}, {0, -1, 1, 0}, {0, 1, 0, -1}};
+  static constexpr float G[4][3] = {{1, 0, 0}, {.5f, .5f, .5f}, {.5f, -.5f, .5f}, {0, 0, 1}};
+  static constexpr float AT[2][4] = {{1, 1, 1, 0}, {0, 1, -1, -1}};
+  static constexpr float A[4][2] = {{1, 0}, {1, 1}, {1, -1}, {0, -1}};
+};
+template <> struct Minimal<4> {
+  static constexpr int m = 4, alpha = 6;
+  static constexpr float BT[6][6] = {{4, 0, -5, 0, 1, 0},  {0, -4, -4, 1, 1, 0}, {0, 4, -4, -1, 1, 0},
+                                     {0, -2, -1, 2, 1, 0}, {0, 2, -1, -2, 1, 0}, {0, 4, 0, -5, 0, 1}};
+  static constexpr float G[6][3] = {{1.f / 4, 0, 0},
+                                    {-1.f / 6, -1.f / 6, -1.f / 6},
+                                    {-1.f / 6, 1.f / 6, -1.f / 6},
+                                    {1.f / 24, 1.f / 12, 1.f / 6},
+                                    {1.f / 24, -1.f / 12, 1.f / 6},
+                                    {0, 0, 1}};
+  static constexpr float AT[4][6] = {{1, 1, 1, 1, 1, 0}, {0, 1, -1, 2, -2, 0}, {0, 1, 1, 4, 4, 0}, {0, 1, -1, 8, -8, 1}};
+  static constexpr float A[6][4] = {{1, 0, 0, 0}, {1, 1, 1, 1}, {1, -1, 1, -1}, {1, 2, 4, 8}, {1, -2, 4, -8}, {0, 0, 0, 1}};
+};
+
+// sum_k c[k] * x[k] over the nonzero c[k]. c is a row of a transform matrix: once the
+// callers' loops are unrolled it is known at compile time, so zero terms vanish and +-1
+// terms need no multiply.
+template <int N, class V_>
+inline V_ combine(const float* c, const V_* x) {
+  V_ acc{};
+  bool started = false;
+#pragma GCC unroll 8
+  for (int k = 0; k < N; ++k) {
+    if (c[k] == 0.f) continue;
+    const V_ term = c[k] == 1.f ? x[k] : c[k] == -1.f ? -x[k] : c[k] * x[k];
+    acc = started ? acc + term : term;
+    started = true;
+  }
+  return acc;
 }
 
 // Tile grid of one sample and the chunking of samples into GEMM row blocks.
 struct Tiling {
-  int th, tw, per_sample, chunk, T;
-  explicit Tiling(const ConvShape& s)
-      : th((s.H + 1) / 2), tw((s.W + 1) / 2), per_sample(th * tw),
-        chunk(std::max(1, std::min(s.N, (kTargetTiles + per_sample - 1) / per_sample))),
+  int m, alpha, xis, th, tw, per_sample, chunk, T;
+  Tiling(const ConvShape& s, int tile)
+      : m(tile), alpha(tile + 2), xis(alpha * alpha), th((s.H + m - 1) / m), tw((s.W + m - 1) / m),
+        per_sample(th * tw), chunk(std::max(1, std::min(s.N, (kTargetTiles + per_sample - 1) / per_sample))),
         T(chunk * per_sample) {}
   int chunks(int N) const { return (N + chunk - 1) / chunk; }
 };
 
 int64_t max_channels(const ConvShape& s) { return std::max(s.Cin, s.Cout); }
-int64_t filter_floats(const ConvShape& s) { return int64_t{kXi} * s.Cout * s.Cin; }
-int64_t tile_buffer_floats(const ConvShape& s, const Tiling& t) { return kXi * max_channels(s) * t.T; }
+int64_t filter_floats(const ConvShape& s, const Tiling& t) { return int64_t{t.xis} * s.Cout * s.Cin; }
+int64_t tile_buffer_floats(const ConvShape& s, const Tiling& t) { return t.xis * max_channels(s) * t.T; }
 // One sample channels-last (H * W, C), plus one zero pixel (the padding) of C floats.
 int64_t plane_floats(const ConvShape& s) { return (int64_t{s.H} * s.W + 1) * max_channels(s); }
 // Per-thread region: two transformed-tile buffers and one channels-last sample.
 int64_t thread_floats(const ConvShape& s, const Tiling& t) { return 2 * tile_buffer_floats(s, t) + plane_floats(s); }
 
-// Workspace layout: max_threads filter-sized slots, then max_threads thread regions. Slot 0
-// holds the transformed filters U (forward, input gradient); in the weight-gradient phase,
-// when U is dead, slot th holds thread th's partial dU, so U costs no slot of its own.
-float* filter_slot(const ConvShape& s, float* ws, int th) { return ws + th * filter_floats(s); }
-float* thread_regions(const ConvShape& s, float* ws) { return ws + omp_get_max_threads() * filter_floats(s); }
-
-// u (4x4) = G g G^T for one 3x3 filter g (row-major).
-void transform_filter(const float* g, float* u) {
-  float t[4][3];  // G g
-  for (int j = 0; j < 3; ++j) {
-    const float g0 = g[j], g1 = g[3 + j], g2 = g[6 + j];
-    t[0][j] = g0;
-    t[1][j] = 0.5f * (g0 + g1 + g2);
-    t[2][j] = 0.5f * (g0 - g1 + g2);
-    t[3][j] = g2;
-  }
-  for (int i = 0; i < 4; ++i) {
-    const float a = t[i][0], b = t[i][1], c = t[i][2];
-    u[i * 4 + 0] = a;
-    u[i * 4 + 1] = 0.5f * (a + b + c);
-    u[i * 4 + 2] = 0.5f * (a - b + c);
-    u[i * 4 + 3] = c;
-  }
+// Workspace layout: max_threads filter-sized slots, a staging area of 9 * Cin * Cout floats
+// (filters as (9, in, out) for the filter transforms), then max_threads thread regions.
+// Slot 0 holds the transformed filters U (forward, input gradient); in the weight-gradient
+// phase, when U is dead, slot th holds thread th's partial dU, so U costs no slot of its own.
+float* filter_slot(const ConvShape& s, const Tiling& t, float* ws, int th) { return ws + th * filter_floats(s, t); }
+float* filter_staging(const ConvShape& s, const Tiling& t, float* ws) {
+  return ws + omp_get_max_threads() * filter_floats(s, t);
+}
+int64_t staging_floats(const ConvShape& s) { return int64_t{9} * s.Cin * s.Cout; }
+float* thread_regions(const ConvShape& s, const Tiling& t, float* ws) {
+  return filter_staging(s, t, ws) + staging_floats(s);
 }
 
-// dg (3x3) += G^T du G for one 4x4 transformed-filter gradient du.
-void accumulate_filter_gradient(const float* du, float* dg) {
-  float t[3][4];  // G^T du
-  for (int j = 0; j < 4; ++j) {
-    const float d0 = du[j], d1 = du[4 + j], d2 = du[8 + j], d3 = du[12 + j];
-    t[0][j] = d0 + 0.5f * (d1 + d2);
-    t[1][j] = 0.5f * (d1 - d2);
-    t[2][j] = 0.5f * (d1 + d2) + d3;
+// coef (alpha^2, 9): U[xi = i * alpha + j] = sum_k coef[xi][k] g[k] for u = G g G^T, so
+// coef[i * alpha + j][k * 3 + l] = G[i][k] G[j][l]. The filter transform of all filters is then
+// one GEMM, and the filter-gradient transform dg = G^T du G the same GEMM transposed.
+template <class W>
+struct FilterCoefficients {
+  float c[W::alpha * W::alpha][9];
+  FilterCoefficients() {
+    for (int i = 0; i < W::alpha; ++i)
+      for (int j = 0; j < W::alpha; ++j)
+        for (int k = 0; k < 3; ++k)
+          for (int l = 0; l < 3; ++l) c[i * W::alpha + j][k * 3 + l] = W::G[i][k] * W::G[j][l];
   }
-  for (int i = 0; i < 3; ++i) {
-    const float a = t[i][0], b = t[i][1], c = t[i][2], d = t[i][3];
-    dg[i * 3 + 0] += a + 0.5f * (b + c);
-    dg[i * 3 + 1] += 0.5f * (b - c);
-    dg[i * 3 + 2] += 0.5f * (b + c) + d;
-  }
-}
+};
 
-// U (16, in, out) from filters w (Cout, Cin, 3, 3), laid out as the right-hand GEMM operand
-// of a convolution from `in` to `out` channels. transpose_flip: U of the input-gradient
-// convolution, w'[ci][co] = w[co][ci] rotated by 180 degrees, so in = Cout, out = Cin.
-void transform_filters(const ConvShape& s, const float* w, bool transpose_flip, float* U) {
+// U (alpha^2, in, out) from filters w (Cout, Cin, 3, 3), laid out as the right-hand GEMM
+// operand of a convolution from `in` to `out` channels. transpose_flip: U of the
+// input-gradient convolution, w'[ci][co] = w[co][ci] rotated by 180 degrees, so in = Cout.
+// staging: 9 * Cin * Cout floats (the filters as (9, in, out)).
+template <class W>
+void transform_filters(const ConvShape& s, const float* w, bool transpose_flip, float* staging, float* U) {
+  static const FilterCoefficients<W> coef;
   const int in = transpose_flip ? s.Cout : s.Cin, out = transpose_flip ? s.Cin : s.Cout;
+  const int64_t pairs = int64_t{in} * out;
 #pragma omp parallel for schedule(static)
-  for (int co = 0; co < s.Cout; ++co)
-    for (int ci = 0; ci < s.Cin; ++ci) {
+  for (int a = 0; a < in; ++a)
+    for (int b = 0; b < out; ++b) {
+      const int co = transpose_flip ? a : b, ci = transpose_flip ? b : a;
       const float* g = w + (static_cast<int64_t>(co) * s.Cin + ci) * 9;
-      float flipped[9], u[kXi];
-      if (transpose_flip)
-        for (int i = 0; i < 9; ++i) flipped[i] = g[8 - i];
-      transform_filter(transpose_flip ? flipped : g, u);
-      const int a = transpose_flip ? co : ci, b = transpose_flip ? ci : co;
-      for (int xi = 0; xi < kXi; ++xi) U[(static_cast<int64_t>(xi) * in + a) * out + b] = u[xi];
+      for (int k = 0; k < 9; ++k) staging[k * pairs + int64_t{a} * out + b] = g[transpose_flip ? 8 - k : k];
     }
+  sgemm(false, false, W::alpha * W::alpha, static_cast<int>(pairs), 9, 1.f, &coef.c[0][0], 9, staging,
+        static_cast<int>(pairs), 0.f, U, static_cast<int>(pairs));
+}
+
+// dw (Cout, Cin, 3, 3)[:dw_cout, :dw_cin] += G^T du G per filter, du (alpha^2, dw_cout, dw_cin);
+// staging: 9 * dw_cout * dw_cin floats.
+template <class W>
+void accumulate_filter_gradients(const float* du, int dw_cout, int dw_cin, float* staging, float* dw) {
+  static const FilterCoefficients<W> coef;
+  const int pairs = dw_cout * dw_cin;
+  sgemm(true, false, 9, pairs, W::alpha * W::alpha, 1.f, &coef.c[0][0], 9, du, pairs, 0.f, staging, pairs);
+#pragma omp parallel for schedule(static)
+  for (int p = 0; p < pairs; ++p)
+    for (int k = 0; k < 9; ++k) dw[int64_t{p} * 9 + k] += staging[int64_t{k} * pairs + p];
 }
 
 // Rows r[0..7] of an 8 x 8 block replaced by its columns (unpack, then 2x2 and 4x4 block
 // swaps: the classic AVX sequence, written as generic shuffles).
-inline void transpose8x8(Vec r[8]) {
-  Vec t[8], u[8];
+inline void transpose8x8(Vec8 r[8]) {
+  Vec8 t[8], u[8];
   for (int i = 0; i < 8; i += 2) {
     t[i] = __builtin_shufflevector(r[i], r[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
     t[i + 1] = __builtin_shufflevector(r[i], r[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
@@ -157,12 +203,12 @@ void transpose(const float* __restrict src, int rows, int cols, float* __restric
   const int rows8 = rows - rows % 8, cols8 = cols - cols % 8;
   for (int r0 = 0; r0 < rows8; r0 += 8)
     for (int c0 = 0; c0 < cols8; c0 += 8) {
-      Vec v[8];
-      for (int i = 0; i < 8; ++i) v[i] = load<Vec>(src + static_cast<int64_t>(r0 + i) * cols + c0);
+      Vec8 v[8];
+      for (int i = 0; i < 8; ++i) v[i] = load<Vec8>(src + static_cast<int64_t>(r0 + i) * cols + c0);
       transpose8x8(v);
       for (int i = 0; i < 8; ++i) {
         float* d = dst + static_cast<int64_t>(c0 + i) * rows + r0;
-        store(d, accumulate ? load<Vec>(d) + v[i] : v[i]);
+        store(d, accumulate ? load<Vec8>(d) + v[i] : v[i]);
       }
     }
   auto element = [&](int r, int c) {
@@ -181,108 +227,108 @@ void from_channels_last(const float* src, int C, int P, float* dst, bool accumul
   transpose(src, P, C, dst, accumulate);
 }
 
-// V rows of one sample's tiles, V (16, T, C) starting at tile t0: V = B^T d B per 4x4
-// patch d of the channels-last sample xt (H * W, C) padded by one zero on the top and left
-// (and as far as the tile grid needs on the bottom and right). `zero` is C zeros.
+// V rows of one sample's tiles, V (alpha^2, T, C) from tile t0: V = B^T d B per alpha x alpha
+// patch d of the channels-last sample xt (H * W, C), patches at stride m over the image
+// padded by one zero on the top and left (and as far as the tile grid needs on the bottom
+// and right). `zero` is C zeros.
+template <class W>
 void transform_input(const ConvShape& s, const Tiling& t, const float* xt, int C, const float* zero,
                      int t0, float* V) {
+  constexpr int a = W::alpha;
   const int64_t step = static_cast<int64_t>(t.T) * C;  // next xi
   for (int ty = 0; ty < t.th; ++ty)
     for (int tx = 0; tx < t.tw; ++tx) {
-      const float* d[4][4];
-      for (int i = 0; i < 4; ++i)
-        for (int j = 0; j < 4; ++j) {
-          const int h = 2 * ty - 1 + i, w = 2 * tx - 1 + j;
+      const float* d[a][a];
+      for (int i = 0; i < a; ++i)
+        for (int j = 0; j < a; ++j) {
+          const int h = W::m * ty - 1 + i, w = W::m * tx - 1 + j;
           d[i][j] = h >= 0 && h < s.H && w >= 0 && w < s.W ? xt + (static_cast<int64_t>(h) * s.W + w) * C : zero;
         }
       float* v = V + static_cast<int64_t>(t0 + ty * t.tw + tx) * C;
       for_channels(C, [&](int c, auto tag) {
         using V_ = decltype(tag);
-        V_ b[4][4];  // B^T d: column j of rows 0..3
-        for (int j = 0; j < 4; ++j) {
-          const V_ d0 = load<V_>(d[0][j] + c), d1 = load<V_>(d[1][j] + c), d2 = load<V_>(d[2][j] + c),
-                   d3 = load<V_>(d[3][j] + c);
-          b[0][j] = d0 - d2;
-          b[1][j] = d1 + d2;
-          b[2][j] = d2 - d1;
-          b[3][j] = d1 - d3;
+        V_ b[a][a];  // B^T d
+#pragma GCC unroll 8
+        for (int j = 0; j < a; ++j) {
+          V_ column[a];
+#pragma GCC unroll 8
+          for (int k = 0; k < a; ++k) column[k] = load<V_>(d[k][j] + c);
+#pragma GCC unroll 8
+          for (int i = 0; i < a; ++i) b[i][j] = combine<a>(W::BT[i], column);
         }
-        for (int i = 0; i < 4; ++i) {  // (B^T d) B along row i
-          float* o = v + (i * 4) * step + c;
-          store(o, b[i][0] - b[i][2]);
-          store(o + step, b[i][1] + b[i][2]);
-          store(o + 2 * step, b[i][2] - b[i][1]);
-          store(o + 3 * step, b[i][1] - b[i][3]);
-        }
+#pragma GCC unroll 8
+        for (int i = 0; i < a; ++i)  // (B^T d) B along row i
+#pragma GCC unroll 8
+          for (int j = 0; j < a; ++j) store(v + (i * a + j) * step + c, combine<a>(W::BT[j], b[i]));
       });
     }
 }
 
-// E rows of one sample's tiles, E (16, T, C) from tile t0: E = A dY A^T per 2x2 tile of the
-// channels-last gradient gt (H * W, C), zero beyond the image edge (`zero` is C zeros).
+// E rows of one sample's tiles, E (alpha^2, T, C) from tile t0: E = A dY A^T per m x m tile of
+// the channels-last gradient gt (H * W, C), zero beyond the image edge (`zero` is C zeros).
+template <class W>
 void transform_output_gradient(const ConvShape& s, const Tiling& t, const float* gt, int C,
                                const float* zero, int t0, float* E) {
+  constexpr int a = W::alpha, m = W::m;
   const int64_t step = static_cast<int64_t>(t.T) * C;
   for (int ty = 0; ty < t.th; ++ty)
     for (int tx = 0; tx < t.tw; ++tx) {
-      const float* g[2][2];
-      for (int a = 0; a < 2; ++a)
-        for (int b = 0; b < 2; ++b) {
-          const int h = 2 * ty + a, w = 2 * tx + b;
-          g[a][b] = h < s.H && w < s.W ? gt + (static_cast<int64_t>(h) * s.W + w) * C : zero;
+      const float* g[m][m];
+      for (int p = 0; p < m; ++p)
+        for (int q = 0; q < m; ++q) {
+          const int h = m * ty + p, w = m * tx + q;
+          g[p][q] = h < s.H && w < s.W ? gt + (static_cast<int64_t>(h) * s.W + w) * C : zero;
         }
       float* e = E + static_cast<int64_t>(t0 + ty * t.tw + tx) * C;
       for_channels(C, [&](int c, auto tag) {
         using V_ = decltype(tag);
-        V_ r[4][2];  // A dY: rows 0..3, columns 0..1
-        for (int b = 0; b < 2; ++b) {
-          const V_ g0 = load<V_>(g[0][b] + c), g1 = load<V_>(g[1][b] + c);
-          r[0][b] = g0;
-          r[1][b] = g0 + g1;
-          r[2][b] = g0 - g1;
-          r[3][b] = -g1;
+        V_ r[a][m];  // A dY
+#pragma GCC unroll 8
+        for (int q = 0; q < m; ++q) {
+          V_ column[m];
+#pragma GCC unroll 8
+          for (int p = 0; p < m; ++p) column[p] = load<V_>(g[p][q] + c);
+#pragma GCC unroll 8
+          for (int i = 0; i < a; ++i) r[i][q] = combine<m>(W::A[i], column);
         }
-        for (int i = 0; i < 4; ++i) {  // (A dY) A^T along row i
-          float* o = e + (i * 4) * step + c;
-          store(o, r[i][0]);
-          store(o + step, r[i][0] + r[i][1]);
-          store(o + 2 * step, r[i][0] - r[i][1]);
-          store(o + 3 * step, -r[i][1]);
-        }
+#pragma GCC unroll 8
+        for (int i = 0; i < a; ++i)  // (A dY) A^T along row i
+#pragma GCC unroll 8
+          for (int j = 0; j < a; ++j) store(e + (i * a + j) * step + c, combine<m>(W::A[j], r[i]));
       });
     }
 }
 
-// yt (H * W, C) of one sample = A^T m A per tile of M (16, T, C) from tile t0 (the part of
-// each 2x2 tile inside the image).
+// yt (H * W, C) of one sample = A^T m A per tile of M (alpha^2, T, C) from tile t0 (the part
+// of each m x m tile inside the image).
+template <class W>
 void transform_output(const ConvShape& s, const Tiling& t, const float* M, int C, int t0, float* yt) {
+  constexpr int a = W::alpha, m = W::m;
   const int64_t step = static_cast<int64_t>(t.T) * C;
   for (int ty = 0; ty < t.th; ++ty)
     for (int tx = 0; tx < t.tw; ++tx) {
-      const float* m = M + static_cast<int64_t>(t0 + ty * t.tw + tx) * C;
-      const bool right = 2 * tx + 1 < s.W, below = 2 * ty + 1 < s.H;
-      float* y00 = yt + (static_cast<int64_t>(2 * ty) * s.W + 2 * tx) * C;
-      float* y10 = y00 + static_cast<int64_t>(s.W) * C;
+      const float* mt = M + static_cast<int64_t>(t0 + ty * t.tw + tx) * C;
+      const int rows = std::min(m, s.H - m * ty), cols = std::min(m, s.W - m * tx);
+      float* y0 = yt + (static_cast<int64_t>(m * ty) * s.W + m * tx) * C;
       for_channels(C, [&](int c, auto tag) {
         using V_ = decltype(tag);
-        V_ r[2][4];  // A^T m: rows 0..1, columns 0..3
-        for (int j = 0; j < 4; ++j) {
-          const V_ m0 = load<V_>(m + j * step + c), m1 = load<V_>(m + (4 + j) * step + c),
-                   m2 = load<V_>(m + (8 + j) * step + c), m3 = load<V_>(m + (12 + j) * step + c);
-          r[0][j] = m0 + m1 + m2;
-          r[1][j] = m1 - m2 - m3;
+        V_ r[m][a];  // A^T m
+#pragma GCC unroll 8
+        for (int j = 0; j < a; ++j) {
+          V_ column[a];
+#pragma GCC unroll 8
+          for (int i = 0; i < a; ++i) column[i] = load<V_>(mt + (i * a + j) * step + c);
+#pragma GCC unroll 8
+          for (int p = 0; p < m; ++p) r[p][j] = combine<a>(W::AT[p], column);
         }
-        store(y00 + c, r[0][0] + r[0][1] + r[0][2]);
-        if (right) store(y00 + C + c, r[0][1] - r[0][2] - r[0][3]);
-        if (below) {
-          store(y10 + c, r[1][0] + r[1][1] + r[1][2]);
-          if (right) store(y10 + C + c, r[1][1] - r[1][2] - r[1][3]);
-        }
+        for (int p = 0; p < rows; ++p)  // (A^T m) A along row p
+          for (int q = 0; q < cols; ++q)
+            store(y0 + (static_cast<int64_t>(p) * s.W + q) * C + c, combine<a>(W::AT[q], r[p]));
       });
     }
 }
 
-// Per-thread buffers: a and b (16, T, max C) each, one channels-last sample and C zeros.
+// Per-thread buffers: a and b (alpha^2, T, max C) each, one channels-last sample and C zeros.
 struct ThreadBuffers {
   float *a, *b, *plane, *zero;
   ThreadBuffers(const ConvShape& s, const Tiling& t, float* regions) {
@@ -294,22 +340,24 @@ struct ThreadBuffers {
   }
 };
 
-// V (16, T, C) for samples [n0, n0 + count) of x (N, C, H, W); tiles of absent samples are
-// left alone (the GEMMs only read count * per_sample rows).
+// V (alpha^2, T, C) for samples [n0, n0 + count) of x (N, C, H, W); tiles of absent samples
+// are left alone (the GEMMs only read count * per_sample rows).
+template <class W>
 void transform_chunk_input(const ConvShape& s, const Tiling& t, const float* x, int C, int n0, int count,
                            const ThreadBuffers& tb, float* V) {
   const int P = s.H * s.W;
   for (int ln = 0; ln < count; ++ln) {
     to_channels_last(x + static_cast<int64_t>(n0 + ln) * C * P, C, P, tb.plane);
-    transform_input(s, t, tb.plane, C, tb.zero, ln * t.per_sample, V);
+    transform_input<W>(s, t, tb.plane, C, tb.zero, ln * t.per_sample, V);
   }
 }
 
-// Forward-direction convolution of `in` (N, cin, H, W) with transformed filters U (16, cin,
-// cout) into out (N, cout, H, W) (added to it when accumulate): shared by the forward pass
-// and the input gradient. Per chunk and xi: M (rows, cout) = V (rows, cin) x U[xi].
+// Forward-direction convolution of `in` (N, cin, H, W) with transformed filters U (alpha^2,
+// cin, cout) into out (N, cout, H, W) (added to it when accumulate): shared by the forward
+// pass and the input gradient. Per chunk and xi: M (rows, cout) = V (rows, cin) x U[xi].
+template <class W>
 void convolve(const ConvShape& s, const Tiling& t, const float* U, const float* in, int cin, int cout,
-              float* out, float* regions, bool accumulate = false) {
+              float* out, float* regions, bool accumulate) {
   const int P = s.H * s.W;
 #pragma omp parallel
   {
@@ -317,17 +365,78 @@ void convolve(const ConvShape& s, const Tiling& t, const float* U, const float* 
 #pragma omp for schedule(static)
     for (int ch = 0; ch < t.chunks(s.N); ++ch) {
       const int n0 = ch * t.chunk, count = std::min(t.chunk, s.N - n0), rows = count * t.per_sample;
-      transform_chunk_input(s, t, in, cin, n0, count, tb, tb.a);
-      for (int xi = 0; xi < kXi; ++xi)
+      transform_chunk_input<W>(s, t, in, cin, n0, count, tb, tb.a);
+      for (int xi = 0; xi < t.xis; ++xi)
         sgemm(false, false, rows, cout, cin, 1.f, tb.a + static_cast<int64_t>(xi) * t.T * cin, cin,
               U + static_cast<int64_t>(xi) * cin * cout, cout, 0.f, tb.b + static_cast<int64_t>(xi) * t.T * cout,
               cout);
       for (int ln = 0; ln < count; ++ln) {
-        transform_output(s, t, tb.b, cout, ln * t.per_sample, tb.plane);
+        transform_output<W>(s, t, tb.b, cout, ln * t.per_sample, tb.plane);
         from_channels_last(tb.plane, cout, P, out + static_cast<int64_t>(n0 + ln) * cout * P, accumulate);
       }
     }
   }
+}
+
+template <class W>
+void forward(const ConvShape& s, const float* x, const float* w, float* y, float* ws) {
+  const Tiling t(s, W::m);
+  transform_filters<W>(s, w, false, filter_staging(s, t, ws), ws);
+  convolve<W>(s, t, ws, x, s.Cin, s.Cout, y, thread_regions(s, t, ws), false);
+}
+
+// Weight gradient: per chunk and xi, du[xi] (dw_cout, dw_cin) += E[xi]^T x V[xi] into
+// per-thread partials, then dw += G^T du G with the partials summed in thread order.
+template <class W>
+void weight_gradient(const ConvShape& s, const float* x, const float* dy, float* dw, int dw_cout, int dw_cin,
+                     float* ws) {
+  const Tiling t(s, W::m);
+  float* regions = thread_regions(s, t, ws);
+  const int64_t du_n = int64_t{t.xis} * dw_cout * dw_cin;
+  const int P = s.H * s.W;
+  int threads = 1;
+#pragma omp parallel
+  {
+#pragma omp single
+    threads = omp_get_num_threads();
+    const ThreadBuffers tb(s, t, regions);
+    float* du = filter_slot(s, t, ws, omp_get_thread_num());  // partial (alpha^2, dw_cout, dw_cin)
+    std::memset(du, 0, sizeof(float) * du_n);
+#pragma omp for schedule(static)
+    for (int ch = 0; ch < t.chunks(s.N); ++ch) {
+      const int n0 = ch * t.chunk, count = std::min(t.chunk, s.N - n0), rows = count * t.per_sample;
+      transform_chunk_input<W>(s, t, x, s.Cin, n0, count, tb, tb.a);  // V (alpha^2, T, Cin)
+      for (int ln = 0; ln < count; ++ln) {                            // E (alpha^2, T, Cout)
+        to_channels_last(dy + static_cast<int64_t>(n0 + ln) * s.Cout * P, s.Cout, P, tb.plane);
+        transform_output_gradient<W>(s, t, tb.plane, s.Cout, tb.zero, ln * t.per_sample, tb.b);
+      }
+      // du[xi] (dw_cout, dw_cin) += E[xi][:, :dw_cout]^T (dw_cout, rows) x V[xi][:, :dw_cin]
+      for (int xi = 0; xi < t.xis; ++xi)
+        sgemm(true, false, dw_cout, dw_cin, rows, 1.f, tb.b + static_cast<int64_t>(xi) * t.T * s.Cout, s.Cout,
+              tb.a + static_cast<int64_t>(xi) * t.T * s.Cin, s.Cin, 1.f, du + xi * dw_cout * dw_cin, dw_cin);
+    }
+  }
+  // Sum the partials into slot 0 in thread order (deterministic for a fixed thread count),
+  // then dw += G^T du G.
+  float* total = filter_slot(s, t, ws, 0);
+  for (int th = 1; th < threads; ++th) {
+    const float* part = filter_slot(s, t, ws, th);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < du_n; ++i) total[i] += part[i];
+  }
+  accumulate_filter_gradients<W>(total, dw_cout, dw_cin, filter_staging(s, t, ws), dw);
+}
+
+template <class W>
+void backward(const ConvShape& s, const float* x, const float* w, const float* dy, float* dx, float* dw,
+              int dw_cout, int dw_cin, float* ws, bool accumulate_dx) {
+  const Tiling t(s, W::m);
+  if (dx) {
+    float* U = filter_slot(s, t, ws, 0);
+    transform_filters<W>(s, w, true, filter_staging(s, t, ws), U);
+    convolve<W>(s, t, U, dy, s.Cout, s.Cin, dx, thread_regions(s, t, ws), accumulate_dx);
+  }
+  if (dw && dw_cout > 0 && dw_cin > 0) weight_gradient<W>(s, x, dy, dw, dw_cout, dw_cin, ws);
 }
 
 }  // namespace
@@ -336,66 +445,23 @@ bool winograd_applies(const ConvShape& s) {
   return s.k == 3 && s.stride == 1 && s.pad == 1 && s.Cin >= 8 && s.Cout >= 8;
 }
 
+int winograd_tile(const ConvShape& s) { return s.H >= kMinTile4Side && s.W >= kMinTile4Side ? 4 : 2; }
+
 int64_t winograd_workspace_floats(const ConvShape& s) {
-  const Tiling t(s);
-  return static_cast<int64_t>(omp_get_max_threads()) * (filter_floats(s) + thread_floats(s, t));
+  const Tiling t(s, winograd_tile(s));
+  return static_cast<int64_t>(omp_get_max_threads()) * (filter_floats(s, t) + thread_floats(s, t)) +
+         staging_floats(s);
 }
 
 void winograd_forward(const ConvShape& s, const float* x, const float* w, float* y, float* ws) {
-  const Tiling t(s);
-  transform_filters(s, w, false, ws);
-  convolve(s, t, ws, x, s.Cin, s.Cout, y, thread_regions(s, ws));
+  if (winograd_tile(s) == 4) return forward<Minimal<4>>(s, x, w, y, ws);
+  forward<Minimal<2>>(s, x, w, y, ws);
 }
 
 void winograd_backward(const ConvShape& s, const float* x, const float* w, const float* dy,
                        float* dx, float* dw, int dw_cout, int dw_cin, float* ws, bool accumulate_dx) {
-  const Tiling t(s);
-  float* U = filter_slot(s, ws, 0);
-  float* regions = thread_regions(s, ws);
-  if (dx) {
-    transform_filters(s, w, true, U);
-    convolve(s, t, U, dy, s.Cout, s.Cin, dx, regions, accumulate_dx);
-  }
-  if (!dw || dw_cout <= 0 || dw_cin <= 0) return;
-  const int64_t du_n = int64_t{kXi} * dw_cout * dw_cin;
-  const int P = s.H * s.W;
-  int threads = 1;
-#pragma omp parallel
-  {
-#pragma omp single
-    threads = omp_get_num_threads();
-    const ThreadBuffers tb(s, t, regions);
-    float* du = filter_slot(s, ws, omp_get_thread_num());  // partial (16, dw_cout, dw_cin)
-    std::memset(du, 0, sizeof(float) * du_n);
-#pragma omp for schedule(static)
-    for (int ch = 0; ch < t.chunks(s.N); ++ch) {
-      const int n0 = ch * t.chunk, count = std::min(t.chunk, s.N - n0), rows = count * t.per_sample;
-      transform_chunk_input(s, t, x, s.Cin, n0, count, tb, tb.a);  // V (16, T, Cin)
-      for (int ln = 0; ln < count; ++ln) {                         // E (16, T, Cout)
-        to_channels_last(dy + static_cast<int64_t>(n0 + ln) * s.Cout * P, s.Cout, P, tb.plane);
-        transform_output_gradient(s, t, tb.plane, s.Cout, tb.zero, ln * t.per_sample, tb.b);
-      }
-      // du[xi] (dw_cout, dw_cin) += E[xi][:, :dw_cout]^T (dw_cout, rows) x V[xi][:, :dw_cin]
-      for (int xi = 0; xi < kXi; ++xi)
-        sgemm(true, false, dw_cout, dw_cin, rows, 1.f, tb.b + static_cast<int64_t>(xi) * t.T * s.Cout, s.Cout,
-              tb.a + static_cast<int64_t>(xi) * t.T * s.Cin, s.Cin, 1.f, du + xi * dw_cout * dw_cin, dw_cin);
-    }
-  }
-  // dw += G^T du G per filter, du summed over the threads' partials in thread order
-  // (deterministic); filters are independent, so output channels run in parallel.
-  const float* parts = filter_slot(s, ws, 0);
-  const int64_t part_stride = filter_floats(s);
-#pragma omp parallel for schedule(static)
-  for (int co = 0; co < dw_cout; ++co)
-    for (int ci = 0; ci < dw_cin; ++ci) {
-      float du[kXi];
-      for (int xi = 0; xi < kXi; ++xi) {
-        const int64_t at = (static_cast<int64_t>(xi) * dw_cout + co) * dw_cin + ci;
-        du[xi] = parts[at];
-        for (int th = 1; th < threads; ++th) du[xi] += parts[th * part_stride + at];
-      }
-      accumulate_filter_gradient(du, dw + (static_cast<int64_t>(co) * dw_cin + ci) * 9);
-    }
+  if (winograd_tile(s) == 4) return backward<Minimal<4>>(s, x, w, dy, dx, dw, dw_cout, dw_cin, ws, accumulate_dx);
+  backward<Minimal<2>>(s, x, w, dy, dx, dw, dw_cout, dw_cin, ws, accumulate_dx);
 }
 
 }  // namespace subdp::cpu

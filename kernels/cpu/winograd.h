@@ -1,8 +1,9 @@
-// 3x3 stride-1 pad-1 convolutions by Winograd's minimal filtering F(2x2, 3x3) (Lavin and
-// Gray 2016, "Fast Algorithms for Convolutional Neural Networks", eq. 8): each 2x2 output
-// tile costs 16 multiplies per (input, output) channel pair instead of 36, as 16 GEMMs
-// over the tiles of a chunk of samples. Forward, input gradient and weight gradient all run
-// in the transformed domain. Layout NCHW, float32; same contracts as cpu::conv2d_*.
+// 3x3 stride-1 pad-1 convolutions by Winograd's minimal filtering F(m x m, 3x3) (Lavin and
+// Gray 2016, "Fast Algorithms for Convolutional Neural Networks", eq. 8): an m x m output
+// tile costs (m + 2)^2 multiplies per (input, output) channel pair instead of 9 m^2 (m = 4:
+// 36 instead of 144; m = 2: 16 instead of 36), as (m + 2)^2 GEMMs over the tiles of a chunk
+// of samples. Forward, input gradient and weight gradient all run in the transformed domain.
+// Layout NCHW, float32; same contracts as cpu::conv2d_*.
 #pragma once
 #include <cstdint>
 
@@ -14,9 +15,14 @@ namespace subdp::cpu {
 /// and 8 output channels (below that the 16 small GEMMs lose to one im2col GEMM).
 bool winograd_applies(const ConvShape& s);
 
+/// The output tile side m the Winograd path uses for shape s: 4 (F(4x4, 3x3)) when the image
+/// is at least 4 x 4, else 2.
+int winograd_tile(const ConvShape& s);
+
 /// Floats of workspace winograd_forward / winograd_backward need: per OpenMP thread two
-/// transformed-tile buffers, transform scratch rows and a filter-sized slot (16 * Cout * Cin)
-/// that holds the transformed weights (slot 0) and later the weight-gradient partials.
+/// transformed-tile buffers, one sample channels-last and a filter-sized slot
+/// ((m + 2)^2 * Cout * Cin) that holds the transformed weights (slot 0) and later the
+/// weight-gradient partials.
 int64_t winograd_workspace_floats(const ConvShape& s);
 
 /// y (N, Cout, H, W) = conv(x (N, Cin, H, W), w (Cout, Cin, 3, 3)), pad 1. Requires

@@ -1,5 +1,5 @@
-// Winograd F(2x2, 3x3) convolution against the im2col path (itself checked against the
-// naive convolution and by finite differences in test_gradcheck.cpp): forward, input
+// Winograd F(2x2, 3x3) and F(4x4, 3x3) convolution against the im2col path (itself checked
+// against the naive convolution and by finite differences in test_gradcheck.cpp): forward, input
 // gradient, full and masked-prefix weight gradients, odd and tiny image sizes; and conv
 // backward adding into dx (accumulate_dx) on both paths.
 #include <gtest/gtest.h>
@@ -58,6 +58,14 @@ TEST(Winograd, EvenImageMatchesIm2col) { expect_paths_agree({3, 8, 8, 16, 12, 3,
 TEST(Winograd, FourteenWideImageMatchesIm2col) { expect_paths_agree({2, 8, 5, 14, 9, 3, 1, 1}, 9, 8); }
 TEST(Winograd, OddImageMatchesIm2col) { expect_paths_agree({5, 9, 7, 5, 8, 3, 1, 1}, 8, 9); }
 TEST(Winograd, OneRowImageMatchesIm2col) { expect_paths_agree({2, 8, 1, 3, 8, 3, 1, 1}, 8, 8); }
+// 40 and 27 channels: whole 16- and 8-channel vectors and a scalar tail in one transform;
+// 9 x 11 leaves partial F(4x4) tiles on the bottom and right.
+TEST(Winograd, WideChannelsOddImageMatchIm2col) { expect_paths_agree({2, 40, 9, 11, 27, 3, 1, 1}, 20, 33); }
+TEST(Winograd, TileSizeFollowsImageSize) {
+  EXPECT_EQ(cpu::winograd_tile({1, 8, 28, 28, 8, 3, 1, 1}), 4);
+  EXPECT_EQ(cpu::winograd_tile({1, 8, 4, 7, 8, 3, 1, 1}), 4);
+  EXPECT_EQ(cpu::winograd_tile({1, 8, 3, 28, 8, 3, 1, 1}), 2);
+}
 TEST(Winograd, ManySamplesPerChunkMatchIm2col) { expect_paths_agree({37, 8, 3, 3, 10, 3, 1, 1}, 10, 8); }
 TEST(Winograd, MaskedWeightGradientPrefixMatchesIm2col) { expect_paths_agree({3, 12, 6, 7, 10, 3, 1, 1}, 4, 5); }
 
