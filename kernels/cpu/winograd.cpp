@@ -227,6 +227,38 @@ void from_channels_last(const float* src, int C, int P, float* dst, bool accumul
   transpose(src, P, C, dst, accumulate);
 }
 
+// ptr[k][l] = pixel (h0 + k, w0 + l) of the channels-last image img (H * W, C), or `zero`
+// (C zeros) outside the image: the n x n window of one tile.
+template <int n>
+inline void window(const ConvShape& s, const float* img, int C, const float* zero, int h0, int w0,
+                   const float* (&ptr)[n][n]) {
+  for (int k = 0; k < n; ++k)
+    for (int l = 0; l < n; ++l) {
+      const int h = h0 + k, w = w0 + l;
+      ptr[k][l] = h >= 0 && h < s.H && w >= 0 && w < s.W ? img + (static_cast<int64_t>(h) * s.W + w) * C : zero;
+    }
+}
+
+// out(i, j, (L d L^T)[i][j]) for i, j < R, for the n x n patch d of channel vectors of type V_
+// at ptr[k][l] + c and a compile-time matrix L (R, n): the pass over columns, then over rows.
+// Every transform is one of these: B^T d B (L = B^T), A dY A^T (L = A), A^T m A (L = A^T).
+template <class V_, int R, int n, class Out>
+inline void two_sided(const float (&L)[R][n], const float* const (&ptr)[n][n], int c, Out&& out) {
+  V_ b[R][n];  // L d
+#pragma GCC unroll 8
+  for (int l = 0; l < n; ++l) {
+    V_ column[n];
+#pragma GCC unroll 8
+    for (int k = 0; k < n; ++k) column[k] = load<V_>(ptr[k][l] + c);
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) b[i][l] = combine<n>(L[i], column);
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i)  // (L d) L^T along row i
+#pragma GCC unroll 8
+    for (int j = 0; j < R; ++j) out(i, j, combine<n>(L[j], b[i]));
+}
+
 // V rows of one sample's tiles, V (alpha^2, T, C) from tile t0: V = B^T d B per alpha x alpha
 // patch d of the channels-last sample xt (H * W, C), patches at stride m over the image
 // padded by one zero on the top and left (and as far as the tile grid needs on the bottom
@@ -239,27 +271,10 @@ void transform_input(const ConvShape& s, const Tiling& t, const float* xt, int C
   for (int ty = 0; ty < t.th; ++ty)
     for (int tx = 0; tx < t.tw; ++tx) {
       const float* d[a][a];
-      for (int i = 0; i < a; ++i)
-        for (int j = 0; j < a; ++j) {
-          const int h = W::m * ty - 1 + i, w = W::m * tx - 1 + j;
-          d[i][j] = h >= 0 && h < s.H && w >= 0 && w < s.W ? xt + (static_cast<int64_t>(h) * s.W + w) * C : zero;
-        }
+      window<a>(s, xt, C, zero, W::m * ty - 1, W::m * tx - 1, d);
       float* v = V + static_cast<int64_t>(t0 + ty * t.tw + tx) * C;
       for_channels(C, [&](int c, auto tag) {
-        using V_ = decltype(tag);
-        V_ b[a][a];  // B^T d
-#pragma GCC unroll 8
-        for (int j = 0; j < a; ++j) {
-          V_ column[a];
-#pragma GCC unroll 8
-          for (int k = 0; k < a; ++k) column[k] = load<V_>(d[k][j] + c);
-#pragma GCC unroll 8
-          for (int i = 0; i < a; ++i) b[i][j] = combine<a>(W::BT[i], column);
-        }
-#pragma GCC unroll 8
-        for (int i = 0; i < a; ++i)  // (B^T d) B along row i
-#pragma GCC unroll 8
-          for (int j = 0; j < a; ++j) store(v + (i * a + j) * step + c, combine<a>(W::BT[j], b[i]));
+        two_sided<decltype(tag)>(W::BT, d, c, [&](int i, int j, auto x) { store(v + (i * a + j) * step + c, x); });
       });
     }
 }
@@ -274,27 +289,10 @@ void transform_output_gradient(const ConvShape& s, const Tiling& t, const float*
   for (int ty = 0; ty < t.th; ++ty)
     for (int tx = 0; tx < t.tw; ++tx) {
       const float* g[m][m];
-      for (int p = 0; p < m; ++p)
-        for (int q = 0; q < m; ++q) {
-          const int h = m * ty + p, w = m * tx + q;
-          g[p][q] = h < s.H && w < s.W ? gt + (static_cast<int64_t>(h) * s.W + w) * C : zero;
-        }
+      window<m>(s, gt, C, zero, m * ty, m * tx, g);
       float* e = E + static_cast<int64_t>(t0 + ty * t.tw + tx) * C;
       for_channels(C, [&](int c, auto tag) {
-        using V_ = decltype(tag);
-        V_ r[a][m];  // A dY
-#pragma GCC unroll 8
-        for (int q = 0; q < m; ++q) {
-          V_ column[m];
-#pragma GCC unroll 8
-          for (int p = 0; p < m; ++p) column[p] = load<V_>(g[p][q] + c);
-#pragma GCC unroll 8
-          for (int i = 0; i < a; ++i) r[i][q] = combine<m>(W::A[i], column);
-        }
-#pragma GCC unroll 8
-        for (int i = 0; i < a; ++i)  // (A dY) A^T along row i
-#pragma GCC unroll 8
-          for (int j = 0; j < a; ++j) store(e + (i * a + j) * step + c, combine<m>(W::A[j], r[i]));
+        two_sided<decltype(tag)>(W::A, g, c, [&](int i, int j, auto x) { store(e + (i * a + j) * step + c, x); });
       });
     }
 }
@@ -307,23 +305,15 @@ void transform_output(const ConvShape& s, const Tiling& t, const float* M, int C
   const int64_t step = static_cast<int64_t>(t.T) * C;
   for (int ty = 0; ty < t.th; ++ty)
     for (int tx = 0; tx < t.tw; ++tx) {
-      const float* mt = M + static_cast<int64_t>(t0 + ty * t.tw + tx) * C;
+      const float* mt[a][a];  // element xi = i * a + j of this tile
+      for (int i = 0; i < a; ++i)
+        for (int j = 0; j < a; ++j) mt[i][j] = M + (i * a + j) * step + static_cast<int64_t>(t0 + ty * t.tw + tx) * C;
       const int rows = std::min(m, s.H - m * ty), cols = std::min(m, s.W - m * tx);
       float* y0 = yt + (static_cast<int64_t>(m * ty) * s.W + m * tx) * C;
       for_channels(C, [&](int c, auto tag) {
-        using V_ = decltype(tag);
-        V_ r[m][a];  // A^T m
-#pragma GCC unroll 8
-        for (int j = 0; j < a; ++j) {
-          V_ column[a];
-#pragma GCC unroll 8
-          for (int i = 0; i < a; ++i) column[i] = load<V_>(mt + (i * a + j) * step + c);
-#pragma GCC unroll 8
-          for (int p = 0; p < m; ++p) r[p][j] = combine<a>(W::AT[p], column);
-        }
-        for (int p = 0; p < rows; ++p)  // (A^T m) A along row p
-          for (int q = 0; q < cols; ++q)
-            store(y0 + (static_cast<int64_t>(p) * s.W + q) * C + c, combine<a>(W::AT[q], r[p]));
+        two_sided<decltype(tag)>(W::AT, mt, c, [&](int p, int q, auto x) {
+          if (p < rows && q < cols) store(y0 + (static_cast<int64_t>(p) * s.W + q) * C + c, x);
+        });
       });
     }
 }
