@@ -24,8 +24,12 @@ namespace subdp::cpu {
 
 namespace {
 
-constexpr int kTargetTiles = 128;  // tiles per GEMM row block: chunks of samples reach it
-constexpr int kMinTile4Side = 4;  // images at least this high and wide use F(4x4, 3x3)
+constexpr int kTargetTiles = 128;  // tiles per GEMM row block: chunks of samples reach it...
+constexpr int64_t kTileBufferFloats = 1 << 18;  // ...unless a tile buffer would pass 1 MiB
+// F(4x4, 3x3) serves images at least 4 x 4 whose transformed filters (36 Cout Cin floats, one
+// slot per thread) fit in a tile buffer's budget; wider layers keep F(2x2, 3x3), so the
+// workspace peak stays where F(2x2) tiles put it (the widest layer's 16 Cout Cin).
+constexpr int kMinTile4Side = 4;
 // Floats per Vec: the transforms' channel vectors fill one register (16 with AVX-512).
 #ifdef __AVX512F__
 constexpr int kLanes = 16;
@@ -100,17 +104,26 @@ inline V_ combine(const float* c, const V_* x) {
   return acc;
 }
 
-// Tile grid of one sample and the chunking of samples into GEMM row blocks.
+int64_t max_channels(const ConvShape& s) { return std::max(s.Cin, s.Cout); }
+
+// Tile grid of one sample and the chunking of samples into GEMM row blocks: enough samples
+// for kTargetTiles rows, as long as a tile buffer (alpha^2, T, max C) stays within
+// kTileBufferFloats (the workspace, and so the per-rank peak, stays that of F(2x2) tiles).
 struct Tiling {
   int m, alpha, xis, th, tw, per_sample, chunk, T;
   Tiling(const ConvShape& s, int tile)
       : m(tile), alpha(tile + 2), xis(alpha * alpha), th((s.H + m - 1) / m), tw((s.W + m - 1) / m),
-        per_sample(th * tw), chunk(std::max(1, std::min(s.N, (kTargetTiles + per_sample - 1) / per_sample))),
-        T(chunk * per_sample) {}
+        per_sample(th * tw), chunk(samples_per_chunk(s)), T(chunk * per_sample) {}
   int chunks(int N) const { return (N + chunk - 1) / chunk; }
+
+ private:
+  int samples_per_chunk(const ConvShape& s) const {
+    const int64_t for_target = (kTargetTiles + per_sample - 1) / per_sample;
+    const int64_t within_budget = kTileBufferFloats / (int64_t{xis} * max_channels(s) * per_sample);
+    return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({s.N, for_target, within_budget})));
+  }
 };
 
-int64_t max_channels(const ConvShape& s) { return std::max(s.Cin, s.Cout); }
 int64_t filter_floats(const ConvShape& s, const Tiling& t) { return int64_t{t.xis} * s.Cout * s.Cin; }
 int64_t tile_buffer_floats(const ConvShape& s, const Tiling& t) { return t.xis * max_channels(s) * t.T; }
 // One sample channels-last (H * W, C), plus one zero pixel (the padding) of C floats.
@@ -118,63 +131,52 @@ int64_t plane_floats(const ConvShape& s) { return (int64_t{s.H} * s.W + 1) * max
 // Per-thread region: two transformed-tile buffers and one channels-last sample.
 int64_t thread_floats(const ConvShape& s, const Tiling& t) { return 2 * tile_buffer_floats(s, t) + plane_floats(s); }
 
-// Workspace layout: max_threads filter-sized slots, a staging area of 9 * Cin * Cout floats
-// (filters as (9, in, out) for the filter transforms), then max_threads thread regions.
-// Slot 0 holds the transformed filters U (forward, input gradient); in the weight-gradient
-// phase, when U is dead, slot th holds thread th's partial dU, so U costs no slot of its own.
+// Workspace layout: max_threads filter-sized slots, then max_threads thread regions. Slot 0
+// holds the transformed filters U (forward, input gradient); in the weight-gradient phase,
+// when U is dead, slot th holds thread th's partial dU, so U costs no slot of its own.
 float* filter_slot(const ConvShape& s, const Tiling& t, float* ws, int th) { return ws + th * filter_floats(s, t); }
-float* filter_staging(const ConvShape& s, const Tiling& t, float* ws) {
+float* thread_regions(const ConvShape& s, const Tiling& t, float* ws) {
   return ws + omp_get_max_threads() * filter_floats(s, t);
 }
-int64_t staging_floats(const ConvShape& s) { return int64_t{9} * s.Cin * s.Cout; }
-float* thread_regions(const ConvShape& s, const Tiling& t, float* ws) {
-  return filter_staging(s, t, ws) + staging_floats(s);
-}
 
-// coef (alpha^2, 9): U[xi = i * alpha + j] = sum_k coef[xi][k] g[k] for u = G g G^T, so
-// coef[i * alpha + j][k * 3 + l] = G[i][k] G[j][l]. The filter transform of all filters is then
-// one GEMM, and the filter-gradient transform dg = G^T du G the same GEMM transposed.
+// coef (alpha^2, 9): u[xi = i * alpha + j] = sum_k coef[xi][k] g[k] for u = G g G^T, so
+// coef[i * alpha + j][k * 3 + l] = G[i][k] G[j][l]; flipped: the same for g rotated by 180
+// degrees (g[8 - k]). The filter transform of all filters is then one GEMM reading the
+// filters (Cout * Cin, 9) in place, and the filter-gradient transform dg = G^T du G the same
+// GEMM transposed.
 template <class W>
 struct FilterCoefficients {
-  float c[W::alpha * W::alpha][9];
+  float c[W::alpha * W::alpha][9], flipped[W::alpha * W::alpha][9];
   FilterCoefficients() {
     for (int i = 0; i < W::alpha; ++i)
       for (int j = 0; j < W::alpha; ++j)
         for (int k = 0; k < 3; ++k)
-          for (int l = 0; l < 3; ++l) c[i * W::alpha + j][k * 3 + l] = W::G[i][k] * W::G[j][l];
+          for (int l = 0; l < 3; ++l) {
+            c[i * W::alpha + j][k * 3 + l] = W::G[i][k] * W::G[j][l];
+            flipped[i * W::alpha + j][8 - (k * 3 + l)] = W::G[i][k] * W::G[j][l];
+          }
   }
 };
 
-// U (alpha^2, in, out) from filters w (Cout, Cin, 3, 3), laid out as the right-hand GEMM
-// operand of a convolution from `in` to `out` channels. transpose_flip: U of the
-// input-gradient convolution, w'[ci][co] = w[co][ci] rotated by 180 degrees, so in = Cout.
-// staging: 9 * Cin * Cout floats (the filters as (9, in, out)).
+// U (alpha^2, Cout, Cin) from filters w (Cout, Cin, 3, 3); flip: of the filters rotated by 180
+// degrees (the input-gradient convolution). U[xi] is (Cout, Cin) either way: the right-hand
+// GEMM operand transposed for the forward convolution (Cin to Cout channels), as it is for
+// the input-gradient one (Cout to Cin).
 template <class W>
-void transform_filters(const ConvShape& s, const float* w, bool transpose_flip, float* staging, float* U) {
+void transform_filters(const ConvShape& s, const float* w, bool flip, float* U) {
   static const FilterCoefficients<W> coef;
-  const int in = transpose_flip ? s.Cout : s.Cin, out = transpose_flip ? s.Cin : s.Cout;
-  const int64_t pairs = int64_t{in} * out;
-#pragma omp parallel for schedule(static)
-  for (int a = 0; a < in; ++a)
-    for (int b = 0; b < out; ++b) {
-      const int co = transpose_flip ? a : b, ci = transpose_flip ? b : a;
-      const float* g = w + (static_cast<int64_t>(co) * s.Cin + ci) * 9;
-      for (int k = 0; k < 9; ++k) staging[k * pairs + int64_t{a} * out + b] = g[transpose_flip ? 8 - k : k];
-    }
-  sgemm(false, false, W::alpha * W::alpha, static_cast<int>(pairs), 9, 1.f, &coef.c[0][0], 9, staging,
-        static_cast<int>(pairs), 0.f, U, static_cast<int>(pairs));
+  const int pairs = s.Cout * s.Cin;
+  sgemm(false, true, W::alpha * W::alpha, pairs, 9, 1.f, flip ? &coef.flipped[0][0] : &coef.c[0][0], 9, w, 9,
+        0.f, U, pairs);
 }
 
-// dw (Cout, Cin, 3, 3)[:dw_cout, :dw_cin] += G^T du G per filter, du (alpha^2, dw_cout, dw_cin);
-// staging: 9 * dw_cout * dw_cin floats.
+// dw (dw_cout, dw_cin, 3, 3) += G^T du G per filter, du (alpha^2, dw_cout, dw_cin): one GEMM,
+// dw (pairs, 9) += du^T (pairs, alpha^2) x coef.
 template <class W>
-void accumulate_filter_gradients(const float* du, int dw_cout, int dw_cin, float* staging, float* dw) {
+void accumulate_filter_gradients(const float* du, int dw_cout, int dw_cin, float* dw) {
   static const FilterCoefficients<W> coef;
   const int pairs = dw_cout * dw_cin;
-  sgemm(true, false, 9, pairs, W::alpha * W::alpha, 1.f, &coef.c[0][0], 9, du, pairs, 0.f, staging, pairs);
-#pragma omp parallel for schedule(static)
-  for (int p = 0; p < pairs; ++p)
-    for (int k = 0; k < 9; ++k) dw[int64_t{p} * 9 + k] += staging[int64_t{k} * pairs + p];
+  sgemm(true, false, pairs, 9, W::alpha * W::alpha, 1.f, du, pairs, &coef.c[0][0], 9, 1.f, dw, 9);
 }
 
 // Rows r[0..7] of an 8 x 8 block replaced by its columns (unpack, then 2x2 and 4x4 block
@@ -342,12 +344,13 @@ void transform_chunk_input(const ConvShape& s, const Tiling& t, const float* x, 
   }
 }
 
-// Forward-direction convolution of `in` (N, cin, H, W) with transformed filters U (alpha^2,
-// cin, cout) into out (N, cout, H, W) (added to it when accumulate): shared by the forward
-// pass and the input gradient. Per chunk and xi: M (rows, cout) = V (rows, cin) x U[xi].
+// Forward-direction convolution of `in` (N, cin, H, W) with transformed filters U into out
+// (N, cout, H, W) (added to it when accumulate): shared by the forward pass and the input
+// gradient. U is (alpha^2, cin, cout), or (alpha^2, cout, cin) when u_transposed. Per chunk
+// and xi: M (rows, cout) = V (rows, cin) x U[xi].
 template <class W>
-void convolve(const ConvShape& s, const Tiling& t, const float* U, const float* in, int cin, int cout,
-              float* out, float* regions, bool accumulate) {
+void convolve(const ConvShape& s, const Tiling& t, const float* U, bool u_transposed, const float* in, int cin,
+              int cout, float* out, float* regions, bool accumulate) {
   const int P = s.H * s.W;
 #pragma omp parallel
   {
@@ -357,9 +360,9 @@ void convolve(const ConvShape& s, const Tiling& t, const float* U, const float* 
       const int n0 = ch * t.chunk, count = std::min(t.chunk, s.N - n0), rows = count * t.per_sample;
       transform_chunk_input<W>(s, t, in, cin, n0, count, tb, tb.a);
       for (int xi = 0; xi < t.xis; ++xi)
-        sgemm(false, false, rows, cout, cin, 1.f, tb.a + static_cast<int64_t>(xi) * t.T * cin, cin,
-              U + static_cast<int64_t>(xi) * cin * cout, cout, 0.f, tb.b + static_cast<int64_t>(xi) * t.T * cout,
-              cout);
+        sgemm(false, u_transposed, rows, cout, cin, 1.f, tb.a + static_cast<int64_t>(xi) * t.T * cin, cin,
+              U + static_cast<int64_t>(xi) * cin * cout, u_transposed ? cin : cout, 0.f,
+              tb.b + static_cast<int64_t>(xi) * t.T * cout, cout);
       for (int ln = 0; ln < count; ++ln) {
         transform_output<W>(s, t, tb.b, cout, ln * t.per_sample, tb.plane);
         from_channels_last(tb.plane, cout, P, out + static_cast<int64_t>(n0 + ln) * cout * P, accumulate);
@@ -371,8 +374,8 @@ void convolve(const ConvShape& s, const Tiling& t, const float* U, const float* 
 template <class W>
 void forward(const ConvShape& s, const float* x, const float* w, float* y, float* ws) {
   const Tiling t(s, W::m);
-  transform_filters<W>(s, w, false, filter_staging(s, t, ws), ws);
-  convolve<W>(s, t, ws, x, s.Cin, s.Cout, y, thread_regions(s, t, ws), false);
+  transform_filters<W>(s, w, false, ws);
+  convolve<W>(s, t, ws, true, x, s.Cin, s.Cout, y, thread_regions(s, t, ws), false);
 }
 
 // Weight gradient: per chunk and xi, du[xi] (dw_cout, dw_cin) += E[xi]^T x V[xi] into
@@ -414,7 +417,7 @@ void weight_gradient(const ConvShape& s, const float* x, const float* dy, float*
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < du_n; ++i) total[i] += part[i];
   }
-  accumulate_filter_gradients<W>(total, dw_cout, dw_cin, filter_staging(s, t, ws), dw);
+  accumulate_filter_gradients<W>(total, dw_cout, dw_cin, dw);
 }
 
 template <class W>
@@ -423,8 +426,8 @@ void backward(const ConvShape& s, const float* x, const float* w, const float* d
   const Tiling t(s, W::m);
   if (dx) {
     float* U = filter_slot(s, t, ws, 0);
-    transform_filters<W>(s, w, true, filter_staging(s, t, ws), U);
-    convolve<W>(s, t, U, dy, s.Cout, s.Cin, dx, thread_regions(s, t, ws), accumulate_dx);
+    transform_filters<W>(s, w, true, U);
+    convolve<W>(s, t, U, false, dy, s.Cout, s.Cin, dx, thread_regions(s, t, ws), accumulate_dx);
   }
   if (dw && dw_cout > 0 && dw_cin > 0) weight_gradient<W>(s, x, dy, dw, dw_cout, dw_cin, ws);
 }
@@ -435,12 +438,14 @@ bool winograd_applies(const ConvShape& s) {
   return s.k == 3 && s.stride == 1 && s.pad == 1 && s.Cin >= 8 && s.Cout >= 8;
 }
 
-int winograd_tile(const ConvShape& s) { return s.H >= kMinTile4Side && s.W >= kMinTile4Side ? 4 : 2; }
+int winograd_tile(const ConvShape& s) {
+  const bool filters_fit = int64_t{Minimal<4>::alpha * Minimal<4>::alpha} * s.Cout * s.Cin <= kTileBufferFloats;
+  return s.H >= kMinTile4Side && s.W >= kMinTile4Side && filters_fit ? 4 : 2;
+}
 
 int64_t winograd_workspace_floats(const ConvShape& s) {
   const Tiling t(s, winograd_tile(s));
-  return static_cast<int64_t>(omp_get_max_threads()) * (filter_floats(s, t) + thread_floats(s, t)) +
-         staging_floats(s);
+  return static_cast<int64_t>(omp_get_max_threads()) * (filter_floats(s, t) + thread_floats(s, t));
 }
 
 void winograd_forward(const ConvShape& s, const float* x, const float* w, float* y, float* ws) {

@@ -16,7 +16,9 @@ namespace subdp::cpu {
 bool winograd_applies(const ConvShape& s);
 
 /// The output tile side m the Winograd path uses for shape s: 4 (F(4x4, 3x3)) when the image
-/// is at least 4 x 4, else 2.
+/// is at least 4 x 4 and the transformed filters (36 * Cout * Cin floats) take at most 1 MiB,
+/// else 2 (F(2x2, 3x3)), so F(4x4) never raises the workspace above what F(2x2) needs for
+/// the widest layer.
 int winograd_tile(const ConvShape& s);
 
 /// Floats of workspace winograd_forward / winograd_backward need: per OpenMP thread two

@@ -64,7 +64,16 @@ TEST(Winograd, WideChannelsOddImageMatchIm2col) { expect_paths_agree({2, 40, 9, 
 TEST(Winograd, TileSizeFollowsImageSize) {
   EXPECT_EQ(cpu::winograd_tile({1, 8, 28, 28, 8, 3, 1, 1}), 4);
   EXPECT_EQ(cpu::winograd_tile({1, 8, 4, 7, 8, 3, 1, 1}), 4);
-  EXPECT_EQ(cpu::winograd_tile({1, 8, 3, 28, 8, 3, 1, 1}), 2);
+  EXPECT_EQ(cpu::winograd_tile({1, 8, 3, 28, 8, 3, 1, 1}), 2);     // too small for 4x4 tiles
+  EXPECT_EQ(cpu::winograd_tile({1, 128, 7, 7, 128, 3, 1, 1}), 2);  // 36 x 128 x 128 floats > 1 MiB
+  EXPECT_EQ(cpu::winograd_tile({1, 64, 14, 14, 64, 3, 1, 1}), 4);
+}
+// 90 and 96 channels take F(2x2) tiles (their F(4x4) filters would pass 1 MiB): whole
+// vectors and tails there too.
+TEST(Winograd, WideLayerTakesSmallTilesAndMatchesIm2col) {
+  const cpu::ConvShape s{2, 90, 5, 6, 96, 3, 1, 1};
+  ASSERT_EQ(cpu::winograd_tile(s), 2);
+  expect_paths_agree(s, 96, 90);
 }
 TEST(Winograd, ManySamplesPerChunkMatchIm2col) { expect_paths_agree({37, 8, 3, 3, 10, 3, 1, 1}, 10, 8); }
 TEST(Winograd, MaskedWeightGradientPrefixMatchesIm2col) { expect_paths_agree({3, 12, 6, 7, 10, 3, 1, 1}, 4, 5); }
