@@ -1,4 +1,4 @@
-// conv2d on the CPU: Winograd F(2x2, 3x3) for 3x3 stride-1 convolutions with enough
+// conv2d on the CPU: Winograd F(4x4, 3x3) or F(2x2, 3x3) for 3x3 stride-1 convolutions with enough
 // channels (kernels/cpu/winograd.h), im2col + GEMM otherwise (samples spread over OpenMP
 // threads, one single-threaded GEMM per sample). Layout NCHW, float32.
 #pragma once

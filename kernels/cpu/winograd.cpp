@@ -27,8 +27,9 @@ namespace {
 constexpr int kTargetTiles = 128;  // tiles per GEMM row block: chunks of samples reach it...
 constexpr int64_t kTileBufferFloats = 1 << 18;  // ...unless a tile buffer would pass 1 MiB
 // F(4x4, 3x3) serves images at least 4 x 4 whose transformed filters (36 Cout Cin floats, one
-// slot per thread) fit in a tile buffer's budget; wider layers keep F(2x2, 3x3), so the
-// workspace peak stays where F(2x2) tiles put it (the widest layer's 16 Cout Cin).
+// slot per thread) fit in a tile buffer's budget; wider layers keep F(2x2, 3x3). Filter
+// slots and tile buffers of F(4x4) layers thus stay within 1 MiB each, as those of an F(2x2)
+// layer of about 90 channels or more already are (winograd.h: winograd_tile).
 constexpr int kMinTile4Side = 4;
 // Floats per Vec: the transforms' channel vectors fill one register (16 with AVX-512).
 #ifdef __AVX512F__
@@ -43,6 +44,15 @@ constexpr int kLanes = 8;
 typedef float Vec __attribute__((vector_size(kLanes * sizeof(float))));
 typedef float Vec8 __attribute__((vector_size(8 * sizeof(float))));
 
+// Two-vector shuffle of Vec8s by constant indices (0-7 from a, 8-15 from b): Clang's builtin,
+// or GCC's, which GCC before 12 knows only under this name.
+#if defined(__clang__)
+#define SUBDP_SHUFFLE8(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+typedef int Mask8 __attribute__((vector_size(8 * sizeof(int))));
+#define SUBDP_SHUFFLE8(a, b, ...) __builtin_shuffle(a, b, Mask8{__VA_ARGS__})
+#endif
+
 template <class V> V load(const float* p) {
   V v;
   std::memcpy(&v, p, sizeof v);
@@ -51,8 +61,8 @@ template <class V> V load(const float* p) {
 template <class V> void store(float* p, V v) { std::memcpy(p, &v, sizeof v); }
 
 // Calls f(c, tag) for channel offsets c covering [0, C), tag a Vec, Vec8 or float saying how
-// many channels from c to take: whole vectors first, then single channels (channel counts of
-// masked layers need not be multiples of 8 or 16).
+// many channels from c to take: whole Vecs first, then (under AVX-512) whole Vec8s, then
+// single channels (channel counts of masked layers need not be multiples of 8 or 16).
 template <class Fn>
 inline void for_channels(int C, Fn&& f) {
   int c = 0;
@@ -108,7 +118,7 @@ int64_t max_channels(const ConvShape& s) { return std::max(s.Cin, s.Cout); }
 
 // Tile grid of one sample and the chunking of samples into GEMM row blocks: enough samples
 // for kTargetTiles rows, as long as a tile buffer (alpha^2, T, max C) stays within
-// kTileBufferFloats (the workspace, and so the per-rank peak, stays that of F(2x2) tiles).
+// kTileBufferFloats.
 struct Tiling {
   int m, alpha, xis, th, tw, per_sample, chunk, T;
   Tiling(const ConvShape& s, int tile)
@@ -159,15 +169,20 @@ struct FilterCoefficients {
 };
 
 // U (alpha^2, Cout, Cin) from filters w (Cout, Cin, 3, 3); flip: of the filters rotated by 180
-// degrees (the input-gradient convolution). U[xi] is (Cout, Cin) either way: the right-hand
-// GEMM operand transposed for the forward convolution (Cin to Cout channels), as it is for
-// the input-gradient one (Cout to Cin).
+// degrees (the input-gradient convolution). U[xi] is (Cout, Cin) either way. The forward
+// convolution (Cin to Cout channels) reads it as its right-hand GEMM operand transposed;
+// the input-gradient one (Cout to Cin channels) reads it as it is.
+// Fixed blocks of filters, one single-threaded GEMM each (OpenBLAS runs serially inside an
+// OpenMP region): a multithreaded GEMM would round U, and so y and dx, by the thread count.
 template <class W>
 void transform_filters(const ConvShape& s, const float* w, bool flip, float* U) {
   static const FilterCoefficients<W> coef;
+  constexpr int kBlock = 256;  // filters per GEMM
   const int pairs = s.Cout * s.Cin;
-  sgemm(false, true, W::alpha * W::alpha, pairs, 9, 1.f, flip ? &coef.flipped[0][0] : &coef.c[0][0], 9, w, 9,
-        0.f, U, pairs);
+#pragma omp parallel for schedule(static)
+  for (int p0 = 0; p0 < pairs; p0 += kBlock)
+    sgemm(false, true, W::alpha * W::alpha, std::min(kBlock, pairs - p0), 9, 1.f,
+          flip ? &coef.flipped[0][0] : &coef.c[0][0], 9, w + int64_t{p0} * 9, 9, 0.f, U + p0, pairs);
 }
 
 // dw (dw_cout, dw_cin, 3, 3) += G^T du G per filter, du (alpha^2, dw_cout, dw_cin): one GEMM,
@@ -184,17 +199,17 @@ void accumulate_filter_gradients(const float* du, int dw_cout, int dw_cin, float
 inline void transpose8x8(Vec8 r[8]) {
   Vec8 t[8], u[8];
   for (int i = 0; i < 8; i += 2) {
-    t[i] = __builtin_shufflevector(r[i], r[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
-    t[i + 1] = __builtin_shufflevector(r[i], r[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
+    t[i] = SUBDP_SHUFFLE8(r[i], r[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+    t[i + 1] = SUBDP_SHUFFLE8(r[i], r[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
   }
   for (int i = 0; i < 8; i += 4)  // u[i + j] holds column j (and j + 4) of rows i..i+3
     for (int k = 0; k < 2; ++k) {
-      u[i + 2 * k] = __builtin_shufflevector(t[i + k], t[i + k + 2], 0, 1, 8, 9, 4, 5, 12, 13);
-      u[i + 2 * k + 1] = __builtin_shufflevector(t[i + k], t[i + k + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+      u[i + 2 * k] = SUBDP_SHUFFLE8(t[i + k], t[i + k + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+      u[i + 2 * k + 1] = SUBDP_SHUFFLE8(t[i + k], t[i + k + 2], 2, 3, 10, 11, 6, 7, 14, 15);
     }
   for (int k = 0; k < 4; ++k) {
-    r[k] = __builtin_shufflevector(u[k], u[k + 4], 0, 1, 2, 3, 8, 9, 10, 11);
-    r[k + 4] = __builtin_shufflevector(u[k], u[k + 4], 4, 5, 6, 7, 12, 13, 14, 15);
+    r[k] = SUBDP_SHUFFLE8(u[k], u[k + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+    r[k + 4] = SUBDP_SHUFFLE8(u[k], u[k + 4], 4, 5, 6, 7, 12, 13, 14, 15);
   }
 }
 

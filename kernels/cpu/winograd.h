@@ -12,13 +12,15 @@
 namespace subdp::cpu {
 
 /// True when the Winograd path serves shape s: k = 3, stride 1, pad 1, and at least 8 input
-/// and 8 output channels (below that the 16 small GEMMs lose to one im2col GEMM).
+/// and 8 output channels (below that the 16 or 36 small GEMMs lose to one im2col GEMM).
 bool winograd_applies(const ConvShape& s);
 
 /// The output tile side m the Winograd path uses for shape s: 4 (F(4x4, 3x3)) when the image
 /// is at least 4 x 4 and the transformed filters (36 * Cout * Cin floats) take at most 1 MiB,
-/// else 2 (F(2x2, 3x3)), so F(4x4) never raises the workspace above what F(2x2) needs for
-/// the widest layer.
+/// else 2 (F(2x2, 3x3)). F(4x4) needs more workspace than F(2x2) for the same layer (up to
+/// 1.8x), but no more than 1 MiB per filter slot and per tile buffer, what F(2x2) needs for
+/// a layer of about 90 channels or more (the ResNet's 128-channel stage), so where such a
+/// layer is present the model's workspace peak stays where F(2x2) put it.
 int winograd_tile(const ConvShape& s);
 
 /// Floats of workspace winograd_forward / winograd_backward need: per OpenMP thread two

@@ -7,7 +7,10 @@
 #include <cmath>
 #include <vector>
 
+#include <omp.h>
+
 #include "kernels/cpu/conv.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/winograd.h"
 #include "tests/unit/gradcheck.h"
 
@@ -76,6 +79,35 @@ TEST(Winograd, WideLayerTakesSmallTilesAndMatchesIm2col) {
   expect_paths_agree(s, 96, 90);
 }
 TEST(Winograd, ManySamplesPerChunkMatchIm2col) { expect_paths_agree({37, 8, 3, 3, 10, 3, 1, 1}, 10, 8); }
+// F(4x4) with 64 channels: the 1 MiB tile-buffer budget caps a chunk at 7 of the 9 samples,
+// so there are two chunks (one partial), with a masked weight-gradient prefix.
+TEST(Winograd, BudgetLimitedChunksMatchIm2col) {
+  const cpu::ConvShape s{9, 64, 14, 14, 64, 3, 1, 1};
+  ASSERT_EQ(cpu::winograd_tile(s), 4);
+  expect_paths_agree(s, 33, 17);
+}
+
+// y and dx do not depend on the thread count (the filter transform runs as fixed blocks);
+// dw is deterministic per thread count only (per-thread partials).
+TEST(Winograd, ForwardAndInputGradientIndependentOfThreads) {
+  const cpu::ConvShape s{4, 64, 14, 14, 64, 3, 1, 1};
+  const int64_t xn = int64_t{s.N} * s.Cin * s.H * s.W, yn = int64_t{s.N} * s.Cout * s.H * s.W;
+  Tensor x = random_tensor({xn}, 1.f, 61), w = random_tensor({int64_t{s.Cout} * s.Cin * 9}, 1.f, 62);
+  Tensor dy = random_tensor({yn}, 1.f, 63);
+  const int threads_before = omp_get_max_threads();
+  std::vector<std::vector<float>> y, dx;
+  for (int threads : {1, 3}) {
+    cpu::set_num_threads(threads);
+    Tensor ws = scratch(cpu::winograd_workspace_floats(s)), y_t = scratch(yn), dx_t = scratch(xn);
+    cpu::winograd_forward(s, x.f32(), w.f32(), y_t.f32(), ws.f32());
+    cpu::winograd_backward(s, x.f32(), w.f32(), dy.f32(), dx_t.f32(), nullptr, 0, 0, ws.f32());
+    y.emplace_back(y_t.f32(), y_t.f32() + yn);
+    dx.emplace_back(dx_t.f32(), dx_t.f32() + xn);
+  }
+  cpu::set_num_threads(threads_before);
+  EXPECT_TRUE(y[0] == y[1]) << "y differs between 1 and 3 threads";
+  EXPECT_TRUE(dx[0] == dx[1]) << "dx differs between 1 and 3 threads";
+}
 TEST(Winograd, MaskedWeightGradientPrefixMatchesIm2col) { expect_paths_agree({3, 12, 6, 7, 10, 3, 1, 1}, 4, 5); }
 
 TEST(Winograd, NoWeightGradientLeavesOnlyInputGradient) {
@@ -110,7 +142,7 @@ void expect_accumulate_adds(cpu::ConvShape s) {
 TEST(ConvAccumulate, WinogradEvenAndOddImagesAddToInputGradient) {
   expect_accumulate_adds({3, 8, 8, 8, 12, 3, 1, 1});
   expect_accumulate_adds({2, 9, 7, 5, 8, 3, 1, 1});
-  expect_accumulate_adds({37, 8, 3, 3, 10, 3, 1, 1});  // many chunks: both threads' partials
+  expect_accumulate_adds({37, 8, 3, 3, 10, 3, 1, 1});  // many chunks (each thread's partials when threads > 1)
 }
 
 TEST(ConvAccumulate, Im2colStridedAndProjectionAddToInputGradient) {
