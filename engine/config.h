@@ -42,7 +42,11 @@ struct TrainConfig {
   uint64_t seed = 0;        // weights, data order, sampler
   int threads = 0;          // BLAS/OpenMP threads per rank; 0 = cores / local ranks
   std::string nonfinite = "stop";  // stop or skip a step whose loss/gradient is not finite
+  std::string winograd_tile = "2x2";  // 2x2 or 4x4: output tile of Winograd convolutions
 };
+
+/// The Winograd output tile side train.winograd_tile asks for: 2 or 4.
+inline int winograd_tile_side(const TrainConfig& t) { return t.winograd_tile == "4x4" ? 4 : 2; }
 
 /// [optim]: optimizer and learning-rate schedule.
 struct OptimConfig {

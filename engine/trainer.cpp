@@ -17,6 +17,7 @@
 #include "engine/layers/flops.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/winograd.h"
 
 namespace subdp {
 
@@ -53,6 +54,7 @@ nlohmann::json memory_json(const std::array<int64_t, kNumMemCategories>& bytes) 
 Trainer::Trainer(const Config& config, std::unique_ptr<Communicator> world, const TrainOptions& options)
     : config_(config), options_(options), world_(std::move(world)) {
   cpu::set_num_threads(threads_per_rank(config_.train.threads));
+  cpu::set_winograd_max_tile(winograd_tile_side(config_.train));
   layout_.world = world_->size();
   layout_.rank = world_->rank();
   prints_ = layout_.rank == 0 || world_->backend() == "simulated";

@@ -84,6 +84,7 @@ std::vector<Field> fields(Config& c) {
       {"train", "seed", &t.seed, at_least(0)},
       {"train", "threads", &t.threads, between(0, 1024)},
       {"train", "nonfinite", &t.nonfinite, one_of({"stop", "skip"})},
+      {"train", "winograd_tile", &t.winograd_tile, one_of({"2x2", "4x4"})},
       {"optim", "name", &o.name, one_of({"sgd", "adamw"})},
       {"optim", "lr", &o.lr, above(0)},
       {"optim", "momentum", &o.momentum, range(0, 1, false, true)},

@@ -15,6 +15,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 #include <omp.h>
 
@@ -453,7 +455,17 @@ bool winograd_applies(const ConvShape& s) {
   return s.k == 3 && s.stride == 1 && s.pad == 1 && s.Cin >= 8 && s.Cout >= 8;
 }
 
+namespace {
+int g_max_tile = 2;  // set_winograd_max_tile
+}  // namespace
+
+void set_winograd_max_tile(int m) {
+  if (m != 2 && m != 4) throw std::invalid_argument("Winograd tile side must be 2 or 4, got " + std::to_string(m));
+  g_max_tile = m;
+}
+
 int winograd_tile(const ConvShape& s) {
+  if (g_max_tile < 4) return 2;
   const bool filters_fit = int64_t{Minimal<4>::alpha * Minimal<4>::alpha} * s.Cout * s.Cin <= kTileBufferFloats;
   return s.H >= kMinTile4Side && s.W >= kMinTile4Side && filters_fit ? 4 : 2;
 }

@@ -15,7 +15,15 @@ namespace subdp::cpu {
 /// and 8 output channels (below that the 16 or 36 small GEMMs lose to one im2col GEMM).
 bool winograd_applies(const ConvShape& s);
 
-/// The output tile side m the Winograd path uses for shape s: 4 (F(4x4, 3x3)) when the image
+/// Largest output tile side the Winograd path may use: 2 (the default) or 4
+/// (config key train.winograd_tile). F(4x4, 3x3) does 36 instead of 64 multiplies per 16
+/// outputs, but rounds less well: on the reference ResNet at batch 8 its gradients are within
+/// 1.1e-3 (relative, max norm) of a float64 reference, F(2x2)'s within 3e-6. Process-wide;
+/// set it before sizing workspaces. Throws std::invalid_argument for any other value.
+void set_winograd_max_tile(int m);
+
+/// The output tile side m the Winograd path uses for shape s: 4 (F(4x4, 3x3)) when allowed
+/// (set_winograd_max_tile(4)) and the image
 /// is at least 4 x 4 and the transformed filters (36 * Cout * Cin floats) take at most 1 MiB,
 /// else 2 (F(2x2, 3x3)). F(4x4) needs more workspace than F(2x2) for the same layer (up to
 /// 1.8x), but no more than 1 MiB per filter slot and per tile buffer, what F(2x2) needs for

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include <omp.h>
@@ -28,8 +30,24 @@ void expect_close(const float* got, const float* want, int64_t n, const char* wh
     ASSERT_NEAR(got[i], want[i], 2e-5 * (1 + scale)) << what << " element " << i;
 }
 
-// Winograd and im2col on shape s: y, dx, dw (prefix dw_cout x dw_cin) agree.
+// Sets the largest Winograd tile for a scope (process-wide setting, default 2).
+struct MaxTile {
+  explicit MaxTile(int m) { cpu::set_winograd_max_tile(m); }
+  ~MaxTile() { cpu::set_winograd_max_tile(2); }
+};
+
+// Winograd and im2col on shape s: y, dx, dw (prefix dw_cout x dw_cin) agree, with F(2x2)
+// tiles only and with F(4x4) tiles allowed.
+void expect_paths_agree_with_tile(cpu::ConvShape s, int dw_cout, int dw_cin);
 void expect_paths_agree(cpu::ConvShape s, int dw_cout, int dw_cin) {
+  for (int m : {2, 4}) {
+    SCOPED_TRACE("largest tile " + std::to_string(m));
+    MaxTile tile(m);
+    expect_paths_agree_with_tile(s, dw_cout, dw_cin);
+  }
+}
+
+void expect_paths_agree_with_tile(cpu::ConvShape s, int dw_cout, int dw_cin) {
   ASSERT_TRUE(cpu::winograd_applies(s));
   const int64_t xn = int64_t{s.N} * s.Cin * s.H * s.W, yn = int64_t{s.N} * s.Cout * s.H * s.W;
   Tensor x = random_tensor({xn}, 1.f, 41), w = random_tensor({int64_t{s.Cout} * s.Cin * 9}, 1.f, 42);
@@ -65,6 +83,9 @@ TEST(Winograd, OneRowImageMatchesIm2col) { expect_paths_agree({2, 8, 1, 3, 8, 3,
 // 9 x 11 leaves partial F(4x4) tiles on the bottom and right.
 TEST(Winograd, WideChannelsOddImageMatchIm2col) { expect_paths_agree({2, 40, 9, 11, 27, 3, 1, 1}, 20, 33); }
 TEST(Winograd, TileSizeFollowsImageSize) {
+  EXPECT_EQ(cpu::winograd_tile({1, 8, 28, 28, 8, 3, 1, 1}), 2);  // the default: F(2x2) only
+  EXPECT_THROW(cpu::set_winograd_max_tile(3), std::invalid_argument);
+  MaxTile tile(4);
   EXPECT_EQ(cpu::winograd_tile({1, 8, 28, 28, 8, 3, 1, 1}), 4);
   EXPECT_EQ(cpu::winograd_tile({1, 8, 4, 7, 8, 3, 1, 1}), 4);
   EXPECT_EQ(cpu::winograd_tile({1, 8, 3, 28, 8, 3, 1, 1}), 2);     // too small for 4x4 tiles
@@ -75,7 +96,10 @@ TEST(Winograd, TileSizeFollowsImageSize) {
 // vectors and tails there too.
 TEST(Winograd, WideLayerTakesSmallTilesAndMatchesIm2col) {
   const cpu::ConvShape s{2, 90, 5, 6, 96, 3, 1, 1};
-  ASSERT_EQ(cpu::winograd_tile(s), 2);
+  {
+    MaxTile tile(4);
+    ASSERT_EQ(cpu::winograd_tile(s), 2);
+  }
   expect_paths_agree(s, 96, 90);
 }
 TEST(Winograd, ManySamplesPerChunkMatchIm2col) { expect_paths_agree({37, 8, 3, 3, 10, 3, 1, 1}, 10, 8); }
@@ -83,14 +107,19 @@ TEST(Winograd, ManySamplesPerChunkMatchIm2col) { expect_paths_agree({37, 8, 3, 3
 // so there are two chunks (one partial), with a masked weight-gradient prefix.
 TEST(Winograd, BudgetLimitedChunksMatchIm2col) {
   const cpu::ConvShape s{9, 64, 14, 14, 64, 3, 1, 1};
-  ASSERT_EQ(cpu::winograd_tile(s), 4);
+  {
+    MaxTile tile(4);
+    ASSERT_EQ(cpu::winograd_tile(s), 4);
+  }
   expect_paths_agree(s, 33, 17);
 }
 
-// y and dx do not depend on the thread count (the filter transform runs as fixed blocks);
+// y and dx do not depend on the thread count (the filter transform runs as fixed blocks;
+// F(4x4) tiles, whose filter transform is the larger);
 // dw is deterministic per thread count only (per-thread partials).
 TEST(Winograd, ForwardAndInputGradientIndependentOfThreads) {
   const cpu::ConvShape s{4, 64, 14, 14, 64, 3, 1, 1};
+  MaxTile tile(4);
   const int64_t xn = int64_t{s.N} * s.Cin * s.H * s.W, yn = int64_t{s.N} * s.Cout * s.H * s.W;
   Tensor x = random_tensor({xn}, 1.f, 61), w = random_tensor({int64_t{s.Cout} * s.Cin * 9}, 1.f, 62);
   Tensor dy = random_tensor({yn}, 1.f, 63);
