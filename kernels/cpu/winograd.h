@@ -23,9 +23,8 @@ bool winograd_applies(const ConvShape& s);
 void set_winograd_max_tile(int m);
 
 /// The output tile side m the Winograd path uses for shape s: 4 (F(4x4, 3x3)) when allowed
-/// (set_winograd_max_tile(4)) and the image
-/// is at least 4 x 4 and the transformed filters (36 * Cout * Cin floats) take at most 1 MiB,
-/// else 2 (F(2x2, 3x3)). F(4x4) needs more workspace than F(2x2) for the same layer (up to
+/// (set_winograd_max_tile(4)), the image is at least 4 x 4 and the transformed filters
+/// (36 * Cout * Cin floats) take at most 1 MiB, else 2 (F(2x2, 3x3)). F(4x4) needs more workspace than F(2x2) for the same layer (up to
 /// 1.8x), but no more than 1 MiB per filter slot and per tile buffer, what F(2x2) needs for
 /// a layer of about 90 channels or more (the ResNet's 128-channel stage), so where such a
 /// layer is present the model's workspace peak stays where F(2x2) put it.
