@@ -349,15 +349,17 @@ struct ThreadBuffers {
   }
 };
 
-// V (alpha^2, T, C) for samples [n0, n0 + count) of x (N, C, H, W); tiles of absent samples
-// are left alone (the GEMMs only read count * per_sample rows).
-template <class W>
-void transform_chunk_input(const ConvShape& s, const Tiling& t, const float* x, int C, int n0, int count,
-                           const ThreadBuffers& tb, float* V) {
+// Transformed tiles (alpha^2, T, C) for samples [n0, n0 + count) of x (N, C, H, W): each
+// sample to channels-last, then `transform` (transform_input<W>: V; or
+// transform_output_gradient<W>: E) from its first tile. Tiles of absent samples are left
+// alone (the GEMMs only read count * per_sample rows).
+using TileTransform = void (*)(const ConvShape&, const Tiling&, const float*, int, const float*, int, float*);
+void transform_chunk(TileTransform transform, const ConvShape& s, const Tiling& t, const float* x, int C,
+                     int n0, int count, const ThreadBuffers& tb, float* out) {
   const int P = s.H * s.W;
   for (int ln = 0; ln < count; ++ln) {
     to_channels_last(x + static_cast<int64_t>(n0 + ln) * C * P, C, P, tb.plane);
-    transform_input<W>(s, t, tb.plane, C, tb.zero, ln * t.per_sample, V);
+    transform(s, t, tb.plane, C, tb.zero, ln * t.per_sample, out);
   }
 }
 
@@ -375,7 +377,7 @@ void convolve(const ConvShape& s, const Tiling& t, const float* U, bool u_transp
 #pragma omp for schedule(static)
     for (int ch = 0; ch < t.chunks(s.N); ++ch) {
       const int n0 = ch * t.chunk, count = std::min(t.chunk, s.N - n0), rows = count * t.per_sample;
-      transform_chunk_input<W>(s, t, in, cin, n0, count, tb, tb.a);
+      transform_chunk(transform_input<W>, s, t, in, cin, n0, count, tb, tb.a);
       for (int xi = 0; xi < t.xis; ++xi)
         sgemm(false, u_transposed, rows, cout, cin, 1.f, tb.a + static_cast<int64_t>(xi) * t.T * cin, cin,
               U + static_cast<int64_t>(xi) * cin * cout, u_transposed ? cin : cout, 0.f,
@@ -403,7 +405,6 @@ void weight_gradient(const ConvShape& s, const float* x, const float* dy, float*
   const Tiling t(s, W::m);
   float* regions = thread_regions(s, t, ws);
   const int64_t du_n = int64_t{t.xis} * dw_cout * dw_cin;
-  const int P = s.H * s.W;
   int threads = 1;
 #pragma omp parallel
   {
@@ -415,11 +416,8 @@ void weight_gradient(const ConvShape& s, const float* x, const float* dy, float*
 #pragma omp for schedule(static)
     for (int ch = 0; ch < t.chunks(s.N); ++ch) {
       const int n0 = ch * t.chunk, count = std::min(t.chunk, s.N - n0), rows = count * t.per_sample;
-      transform_chunk_input<W>(s, t, x, s.Cin, n0, count, tb, tb.a);  // V (alpha^2, T, Cin)
-      for (int ln = 0; ln < count; ++ln) {                            // E (alpha^2, T, Cout)
-        to_channels_last(dy + static_cast<int64_t>(n0 + ln) * s.Cout * P, s.Cout, P, tb.plane);
-        transform_output_gradient<W>(s, t, tb.plane, s.Cout, tb.zero, ln * t.per_sample, tb.b);
-      }
+      transform_chunk(transform_input<W>, s, t, x, s.Cin, n0, count, tb, tb.a);              // V
+      transform_chunk(transform_output_gradient<W>, s, t, dy, s.Cout, n0, count, tb, tb.b);  // E
       // du[xi] (dw_cout, dw_cin) += E[xi][:, :dw_cout]^T (dw_cout, rows) x V[xi][:, :dw_cin]
       for (int xi = 0; xi < t.xis; ++xi)
         sgemm(true, false, dw_cout, dw_cin, rows, 1.f, tb.b + static_cast<int64_t>(xi) * t.T * s.Cout, s.Cout,
