@@ -21,6 +21,7 @@
 #include <omp.h>
 
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/small_gemm.h"
 
 namespace subdp::cpu {
 
@@ -170,21 +171,22 @@ struct FilterCoefficients {
   }
 };
 
-// U (alpha^2, Cout, Cin) from filters w (Cout, Cin, 3, 3); flip: of the filters rotated by 180
-// degrees (the input-gradient convolution). U[xi] is (Cout, Cin) either way. The forward
-// convolution (Cin to Cout channels) reads it as its right-hand GEMM operand transposed;
-// the input-gradient one (Cout to Cin channels) reads it as it is.
-// Fixed blocks of filters, one single-threaded GEMM each (OpenBLAS runs serially inside an
-// OpenMP region): a multithreaded GEMM would round U, and so y and dx, by the thread count.
+// Transformed filters U from filters w (Cout, Cin, 3, 3), laid out as the convolution that
+// reads them wants its right-hand GEMM operand: forward (Cin to Cout channels) U (alpha^2, Cin,
+// Cout); flip, the input gradient (Cout to Cin channels) with the filters rotated by 180
+// degrees, U (alpha^2, Cout, Cin). Per outer channel o (cin, or cout when flip), one product
+// U[:, o, :] (alpha^2, inner) = coef (alpha^2, 9) x w[o]^T (9, inner), reading the filters in
+// place. Each product is single-threaded, so U does not depend on the thread count.
 template <class W>
 void transform_filters(const ConvShape& s, const float* w, bool flip, float* U) {
   static const FilterCoefficients<W> coef;
-  constexpr int kBlock = 256;  // filters per GEMM
-  const int pairs = s.Cout * s.Cin;
+  const int outer = flip ? s.Cout : s.Cin, inner = flip ? s.Cin : s.Cout;
+  const int64_t outer_stride = flip ? int64_t{s.Cin} * 9 : 9;  // floats between w[o] and w[o + 1]
+  const int inner_stride = flip ? 9 : s.Cin * 9;
 #pragma omp parallel for schedule(static)
-  for (int p0 = 0; p0 < pairs; p0 += kBlock)
-    sgemm(false, true, W::alpha * W::alpha, std::min(kBlock, pairs - p0), 9, 1.f,
-          flip ? &coef.flipped[0][0] : &coef.c[0][0], 9, w + int64_t{p0} * 9, 9, 0.f, U + p0, pairs);
+  for (int o = 0; o < outer; ++o)
+    small_sgemm(W::alpha * W::alpha, inner, 9, flip ? &coef.flipped[0][0] : &coef.c[0][0], 9, 1,
+                w + o * outer_stride, inner_stride, true, U + int64_t{o} * inner, outer * inner, false);
 }
 
 // dw (dw_cout, dw_cin, 3, 3) += G^T du G per filter, du (alpha^2, dw_cout, dw_cin): one GEMM,
@@ -365,10 +367,10 @@ void transform_chunk(TileTransform transform, const ConvShape& s, const Tiling& 
 
 // Forward-direction convolution of `in` (N, cin, H, W) with transformed filters U into out
 // (N, cout, H, W) (added to it when accumulate): shared by the forward pass and the input
-// gradient. U is (alpha^2, cin, cout), or (alpha^2, cout, cin) when u_transposed. Per chunk
+// gradient. U is (alpha^2, cin, cout) (transform_filters). Per chunk
 // and xi: M (rows, cout) = V (rows, cin) x U[xi].
 template <class W>
-void convolve(const ConvShape& s, const Tiling& t, const float* U, bool u_transposed, const float* in, int cin,
+void convolve(const ConvShape& s, const Tiling& t, const float* U, const float* in, int cin,
               int cout, float* out, float* regions, bool accumulate) {
   const int P = s.H * s.W;
 #pragma omp parallel
@@ -379,9 +381,9 @@ void convolve(const ConvShape& s, const Tiling& t, const float* U, bool u_transp
       const int n0 = ch * t.chunk, count = std::min(t.chunk, s.N - n0), rows = count * t.per_sample;
       transform_chunk(transform_input<W>, s, t, in, cin, n0, count, tb, tb.a);
       for (int xi = 0; xi < t.xis; ++xi)
-        sgemm(false, u_transposed, rows, cout, cin, 1.f, tb.a + static_cast<int64_t>(xi) * t.T * cin, cin,
-              U + static_cast<int64_t>(xi) * cin * cout, u_transposed ? cin : cout, 0.f,
-              tb.b + static_cast<int64_t>(xi) * t.T * cout, cout);
+        small_sgemm(rows, cout, cin, tb.a + static_cast<int64_t>(xi) * t.T * cin, cin, 1,
+                    U + static_cast<int64_t>(xi) * cin * cout, cout, false, tb.b + static_cast<int64_t>(xi) * t.T * cout,
+                    cout, false);
       for (int ln = 0; ln < count; ++ln) {
         transform_output<W>(s, t, tb.b, cout, ln * t.per_sample, tb.plane);
         from_channels_last(tb.plane, cout, P, out + static_cast<int64_t>(n0 + ln) * cout * P, accumulate);
@@ -394,7 +396,7 @@ template <class W>
 void forward(const ConvShape& s, const float* x, const float* w, float* y, float* ws) {
   const Tiling t(s, W::m);
   transform_filters<W>(s, w, false, ws);
-  convolve<W>(s, t, ws, true, x, s.Cin, s.Cout, y, thread_regions(s, t, ws), false);
+  convolve<W>(s, t, ws, x, s.Cin, s.Cout, y, thread_regions(s, t, ws), false);
 }
 
 // Weight gradient: per chunk and xi, du[xi] (dw_cout, dw_cin) += E[xi]^T x V[xi] into
@@ -420,8 +422,9 @@ void weight_gradient(const ConvShape& s, const float* x, const float* dy, float*
       transform_chunk(transform_output_gradient<W>, s, t, dy, s.Cout, n0, count, tb, tb.b);  // E
       // du[xi] (dw_cout, dw_cin) += E[xi][:, :dw_cout]^T (dw_cout, rows) x V[xi][:, :dw_cin]
       for (int xi = 0; xi < t.xis; ++xi)
-        sgemm(true, false, dw_cout, dw_cin, rows, 1.f, tb.b + static_cast<int64_t>(xi) * t.T * s.Cout, s.Cout,
-              tb.a + static_cast<int64_t>(xi) * t.T * s.Cin, s.Cin, 1.f, du + xi * dw_cout * dw_cin, dw_cin);
+        small_sgemm(dw_cout, dw_cin, rows, tb.b + static_cast<int64_t>(xi) * t.T * s.Cout, 1, s.Cout,
+                    tb.a + static_cast<int64_t>(xi) * t.T * s.Cin, s.Cin, false, du + xi * dw_cout * dw_cin, dw_cin,
+                    true);
     }
   }
   // Sum the partials into slot 0 in thread order (deterministic for a fixed thread count),
@@ -442,7 +445,7 @@ void backward(const ConvShape& s, const float* x, const float* w, const float* d
   if (dx) {
     float* U = filter_slot(s, t, ws, 0);
     transform_filters<W>(s, w, true, U);
-    convolve<W>(s, t, U, false, dy, s.Cout, s.Cin, dx, thread_regions(s, t, ws), accumulate_dx);
+    convolve<W>(s, t, U, dy, s.Cout, s.Cin, dx, thread_regions(s, t, ws), accumulate_dx);
   }
   if (dw && dw_cout > 0 && dw_cin > 0) weight_gradient<W>(s, x, dy, dw, dw_cout, dw_cin, ws);
 }
