@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/small_gemm.h"
 #include "kernels/cpu/winograd.h"
 
 namespace subdp::cpu {
@@ -179,7 +180,7 @@ void conv2d_im2col_forward(const ConvShape& s, const float* x, const float* w, f
       const float* xn = x + n * in_size;
       if (!direct) im2col_sample(s, xn, cols);
       // y_n (Cout, P) = w (Cout, CK) x cols (CK, P)
-      sgemm(false, false, s.Cout, P, CK, 1.f, w, CK, direct ? xn : cols, P, 0.f, y + n * out_size, P);
+      small_sgemm(s.Cout, P, CK, w, CK, 1, direct ? xn : cols, P, false, y + n * out_size, P, false);
     }
   }
 }
@@ -210,7 +211,7 @@ void conv2d_im2col_backward(const ConvShape& s, const float* x, const float* w, 
       }
       if (dx) {
         // dcols (CK, P) = w^T (CK, Cout) x dy_n (Cout, P)
-        sgemm(true, false, CK, P, s.Cout, 1.f, w, CK, dyn, P, 0.f, cols, P);
+        small_sgemm(CK, P, s.Cout, w, 1, CK, dyn, P, false, cols, P, false);
         col2im_sample(s, cols, dx + n * in_size, accumulate_dx);
       }
     }
