@@ -31,15 +31,22 @@ inline Vec load(const float* p) {
 }
 inline void store(float* p, Vec v) { std::memcpy(p, &v, sizeof v); }
 
-// Panel (kc, kNr) of B: columns [j0, j0 + nc) of rows [k0, k0 + kc), zero beyond nc.
+// Panel (kc, kNr) of B: columns [j0, j0 + nc) of rows [k0, k0 + kc), zero beyond nc. Full
+// rows move as two vectors (a memcpy call per 128-byte row cost more than the copy).
 void pack_panel(const float* B, int ldb, bool b_trans, int k0, int kc, int j0, int nc, float* panel) {
+  if (!b_trans && nc == kNr) {
+    for (int k = 0; k < kc; ++k) {
+      const float* row = B + static_cast<int64_t>(k0 + k) * ldb + j0;
+      store(panel + k * kNr, load(row));
+      store(panel + k * kNr + kLanes, load(row + kLanes));
+    }
+    return;
+  }
   for (int k = 0; k < kc; ++k) {
     float* row = panel + k * kNr;
-    if (b_trans)
-      for (int j = 0; j < nc; ++j) row[j] = B[static_cast<int64_t>(j0 + j) * ldb + k0 + k];
-    else
-      std::memcpy(row, B + static_cast<int64_t>(k0 + k) * ldb + j0, sizeof(float) * nc);
-    std::fill(row + nc, row + kNr, 0.f);
+    for (int j = 0; j < nc; ++j)
+      row[j] = b_trans ? B[static_cast<int64_t>(j0 + j) * ldb + k0 + k] : B[static_cast<int64_t>(k0 + k) * ldb + j0 + j];
+    for (int j = nc; j < kNr; ++j) row[j] = 0.f;
   }
 }
 
