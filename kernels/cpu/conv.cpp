@@ -207,7 +207,7 @@ void conv2d_im2col_backward(const ConvShape& s, const float* x, const float* w, 
       if (want_dw) {
         im2col_sample(s, x + n * in_size, cols);
         // dwt (dw_cout, dw_cin*kk) += dy_n[:dw_cout] (dw_cout, P) x cols[:dw_cin*kk]^T
-        sgemm(false, true, dw_cout, dw_cin * kk, P, 1.f, dyn, P, cols, P, 1.f, dwt, dw_cin * kk);
+        small_sgemm(dw_cout, dw_cin * kk, P, dyn, P, 1, cols, P, true, dwt, dw_cin * kk, true);
       }
       if (dx) {
         // dcols (CK, P) = w^T (CK, Cout) x dy_n (Cout, P)

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <utility>
 
+#include "kernels/cpu/transpose.h"
+
 namespace subdp::cpu {
 
 namespace {
@@ -32,21 +34,23 @@ inline Vec load(const float* p) {
 inline void store(float* p, Vec v) { std::memcpy(p, &v, sizeof v); }
 
 // Panel (kc, kNr) of B: columns [j0, j0 + nc) of rows [k0, k0 + kc), zero beyond nc. Full
-// rows move as two vectors (a memcpy call per 128-byte row cost more than the copy).
+// rows move as two vectors (a memcpy call per 128-byte row cost more than the copy); B stored
+// transposed goes through 8 x 8 register transposes.
 void pack_panel(const float* B, int ldb, bool b_trans, int k0, int kc, int j0, int nc, float* panel) {
-  if (!b_trans && nc == kNr) {
-    for (int k = 0; k < kc; ++k) {
-      const float* row = B + static_cast<int64_t>(k0 + k) * ldb + j0;
-      store(panel + k * kNr, load(row));
-      store(panel + k * kNr + kLanes, load(row + kLanes));
-    }
+  if (nc < kNr)
+    for (int k = 0; k < kc; ++k) std::fill(panel + k * kNr + nc, panel + (k + 1) * kNr, 0.f);
+  if (b_trans) {
+    transpose(B + static_cast<int64_t>(j0) * ldb + k0, nc, kc, ldb, panel, kNr, false);
     return;
   }
   for (int k = 0; k < kc; ++k) {
-    float* row = panel + k * kNr;
-    for (int j = 0; j < nc; ++j)
-      row[j] = b_trans ? B[static_cast<int64_t>(j0 + j) * ldb + k0 + k] : B[static_cast<int64_t>(k0 + k) * ldb + j0 + j];
-    for (int j = nc; j < kNr; ++j) row[j] = 0.f;
+    const float* row = B + static_cast<int64_t>(k0 + k) * ldb + j0;
+    if (nc == kNr) {
+      store(panel + k * kNr, load(row));
+      store(panel + k * kNr + kLanes, load(row + kLanes));
+    } else {
+      std::copy(row, row + nc, panel + k * kNr);
+    }
   }
 }
 

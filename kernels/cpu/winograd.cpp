@@ -22,6 +22,7 @@
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/small_gemm.h"
+#include "kernels/cpu/transpose.h"
 
 namespace subdp::cpu {
 
@@ -43,18 +44,9 @@ constexpr int kLanes = 8;
 
 // kLanes floats as one value (GCC/Clang vector extension): the transforms run on whole
 // channel vectors; with -march=native they compile to AVX2 or AVX-512 registers. Vec8 (8
-// floats) serves the 8 x 8 transposes.
+// floats) serves the 8-channel tails under AVX-512.
 typedef float Vec __attribute__((vector_size(kLanes * sizeof(float))));
 typedef float Vec8 __attribute__((vector_size(8 * sizeof(float))));
-
-// Two-vector shuffle of Vec8s by constant indices (0-7 from a, 8-15 from b): Clang's builtin,
-// or GCC's, which GCC before 12 knows only under this name.
-#if defined(__clang__)
-#define SUBDP_SHUFFLE8(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
-#else
-typedef int Mask8 __attribute__((vector_size(8 * sizeof(int))));
-#define SUBDP_SHUFFLE8(a, b, ...) __builtin_shuffle(a, b, Mask8{__VA_ARGS__})
-#endif
 
 template <class V> V load(const float* p) {
   V v;
@@ -198,54 +190,11 @@ void accumulate_filter_gradients(const float* du, int dw_cout, int dw_cin, float
   sgemm(true, false, pairs, 9, W::alpha * W::alpha, 1.f, du, pairs, &coef.c[0][0], 9, 1.f, dw, 9);
 }
 
-// Rows r[0..7] of an 8 x 8 block replaced by its columns (unpack, then 2x2 and 4x4 block
-// swaps: the classic AVX sequence, written as generic shuffles).
-inline void transpose8x8(Vec8 r[8]) {
-  Vec8 t[8], u[8];
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = SUBDP_SHUFFLE8(r[i], r[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
-    t[i + 1] = SUBDP_SHUFFLE8(r[i], r[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
-  }
-  for (int i = 0; i < 8; i += 4)  // u[i + j] holds column j (and j + 4) of rows i..i+3
-    for (int k = 0; k < 2; ++k) {
-      u[i + 2 * k] = SUBDP_SHUFFLE8(t[i + k], t[i + k + 2], 0, 1, 8, 9, 4, 5, 12, 13);
-      u[i + 2 * k + 1] = SUBDP_SHUFFLE8(t[i + k], t[i + k + 2], 2, 3, 10, 11, 6, 7, 14, 15);
-    }
-  for (int k = 0; k < 4; ++k) {
-    r[k] = SUBDP_SHUFFLE8(u[k], u[k + 4], 0, 1, 2, 3, 8, 9, 10, 11);
-    r[k + 4] = SUBDP_SHUFFLE8(u[k], u[k + 4], 4, 5, 6, 7, 12, 13, 14, 15);
-  }
-}
-
-// dst (cols, rows) = src (rows, cols)^T, or dst += src^T when accumulate: a sample between
-// planes (C, H * W) and channels-last (H * W, C). Whole 8 x 8 blocks in registers, the
-// ragged edges element by element.
-void transpose(const float* __restrict src, int rows, int cols, float* __restrict dst, bool accumulate) {
-  const int rows8 = rows - rows % 8, cols8 = cols - cols % 8;
-  for (int r0 = 0; r0 < rows8; r0 += 8)
-    for (int c0 = 0; c0 < cols8; c0 += 8) {
-      Vec8 v[8];
-      for (int i = 0; i < 8; ++i) v[i] = load<Vec8>(src + static_cast<int64_t>(r0 + i) * cols + c0);
-      transpose8x8(v);
-      for (int i = 0; i < 8; ++i) {
-        float* d = dst + static_cast<int64_t>(c0 + i) * rows + r0;
-        store(d, accumulate ? load<Vec8>(d) + v[i] : v[i]);
-      }
-    }
-  auto element = [&](int r, int c) {
-    float& d = dst[static_cast<int64_t>(c) * rows + r];
-    const float x = src[static_cast<int64_t>(r) * cols + c];
-    d = accumulate ? d + x : x;
-  };
-  for (int r = 0; r < rows; ++r)
-    for (int c = r < rows8 ? cols8 : 0; c < cols; ++c) element(r, c);
-}
-
 // One sample from planes src (C, P) to channels-last dst (P, C).
-void to_channels_last(const float* src, int C, int P, float* dst) { transpose(src, C, P, dst, false); }
+void to_channels_last(const float* src, int C, int P, float* dst) { transpose(src, C, P, P, dst, C, false); }
 // One sample from channels-last src (P, C) to planes dst (C, P), or added to them.
 void from_channels_last(const float* src, int C, int P, float* dst, bool accumulate) {
-  transpose(src, P, C, dst, accumulate);
+  transpose(src, P, C, C, dst, P, accumulate);
 }
 
 // ptr[k][l] = pixel (h0 + k, w0 + l) of the channels-last image img (H * W, C), or `zero`
