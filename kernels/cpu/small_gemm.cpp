@@ -1,7 +1,8 @@
 // Register-blocked GEMM: B is packed per block of kNr columns and kKc inner indices into a
 // contiguous (kKc, kNr) panel; a micro-kernel keeps an (MR, kNr) block of C in registers,
 // one broadcast of A and two vectors of the panel per FMA step (the BLIS / GotoBLAS scheme
-// without packing A: the Winograd operands already have unit stride along one of its axes).
+// without packing A: the convolutions' operands already have unit stride along one of its
+// axes, and a copy of A would cost as much as the product when N is 32).
 #include "kernels/cpu/small_gemm.h"
 
 #include <algorithm>

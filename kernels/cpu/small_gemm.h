@@ -1,6 +1,7 @@
-// A register-blocked single-threaded GEMM for the small products of the Winograd domain
-// (tens to a few hundred rows, up to a few hundred channels), vectorised at the CPU's full
-// width (16 floats with AVX-512, 8 with AVX2).
+// A register-blocked single-threaded GEMM for the convolutions' small per-thread products
+// (Winograd domain: tens to a few hundred tiles by up to a few hundred channels; im2col: one
+// sample's), vectorised at the CPU's full width (16 floats with AVX-512, 8 with AVX2),
+// whatever kernel set OpenBLAS loaded.
 #pragma once
 #include <cstdint>
 
