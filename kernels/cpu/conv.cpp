@@ -1,4 +1,4 @@
-// conv2d via per-sample im2col + OpenBLAS GEMM over OpenMP threads, and pooling kernels.
+// conv2d via per-sample im2col + GEMM (small_sgemm) over OpenMP threads, and pooling kernels.
 #include "kernels/cpu/conv.h"
 
 #include <algorithm>
@@ -6,7 +6,6 @@
 
 #include <omp.h>
 
-#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/small_gemm.h"
 #include "kernels/cpu/winograd.h"
 
@@ -144,8 +143,8 @@ int64_t thread_floats(const ConvShape& s) { return cols_floats(s) + weight_float
 
 }  // namespace
 
-// Samples are spread over OpenMP threads; each thread runs single-threaded GEMMs on its
-// own im2col buffer (OpenBLAS's OpenMP build does not nest), so no thread waits on another
+// Samples are spread over OpenMP threads; each thread runs single-threaded GEMMs
+// (small_sgemm) on its own im2col buffer, so no thread waits on another
 // inside a layer. Weight gradients go to per-thread partials summed in thread order:
 // deterministic for a fixed thread count.
 int64_t conv2d_im2col_workspace_floats(const ConvShape& s) {

@@ -102,6 +102,7 @@ constexpr MicroKernel kernel_for_rows(int rows, std::integer_sequence<int, R...>
 void small_sgemm(int M, int N, int K, const float* A, int64_t a_row, int64_t a_col, const float* B, int ldb,
                  bool b_trans, float* C, int ldc, bool accumulate) {
   alignas(64) float panel[kKc * kNr];
+  if (M == 0 || N == 0) return;  // B and C untouched (they may be empty)
   if (K == 0) {
     if (!accumulate)
       for (int i = 0; i < M; ++i) std::fill(C + static_cast<int64_t>(i) * ldc, C + static_cast<int64_t>(i) * ldc + N, 0.f);

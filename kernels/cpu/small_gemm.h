@@ -14,6 +14,7 @@ namespace subdp::cpu {
 /// B is row-major (K, N) with leading dimension ldb, or, when b_trans, stored (N, K) with
 /// leading dimension ldb. C is row-major with leading dimension ldc. Sums run over k in
 /// ascending order per output element, so results do not depend on the caller's threads.
+/// M or N == 0 reads and writes nothing; K == 0 gives C = 0 (or leaves C when accumulate).
 /// Needs no workspace (B is packed in blocks on the stack, at most 32 KiB).
 void small_sgemm(int M, int N, int K, const float* A, int64_t a_row, int64_t a_col, const float* B, int ldb,
                  bool b_trans, float* C, int ldc, bool accumulate);

@@ -146,9 +146,9 @@ float* thread_regions(const ConvShape& s, const Tiling& t, float* ws) {
 
 // coef (alpha^2, 9): u[xi = i * alpha + j] = sum_k coef[xi][k] g[k] for u = G g G^T, so
 // coef[i * alpha + j][k * 3 + l] = G[i][k] G[j][l]; flipped: the same for g rotated by 180
-// degrees (g[8 - k]). The filter transform of all filters is then one GEMM reading the
-// filters (Cout * Cin, 9) in place, and the filter-gradient transform dg = G^T du G the same
-// GEMM transposed.
+// degrees (g[8 - k]). The filter transform is then a product with coef per channel, reading
+// the filters in place (transform_filters), and the filter-gradient transform dg = G^T du G
+// one GEMM with coef transposed.
 template <class W>
 struct FilterCoefficients {
   float c[W::alpha * W::alpha][9], flipped[W::alpha * W::alpha][9];
@@ -167,8 +167,9 @@ struct FilterCoefficients {
 // reads them wants its right-hand GEMM operand: forward (Cin to Cout channels) U (alpha^2, Cin,
 // Cout); flip, the input gradient (Cout to Cin channels) with the filters rotated by 180
 // degrees, U (alpha^2, Cout, Cin). Per outer channel o (cin, or cout when flip), one product
-// U[:, o, :] (alpha^2, inner) = coef (alpha^2, 9) x w[o]^T (9, inner), reading the filters in
-// place. Each product is single-threaded, so U does not depend on the thread count.
+// U[:, o, :] (alpha^2, inner) = coef (alpha^2, 9) x W_o^T (9, inner), W_o (inner, 9) the
+// filters w[:, o] (forward) or w[o] (flip), read in place through a stride. Each product is
+// single-threaded, so U does not depend on the thread count.
 template <class W>
 void transform_filters(const ConvShape& s, const float* w, bool flip, float* U) {
   static const FilterCoefficients<W> coef;

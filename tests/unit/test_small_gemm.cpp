@@ -29,7 +29,9 @@ std::vector<double> reference(const Layout& l, int M, int N, int K, const std::v
 // accumulating, overwritten otherwise).
 void check(const Layout& l, int M, int N, int K, bool accumulate) {
   const int pad = 3, lda = (l.a_trans ? M : K) + pad, ldb = (l.b_trans ? K : N) + pad, ldc = N + pad;
-  std::vector<float> A(static_cast<size_t>(l.a_trans ? K : M) * lda), B(static_cast<size_t>(l.b_trans ? N : K) * ldb);
+  // Operands end at their last row's last element, so a read past it shows under ASan.
+  auto exact = [](int rows, int cols, int ld) { return rows == 0 ? size_t{0} : static_cast<size_t>(rows - 1) * ld + cols; };
+  std::vector<float> A(exact(l.a_trans ? K : M, l.a_trans ? M : K, lda)), B(exact(l.b_trans ? N : K, l.b_trans ? K : N, ldb));
   for (size_t i = 0; i < A.size(); ++i) A[i] = std::sin(0.37f * i);
   for (size_t i = 0; i < B.size(); ++i) B[i] = std::cos(0.21f * i);
   std::vector<float> C(static_cast<size_t>(M) * ldc, 1.f);
@@ -57,6 +59,11 @@ TEST(SmallGemm, InnerDimensionsPastOnePanelAccumulateAcrossBlocks) {
   for (const Layout l : {Layout{false, false}, Layout{false, true}, Layout{true, false}})
     for (int K : {255, 256, 257, 600})
       for (bool accumulate : {false, true}) check(l, 17, 40, K, accumulate);
+}
+
+TEST(SmallGemm, EmptyOutputReadsNothing) {
+  subdp::cpu::small_sgemm(0, 5, 3, nullptr, 3, 1, nullptr, 5, false, nullptr, 5, false);
+  subdp::cpu::small_sgemm(4, 0, 3, nullptr, 3, 1, nullptr, 0, true, nullptr, 0, true);
 }
 
 TEST(SmallGemm, EmptyInnerDimensionZeroesOrKeepsC) {
