@@ -205,6 +205,9 @@ TEST(Conv2dKernel, StridedAndUnpaddedConvolutionsMatchNaive) {
   expect_conv_matches_naive({3, 4, 7, 7, 5, 3, 2, 1});
   expect_conv_matches_naive({2, 3, 6, 5, 2, 3, 1, 0});
   expect_conv_matches_naive({2, 3, 6, 5, 2, 1, 2, 0});
+  // Rows wide enough for the vectorised stride-2 gather (16- and 8-lane vectors plus tails).
+  expect_conv_matches_naive({2, 3, 12, 40, 4, 3, 2, 1});
+  expect_conv_matches_naive({1, 2, 5, 37, 3, 1, 2, 0});
 }
 
 TEST(GradCheck, Conv2dMaskedOutputChannelsBackwardRegime) {
