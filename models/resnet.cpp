@@ -91,14 +91,12 @@ float* BasicBlock::forward(float* x, int N, bool training, ResNetScratch& s) {
   float* t = s.grad.f32();  // the gradient scratch is free during the forward pass
   if (!branch_present()) {  // a dropped block's projection: out = relu(bn(conv(x)))
     sc_conv_->forward(x, t, N, H_, W_, ws);  // (N, cout, Ho, Wo), recomputed in backward
-    sc_bn_->forward(t, out, N, HWo, training);
-    cpu::relu_forward(out, out, n_out);
+    sc_bn_->forward(t, out, N, HWo, training, /*relu=*/true);
     return out;
   }
   conv1_->forward(x, c1_.f32(), N, H_, W_, ws);                     // (N, C1, Ho, Wo)
-  bn1_->forward(c1_.f32(), h1_.f32(), N, HWo, training);            // (N, C1, Ho, Wo)
+  bn1_->forward(c1_.f32(), h1_.f32(), N, HWo, training, /*relu=*/true);  // (N, C1, Ho, Wo)
   const int64_t n_h = static_cast<int64_t>(N) * conv1_->cout() * HWo;
-  cpu::relu_forward(h1_.f32(), h1_.f32(), n_h);
   if (neuron_scale_ != 1.f) cpu::scale(h1_.f32(), neuron_scale_, n_h);
   conv2_->forward(h1_.f32(), c2_.f32(), N, Ho_, Wo_, ws);           // (N, cout, Ho, Wo)
   bn2_->forward(c2_.f32(), out, N, HWo, training);
@@ -200,8 +198,7 @@ double ResNet::forward(const Batch& batch, bool training, int64_t* correct) {
   float* ws = scratch_.workspace.f32();
   float* c = scratch_.grad.f32();  // stem conv output (N, w0, H, W): recomputed in backward
   stem_conv_->forward(input_, c, N, H_, W_, ws);
-  stem_bn_->forward(c, stem_h_.f32(), N, H_ * W_, training);
-  cpu::relu_forward(stem_h_.f32(), stem_h_.f32(), stem_h_.numel() / stem_h_.dim(0) * N);
+  stem_bn_->forward(c, stem_h_.f32(), N, H_ * W_, training, /*relu=*/true);
   float* x = stem_h_.f32();
   block_in_.clear();
   for (auto& blk : blocks_) {

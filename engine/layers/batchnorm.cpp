@@ -20,10 +20,10 @@ void BatchNorm2d::allocate_stats() {
   rstd = Tensor::zeros({channels()}, MemCategory::activations);
 }
 
-void BatchNorm2d::forward(const float* x, float* y, int N, int HW, bool training) {
+void BatchNorm2d::forward(const float* x, float* y, int N, int HW, bool training, bool relu) {
   cpu::batchnorm_forward(x, gamma->value.f32(), beta->value.f32(), y, mean.f32(), rstd.f32(),
                          running_mean->value.f32(), running_var->value.f32(), N, channels(), HW,
-                         training, momentum, eps);
+                         training, momentum, eps, relu);
 }
 
 void BatchNorm2d::backward(const float* x, const float* dy, float* dx, int N, int HW) const {

@@ -17,8 +17,9 @@ class BatchNorm2d {
   int channels() const { return static_cast<int>(gamma->value.dim(0)); }
   /// Allocates the per-channel batch statistics kept for backward (activations).
   void allocate_stats();
-  /// y (N, C, HW) from x; training uses batch statistics and updates running stats.
-  void forward(const float* x, float* y, int N, int HW, bool training);
+  /// y (N, C, HW) from x; training uses batch statistics and updates running stats. relu:
+  /// y = max(0, BN(x)) in the same pass (cpu::batchnorm_forward).
+  void forward(const float* x, float* y, int N, int HW, bool training, bool relu = false);
   /// dx (N, C, HW) written; dgamma/dbeta accumulated for the kept prefix.
   void backward(const float* x, const float* dy, float* dx, int N, int HW) const;
 

@@ -8,7 +8,7 @@ namespace subdp::cpu {
 
 void batchnorm_forward(const float* x, const float* gamma, const float* beta, float* y,
                        float* mean, float* rstd, float* running_mean, float* running_var, int N,
-                       int C, int HW, bool training, float momentum, float eps) {
+                       int C, int HW, bool training, float momentum, float eps, bool relu) {
   const int64_t M = static_cast<int64_t>(N) * HW;
 #pragma omp parallel for schedule(static)
   for (int c = 0; c < C; ++c) {
@@ -49,7 +49,14 @@ void batchnorm_forward(const float* x, const float* gamma, const float* beta, fl
     for (int n = 0; n < N; ++n) {
       const float* p = x + (static_cast<int64_t>(n) * C + c) * HW;
       float* q = y + (static_cast<int64_t>(n) * C + c) * HW;
-      for (int i = 0; i < HW; ++i) q[i] = p[i] * a + b;
+      if (relu) {
+        for (int i = 0; i < HW; ++i) {
+          const float v = p[i] * a + b;
+          q[i] = v > 0.f ? v : 0.f;  // relu_forward's expression: the same bits as two passes
+        }
+      } else {
+        for (int i = 0; i < HW; ++i) q[i] = p[i] * a + b;
+      }
     }
   }
 }

@@ -8,9 +8,11 @@ namespace subdp::cpu {
 /// training: batch statistics over (N, HW); writes mean/rstd (C) for the backward pass and
 /// updates running_mean/running_var (C) with `momentum` (unbiased variance, as PyTorch).
 /// eval: uses running statistics. y = gamma * (x - mean) * rstd + beta. eps as in PyTorch (1e-5).
+/// relu: y = max(0, that) in the same pass, bit for bit what relu_forward after it gives
+/// (one pass over y fewer for the ResNet's BatchNorm + ReLU pairs).
 void batchnorm_forward(const float* x, const float* gamma, const float* beta, float* y,
                        float* mean, float* rstd, float* running_mean, float* running_var, int N,
-                       int C, int HW, bool training, float momentum, float eps);
+                       int C, int HW, bool training, float momentum, float eps, bool relu = false);
 
 /// BatchNorm2d backward (training statistics). dx (N, C, HW) is written; dgamma/dbeta are
 /// accumulated (+=) for the first `grad_channels` channels only (backward masking).

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/norm.h"
 #include "tests/unit/gradcheck.h"
 
@@ -88,6 +89,28 @@ TEST(BatchNormKernel, BackwardInPlaceOverInputOrOutputGradientEqualsOutOfPlace) 
     EXPECT_EQ(r.dx, ref.dx) << (aliasing == 1 ? "dx over x" : "dx over dy");
     EXPECT_EQ(r.dgamma, ref.dgamma);
     EXPECT_EQ(r.dbeta, ref.dbeta);
+  }
+}
+
+// The fused ReLU (the ResNet's BatchNorm + ReLU pairs) must give relu_forward's bits after
+// the plain forward, in training and in eval, with the same statistics.
+TEST(BatchNormKernel, FusedReluEqualsReluAfterTheForward) {
+  Tensor x = test::random_tensor({kSize}, 1.f, 7);
+  std::vector<float> gamma = {1.f, 2.f, -0.5f}, beta = {0.f, 0.1f, 1.f};
+  for (bool training : {true, false}) {
+    std::vector<float> y(kSize), yr(kSize), mean(C), rstd(C), mean_r(C), rstd_r(C);
+    std::vector<float> rm(C, 0.3f), rv(C, 1.5f), rm_r(rm), rv_r(rv);
+    cpu::batchnorm_forward(x.f32(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data(), rm.data(),
+                           rv.data(), N, C, HW, training, 0.1f, 1e-5f);
+    cpu::relu_forward(y.data(), y.data(), kSize);
+    cpu::batchnorm_forward(x.f32(), gamma.data(), beta.data(), yr.data(), mean_r.data(), rstd_r.data(), rm_r.data(),
+                           rv_r.data(), N, C, HW, training, 0.1f, 1e-5f, /*relu=*/true);
+    EXPECT_EQ(yr, y) << (training ? "training" : "eval");
+    EXPECT_EQ(rm_r, rm);
+    EXPECT_EQ(rv_r, rv);
+    const auto zeros = std::count(yr.begin(), yr.end(), 0.f);
+    EXPECT_GT(zeros, kSize / 10) << "the ReLU must clip a real share";
+    EXPECT_LT(zeros, kSize * 9 / 10);
   }
 }
 
