@@ -6,33 +6,22 @@
 #include "kernels/cpu/small_gemm.h"
 
 #include <algorithm>
-#include <cstring>
 #include <utility>
 
 #include "kernels/cpu/transpose.h"
+#include "kernels/cpu/vec.h"
 
 namespace subdp::cpu {
 
 namespace {
 
 #ifdef __AVX512F__
-constexpr int kLanes = 16;
 constexpr int kMr = 14;  // 28 accumulators + 2 panel vectors + 1 broadcast of 32 registers
 #else
-constexpr int kLanes = 8;
 constexpr int kMr = 6;   // 12 accumulators + 2 panel vectors + 1 broadcast of 16 registers
 #endif
 constexpr int kNr = 2 * kLanes;  // columns per micro-tile: two vectors
 constexpr int kKc = 256;         // inner indices per packed panel (kKc * kNr floats on the stack)
-
-typedef float Vec __attribute__((vector_size(kLanes * sizeof(float))));
-
-inline Vec load(const float* p) {
-  Vec v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void store(float* p, Vec v) { std::memcpy(p, &v, sizeof v); }
 
 // Panel (kc, kNr) of B: columns [j0, j0 + nc) of rows [k0, k0 + kc), zero beyond nc. Full
 // rows move as two vectors (a memcpy call per 128-byte row cost more than the copy); B stored
@@ -47,8 +36,8 @@ void pack_panel(const float* B, int ldb, bool b_trans, int k0, int kc, int j0, i
   for (int k = 0; k < kc; ++k) {
     const float* row = B + static_cast<int64_t>(k0 + k) * ldb + j0;
     if (nc == kNr) {
-      store(panel + k * kNr, load(row));
-      store(panel + k * kNr + kLanes, load(row + kLanes));
+      store(panel + k * kNr, load<Vec>(row));
+      store(panel + k * kNr + kLanes, load<Vec>(row + kLanes));
     } else {
       std::copy(row, row + nc, panel + k * kNr);
     }
@@ -62,7 +51,7 @@ void micro_kernel(int kc, const float* A, int64_t a_row, int64_t a_col, const fl
                   int nc, bool add) {
   Vec acc[MR][2] = {};
   for (int k = 0; k < kc; ++k) {
-    const Vec b0 = load(panel + k * kNr), b1 = load(panel + k * kNr + kLanes);
+    const Vec b0 = load<Vec>(panel + k * kNr), b1 = load<Vec>(panel + k * kNr + kLanes);
     const float* a = A + k * a_col;
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
@@ -75,8 +64,8 @@ void micro_kernel(int kc, const float* A, int64_t a_row, int64_t a_col, const fl
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
       float* c = C + static_cast<int64_t>(i) * ldc;
-      store(c, add ? load(c) + acc[i][0] : acc[i][0]);
-      store(c + kLanes, add ? load(c + kLanes) + acc[i][1] : acc[i][1]);
+      store(c, add ? load<Vec>(c) + acc[i][0] : acc[i][0]);
+      store(c + kLanes, add ? load<Vec>(c + kLanes) + acc[i][1] : acc[i][1]);
     }
     return;
   }

@@ -2,13 +2,11 @@
 // written as generic vector shuffles so it compiles to AVX2 or AVX-512 alike.
 #include "kernels/cpu/transpose.h"
 
-#include <cstring>
+#include "kernels/cpu/vec.h"
 
 namespace subdp::cpu {
 
 namespace {
-
-typedef float Vec8 __attribute__((vector_size(8 * sizeof(float))));
 
 // Two-vector shuffle of Vec8s by constant indices (0-7 from a, 8-15 from b): Clang's builtin,
 // or GCC's, which GCC before 12 knows only under this name.
@@ -18,13 +16,6 @@ typedef float Vec8 __attribute__((vector_size(8 * sizeof(float))));
 typedef int Mask8 __attribute__((vector_size(8 * sizeof(int))));
 #define SUBDP_SHUFFLE8(a, b, ...) __builtin_shuffle(a, b, Mask8{__VA_ARGS__})
 #endif
-
-inline Vec8 load8(const float* p) {
-  Vec8 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void store8(float* p, Vec8 v) { std::memcpy(p, &v, sizeof v); }
 
 // Rows r[0..7] of an 8 x 8 block replaced by its columns.
 inline void transpose8x8(Vec8 r[8]) {
@@ -52,11 +43,11 @@ void transpose(const float* __restrict src, int rows, int cols, int64_t ld_src, 
   for (int r0 = 0; r0 < rows8; r0 += 8)
     for (int c0 = 0; c0 < cols8; c0 += 8) {
       Vec8 v[8];
-      for (int i = 0; i < 8; ++i) v[i] = load8(src + (r0 + i) * ld_src + c0);
+      for (int i = 0; i < 8; ++i) v[i] = load<Vec8>(src + (r0 + i) * ld_src + c0);
       transpose8x8(v);
       for (int i = 0; i < 8; ++i) {
         float* d = dst + (c0 + i) * ld_dst + r0;
-        store8(d, accumulate ? load8(d) + v[i] : v[i]);
+        store(d, accumulate ? load<Vec8>(d) + v[i] : v[i]);
       }
     }
   auto element = [&](int r, int c) {

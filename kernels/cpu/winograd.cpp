@@ -23,6 +23,7 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/small_gemm.h"
 #include "kernels/cpu/transpose.h"
+#include "kernels/cpu/vec.h"
 
 namespace subdp::cpu {
 
@@ -35,25 +36,6 @@ constexpr int64_t kTileBufferFloats = 1 << 18;  // ...unless a tile buffer would
 // slots and tile buffers of F(4x4) layers thus stay within 1 MiB each, as those of an F(2x2)
 // layer of about 90 channels or more already are (winograd.h: winograd_tile).
 constexpr int kMinTile4Side = 4;
-// Floats per Vec: the transforms' channel vectors fill one register (16 with AVX-512).
-#ifdef __AVX512F__
-constexpr int kLanes = 16;
-#else
-constexpr int kLanes = 8;
-#endif
-
-// kLanes floats as one value (GCC/Clang vector extension): the transforms run on whole
-// channel vectors; with -march=native they compile to AVX2 or AVX-512 registers. Vec8 (8
-// floats) serves the 8-channel tails under AVX-512.
-typedef float Vec __attribute__((vector_size(kLanes * sizeof(float))));
-typedef float Vec8 __attribute__((vector_size(8 * sizeof(float))));
-
-template <class V> V load(const float* p) {
-  V v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-template <class V> void store(float* p, V v) { std::memcpy(p, &v, sizeof v); }
 
 // Calls f(c, tag) for channel offsets c covering [0, C), tag a Vec, Vec8 or float saying how
 // many channels from c to take: whole Vecs first, then (under AVX-512) whole Vec8s, then
