@@ -6,6 +6,7 @@
 
 #include <omp.h>
 
+#include "kernels/cpu/conv_channels_last.h"
 #include "kernels/cpu/small_gemm.h"
 #include "kernels/cpu/winograd.h"
 
@@ -162,11 +163,14 @@ int64_t conv2d_im2col_workspace_floats(const ConvShape& s) {
 }
 
 int64_t conv2d_workspace_floats(const ConvShape& s) {
-  return winograd_applies(s) ? winograd_workspace_floats(s) : conv2d_im2col_workspace_floats(s);
+  if (winograd_applies(s)) return winograd_workspace_floats(s);
+  if (channels_last_applies(s)) return conv2d_channels_last_workspace_floats(s);
+  return conv2d_im2col_workspace_floats(s);
 }
 
 void conv2d_forward(const ConvShape& s, const float* x, const float* w, float* y, float* ws) {
   if (winograd_applies(s)) return winograd_forward(s, x, w, y, ws);
+  if (channels_last_applies(s)) return conv2d_channels_last_forward(s, x, w, y, ws);
   conv2d_im2col_forward(s, x, w, y, ws);
 }
 
@@ -174,6 +178,8 @@ void conv2d_backward(const ConvShape& s, const float* x, const float* w, const f
                      float* dx, float* dw, int dw_cout, int dw_cin, float* ws, bool accumulate_dx) {
   if (winograd_applies(s))
     return winograd_backward(s, x, w, dy, dx, dw, dw_cout, dw_cin, ws, accumulate_dx);
+  if (channels_last_applies(s))
+    return conv2d_channels_last_backward(s, x, w, dy, dx, dw, dw_cout, dw_cin, ws, accumulate_dx);
   conv2d_im2col_backward(s, x, w, dy, dx, dw, dw_cout, dw_cin, ws, accumulate_dx);
 }
 

@@ -165,6 +165,12 @@ TEST(GradCheck, Conv2d3x3WinogradMaskedOutputChannels) {
   // Backward masking on the Winograd path: 9 output channels, kept {0, 4, 7}.
   check_conv(prefix_mask(9, {0, 4, 7}), {8, 9, 3, 1, 1}, UnitRef{0, 0, 1}, {}, {3, 8, 3, 3});
 }
+TEST(GradCheck, Conv2d3x3Stride2ChannelsLastPath) { check_conv(SubnetMask{}, {8, 9, 3, 2, 1}, {}, {}, {9, 8, 3, 3}); }
+TEST(GradCheck, Conv2d3x3Stride1Pad0ChannelsLastPath) { check_conv(SubnetMask{}, {9, 8, 3, 1, 0}, {}, {}, {8, 9, 3, 3}); }
+TEST(GradCheck, Conv2dChannelsLastMaskedInputChannels) {
+  // 10 input channels, kept {1, 6, 9}, stride 2: dW (8, 3, 3, 3).
+  check_conv(prefix_mask(10, {1, 6, 9}), {10, 8, 3, 2, 1}, {}, UnitRef{0, 1, 1}, {8, 3, 3, 3});
+}
 TEST(GradCheck, Conv2d5x5Stride1Pad2) { check_conv(SubnetMask{}, {2, 3, 5, 1, 2}, {}, {}, {3, 2, 5, 5}); }
 
 // The im2col kernel takes a flat-shift path for "same" convolutions (stride 1, 2*pad = k-1)
@@ -208,6 +214,10 @@ TEST(Conv2dKernel, StridedAndUnpaddedConvolutionsMatchNaive) {
   // Rows wide enough for the vectorised stride-2 gather (16- and 8-lane vectors plus tails).
   expect_conv_matches_naive({2, 3, 12, 40, 4, 3, 2, 1});
   expect_conv_matches_naive({1, 2, 5, 37, 3, 1, 2, 0});
+  // At least 8 channels: the channels-last path (vector tails with 19 channels).
+  expect_conv_matches_naive({2, 19, 9, 8, 8, 3, 2, 1});
+  expect_conv_matches_naive({2, 8, 7, 6, 19, 5, 1, 2});
+  expect_conv_matches_naive({2, 9, 6, 7, 10, 3, 1, 0});
 }
 
 TEST(GradCheck, Conv2dMaskedOutputChannelsBackwardRegime) {

@@ -14,6 +14,7 @@
 #include "kernels/cpu/conv.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/winograd.h"
+#include "tests/unit/conv_paths.h"
 #include "tests/unit/gradcheck.h"
 
 namespace subdp {
@@ -21,14 +22,8 @@ namespace {
 
 using test::random_tensor;
 
-Tensor scratch(int64_t n) { return Tensor::zeros({n}, MemCategory::workspace); }
-
-void expect_close(const float* got, const float* want, int64_t n, const char* what) {
-  double scale = 0;
-  for (int64_t i = 0; i < n; ++i) scale = std::max(scale, double(std::abs(want[i])));
-  for (int64_t i = 0; i < n; ++i)
-    ASSERT_NEAR(got[i], want[i], 2e-5 * (1 + scale)) << what << " element " << i;
-}
+using test::expect_close;
+using test::scratch;
 
 // Sets the largest Winograd tile for a scope (process-wide setting, default 2).
 struct MaxTile {
@@ -115,27 +110,11 @@ TEST(Winograd, BudgetLimitedChunksMatchIm2col) {
 }
 
 // y and dx do not depend on the thread count (the filter transform runs as fixed blocks;
-// F(4x4) tiles, whose filter transform is the larger);
-// dw is deterministic per thread count only (per-thread partials).
+// F(4x4) tiles, whose filter transform is the larger).
 TEST(Winograd, ForwardAndInputGradientIndependentOfThreads) {
-  const cpu::ConvShape s{4, 64, 14, 14, 64, 3, 1, 1};
   MaxTile tile(4);
-  const int64_t xn = int64_t{s.N} * s.Cin * s.H * s.W, yn = int64_t{s.N} * s.Cout * s.H * s.W;
-  Tensor x = random_tensor({xn}, 1.f, 61), w = random_tensor({int64_t{s.Cout} * s.Cin * 9}, 1.f, 62);
-  Tensor dy = random_tensor({yn}, 1.f, 63);
-  const int threads_before = omp_get_max_threads();
-  std::vector<std::vector<float>> y, dx;
-  for (int threads : {1, 3}) {
-    cpu::set_num_threads(threads);
-    Tensor ws = scratch(cpu::winograd_workspace_floats(s)), y_t = scratch(yn), dx_t = scratch(xn);
-    cpu::winograd_forward(s, x.f32(), w.f32(), y_t.f32(), ws.f32());
-    cpu::winograd_backward(s, x.f32(), w.f32(), dy.f32(), dx_t.f32(), nullptr, 0, 0, ws.f32());
-    y.emplace_back(y_t.f32(), y_t.f32() + yn);
-    dx.emplace_back(dx_t.f32(), dx_t.f32() + xn);
-  }
-  cpu::set_num_threads(threads_before);
-  EXPECT_TRUE(y[0] == y[1]) << "y differs between 1 and 3 threads";
-  EXPECT_TRUE(dx[0] == dx[1]) << "dx differs between 1 and 3 threads";
+  test::expect_independent_of_threads({cpu::winograd_workspace_floats, cpu::winograd_forward, cpu::winograd_backward},
+                                      {4, 64, 14, 14, 64, 3, 1, 1});
 }
 TEST(Winograd, MaskedWeightGradientPrefixMatchesIm2col) { expect_paths_agree({3, 12, 6, 7, 10, 3, 1, 1}, 4, 5); }
 
@@ -178,6 +157,11 @@ TEST(ConvAccumulate, Im2colStridedAndProjectionAddToInputGradient) {
   expect_accumulate_adds({3, 4, 9, 9, 6, 3, 2, 1});  // strided 3x3 (a stage's first conv)
   expect_accumulate_adds({3, 4, 9, 9, 6, 1, 2, 0});  // 1x1 stride-2 projection
   expect_accumulate_adds({2, 1, 6, 6, 5, 3, 1, 1});  // one input channel (the stem)
+}
+
+TEST(ConvAccumulate, ChannelsLastStridedAndFiveByFiveAddToInputGradient) {
+  expect_accumulate_adds({3, 16, 9, 9, 24, 3, 2, 1});  // strided 3x3 with enough channels
+  expect_accumulate_adds({5, 9, 7, 6, 8, 5, 1, 2});    // 5x5
 }
 
 }  // namespace
