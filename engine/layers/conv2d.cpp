@@ -1,4 +1,4 @@
-// Conv2d layer over the im2col + GEMM kernel.
+// Conv2d layer over the CPU convolution kernels (kernels/cpu/conv.h picks the path per shape).
 #include "engine/layers/conv2d.h"
 
 #include <cmath>

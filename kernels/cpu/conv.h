@@ -1,4 +1,4 @@
-// conv2d on the CPU: Winograd F(4x4, 3x3) or F(2x2, 3x3) for 3x3 stride-1 convolutions with enough
+// conv2d on the CPU: Winograd F(4x4, 3x3) or F(2x2, 3x3) for 3x3 stride-1 pad-1 convolutions with enough
 // channels (kernels/cpu/winograd.h), a channels-last im2col + GEMM for the other convolutions
 // with enough channels (kernels/cpu/conv_channels_last.h), im2col + GEMM otherwise (samples
 // spread over OpenMP threads, one single-threaded GEMM per sample). Layout NCHW, float32.
@@ -31,7 +31,8 @@ void conv2d_backward(const ConvShape& s, const float* x, const float* w, const f
                      float* dx, float* dw, int dw_cout, int dw_cin, float* ws,
                      bool accumulate_dx = false);
 
-/// The im2col + GEMM path for any shape (what conv2d_* use when Winograd does not apply).
+/// The NCHW im2col + GEMM path for any shape (what conv2d_* use when neither Winograd nor the
+/// channels-last path applies: the stem's single input channel, 1x1 convolutions).
 /// Workspace: per OpenMP thread, one sample's im2col columns and a weight-gradient partial.
 int64_t conv2d_im2col_workspace_floats(const ConvShape& s);
 void conv2d_im2col_forward(const ConvShape& s, const float* x, const float* w, float* y, float* ws);

@@ -3,7 +3,8 @@
 // and runs GEMMs whose long side is pixels: on the ResNet's 14x14 and 7x7 downsampling
 // layers that is rows of 7 to 14 floats and GEMMs 49 columns wide. Here a sample is
 // transposed once to (H * W, Cin), each im2col row is k * k copies of whole channel vectors,
-// and chunks of samples give the GEMMs about 128 rows whatever the image size.
+// and small images are taken several samples at a time, so the GEMMs get at least 128 rows
+// (Ho * Wo rows per sample; all N samples when they give fewer).
 #include "kernels/cpu/conv_channels_last.h"
 
 #include <algorithm>
@@ -170,6 +171,7 @@ void conv2d_channels_last_backward(const ConvShape& s, const float* x, const flo
                                    bool accumulate_dx) {
   const Layout l(s);
   const bool want_dw = dw && dw_cout > 0 && dw_cin > 0;
+  if (!dx && !want_dw) return;
   if (dx) permute_filters(s, l, w, ws);
   const float* Wp = ws;
   int threads = 1;
