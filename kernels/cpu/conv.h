@@ -1,5 +1,5 @@
-// conv2d on the CPU: Winograd F(4x4, 3x3) or F(2x2, 3x3) for 3x3 stride-1 pad-1 convolutions with enough
-// channels (kernels/cpu/winograd.h), a channels-last im2col + GEMM for the other convolutions
+// conv2d on the CPU: Winograd F(4x4, 3x3) or F(2x2, 3x3) for 3x3 stride-1 pad-1 convolutions
+// with enough channels (kernels/cpu/winograd.h), a channels-last im2col + GEMM for the other convolutions
 // with enough channels (kernels/cpu/conv_channels_last.h), im2col + GEMM otherwise (samples
 // spread over OpenMP threads, one single-threaded GEMM per sample). Layout NCHW, float32.
 #pragma once

@@ -1,7 +1,7 @@
 // Convolutions with many channels and a kernel wider than 1 that Winograd does not serve
-// (the ResNet's downsampling 3x3 convolutions) through a channels-last im2col: each sample is transposed to
-// (H * W, Cin), so a row of the im2col matrix is k * k whole channel vectors, and the GEMMs
-// have channels, not pixels, as their short side. Layout NCHW at the interface, float32; same
+// (the ResNet's downsampling 3x3 convolutions) through a channels-last im2col: each sample
+// is transposed to (H * W, Cin), so a row of the im2col matrix is k * k whole channel
+// vectors, and the GEMMs have channels, not pixels, as their short side. Layout NCHW at the interface, float32; same
 // contracts as cpu::conv2d_*.
 #pragma once
 #include <cstdint>

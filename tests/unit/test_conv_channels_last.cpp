@@ -34,7 +34,8 @@ void expect_paths_agree(cpu::ConvShape s, int dw_cout, int dw_cin) {
   const int64_t xn = x_floats(s), yn = y_floats(s), dwn = int64_t{dw_cout} * dw_cin * s.k * s.k;
   Tensor x = random_tensor({xn}, 1.f, 71), w = random_tensor({int64_t{s.Cout} * s.Cin * s.k * s.k}, 1.f, 72);
   Tensor dy = random_tensor({yn}, 1.f, 73);
-  Tensor ws_c = scratch(cpu::conv2d_channels_last_workspace_floats(s)), ws_i = scratch(cpu::conv2d_im2col_workspace_floats(s));
+  Tensor ws_c = scratch(cpu::conv2d_channels_last_workspace_floats(s));
+  Tensor ws_i = scratch(cpu::conv2d_im2col_workspace_floats(s));
   Tensor y_c = scratch(yn), y_i = scratch(yn);
   cpu::conv2d_channels_last_forward(s, x.f32(), w.f32(), y_c.f32(), ws_c.f32());
   cpu::conv2d_im2col_forward(s, x.f32(), w.f32(), y_i.f32(), ws_i.f32());
@@ -42,7 +43,8 @@ void expect_paths_agree(cpu::ConvShape s, int dw_cout, int dw_cin) {
 
   Tensor dx_c = scratch(xn), dx_i = scratch(xn), dw_c = random_tensor({dwn}, 1.f, 74), dw_i = scratch(dwn);
   std::copy(dw_c.f32(), dw_c.f32() + dwn, dw_i.f32());
-  cpu::conv2d_channels_last_backward(s, x.f32(), w.f32(), dy.f32(), dx_c.f32(), dw_c.f32(), dw_cout, dw_cin, ws_c.f32());
+  cpu::conv2d_channels_last_backward(s, x.f32(), w.f32(), dy.f32(), dx_c.f32(), dw_c.f32(), dw_cout, dw_cin,
+                                     ws_c.f32());
   cpu::conv2d_im2col_backward(s, x.f32(), w.f32(), dy.f32(), dx_i.f32(), dw_i.f32(), dw_cout, dw_cin, ws_i.f32());
   expect_close(dx_c.f32(), dx_i.f32(), xn, "dx");
   expect_close(dw_c.f32(), dw_i.f32(), dwn, "dw");
@@ -71,7 +73,9 @@ TEST(ConvChannelsLast, UnpaddedAndFiveByFiveMatchIm2col) {
   expect_paths_agree({2, 9, 6, 5, 10, 3, 1, 0}, 10, 9);
   expect_paths_agree({2, 8, 7, 6, 9, 5, 1, 2}, 9, 8);
 }
-TEST(ConvChannelsLast, MaskedWeightGradientPrefixMatchesIm2col) { expect_paths_agree({3, 12, 9, 8, 10, 3, 2, 1}, 4, 5); }
+TEST(ConvChannelsLast, MaskedWeightGradientPrefixMatchesIm2col) {
+  expect_paths_agree({3, 12, 9, 8, 10, 3, 2, 1}, 4, 5);
+}
 
 TEST(ConvChannelsLast, ForwardAndInputGradientIndependentOfThreads) {
   test::expect_independent_of_threads({cpu::conv2d_channels_last_workspace_floats, cpu::conv2d_channels_last_forward,
