@@ -437,9 +437,9 @@ def parse_args(argv):
                    help="comma list of dp, fwd-block, bwd-block, fwd-neuron, bwd-neuron; name@k = one run at keep k")
     p.add_argument("--keep", default="0.75,0.5,0.25", help="comma list of keep ratios (default 0.75,0.5,0.25)")
     p.add_argument("--steps", type=int, required=True, help="optimizer steps per run")
-    p.add_argument("--evals", type=int, default=4, help="evaluations per run: train.eval_every = round(steps/evals) (default 4)")
+    p.add_argument("--evals", type=int, default=4, help="evaluations per run, at most: train.eval_every = ceil(steps/evals) (default 4)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override for every run (repeatable)")
-    p.add_argument("--out", default="", help="output folder (default benchmarks/results/<config name>)")
+    p.add_argument("--out", default="", help="output folder (default runs/compare/<config name>)")
     p.add_argument("--binary", default=os.path.join(ROOT, "build", "subdp"), help="subdp executable")
     p.add_argument("--mpirun", default="mpirun", help="MPI launcher (default mpirun)")
     p.add_argument("--mpirun-args", default="--oversubscribe --mca btl self,vader",
@@ -460,9 +460,10 @@ def parse_args(argv):
     if a.world % a.subnetworks:
         p.error(f"--subnetworks {a.subnetworks} does not divide --world {a.world}")
     a.stem = os.path.splitext(os.path.basename(a.config))[0]
-    a.out = os.path.abspath(a.out or os.path.join(ROOT, "benchmarks", "results", a.stem))
+    # Default under runs/ (ignored by git), so a trial never overwrites committed results.
+    a.out = os.path.abspath(a.out or os.path.join(ROOT, "runs", "compare", a.stem))
     a.title = a.title or a.stem
-    a.eval_every = max(1, round(a.steps / a.evals))
+    a.eval_every = -(-a.steps // a.evals)  # ceil: at most --evals evaluations per run
     return a
 
 
