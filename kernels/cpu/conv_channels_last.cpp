@@ -59,19 +59,18 @@ void permute_filters(const ConvShape& s, const Layout& l, const float* w, float*
     transpose(w + int64_t{co} * l.KC, s.Cin, l.kk, l.kk, Wp + int64_t{co} * l.KC, s.Cin, false);
 }
 
-// dst[c] = src[c] (copy_channels) or dst[c] += src[c] (add_channels) for c < C, whole
-// vectors first. Written out because GCC turns the plain copy loop into a memmove call, and
-// these run 9 times per output pixel on 32 to 128 channels.
+// dst[c] = src[c] (copy_channels) or dst[c] += src[c] (add_channels) for c < C, in whole
+// vectors (for_channels). Written out because GCC turns the plain copy loop into a memmove
+// call, and these run 9 times per output pixel on 32 to 128 channels.
 inline void copy_channels(const float* src, float* dst, int C) {
-  int c = 0;
-  for (; c + kLanes <= C; c += kLanes) store(dst + c, load<Vec>(src + c));
-  for (; c < C; ++c) dst[c] = src[c];
+  for_channels(C, [&](int c, auto tag) { store(dst + c, load<decltype(tag)>(src + c)); });
 }
 
 inline void add_channels(const float* src, float* dst, int C) {
-  int c = 0;
-  for (; c + kLanes <= C; c += kLanes) store(dst + c, load<Vec>(dst + c) + load<Vec>(src + c));
-  for (; c < C; ++c) dst[c] += src[c];
+  for_channels(C, [&](int c, auto tag) {
+    using V = decltype(tag);
+    store(dst + c, load<V>(dst + c) + load<V>(src + c));
+  });
 }
 
 // Calls f(kernel offset kh * k + kw, input pixel index or -1 for padding) for every tap of

@@ -37,18 +37,6 @@ constexpr int64_t kTileBufferFloats = 1 << 18;  // ...unless a tile buffer would
 // layer of about 90 channels or more already are (winograd.h: winograd_tile).
 constexpr int kMinTile4Side = 4;
 
-// Calls f(c, tag) for channel offsets c covering [0, C), tag a Vec, Vec8 or float saying how
-// many channels from c to take: whole Vecs first, then (under AVX-512) whole Vec8s, then
-// single channels (channel counts of masked layers need not be multiples of 8 or 16).
-template <class Fn>
-inline void for_channels(int C, Fn&& f) {
-  int c = 0;
-  for (; c + kLanes <= C; c += kLanes) f(c, Vec{});
-  if (kLanes > 8)
-    for (; c + 8 <= C; c += 8) f(c, Vec8{});
-  for (; c < C; ++c) f(c, 0.f);
-}
-
 // Transform matrices of F(m x m, 3x3) (Lavin and Gray 2016, section 4; interpolation points
 // 0, 1, -1 for m = 2 and 0, 1, -1, 2, -2 for m = 4, plus the point at infinity). A is A^T
 // transposed, kept as its own table so every transform reads matrix rows.
