@@ -10,27 +10,21 @@ namespace subdp {
 
 namespace {
 
-// Calls fn(local_offset, full_offset, len, held) for the runs of a local value; `held` says
-// whether this rank holds (trains) the run: kept prefix of unit-sliced tensors.
-template <class Fn>
-void for_each_run_with_pos(const Param& p, Fn fn) {
-  if (p.unit.layer < 0) {
-    fn(int64_t{0}, int64_t{0}, p.value.numel(), -1);
-    return;
-  }
-  const int64_t outer = p.outer(), inner = p.inner(), ext = p.value_extent();
-  const int64_t full_ext = p.full_shape.at(p.unit.axis), us = p.unit.unit_size;
-  for (int64_t o = 0; o < outer; ++o)
-    for (int64_t a = 0; a < ext; a += us) {
-      const int64_t full_a = static_cast<int64_t>(p.mask->order[a / us]) * us;
-      fn((o * ext + a) * inner, (o * full_ext + full_a) * inner, us * inner, static_cast<int>(a / us));
-    }
-}
-
 std::map<std::string, Param*> by_name(Model& model) {
   std::map<std::string, Param*> out;
   for (Param* p : model.params().all()) out[p->name] = p;
   return out;
+}
+
+// Index of each parameter's optimizer state: the optimizer holds one entry per trainable
+// parameter with a gradient, in the model's order. Empty without an optimizer.
+std::map<const Param*, size_t> optimizer_index(Model& model, const Optimizer* opt) {
+  std::map<const Param*, size_t> index;
+  if (!opt) return index;
+  size_t i = 0;
+  for (Param* p : model.params().trainable())
+    if (p->grad.defined()) index[p] = i++;
+  return index;
 }
 
 // Grad-layout offset of a value run at unit position pos (kept prefix only).
@@ -56,12 +50,7 @@ std::vector<FullTensorSpec> full_specs(const ModelConfig& config) {
 std::vector<NamedTensor> gather_full(Model& model, Optimizer* opt, const GradientSync& sync, Communicator& world,
                                      const std::vector<FullTensorSpec>& specs, bool to_all) {
   auto local = by_name(model);
-  std::map<const Param*, size_t> opt_index;
-  if (opt) {
-    size_t i = 0;
-    for (Param* p : model.params().trainable())
-      if (p->grad.defined()) opt_index[p] = i++;
-  }
+  const auto opt_index = optimizer_index(model, opt);
   const int states = opt ? opt->num_states() : 0;
   std::vector<NamedTensor> out;
   const int rank = world.rank();
@@ -75,8 +64,8 @@ std::vector<NamedTensor> gather_full(Model& model, Optimizer* opt, const Gradien
         const bool block_held = p.grad.defined() || !p.trainable;
         const float* src = nullptr;
         if (k < 0) src = p.value.f32();
-        else if (opt_index.count(&p)) src = opt->state(opt_index[&p])[k]->f32();
-        for_each_run_with_pos(p, [&](int64_t lo, int64_t fo, int64_t len, int pos) {
+        else if (opt_index.count(&p)) src = opt->state(opt_index.at(&p))[k]->f32();
+        for_each_value_run_at(p, [&](int64_t lo, int64_t fo, int64_t len, int pos) {
           if (!src) return;
           const bool unit_held = p.unit.layer < 0 || pos < p.mask->kept;
           const int owner = sync.owner_of_group(sync.group_of(p, pos));
@@ -99,12 +88,7 @@ void scatter_full(Model& model, Optimizer* opt, Communicator& world, const std::
   std::map<std::string, const NamedTensor*> file;
   for (const auto& t : full) file[t.name] = &t;
   auto local = by_name(model);
-  std::map<const Param*, size_t> opt_index;
-  if (opt) {
-    size_t i = 0;
-    for (Param* p : model.params().trainable())
-      if (p->grad.defined()) opt_index[p] = i++;
-  }
+  const auto opt_index = optimizer_index(model, opt);
   for (const auto& spec : specs) {
     const int states = opt && spec.trainable ? opt->num_states() : 0;
     for (int k = -1; k < states; ++k) {
@@ -127,8 +111,8 @@ void scatter_full(Model& model, Optimizer* opt, Communicator& world, const std::
       if (it == local.end()) continue;
       Param& p = *it->second;
       if (k >= 0 && !opt_index.count(&p)) continue;  // this rank holds no state for it
-      float* dst = k < 0 ? p.value.f32() : opt->state(opt_index[&p])[k]->f32();
-      for_each_run_with_pos(p, [&](int64_t lo, int64_t fo, int64_t len, int pos) {
+      float* dst = k < 0 ? p.value.f32() : opt->state(opt_index.at(&p))[k]->f32();
+      for_each_value_run_at(p, [&](int64_t lo, int64_t fo, int64_t len, int pos) {
         if (k < 0) std::memcpy(dst + lo, buf.data() + fo, sizeof(float) * len);
         else if (p.unit.layer < 0 || pos < p.mask->kept)
           std::memcpy(dst + grad_offset(p, lo, pos), buf.data() + fo, sizeof(float) * len);

@@ -98,8 +98,12 @@ std::vector<Param*> ParamSet::all() {
 }
 
 void for_each_value_run(const Param& p, const std::function<void(int64_t, int64_t, int64_t)>& fn) {
+  for_each_value_run_at(p, [&](int64_t local_off, int64_t full_off, int64_t len, int) { fn(local_off, full_off, len); });
+}
+
+void for_each_value_run_at(const Param& p, const std::function<void(int64_t, int64_t, int64_t, int)>& fn) {
   if (p.unit.layer < 0) {
-    fn(0, 0, p.value.numel());
+    fn(0, 0, p.value.numel(), -1);
     return;
   }
   const int64_t outer = p.outer(), inner = p.inner(), ext = p.value_extent();
@@ -107,7 +111,7 @@ void for_each_value_run(const Param& p, const std::function<void(int64_t, int64_
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t a = 0; a < ext; a += us) {
       const int64_t full_a = static_cast<int64_t>(p.mask->order[a / us]) * us;
-      fn((o * ext + a) * inner, (o * full_ext + full_a) * inner, us * inner);
+      fn((o * ext + a) * inner, (o * full_ext + full_a) * inner, us * inner, static_cast<int>(a / us));
     }
 }
 

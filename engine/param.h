@@ -98,6 +98,10 @@ class ParamSet {
 /// Calls fn(local_offset, full_offset, length) for every contiguous run of the local value
 /// of p, mapping local unit positions to full-model positions.
 void for_each_value_run(const Param& p, const std::function<void(int64_t, int64_t, int64_t)>& fn);
+/// The same runs with fn(local_offset, full_offset, length, unit_position): unit_position is
+/// the run's local unit position (< p.mask->kept: a unit this rank trains), -1 when p is not
+/// unit-sliced (one run, the whole tensor).
+void for_each_value_run_at(const Param& p, const std::function<void(int64_t, int64_t, int64_t, int)>& fn);
 /// Calls fn(value_offset, grad_offset, length, unit_position) for every run of the gradient
 /// (kept prefix); unit_position is the local unit position (-1 when not unit-sliced).
 void for_each_grad_run(const Param& p, const std::function<void(int64_t, int64_t, int64_t, int)>& fn);
