@@ -34,6 +34,7 @@ using test::dot;
 using test::FdOptions;
 using test::grad_value_index;
 using test::random_image_batch;
+using test::randomize_norms;
 using test::random_tensor;
 
 Tensor act(const Shape& s) { return Tensor::zeros(s, MemCategory::activations); }
@@ -501,22 +502,6 @@ ModelConfig resnet_config() {
   ModelConfig c = test::tiny_resnet();
   c.blocks_per_stage = 1;  // one block per stage keeps the finite differences short
   return c;
-}
-
-/// Moves norm parameters (constant-initialised: BatchNorm gamma = 1, beta = 0) to
-/// layout-independent random values, so that gamma / beta mistakes cannot hide behind 1 / 0.
-void randomize_norms(Model& m) {
-  for (Param* p : m.params().trainable()) {
-    if (p->init.kind != InitSpec::constant) continue;
-    const bool gamma = p->init.a == 1.f;
-    float* v = p->value.f32();
-    for_each_value_run(*p, [&](int64_t loff, int64_t foff, int64_t len) {
-      for (int64_t i = 0; i < len; ++i) {
-        const float u = init_value(99, p->name, foff + i, {InitSpec::uniform, 1.f});
-        v[loff + i] = gamma ? 1.f + 0.4f * u : 0.3f * u;
-      }
-    });
-  }
 }
 
 /// Finite-difference check of every held gradient of `model` (a sample of each tensor).

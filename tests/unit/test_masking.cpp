@@ -24,6 +24,7 @@ namespace {
 
 using test::grad_value_index;
 using test::random_image_batch;
+using test::randomize_norms;
 using test::tiny_resnet;
 using test::value_full_index;
 
@@ -38,22 +39,6 @@ ModelConfig mlp_config() {
   c.image_size = 4;
   c.classes = 10;
   return c;
-}
-
-/// Norm parameters (BatchNorm gamma = 1, beta = 0 at init) get layout-independent random
-/// values, so the scaling of beta and gamma is exercised, not hidden behind 1 / 0.
-void randomize_norms(Model& m) {
-  for (Param* p : m.params().trainable()) {
-    if (p->init.kind != InitSpec::constant) continue;
-    const bool gamma = p->init.a == 1.f;
-    float* v = p->value.f32();
-    for_each_value_run(*p, [&](int64_t loff, int64_t foff, int64_t len) {
-      for (int64_t i = 0; i < len; ++i) {
-        const float u = init_value(99, p->name, foff + i, {InitSpec::uniform, 1.f});
-        v[loff + i] = gamma ? 1.f + 0.4f * u : 0.3f * u;
-      }
-    });
-  }
 }
 
 /// Largest |gradient| over all held gradients (an absolute floor for comparisons of

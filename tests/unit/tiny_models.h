@@ -6,6 +6,7 @@
 
 #include "engine/config.h"
 #include "engine/data/dataset.h"
+#include "engine/param.h"
 #include "models/model.h"
 #include "tests/unit/gradcheck.h"
 
@@ -59,6 +60,23 @@ inline Batch token_batch(int B, int T, int V, uint64_t seed) {
     b.y.i32()[i] = static_cast<int32_t>(mix64(seed * 1000 + i + 500) % V);
   }
   return b;
+}
+
+/// Moves norm parameters (constant-initialised: BatchNorm / LayerNorm gamma = 1, beta = 0) to
+/// layout-independent random values (a function of the full-model index), so that gamma /
+/// beta mistakes, scaling included, cannot hide behind 1 / 0.
+inline void randomize_norms(Model& m) {
+  for (Param* p : m.params().trainable()) {
+    if (p->init.kind != InitSpec::constant) continue;
+    const bool gamma = p->init.a == 1.f;
+    float* v = p->value.f32();
+    for_each_value_run(*p, [&](int64_t loff, int64_t foff, int64_t len) {
+      for (int64_t i = 0; i < len; ++i) {
+        const float u = init_value(99, p->name, foff + i, {InitSpec::uniform, 1.f});
+        v[loff + i] = gamma ? 1.f + 0.4f * u : 0.3f * u;
+      }
+    });
+  }
 }
 
 }  // namespace subdp::test
