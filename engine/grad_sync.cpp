@@ -38,18 +38,21 @@ GradientSync::GradientSync(Communicator& world, const Layout& layout, const Subn
   int64_t largest = 0;
   for (auto& b : buckets_) largest = std::max(largest, b.elems);
   bucket_elems_ = std::max<int64_t>(1, static_cast<int64_t>(bucket_mb * (1 << 20) / sizeof(float)));
-  if (layout.world > 1) comm_buffer_ = Tensor::empty({std::min(largest, bucket_elems_)}, MemCategory::comm);
   if (owner_broadcasts()) {
-    // Staging for the owner broadcast, sized once for the largest group (allocated up front).
+    // Every rank holds every value under backward masking, so the groups' sizes, and with
+    // them the broadcast chunks, agree across ranks.
     int64_t most = 0;
     for (size_t g = 0; g < plan.groups.size(); ++g) {
       value_runs_.push_back(unit_value_runs(static_cast<int>(g)));
+      if (static_cast<int>(plan.groups[g].size()) == plan.S) continue;  // held by everyone: no broadcast
       int64_t n = 0;
-      for (auto& r : value_runs_.back()) n += r.second;
+      for (auto& r : value_runs_.back()) n += r.len;
       most = std::max(most, n);
     }
-    staging_ = Tensor::empty({std::max<int64_t>(most, 1)}, MemCategory::comm);
+    broadcast_chunk_ = std::min(most, bucket_elems_);
   }
+  if (layout.world > 1)
+    comm_buffer_ = Tensor::empty({std::max(std::min(largest, bucket_elems_), broadcast_chunk_)}, MemCategory::comm);
 }
 
 int GradientSync::group_of(const Param& p, int pos) const {
@@ -91,37 +94,46 @@ void GradientSync::add_param(Param& p) {
       add_run(v, (o * ext + a) * inner, us * inner, static_cast<int>(a / us));
 }
 
-void GradientSync::reduce_bucket(Bucket& b) {
-  Communicator* comm = b.group < 0 ? &world_ : b.comm;
-  if (comm == nullptr || b.elems == 0) return;
-  const float inv = 1.f / static_cast<float>(b.ranks.size());
+template <class Collective>
+void GradientSync::through_buffer(const std::vector<BucketRun>& runs, int64_t cap, float scale, Collective collective) {
   float* buf = comm_buffer_.f32();
-  const int64_t cap = comm_buffer_.numel();
   size_t run = 0;
   int64_t run_off = 0;
-  while (run < b.runs.size()) {
-    // Pack up to `cap` floats, reduce, scale by 1/holders, unpack.
-    std::vector<std::pair<float*, int64_t>> pieces;
+  std::vector<BucketRun> pieces;
+  while (run < runs.size()) {
+    // Pack up to `cap` floats, run the collective on them, unpack times `scale`.
+    pieces.clear();
     int64_t filled = 0;
-    while (run < b.runs.size() && filled < cap) {
-      const int64_t take = std::min(cap - filled, b.runs[run].len - run_off);
-      std::memcpy(buf + filled, b.runs[run].data + run_off, sizeof(float) * take);
-      pieces.emplace_back(b.runs[run].data + run_off, take);
+    while (run < runs.size() && filled < cap) {
+      const int64_t take = std::min(cap - filled, runs[run].len - run_off);
+      std::memcpy(buf + filled, runs[run].data + run_off, sizeof(float) * take);
+      pieces.push_back({runs[run].data + run_off, take});
       filled += take;
       run_off += take;
-      if (run_off == b.runs[run].len) {
+      if (run_off == runs[run].len) {
         ++run;
         run_off = 0;
       }
     }
-    comm->allreduce_sum(buf, filled);
-    bytes_ += filled * static_cast<int64_t>(sizeof(float));
+    collective(buf, filled);
     int64_t at = 0;
     for (auto& [dst, len] : pieces) {
-      for (int64_t i = 0; i < len; ++i) dst[i] = buf[at + i] * inv;
+      for (int64_t i = 0; i < len; ++i) dst[i] = buf[at + i] * scale;
       at += len;
     }
   }
+}
+
+void GradientSync::reduce_bucket(Bucket& b) {
+  Communicator* comm = b.group < 0 ? &world_ : b.comm;
+  if (comm == nullptr || b.elems == 0) return;
+  // Chunks agree across the holders: a bucket that fits min(largest, bucket_elems_) on one
+  // holder fits on all; a larger one is cut at bucket_elems_ everywhere.
+  const int64_t cap = std::min(comm_buffer_.numel(), bucket_elems_);
+  through_buffer(b.runs, cap, 1.f / static_cast<float>(b.ranks.size()), [&](float* buf, int64_t n) {
+    comm->allreduce_sum(buf, n);
+    bytes_ += n * static_cast<int64_t>(sizeof(float));
+  });
 }
 
 void GradientSync::average() {
@@ -140,13 +152,13 @@ int GradientSync::owner_of_group(int group) const {
   return group < 0 ? 0 : buckets_.at(group + 1).ranks.front();
 }
 
-std::vector<std::pair<float*, int64_t>> GradientSync::unit_value_runs(int g) const {
+std::vector<BucketRun> GradientSync::unit_value_runs(int g) const {
   // The group's unit values in canonical (global unit) order, on every rank.
-  std::vector<std::pair<float*, int64_t>> runs;
+  std::vector<BucketRun> runs;
   for (Param* p : params_) {
     float* v = p->value.f32();
     if (plan_.granularity == Granularity::block) {
-      if (p->block >= 0 && plan_.block_group.at(p->block) == g) runs.emplace_back(v, p->value.numel());
+      if (p->block >= 0 && plan_.block_group.at(p->block) == g) runs.push_back({v, p->value.numel()});
       continue;
     }
     if (p->unit.layer < 0) continue;
@@ -156,7 +168,7 @@ std::vector<std::pair<float*, int64_t>> GradientSync::unit_value_runs(int g) con
     const int64_t outer = p->outer(), inner = p->inner(), ext = p->value_extent(), us = p->unit.unit_size;
     for (int u = 0; u < m.units(); ++u) {
       if (plan_.unit_group[p->unit.layer][u] != g) continue;
-      for (int64_t o = 0; o < outer; ++o) runs.emplace_back(v + (o * ext + pos_of[u] * us) * inner, us * inner);
+      for (int64_t o = 0; o < outer; ++o) runs.push_back({v + (o * ext + pos_of[u] * us) * inner, us * inner});
     }
   }
   return runs;
@@ -168,15 +180,13 @@ bool GradientSync::owner_broadcasts() const {
 
 void GradientSync::broadcast_unit_values() {
   if (!owner_broadcasts()) return;
-  float* buf = staging_.f32();
   for (size_t g = 0; g < plan_.groups.size(); ++g) {
     if (static_cast<int>(plan_.groups[g].size()) == plan_.S) continue;
-    const auto& runs = value_runs_[g];
-    int64_t at = 0;
-    for (auto& [src, len] : runs) std::memcpy(buf + (at += len) - len, src, sizeof(float) * len);
-    world_.broadcast(buf, at * static_cast<int64_t>(sizeof(float)), owner_of_group(static_cast<int>(g)));
-    at = 0;
-    for (auto& [dst, len] : runs) std::memcpy(dst, buf + (at += len) - len, sizeof(float) * len);
+    const int owner = owner_of_group(static_cast<int>(g));
+    // Scale 1: the non-owners receive the owner's bits.
+    through_buffer(value_runs_[g], broadcast_chunk_, 1.f, [&](float* buf, int64_t n) {
+      world_.broadcast(buf, n * static_cast<int64_t>(sizeof(float)), owner);
+    });
   }
 }
 

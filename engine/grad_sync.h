@@ -40,12 +40,14 @@ struct Bucket {
 class GradientSync {
  public:
   /// Creates one communicator per distinct holder group (collective over world: every
-  /// rank must construct it with the same plan). bucket_mb bounds one message.
+  /// rank must construct it with the same plan). bucket_mb (MiB) bounds one message and the
+  /// communication buffer.
   GradientSync(Communicator& world, const Layout& layout, const SubnetworkPlan& plan,
                std::vector<Param*> params, double bucket_mb);
   /// Averages gradients and running statistics over their holders.
   void average();
-  /// Backward masking: owners broadcast updated unit values (one collective per group).
+  /// Backward masking: owners broadcast updated unit values (one collective per group, or
+  /// per bucket_mb of it), through the all-reduce buffer, which is free once average() ends.
   void broadcast_unit_values();
   /// Payload bytes this rank all-reduced (every communicator) since the last call.
   int64_t take_bytes() {
@@ -62,19 +64,23 @@ class GradientSync {
 
  private:
   void add_param(Param& p);
-  std::vector<std::pair<float*, int64_t>> unit_value_runs(int group) const;
+  std::vector<BucketRun> unit_value_runs(int group) const;
   bool owner_broadcasts() const;
   void reduce_bucket(Bucket& b);
+  template <class Collective>
+  void through_buffer(const std::vector<BucketRun>& runs, int64_t cap, float scale, Collective collective);
   Communicator& world_;
   Layout layout_;
   const SubnetworkPlan& plan_;
   std::vector<Param*> params_;
   std::vector<std::unique_ptr<Communicator>> group_comms_;
   std::vector<Bucket> buckets_;  // index 0: world; then group g at index g + 1
+  // Packs the gradient all-reduces and, after the optimizer step, the owner broadcasts:
+  // min(bucket_mb, largest bucket or broadcast group) floats, one buffer for both.
   Tensor comm_buffer_;
-  Tensor staging_;  // owner broadcast buffer (backward masking)
-  std::vector<std::vector<std::pair<float*, int64_t>>> value_runs_;  // per group
+  std::vector<std::vector<BucketRun>> value_runs_;  // per group: its unit values (backward masking)
   int64_t bucket_elems_;
+  int64_t broadcast_chunk_ = 0;  // floats per broadcast message, the same on every rank
   int64_t bytes_ = 0;
 };
 

@@ -9,6 +9,7 @@ Usage:
   check.py holders-identical DIR            rank*.safetensors: wherever two ranks hold a value it is bit-identical
   check.py all-identical DIR                rank*.safetensors: every rank holds every value, all bit-identical
   check.py bytes-per-step METRICS EXPECTED  every step all-reduced exactly EXPECTED bytes
+  check.py same-peaks A B                   the last step's peak bytes equal in every memory category
 Exits 1 with a message on the first violation.
 """
 import glob, json, os, sys
@@ -116,6 +117,22 @@ def bytes_per_step(path, expected):
     print(f"ok: {len(rows)} steps at {expected} bytes")
 
 
+def same_peaks(a, b):
+    def last_peaks(path):
+        with open(path) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+        if not rows:
+            fail(f"{path} has no steps")
+        return rows[-1]["mem_peak"]
+    pa, pb = last_peaks(a), last_peaks(b)
+    if not pa:
+        fail(f"{a}: mem_peak is empty")
+    for cat in sorted(set(pa) | set(pb)):
+        if pa.get(cat) != pb.get(cat):
+            fail(f"peak bytes of {cat}: {pa.get(cat)} in {a}, {pb.get(cat)} in {b}")
+    print(f"ok: peak bytes equal in {len(pa)} categories")
+
+
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "same-losses":
@@ -132,5 +149,7 @@ if __name__ == "__main__":
         holders_identical(args[0], require_all=True)
     elif cmd == "bytes-per-step":
         bytes_per_step(args[0], int(args[1]))
+    elif cmd == "same-peaks":
+        same_peaks(*args)
     else:
         fail(f"unknown command {cmd}")
