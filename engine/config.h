@@ -67,7 +67,7 @@ struct OptimConfig {
 struct ParallelConfig {
   int subnetworks = 1;               // S; S = 1 is plain DP
   std::string backend = "auto";      // auto, mpi, nccl, local
-  double bucket_mb = 25.0;           // largest all-reduce message, MiB
+  double bucket_mb = 25.0;           // largest all-reduce or owner-broadcast message, and the comm buffer's cap, MiB
   double collective_timeout_s = 300; // watchdog on a collective
 };
 

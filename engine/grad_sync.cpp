@@ -37,7 +37,9 @@ GradientSync::GradientSync(Communicator& world, const Layout& layout, const Subn
   for (Param* p : params_) add_param(*p);
   int64_t largest = 0;
   for (auto& b : buckets_) largest = std::max(largest, b.elems);
-  bucket_elems_ = std::max<int64_t>(1, static_cast<int64_t>(bucket_mb * (1 << 20) / sizeof(float)));
+  // Clamped before the cast: a huge bucket_mb means "one message per bucket", not overflow.
+  const double elems = std::min(bucket_mb * (1 << 20) / sizeof(float), 1e15);
+  bucket_elems_ = std::max<int64_t>(1, static_cast<int64_t>(elems));
   if (owner_broadcasts()) {
     // Every rank holds every value under backward masking, so the groups' sizes, and with
     // them the broadcast chunks, agree across ranks.
@@ -100,6 +102,7 @@ void GradientSync::through_buffer(const std::vector<BucketRun>& runs, int64_t ca
   size_t run = 0;
   int64_t run_off = 0;
   std::vector<BucketRun> pieces;
+  cap = std::max<int64_t>(cap, 1);  // a zero cap would never consume a run
   while (run < runs.size()) {
     // Pack up to `cap` floats, run the collective on them, unpack times `scale`.
     pieces.clear();
@@ -115,6 +118,7 @@ void GradientSync::through_buffer(const std::vector<BucketRun>& runs, int64_t ca
         run_off = 0;
       }
     }
+    if (filled == 0) continue;  // only empty runs were left: every participant has the same ones
     collective(buf, filled);
     int64_t at = 0;
     for (auto& [dst, len] : pieces) {
@@ -127,8 +131,10 @@ void GradientSync::through_buffer(const std::vector<BucketRun>& runs, int64_t ca
 void GradientSync::reduce_bucket(Bucket& b) {
   Communicator* comm = b.group < 0 ? &world_ : b.comm;
   if (comm == nullptr || b.elems == 0) return;
-  // Chunks agree across the holders: a bucket that fits min(largest, bucket_elems_) on one
-  // holder fits on all; a larger one is cut at bucket_elems_ everywhere.
+  // Chunks agree across the holders, whose buffers may differ in size: every buffer holds
+  // at least min(its largest bucket, bucket_elems_) and at most bucket_elems_ floats, so a
+  // bucket of at most bucket_elems_ goes out whole everywhere and a larger one is cut at
+  // bucket_elems_ everywhere.
   const int64_t cap = std::min(comm_buffer_.numel(), bucket_elems_);
   through_buffer(b.runs, cap, 1.f / static_cast<float>(b.ranks.size()), [&](float* buf, int64_t n) {
     comm->allreduce_sum(buf, n);
