@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/checkpoint.h"
 #include "engine/comm/communicator.h"
 #include "engine/grad_sync.h"
 #include "engine/io/safetensors.h"
@@ -15,11 +16,6 @@
 namespace subdp {
 
 /// Names and full shapes of every tensor of the full model (all ranks agree).
-struct FullTensorSpec {
-  std::string name;
-  Shape shape;
-  bool trainable = true;  // false: buffer (no optimizer state)
-};
 std::vector<FullTensorSpec> full_specs(const ModelConfig& config);
 
 /// Collective: returns on rank 0 (on every rank when to_all) the full model's tensors, each
@@ -30,9 +26,9 @@ std::vector<NamedTensor> gather_full(Model& model, Optimizer* opt, const Gradien
                                      Communicator& world, const std::vector<FullTensorSpec>& specs,
                                      bool to_all = false);
 
-/// Collective: rank 0 holds `full` (read from a checkpoint); every rank copies its slices of
-/// each parameter and, when opt is given and the tensors exist, of the optimizer state.
-/// Errors: a missing tensor or a shape mismatch names the tensor (checkpoint from another model).
+/// Collective: rank 0 holds `full` (read by load_checkpoint_for, which checked names and
+/// shapes); every rank copies its slices of each parameter and, when opt is given, of the
+/// optimizer state ("<name>::k"). A missing tensor here is an internal error.
 void scatter_full(Model& model, Optimizer* opt, Communicator& world, const std::vector<FullTensorSpec>& specs,
                   const std::vector<NamedTensor>& full);
 

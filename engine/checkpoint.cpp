@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -37,6 +38,8 @@ std::vector<fs::path> complete_checkpoints(const std::string& dir) {
 std::string save_checkpoint(const std::string& dir, const CheckpointInfo& info, const std::vector<NamedTensor>& model,
                             const std::vector<NamedTensor>& optimizer, int keep_last) {
   const fs::path final_path = fs::path(dir) / step_name(info.step);
+  for (const auto& t : model) check_finite((final_path / "model.safetensors").string(), t);
+  for (const auto& t : optimizer) check_finite((final_path / "optimizer.safetensors").string(), t);
   const fs::path tmp = fs::path(dir) / (step_name(info.step) + ".tmp");
   std::error_code ec;
   fs::create_directories(tmp, ec);
@@ -52,6 +55,7 @@ std::string save_checkpoint(const std::string& dir, const CheckpointInfo& info, 
   m["world"] = info.world;
   m["subnetworks"] = info.subnetworks;
   m["config"] = info.config_toml;
+  if (std::isfinite(info.train_loss)) m["train_loss"] = info.train_loss;  // JSON has no NaN
   m["files"] = {{"model.safetensors", file_crc32((tmp / "model.safetensors").string())},
                 {"optimizer.safetensors", file_crc32((tmp / "optimizer.safetensors").string())}};
   write_file_atomic((tmp / "manifest.json").string(), m.dump(2));
@@ -83,6 +87,7 @@ void load_checkpoint(const std::string& path, CheckpointInfo& info, std::vector<
     info.plan_hash = std::stoull(m.at("plan_hash").get<std::string>(), nullptr, 16);
     info.world = m.at("world").get<int>();
     info.subnetworks = m.at("subnetworks").get<int>();
+    info.train_loss = m.contains("train_loss") ? m["train_loss"].get<double>() : std::nan("");
     for (auto& [file, crc] : m.at("files").items()) {
       const std::string actual = file_crc32((dir / file).string());
       SUBDP_CHECK(actual == crc.get<std::string>(), "{}: CRC32 {} does not match the manifest's {} (damaged checkpoint)",
@@ -93,6 +98,8 @@ void load_checkpoint(const std::string& path, CheckpointInfo& info, std::vector<
   }
   model = load_safetensors((dir / "model.safetensors").string());
   optimizer = load_safetensors((dir / "optimizer.safetensors").string());
+  for (const auto& t : model) check_finite((dir / "model.safetensors").string(), t);
+  for (const auto& t : optimizer) check_finite((dir / "optimizer.safetensors").string(), t);
 }
 
 std::string resolve_checkpoint(const std::string& resume, const std::string& dir) {
@@ -105,7 +112,7 @@ std::string resolve_checkpoint(const std::string& resume, const std::string& dir
       load_checkpoint(it->string(), info, m, o);
       return it->string();
     } catch (const Error& e) {
-      std::cerr << "subdp: warning: skipping damaged checkpoint: " << e.what() << "\n";
+      std::cerr << "subdp: warning: skipping damaged checkpoint: " << e.what() << "\n";  // CRC, inf/NaN, ...
     }
   }
   return "";

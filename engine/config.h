@@ -42,6 +42,7 @@ struct TrainConfig {
   uint64_t seed = 0;        // weights, data order, sampler
   int threads = 0;          // BLAS/OpenMP threads per rank; 0 = cores / local ranks
   std::string nonfinite = "stop";  // stop or skip a step whose loss/gradient is not finite
+  int max_skipped_steps = 5;       // skip: at most this many consecutive skipped steps, then stop (non-zero)
   std::string winograd_tile = "2x2";  // 2x2 or 4x4: output tile of Winograd convolutions
 };
 
@@ -93,6 +94,7 @@ struct CheckpointConfig {
   int64_t every = 0;      // steps between checkpoints; 0 = only at the end (when dir is set)
   int keep_last = 3;
   std::string resume;     // empty, "auto" (newest complete in dir) or a checkpoint path
+  bool reset_optimizer = false;  // resume: load the weights only; optimizer state starts from zero
 };
 
 /// [log]

@@ -33,6 +33,8 @@ class ImageSource : public DataSource {
     SUBDP_CHECK(train_.channels == c.model.in_channels && train_.height == c.model.image_size,
                 "data.name = \"{}\" has {}x{}x{} images but the model expects in_channels = {}, image_size = {}",
                 c.data.name, train_.channels, train_.height, train_.width, c.model.in_channels, c.model.image_size);
+    check_labels(train_, c.model.classes, "train");
+    check_labels(test_, c.model.classes, "test");
     if (c.data.normalize) {
       std::vector<float> mean, stddev;
       channel_stats(train_, mean, stddev);  // train statistics, applied to both splits

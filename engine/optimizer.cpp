@@ -2,6 +2,7 @@
 #include "engine/optimizer.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 
 #include "engine/error.h"
@@ -9,6 +10,10 @@
 namespace subdp {
 
 namespace {
+
+/// 1 when x is inf or NaN. Written as a comparison (NaN compares false) so the update loops
+/// stay vectorised with it.
+inline int not_finite(float x) { return std::fabs(x) <= FLT_MAX ? 0 : 1; }
 
 /// Per-parameter state tensors shaped like the gradient.
 class StatefulOptimizer : public Optimizer {
@@ -28,8 +33,15 @@ class StatefulOptimizer : public Optimizer {
   int num_states() const override { return states_; }
   int64_t steps_taken() const override { return t_; }
   void set_steps_taken(int64_t t) override { t_ = t; }
+  const std::vector<Param*>& params() const override { return params_; }
+  int nonfinite_param() const override { return nonfinite_; }
 
  protected:
+  /// Records the outcome of parameter i's update (bad = non-finite values it wrote).
+  void note_update(size_t i, int64_t bad) {
+    if (bad > 0 && nonfinite_ < 0) nonfinite_ = static_cast<int>(i);
+  }
+  int nonfinite_ = -1;
   std::vector<Param*> params_;
   std::vector<std::vector<Tensor>> state_;
   int states_;
@@ -46,23 +58,28 @@ class Sgd : public StatefulOptimizer {
     const float mu = static_cast<float>(c_.momentum), wd = static_cast<float>(c_.weight_decay);
     const float flr = static_cast<float>(lr);
     const bool first = t_ == 0;
+    nonfinite_ = -1;
     for (size_t i = 0; i < params_.size(); ++i) {
       float* w = params_[i]->value.f32();
       const float* g = params_[i]->grad.f32();
       float* buf = state_[i].empty() ? nullptr : state_[i][0].f32();
       const bool nesterov = c_.nesterov;
+      int64_t bad = 0;
       for_each_grad_span(*params_[i], [&](int64_t vo, int64_t go, int64_t len) {
-#pragma omp parallel for simd schedule(static) if (len > 65536)
+#pragma omp parallel for simd schedule(static) reduction(+ : bad) if (len > 65536)
         for (int64_t k = 0; k < len; ++k) {
           float d = g[go + k] + wd * w[vo + k];
           if (buf) {
             float& b = buf[go + k];
             b = first ? d : mu * b + d;
             d = nesterov ? d + mu * b : b;
+            bad += not_finite(b);
           }
           w[vo + k] -= flr * d;
+          bad += not_finite(w[vo + k]);
         }
       });
+      note_update(i, bad);
     }
     ++t_;
   }
@@ -84,21 +101,25 @@ class AdamW : public StatefulOptimizer {
     const float step_size = static_cast<float>(lr) / bc1;
     const float decay = static_cast<float>(1.0 - lr * c_.weight_decay), eps = static_cast<float>(c_.eps);
     const float fb1 = static_cast<float>(b1), fb2 = static_cast<float>(b2);
+    nonfinite_ = -1;
     for (size_t i = 0; i < params_.size(); ++i) {
       float* w = params_[i]->value.f32();
       const float* g = params_[i]->grad.f32();
       float* m = state_[i][0].f32();
       float* v = state_[i][1].f32();
+      int64_t bad = 0;
       for_each_grad_span(*params_[i], [&](int64_t vo, int64_t go, int64_t len) {
-#pragma omp parallel for simd schedule(static) if (len > 65536)
+#pragma omp parallel for simd schedule(static) reduction(+ : bad) if (len > 65536)
         for (int64_t k = 0; k < len; ++k) {
           const float gk = g[go + k];
           m[go + k] = fb1 * m[go + k] + (1.f - fb1) * gk;
           v[go + k] = fb2 * v[go + k] + (1.f - fb2) * gk * gk;
           const float denom = std::sqrt(v[go + k]) / bc2_sqrt + eps;
           w[vo + k] = w[vo + k] * decay - step_size * m[go + k] / denom;
+          bad += not_finite(w[vo + k]) + not_finite(m[go + k]) + not_finite(v[go + k]);
         }
       });
+      note_update(i, bad);
     }
   }
 

@@ -22,6 +22,11 @@ class Optimizer {
   virtual int num_states() const = 0;
   virtual int64_t steps_taken() const = 0;
   virtual void set_steps_taken(int64_t t) = 0;
+  /// The parameters it updates (trainable ones holding a gradient), in state order.
+  virtual const std::vector<Param*>& params() const = 0;
+  /// Index into params() of the first parameter whose value or state the last step() left
+  /// non-finite (inf or NaN), or -1. Counted inside the update loops, not by a second pass.
+  virtual int nonfinite_param() const = 0;
 };
 
 /// Builds the optimizer named in config.optim over `params` (held gradients only).

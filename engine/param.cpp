@@ -139,6 +139,30 @@ void for_each_grad_span(const Param& p, const std::function<void(int64_t, int64_
   for (int64_t o = 0; o < outer; ++o) fn(o * vext * inner, o * gext * inner, gext * inner);
 }
 
+std::string locate_nonfinite(const Param& p, const float* data, bool grad_layout) {
+  int64_t found = -1, full = -1;
+  int pos = -1;
+  auto scan = [&](int64_t local, int64_t full_off, int64_t len, int at) {
+    for (int64_t k = 0; k < len && found < 0; ++k)
+      if (!std::isfinite(data[local + k])) found = local + k, full = full_off + k, pos = at;
+  };
+  if (!grad_layout) {
+    for_each_value_run_at(p, [&](int64_t lo, int64_t fo, int64_t len, int at) { scan(lo, fo, len, at); });
+  } else {
+    for_each_grad_run(p, [&](int64_t vo, int64_t go, int64_t len, int at) {
+      if (at < 0) return scan(go, go, len, at);
+      const int64_t inner = p.inner(), o = vo / (p.value_extent() * inner);
+      const int64_t full_off = (o * p.full_shape.at(p.unit.axis) + int64_t{p.mask->order[at]} * p.unit.unit_size) * inner;
+      scan(go, full_off, len, at);
+    });
+  }
+  if (found < 0) return "";
+  std::string out = fmt::format("element {} of the full {} tensor", element_str(p.full_shape, full),
+                                shape_str(p.full_shape));
+  if (pos >= 0) out += fmt::format(", unit {} of maskable layer {}", p.mask->order[pos], p.unit.layer);
+  return out;
+}
+
 float init_value(uint64_t seed, const std::string& name, int64_t full_index, InitSpec init) {
   if (init.kind == InitSpec::constant) return init.a;
   uint64_t h = mix64(seed ^ 0x9e3779b97f4a7c15ULL);

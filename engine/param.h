@@ -111,6 +111,12 @@ void for_each_grad_run(const Param& p, const std::function<void(int64_t, int64_t
 /// position does not matter: unit-by-unit runs cost a call per neuron (1024 per MLP column).
 void for_each_grad_span(const Param& p, const std::function<void(int64_t, int64_t, int64_t)>& fn);
 
+/// Where the first non-finite (inf or NaN) value of `data` sits: "" when every value is
+/// finite, else "element (i, j, ...) of the full (shape) tensor[, unit u of maskable layer l]".
+/// `data` holds p's local value (grad_layout = false) or a tensor laid out like its gradient
+/// (optimizer state; grad_layout = true). One pass over the tensor: for error messages only.
+std::string locate_nonfinite(const Param& p, const float* data, bool grad_layout);
+
 /// Deterministic initial value of element `full_index` of parameter `name`.
 float init_value(uint64_t seed, const std::string& name, int64_t full_index, InitSpec init);
 

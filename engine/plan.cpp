@@ -56,6 +56,12 @@ void add_deal(std::vector<int>& count, const std::vector<int>& first, int c, int
     for (int j = 0; j < c; ++j) count[(o + j) % S] += sign;
 }
 
+// Adds `weight` to each holder of every dealt unit (first holders `first`, coverage c).
+void add_deal_weighted(std::vector<int64_t>& total, const std::vector<int>& first, int c, int S, int64_t weight) {
+  for (int o : first)
+    for (int j = 0; j < c; ++j) total[(o + j) % S] += weight;
+}
+
 int spread(const std::vector<int>& count) {
   return *std::max_element(count.begin(), count.end()) - *std::min_element(count.begin(), count.end());
 }
@@ -132,6 +138,19 @@ bool SubnetworkPlan::keeps_block(int s, int b) const {
   return g < 0 || group_has(g, s);
 }
 
+int64_t SubnetworkPlan::kept_params(const ModelUnits& units, int s) const {
+  int64_t total = 0;
+  if (granularity == Granularity::neuron) {
+    for (size_t l = 0; l < units.layers.size(); ++l)
+      for (int u = 0; u < units.layers[l].units; ++u)
+        if (keeps_unit(s, static_cast<int>(l), u)) total += units.layers[l].unit_params;
+    return total;
+  }
+  for (size_t b = 0; b < units.blocks.size(); ++b)
+    if (keeps_block(s, static_cast<int>(b))) total += units.blocks[b].branch_params;
+  return total;
+}
+
 uint64_t SubnetworkPlan::hash() const {
   uint64_t h = mix64(static_cast<uint64_t>(regime) * 31 + static_cast<uint64_t>(granularity));
   auto eat = [&h](int64_t v) { h = mix64(h ^ static_cast<uint64_t>(v)); };
@@ -161,11 +180,33 @@ SubnetworkPlan make_plan(const ModelUnits& units, const MaskConfig& mask, int S)
   std::map<std::vector<int>, int> ids;
   if (plan.granularity == Granularity::neuron) {
     SUBDP_CHECK(!units.layers.empty(), "mask.granularity = \"neuron\": this model has no maskable layers");
+    // Each layer is dealt with the brief's construction, balanced within the layer. Its
+    // rotation carries on from the units dealt before it (the brief's global position), and
+    // among the S rotations the one that puts the layer's extra units on the subnetworks with
+    // the fewest kept parameters so far is taken (ties: the carried one). Restarting every
+    // layer at offset 0 gave the first subnetworks every extra unit (GPT, 2 heads, S = 4:
+    // subnetworks 0 and 1 held all attention).
+    const int L = S / std::gcd(plan.c, S);
+    std::vector<int64_t> kept(S, 0);
+    int64_t position = 0;
     for (size_t l = 0; l < units.layers.size(); ++l) {
-      auto first = deal_units(units.layers[l].units, plan.c, S, mix64(mask.seed + 7919 * (l + 1)), 0);
+      const UnitLayerSpec& layer = units.layers[l];
+      const int carried = static_cast<int>((position * plan.c + position / L) % S);
+      std::vector<int> best;
+      int64_t best_cost = 0;
+      for (int k = 0; k < S; ++k) {
+        auto first = deal_units(layer.units, plan.c, S, mix64(mask.seed + 7919 * (l + 1)), (carried + k) % S);
+        std::vector<int64_t> add(S, 0);
+        add_deal_weighted(add, first, plan.c, S, layer.unit_params);
+        int64_t cost = 0;  // sum of kept * added: least when the additions go to the lightest
+        for (int s2 = 0; s2 < S; ++s2) cost += kept[s2] * add[s2];
+        if (best.empty() || cost < best_cost) best = std::move(first), best_cost = cost;
+      }
+      add_deal_weighted(kept, best, plan.c, S, layer.unit_params);
       std::vector<int> groups;
-      for (int o : first) groups.push_back(group_id(plan, ids, o));
+      for (int o : best) groups.push_back(group_id(plan, ids, o));
       plan.unit_group.push_back(groups);
+      position += layer.units;
     }
     return plan;
   }
@@ -231,7 +272,7 @@ std::string SubnetworkPlan::describe(const ModelUnits& units) const {
         out += fmt::format(" {}={}/{}", units.layers[l].name, kept, units.layers[l].units);
       }
     }
-    out += "\n";
+    out += fmt::format(" | kept params {} ({:.2f} MiB)\n", kept_params(units, s), kept_params(units, s) * 4.0 / 1048576);
   }
   return out;
 }

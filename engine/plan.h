@@ -56,6 +56,10 @@ struct SubnetworkPlan {
   bool keeps_unit(int s, int layer, int unit) const;
   /// True when subnetwork s keeps block b (pinned and undroppable blocks always).
   bool keeps_block(int s, int b) const;
+  /// Parameters of the maskable units that subnetwork s keeps: kept units x unit_params
+  /// summed over the layers (neuron level), or branch_params of the kept blocks, pinned and
+  /// undroppable ones included (block level), by the plan's granularity. The plan balances it.
+  int64_t kept_params(const ModelUnits& units, int s) const;
   /// 64-bit hash of the whole plan (compared across ranks at start-up).
   uint64_t hash() const;
   /// Human-readable table of the plan.

@@ -9,6 +9,7 @@
 #include <map>
 #include <vector>
 
+#include "engine/assemble.h"
 #include "engine/checkpoint.h"
 #include "engine/commands.h"
 #include "engine/data/dataset.h"
@@ -29,21 +30,16 @@ std::string checkpoint_path(const std::string& path) {
   return newest;
 }
 
-/// Copies every parameter of model from the checkpoint tensors, by name.
-void load_weights(Model& model, const std::vector<NamedTensor>& tensors, const std::string& path) {
+/// Copies every parameter of model from the checkpoint tensors (checked by
+/// check_checkpoint_tensors: same names, same shapes), by name.
+void load_weights(Model& model, const std::vector<NamedTensor>& tensors) {
   std::map<std::string, const NamedTensor*> by_name;
   for (const auto& t : tensors) by_name[t.name] = &t;
   for (Param* p : model.params().all()) {
-    auto it = by_name.find(p->name);
-    SUBDP_CHECK(it != by_name.end(), "{}: checkpoint lacks tensor {}", path, p->name);
-    SUBDP_CHECK(static_cast<int64_t>(it->second->data.size()) == p->value.numel(),
-                "{}: tensor {} has {} values, the model built from the checkpoint's config expects {} {}", path,
-                p->name, it->second->data.size(), p->value.numel(), shape_str(p->full_shape));
-    std::copy(it->second->data.begin(), it->second->data.end(), p->value.f32());
+    const NamedTensor* t = by_name.at(p->name);
+    SUBDP_ASSERT(static_cast<int64_t>(t->data.size()) == p->value.numel());
+    std::copy(t->data.begin(), t->data.end(), p->value.f32());
   }
-  SUBDP_CHECK(by_name.size() == model.params().all().size(),
-              "{}: checkpoint holds {} tensors, the model built from its config {}: the config does not describe "
-              "these weights", path, by_name.size(), model.params().all().size());
 }
 
 /// Next token from the logits (V) of the last position: argmax when temperature <= 0, else a
@@ -77,8 +73,7 @@ int run_sample(const std::string& checkpoint, const std::string& prompt, int tok
   const std::string path = checkpoint_path(checkpoint);
   CheckpointInfo info;
   std::vector<NamedTensor> tensors, optimizer;
-  load_checkpoint(path, info, tensors, optimizer);
-  optimizer.clear();
+  load_checkpoint(path, info, tensors, optimizer);  // the manifest's config describes the model
   const Config config = parse_config(info.config_toml, path + "/manifest.json", overrides);
   SUBDP_CHECK(config.model.name == "gpt", "{}: a checkpoint of model \"{}\"; sample needs a gpt", path,
               config.model.name);
@@ -87,7 +82,8 @@ int run_sample(const std::string& checkpoint, const std::string& prompt, int tok
   cpu::set_num_threads(config.train.threads > 0 ? config.train.threads : omp_get_num_procs());
   const ModelUnits units = model_units(config.model);
   Gpt model(config.model, full_mask(units), 1, config.train.seed);
-  load_weights(model, tensors, path);
+  check_checkpoint_tensors(path, full_specs(config.model), 0, OptimizerLoad::ignore, tensors, optimizer);
+  load_weights(model, tensors);
   tensors.clear();
 
   std::vector<int32_t> ids;

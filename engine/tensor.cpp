@@ -30,6 +30,15 @@ std::string shape_str(const Shape& s) {
   return out + ")";
 }
 
+std::string element_str(const Shape& shape, int64_t offset) {
+  Shape idx(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    idx[d] = offset % shape[d];
+    offset /= shape[d];
+  }
+  return shape_str(idx);
+}
+
 Storage::Storage(size_t bytes, MemCategory category, Device device)
     : bytes_(bytes), category_(category), device_(device) {
   SUBDP_CHECK(device == Device::cpu, "host Storage cannot hold device memory");

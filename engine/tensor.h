@@ -23,6 +23,8 @@ using Shape = std::vector<int64_t>;
 int64_t shape_numel(const Shape& s);
 /// "(2, 3, 4)" for messages and shape comments.
 std::string shape_str(const Shape& s);
+/// The row-major index of flat element `offset` of a tensor of `shape`, as "(i, j, ...)".
+std::string element_str(const Shape& shape, int64_t offset);
 
 /// A tracked, 64-byte aligned host (or device) allocation.
 class Storage {

@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "engine/checkpoint.h"
+#include "engine/config_diff.h"
 #include "engine/data/dataset.h"
 #include "engine/error.h"
 #include "engine/footprint.h"
@@ -92,13 +93,21 @@ Trainer::Trainer(const Config& config, std::unique_ptr<Communicator> world, cons
 }
 
 void Trainer::check_layout_agreement() {
-  // Every rank must run the same config and plan: compare hashes (clear error, no hang).
-  const std::string mine = fmt::format("{:016x}/{:016x}", mix64(std::hash<std::string>{}(config_to_toml(config_))),
-                                       plan_.hash());
-  auto all = world_->allgather(mine);
-  for (int r = 0; r < static_cast<int>(all.size()); ++r)
-    SUBDP_CHECK(all[r] == all[0], "rank {} was started with a different config or plan than rank 0 ({} vs {}): "
-                "every rank must run the same config file and overrides", r, all[r], all[0]);
+  // Every rank must run the same config and plan: compare hashes (clear error, no hang), and
+  // on a mismatch exchange the config texts to name the first key that differs.
+  const std::string text = config_to_toml(config_);
+  const std::string mine = fmt::format("{:016x}/{:016x}", mix64(std::hash<std::string>{}(text)), plan_.hash());
+  const auto all = world_->allgather(mine);
+  int bad = -1;
+  for (int r = 0; r < static_cast<int>(all.size()) && bad < 0; ++r)
+    if (all[r] != all[0]) bad = r;
+  if (bad < 0) return;
+  const auto texts = world_->allgather(text);
+  const ConfigDifference d = first_config_difference(texts[bad], texts[0]);
+  const std::string what = d.key.empty() ? fmt::format("plan (hashes {} vs {})", all[bad].substr(17), all[0].substr(17))
+                                         : fmt::format("config: {} = {} on rank {}, {} on rank 0", d.key, d.a, bad, d.b);
+  throw Error(fmt::format("rank {} was started with a different {}; every rank must run the same config file and "
+                          "overrides", bad, what));
 }
 
 int Trainer::run() {
@@ -112,6 +121,10 @@ int Trainer::run() {
   }
   start_ = Clock::now();
   EvalResult final_eval{std::nan(""), std::nan(""), 0};
+  if (step_ >= total_steps_) {  // resumed at the last step: report the loaded model
+    final_eval = evaluate_full();
+    print_eval(final_eval, plan_.masked() ? evaluate_local() : final_eval);
+  }
   while (step_ < total_steps_) {
     const int64_t epoch = step_ / steps_per_epoch_, in_epoch = step_ % steps_per_epoch_;
     train_step(epoch, in_epoch);
@@ -157,11 +170,18 @@ void Trainer::train_step(int64_t epoch, int64_t in_epoch) {
     SUBDP_CHECK(config_.train.nonfinite == "skip", "non-finite loss or gradient at step {} (see the rank's message "
                 "above); stopping before the optimizer step, no checkpoint written over the last good one "
                 "(train.nonfinite = \"skip\" skips such steps instead)", step_ + 1);
-    if (prints_) std::fprintf(stderr, "subdp: warning: skipping step %lld: non-finite values\n",
-                                        static_cast<long long>(step_ + 1));  // 1-based
+    ++skipped_in_a_row_;
+    SUBDP_CHECK(skipped_in_a_row_ <= config_.train.max_skipped_steps,
+                "non-finite loss or gradient in {} consecutive steps (the last: step {}): train.nonfinite = \"skip\" "
+                "skips at most train.max_skipped_steps = {} in a row; stopping, no checkpoint written over the last "
+                "good one",
+                skipped_in_a_row_, step_ + 1, config_.train.max_skipped_steps);
+    if (prints_) std::fprintf(stderr, "subdp: warning: skipping step %lld: non-finite values (%lld in a row)\n",
+                                        static_cast<long long>(step_ + 1), static_cast<long long>(skipped_in_a_row_));
     ++step_;
     return;
   }
+  skipped_in_a_row_ = 0;
   const auto tc = Clock::now();
   sync_->take_bytes();
   sync_->average();
@@ -169,6 +189,7 @@ void Trainer::train_step(int64_t epoch, int64_t in_epoch) {
   if (config_.optim.grad_clip > 0) clip_gradients();
   const double lr = learning_rate(config_.optim, base_lr_, step_, total_steps_);
   optimizer_->step(lr);
+  check_updated_values();
   const auto tb = Clock::now();
   sync_->broadcast_unit_values();
   comm_s += seconds_since(tb);
@@ -187,6 +208,31 @@ bool Trainer::gradients_finite() {
     return false;
   }
   return true;
+}
+
+void Trainer::check_updated_values() {
+  // The update loops count the non-finite values they write (no second pass over the
+  // weights); one flag is all-reduced, and only on a fault do the ranks exchange messages.
+  const int i = optimizer_->nonfinite_param();
+  std::string mine;
+  if (i >= 0) {
+    const Param& p = *optimizer_->params()[i];
+    std::string where = locate_nonfinite(p, p.value.f32(), false);
+    if (!where.empty()) mine = fmt::format("tensor {}, {}", p.name, where);
+    const auto states = optimizer_->state(i);
+    for (size_t k = 0; k < states.size() && mine.empty(); ++k) {
+      where = locate_nonfinite(p, states[k]->f32(), true);
+      if (!where.empty()) mine = fmt::format("optimizer state {}::{}, {}", p.name, k, where);
+    }
+  }
+  double bad = mine.empty() ? 0 : 1;
+  world_->allreduce_max(&bad, 1);
+  if (bad == 0) return;
+  const auto all = world_->allgather(mine);
+  for (int r = 0; r < static_cast<int>(all.size()); ++r)
+    SUBDP_CHECK(all[r].empty(), "non-finite value at step {} (written by the optimizer update) on rank {}: {}; every rank "
+                "stops here and no checkpoint is written (a smaller optim.lr, optim.grad_clip, or a checkpoint "
+                "before the fault)", step_ + 1, r, all[r]);
 }
 
 void Trainer::clip_gradients() {

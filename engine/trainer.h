@@ -32,6 +32,8 @@ class Trainer {
   void check_layout_agreement();
   void train_step(int64_t epoch, int64_t step_in_epoch);
   bool gradients_finite();
+  /// Collective: stops every rank when the last optimizer update left a non-finite value.
+  void check_updated_values();
   void clip_gradients();
   EvalResult evaluate_full();
   EvalResult evaluate_local();
@@ -67,6 +69,7 @@ class Trainer {
   MemStats dp_footprint_;
   int64_t step_ = 0, total_steps_ = 0, steps_per_epoch_ = 0;
   int64_t last_saved_step_ = -1;
+  int64_t skipped_in_a_row_ = 0;  // consecutive steps skipped for non-finite values
   bool prints_ = false;  // rank 0, or the simulated rank, prints progress  // step of this run's newest checkpoint
   double base_lr_ = 0;
   double window_loss_ = 0, window_acc_ = 0;

@@ -123,6 +123,7 @@ void Trainer::save(bool final) {
     info.plan_hash = plan_.hash();
     info.world = layout_.world;
     info.subnetworks = layout_.S;
+    info.train_loss = last_train_loss_;
     const std::string path = save_checkpoint(config_.checkpoint.dir, info, model, opt, config_.checkpoint.keep_last);
     std::printf("checkpoint%s: %s\n", final ? " (final)" : "", path.c_str());
     std::fflush(stdout);
@@ -131,17 +132,17 @@ void Trainer::save(bool final) {
 }
 
 void Trainer::resume() {
-  // Rank 0 reads the checkpoint; a failure there is broadcast so every rank stops cleanly.
+  // Rank 0 reads and checks the checkpoint; a failure there is broadcast so every rank stops
+  // cleanly.
   std::vector<NamedTensor> full, opt;
   CheckpointInfo info;
   std::string error;
+  const OptimizerLoad policy = config_.checkpoint.reset_optimizer ? OptimizerLoad::reset : OptimizerLoad::require;
   if (layout_.rank == 0) {
     try {
       const std::string path = resolve_checkpoint(config_.checkpoint.resume, config_.checkpoint.dir);
       if (!path.empty()) {
-        load_checkpoint(path, info, full, opt);
-        SUBDP_CHECK(info.model_name == config_.model.name, "{}: checkpoint of model \"{}\", config says \"{}\"", path,
-                    info.model_name, config_.model.name);
+        load_checkpoint_for(path, config_.model.name, specs_, optimizer_->num_states(), policy, info, full, opt);
         SUBDP_CHECK(info.step <= total_steps_,
                     "{}: checkpoint at step {}, past the run's last step {} ([train] steps / epochs): nothing to "
                     "train; raise train.steps or train.epochs", path, info.step, total_steps_);
@@ -158,11 +159,17 @@ void Trainer::resume() {
   SUBDP_CHECK(errors[0].empty(), "{}", errors[0]);
   int64_t header[3] = {info.step, info.optimizer_steps, static_cast<int64_t>(full.size())};
   world_->broadcast(header, sizeof(header), 0);
+  world_->broadcast(&info.train_loss, sizeof(info.train_loss), 0);
   if (header[2] == 0) return;  // nothing to resume
+  const bool reset = policy == OptimizerLoad::reset;
   for (auto& t : opt) full.push_back(std::move(t));
-  scatter_full(*model_, optimizer_.get(), *world_, specs_, full);
+  scatter_full(*model_, reset ? nullptr : optimizer_.get(), *world_, specs_, full);
   step_ = header[0];
-  optimizer_->set_steps_taken(header[1]);
+  optimizer_->set_steps_taken(reset ? 0 : header[1]);
+  last_train_loss_ = info.train_loss;
+  if (reset)  // every rank says so: its optimizer state is not what the checkpoint's run had
+    std::printf("rank %d: checkpoint.reset_optimizer = true: weights loaded at step %lld, optimizer state and "
+                "its step count start from zero\n", layout_.rank, static_cast<long long>(step_));
 }
 
 }  // namespace subdp

@@ -6,6 +6,7 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <climits>
 #include <cmath>
 #include <fstream>
@@ -84,6 +85,7 @@ std::vector<Field> fields(Config& c) {
       {"train", "seed", &t.seed, at_least(0)},
       {"train", "threads", &t.threads, between(0, 1024)},
       {"train", "nonfinite", &t.nonfinite, one_of({"stop", "skip"})},
+      {"train", "max_skipped_steps", &t.max_skipped_steps, between(0, 1000000)},
       {"train", "winograd_tile", &t.winograd_tile, one_of({"2x2", "4x4"})},
       {"optim", "name", &o.name, one_of({"sgd", "adamw"})},
       {"optim", "lr", &o.lr, above(0)},
@@ -114,6 +116,7 @@ std::vector<Field> fields(Config& c) {
       {"checkpoint", "every", &ck.every, at_least(0)},
       {"checkpoint", "keep_last", &ck.keep_last, at_least(1)},
       {"checkpoint", "resume", &ck.resume, any()},
+      {"checkpoint", "reset_optimizer", &ck.reset_optimizer, any()},
       {"log", "every", &l.every, at_least(1)},
       {"log", "metrics_file", &l.metrics_file, any()},
   };
@@ -265,6 +268,9 @@ void read(const toml::node& n, double* out, const Rule& r, const Where& w) {
   double v = n.is_integer() ? static_cast<double>(n.as_integer()->get())
                             : n.as_floating_point()->get();
   if (!std::isfinite(v)) w.fail("must be finite");
+  // The engine computes in float32: a value it cannot hold would overflow to inf or vanish.
+  if (std::fabs(v) > FLT_MAX) w.fail("must be representable in float32 (|x| <= 3.4e38)");
+  if (v != 0 && std::fabs(v) < FLT_MIN) w.fail("must be 0 or representable in float32 (|x| >= 1.2e-38)");
   if (!satisfies(r, v)) w.fail(describe(r));
   *out = v;
 }

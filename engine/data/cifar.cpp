@@ -1,5 +1,6 @@
 // CIFAR-10 binary reader: data_batch_1..5.bin (train) or test_batch.bin (test),
 // 3073-byte records (label, then 3x32x32 pixels in CHW order).
+#include <cstdio>
 #include <filesystem>
 
 #include "engine/data/dataset.h"
@@ -13,6 +14,7 @@ namespace fs = std::filesystem;
 constexpr int kSide = 32, kChannels = 3, kClasses = 10;
 constexpr size_t kPixels = size_t{kChannels} * kSide * kSide;
 constexpr size_t kRecord = 1 + kPixels;  // 3073
+constexpr size_t kStandardRecords = 10000;  // per batch file of the published dataset
 
 /// The batch files of a split, in order. Accepts dir or dir/cifar-10-batches-bin.
 std::vector<std::string> batch_paths(const std::string& dir, bool train) {
@@ -34,7 +36,11 @@ void append_batch(const std::string& path, ImageDataset& d) {
               "{}: size {} bytes is not a positive multiple of the {}-byte CIFAR-10 record", path,
               bytes.size(), kRecord);
   const size_t records = bytes.size() / kRecord;
+  if (records != kStandardRecords)  // whole records missing (or extra): readable, but not the standard set
+    std::fprintf(stderr, "subdp: warning: %s holds %zu records; a standard CIFAR-10 batch file holds %zu\n",
+                 path.c_str(), records, kStandardRecords);
   const size_t base = d.labels.size();
+  d.label_files.emplace_back(path, static_cast<int64_t>(base));
   d.labels.resize(base + records);
   d.images.resize((base + records) * kPixels);
   for (size_t r = 0; r < records; ++r) {

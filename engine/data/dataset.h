@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace subdp {
@@ -19,8 +20,16 @@ struct ImageDataset {
   int channels = 0, height = 0, width = 0, classes = 10;
   std::vector<float> images;    // (n, channels, height, width)
   std::vector<int32_t> labels;  // (n)
+  /// Files the labels came from: (path, index of its first label), in order.
+  std::vector<std::pair<std::string, int64_t>> label_files;
   int64_t sample_size() const { return static_cast<int64_t>(channels) * height * width; }
+  /// The file holding label i (for messages).
+  std::string label_file(int64_t i) const;
 };
+
+/// Throws unless every label is in [0, classes): the message names the label file, the
+/// label, its example and `[model] classes`. Checked when the data loads, not at a batch.
+void check_labels(const ImageDataset& d, int classes, const std::string& split);
 
 /// Reads an IDX image file and its IDX label file (gzip-compressed or raw, detected by magic).
 /// Errors: missing file, wrong magic (expects 0x00000803 / 0x00000801), truncated data,

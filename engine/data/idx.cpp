@@ -171,7 +171,23 @@ ImageDataset load_idx_pair(const std::string& images_path, const std::string& la
   ImageDataset d;
   decode_images(images_path, read_file_bytes(images_path, true), d);
   decode_labels(labels_path, read_file_bytes(labels_path, true), d);
+  d.label_files = {{labels_path, 0}};
   return d;
+}
+
+std::string ImageDataset::label_file(int64_t i) const {
+  std::string file = "(labels)";
+  for (const auto& [path, first] : label_files)
+    if (first <= i) file = path;
+  return file;
+}
+
+void check_labels(const ImageDataset& d, int classes, const std::string& split) {
+  for (size_t i = 0; i < d.labels.size(); ++i)
+    SUBDP_CHECK(d.labels[i] >= 0 && d.labels[i] < classes,
+                "{}: label {} of {} example {} is not a class of the model: [model] classes = {} allows labels in "
+                "[0, {}) (this dataset has {} classes)", d.label_file(static_cast<int64_t>(i)), d.labels[i], split, i,
+                classes, classes, d.classes);
 }
 
 ImageDataset load_mnist_dir(const std::string& dir, bool train) {

@@ -2,6 +2,10 @@
 # Checkpoints that must be refused or skipped: resume "auto" skips a damaged newest
 # checkpoint with a warning and takes the previous one; a checkpoint of another model or of
 # other sizes is refused with an error naming the tensor; a missing path is an error.
+# Issue 22: an edited checkpoint (CRC fixed) with a transposed, extra or missing tensor,
+# missing optimizer moments or a NaN weight is refused naming the file, tensor and shapes;
+# checkpoint.reset_optimizer = true is the opt-in, said on every rank; a resume at the last
+# step prints a complete final line.
 source "$(dirname "$0")/common.sh"
 cat >> "$WORK/mlp.toml" <<TOML
 [checkpoint]
@@ -27,7 +31,7 @@ expect_fail() {  # expect_fail PATTERN ARGS...
 }
 expect_fail "checkpoint of model \"mlp\"" train "$WORK/resnet.toml" --set parallel.backend=local \
   --set checkpoint.resume="$WORK/ckpt/step-00000004"
-expect_fail "wrong shape" train "$WORK/mlp.toml" --set parallel.backend=local --set model.hidden=[32,64] \
+expect_fail "step-00000004/model.safetensors: tensor net.1.weight has shape (96, 784), the model expects (32, 784)" train "$WORK/mlp.toml" --set parallel.backend=local --set model.hidden=[32,64] \
   --set checkpoint.resume="$WORK/ckpt/step-00000004" --set checkpoint.dir="$WORK/other"
 expect_fail "not a subdp checkpoint" train "$WORK/mlp.toml" --set parallel.backend=local \
   --set checkpoint.resume="$WORK/nowhere"
@@ -35,3 +39,37 @@ expect_fail "CRC32" train "$WORK/mlp.toml" --set parallel.backend=local \
   --set checkpoint.resume="$WORK/ckpt/step-00000008"
 expect_fail "past the run's last step 2" train "$WORK/mlp.toml" --set parallel.backend=local \
   --set checkpoint.resume="$WORK/ckpt/step-00000004" --set train.steps=2 --set checkpoint.dir="$WORK/other"
+
+edited() {  # edited NAME EDIT...: a copy of the step-4 checkpoint with EDIT applied (CRC fixed)
+  local name=$1
+  shift
+  rm -rf "$WORK/$name"
+  cp -r "$WORK/ckpt/step-00000004" "$WORK/$name"
+  /usr/bin/python3 "$ROOT/tests/mpi/edit_checkpoint.py" "$WORK/$name" "$@"
+  echo "$WORK/$name"
+}
+resume_from() { echo train "$WORK/mlp.toml" --set parallel.backend=local --set checkpoint.dir="$WORK/other" \
+  --set checkpoint.resume="$1"; }
+expect_fail "$WORK/t/model.safetensors: tensor net.1.weight has shape (784, 96), the model expects (96, 784)" \
+  $(resume_from "$(edited t transpose net.1.weight)")
+expect_fail "holds tensor lm_head.weight (4, 4) that the model does not have" \
+  $(resume_from "$(edited x add lm_head.weight 4,4)")
+expect_fail "optimizer.safetensors: lacks optimizer state net.1.weight::0 (96, 784)" \
+  $(resume_from "$(edited m drop net.1.weight::0)")
+expect_fail "lacks optimizer state" $(resume_from "$(edited none drop-optimizer)")
+expect_fail "model.safetensors: tensor net.3.weight holds nan at element (0, 5)" \
+  $(resume_from "$(edited nan set net.3.weight 5 nan)")
+# The opt-in: weights only, and every rank says its optimizer state starts from zero.
+out=$(run_ranks 2 $(resume_from "$(edited reset drop-optimizer)") --set parallel.backend=mpi \
+  --set checkpoint.reset_optimizer=true 2>&1) || { echo "FAIL: reset_optimizer refused"; echo "$out"; exit 1; }
+for r in 0 1; do
+  grep -q "rank $r: checkpoint.reset_optimizer = true: weights loaded at step 4" <<<"$out" ||
+    { echo "FAIL: rank $r did not say it reset"; echo "$out"; exit 1; }
+done
+echo "ok: reset_optimizer loads the weights, both ranks say so"
+# Resume exactly at the last step: the loaded model is evaluated and the final line complete.
+out=$("$SUBDP" $(resume_from "$WORK/ckpt/step-00000004") --set train.steps=4 2>&1)
+final=$(grep "^final " <<<"$out")
+grep -Eq "^final step=4 train_loss=[0-9.]+ test_loss=[0-9.]+ test_acc=[0-9.]+ " <<<"$final" ||
+  { echo "FAIL: incomplete final line at the last step: $final"; exit 1; }
+echo "ok: resume at the last step: $final"

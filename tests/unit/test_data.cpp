@@ -289,6 +289,30 @@ TEST_F(DataCifar, BadLabel) {
                {"test_batch.bin", "label 10", "record 2"});
 }
 
+TEST_F(DataCifar, ShortBatchWarnsWithFileAndCount) {
+  // Issue 22: a batch file short by whole records was accepted silently.
+  write_bytes(path("test_batch.bin"), cifar_records(7));
+  ::testing::internal::CaptureStderr();
+  const auto d = subdp::load_cifar10_dir(dir_.string(), false);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(d.n, 7);
+  EXPECT_NE(err.find("test_batch.bin holds 7 records; a standard CIFAR-10 batch file holds 10000"), std::string::npos)
+      << err;
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;  // one line
+}
+
+TEST_F(DataCifar, LabelsBeyondTheModelsClassesNameFileLabelAndKey) {
+  // Issue 22: model.classes = 5 failed at the first batch with "target 9 out of range".
+  for (int i = 1; i <= 5; ++i) write_bytes(path("data_batch_" + std::to_string(i) + ".bin"), cifar_records(i));
+  ::testing::internal::CaptureStderr();
+  const auto d = subdp::load_cifar10_dir(dir_.string(), true);
+  ::testing::internal::GetCapturedStderr();
+  subdp::check_labels(d, 10, "train");
+  // Labels are r % 10 per file; data_batch_5.bin's record 4 (example 14) is the first 4 >= 4.
+  expect_error([&] { subdp::check_labels(d, 4, "train"); },
+               {"data_batch_5.bin", "label 4 of train example 14", "[model] classes = 4", "[0, 4)"});
+}
+
 TEST_F(DataCifar, MissingBatch) {
   for (int i = 1; i <= 4; ++i) write_bytes(path("data_batch_" + std::to_string(i) + ".bin"), cifar_records(1));
   expect_error([&] { subdp::load_cifar10_dir(dir_.string(), true); },

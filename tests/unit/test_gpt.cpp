@@ -655,5 +655,54 @@ TEST(Sample, GreedyGenerationFromCheckpointIsDeterministic) {
   std::filesystem::remove_all(dir);
 }
 
+/// Message of the Error that run_sample throws on the checkpoint `tensors` of config c.
+std::string sample_error(const Config& c, const std::vector<NamedTensor>& tensors) {
+  const auto dir = std::filesystem::temp_directory_path() / "subdp_test_sample_shapes";
+  std::filesystem::remove_all(dir);
+  CheckpointInfo info;
+  info.step = 1;
+  info.config_toml = config_to_toml(c);
+  info.model_name = "gpt";
+  save_checkpoint(dir.string(), info, tensors, {}, 1);
+  std::string message = "(accepted)";
+  ::testing::internal::CaptureStdout();
+  try {
+    run_sample(dir.string(), "a", 1, 0, 0, 0);
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  ::testing::internal::GetCapturedStdout();
+  std::filesystem::remove_all(dir);
+  return message;
+}
+
+TEST(Sample, RefusesTensorsOfTheWrongShapeOrAnExtraTensor) {
+  // Issue 22: sample compared element counts only, so a transposed qkv weight or a
+  // (128, 128) embedding in place of (256, 64) loaded and printed garbage.
+  Config c;
+  c.model = tiny_gpt();
+  c.model.vocab = 256;  // byte prompts
+  c.data.name = "text";
+  c.train.steps = 1;
+  c.train.threads = 1;
+  Gpt m(c.model, full_mask(gpt_units(c.model)), 1, 0);
+  std::vector<NamedTensor> good;
+  for (Param* p : m.params().all())
+    good.push_back({p->name, p->full_shape, std::vector<float>(p->value.f32(), p->value.f32() + p->value.numel())});
+  for (const std::string name : {"blocks.0.qkv.weight", "wte.weight"}) {
+    auto bad = good;
+    for (auto& t : bad)
+      if (t.name == name) std::swap(t.shape[0], t.shape[1]);  // same count, other shape
+    const std::string e = sample_error(c, bad);
+    EXPECT_NE(e.find("model.safetensors: tensor " + name + " has shape"), std::string::npos) << e;
+    EXPECT_NE(e.find("the model expects"), std::string::npos) << e;
+  }
+  auto extra = good;
+  extra.push_back({"lm_head.weight", {2, 2}, std::vector<float>(4, 0.f)});
+  const std::string e = sample_error(c, extra);
+  EXPECT_NE(e.find("holds tensor lm_head.weight (2, 2) that the model does not have"), std::string::npos) << e;
+  EXPECT_EQ(sample_error(c, good), "(accepted)");
+}
+
 }  // namespace
 }  // namespace subdp

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/config.h"
+#include "engine/data/dataset.h"
 #include "engine/error.h"
 #include "engine/param.h"
 #include "engine/plan.h"
@@ -305,6 +306,101 @@ TEST(Plan, RealModelsAreBalanced) {
         expect_covered_and_balanced(2, b, [&](int s, int i) { return b.keeps_block(s, 2 * st + i); },
                                     "stage " + std::to_string(st));
     }
+}
+
+/// Every subnetwork's kept parameters over the whole model are within one unit (the largest
+/// unit of the model) of the mean: the per-rank peak, not only each layer, is balanced.
+void expect_ranks_balanced(const ModelUnits& u, const SubnetworkPlan& p, const std::string& what) {
+  int64_t largest = 0;
+  if (p.granularity == Granularity::neuron)
+    for (const auto& l : u.layers) largest = std::max(largest, l.unit_params);
+  else
+    for (const auto& b : u.blocks) largest = std::max(largest, b.branch_params);
+  std::vector<int64_t> kept(p.S);
+  for (int s = 0; s < p.S; ++s) kept[s] = p.kept_params(u, s);
+  const double mean = std::accumulate(kept.begin(), kept.end(), 0.0) / p.S;
+  for (int s = 0; s < p.S; ++s)
+    ASSERT_LE(std::abs(kept[s] - mean), static_cast<double>(largest))
+        << what << " S=" << p.S << " c=" << p.c << ": subnetwork " << s << " keeps " << kept[s]
+        << " params, mean " << mean << ", largest unit " << largest;
+}
+
+TEST(Plan, NeuronLevelRanksBalancedOverTheModel) {
+  // The failing input of issue 22: a GPT with 2 heads per block at S = 4, keep 0.25 gave
+  // subnetworks 0 and 1 a head in every block and 2 and 3 none.
+  ModelConfig gpt;
+  gpt.name = "gpt";
+  gpt.heads = 2;
+  const SubnetworkPlan two_heads = make_plan(model_units(gpt), mask_config("neuron", 0.25), 4);
+  for (int s = 0; s < 4; ++s) {
+    int heads = 0;
+    for (int b = 0; b < gpt.depth; ++b) heads += two_heads.keeps_unit(s, 2 * b, 0) + two_heads.keeps_unit(s, 2 * b, 1);
+    EXPECT_EQ(heads, 3) << "subnetwork " << s;  // 6 blocks x 2 heads over 4 subnetworks
+  }
+  // Property over many models, S and c: real GPTs, ResNets and MLPs, and random layer lists.
+  std::vector<std::pair<std::string, ModelUnits>> models;
+  for (int heads : {1, 2, 3, 4, 8})
+    for (int depth : {1, 2, 3, 5, 6, 12}) {
+      gpt.heads = heads;
+      gpt.width = 24 * heads;
+      gpt.depth = depth;
+      models.emplace_back(fmt::format("gpt heads={} depth={}", heads, depth), model_units(gpt));
+    }
+  ModelConfig resnet;
+  resnet.name = "resnet";
+  for (auto widths : {std::vector<int>{32, 64, 128}, std::vector<int>{3, 5, 7}, std::vector<int>{8, 12, 16}}) {
+    resnet.widths = widths;
+    models.emplace_back("resnet", model_units(resnet));
+  }
+  ModelConfig mlp;
+  mlp.name = "mlp";
+  for (auto hidden : {std::vector<int>{1024, 1024}, std::vector<int>{7, 5, 3}, std::vector<int>{96, 64}}) {
+    mlp.hidden = hidden;
+    models.emplace_back("mlp", model_units(mlp));
+  }
+  for (uint64_t r = 0; r < 20; ++r) {
+    ModelUnits u;
+    const int layers = 1 + static_cast<int>(mix64(r) % 12);
+    for (int l = 0; l < layers; ++l)
+      u.layers.push_back({"l" + std::to_string(l), 1 + static_cast<int>(mix64(r * 131 + l) % 9),
+                          1 + static_cast<int64_t>(mix64(r * 977 + l) % 1000)});
+    models.emplace_back("random " + std::to_string(r), u);
+  }
+  for (const auto& [what, u] : models)
+    for (int S : {2, 3, 4, 5, 8})
+      for (int c = 1; c < S; ++c)
+        for (uint64_t seed : {0ull, 5ull}) {
+          const SubnetworkPlan p = make_plan(u, mask_config("neuron", static_cast<double>(c) / S, seed), S);
+          expect_ranks_balanced(u, p, what);
+          for (size_t l = 0; l < u.layers.size(); ++l)  // and every layer stays balanced
+            expect_covered_and_balanced(u.layers[l].units, p,
+                                        [&](int s, int i) { return p.keeps_unit(s, static_cast<int>(l), i); },
+                                        u.layers[l].name);
+        }
+}
+
+TEST(Plan, BlockLevelRanksBalancedOverTheModel) {
+  // Stages are dealt together (choose_rotations): the kept branch parameters per subnetwork
+  // are within one branch of the mean, for real ResNets and GPTs and stage lists.
+  std::vector<std::pair<std::string, ModelUnits>> models;
+  ModelConfig resnet;
+  resnet.name = "resnet";
+  for (int per_stage : {1, 2, 3, 4}) {
+    resnet.blocks_per_stage = per_stage;
+    models.emplace_back("resnet " + std::to_string(per_stage), model_units(resnet));
+  }
+  ModelConfig gpt;
+  gpt.name = "gpt";
+  for (int depth : {2, 3, 6, 8, 12}) {
+    gpt.depth = depth;
+    models.emplace_back("gpt " + std::to_string(depth), model_units(gpt));
+  }
+  for (auto stages : {std::vector<int>{2, 2, 2}, std::vector<int>{1, 3, 5}, std::vector<int>{4, 4}, std::vector<int>{3}})
+    models.emplace_back("stages", block_units(stages));
+  for (const auto& [what, u] : models)
+    for (int S : {2, 3, 4, 6, 8})
+      for (int c = 1; c < S; ++c)
+        expect_ranks_balanced(u, make_plan(u, mask_config("block", static_cast<double>(c) / S, 3), S), what);
 }
 
 // ---------------------------------------------------------------------------------------------

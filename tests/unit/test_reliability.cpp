@@ -1,0 +1,187 @@
+// Issue 22's failing inputs that a unit test can hold: non-finite values written by the
+// optimizer (counted inside the update loop, located by tensor and unit), checkpoints
+// checked against the model (names, shapes, optimizer state, finiteness), and the first
+// differing key of two configs.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cfloat>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/checkpoint.h"
+#include "engine/config_diff.h"
+#include "engine/error.h"
+#include "engine/optimizer.h"
+#include "engine/param.h"
+#include "engine/plan.h"
+#include "models/model.h"
+
+namespace subdp {
+namespace {
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+/// An MLP whose hidden layer 0 (16 units) is masked forward at S = 4, keep 0.25: this rank
+/// (subnetwork 3) holds 4 of its units.
+struct MaskedMlp {
+  ModelConfig config;
+  ModelUnits units;
+  SubnetworkPlan plan;
+  SubnetMask mask;
+  std::unique_ptr<Model> model;
+  MaskedMlp() {
+    config.name = "mlp";
+    config.hidden = {16, 8};
+    units = model_units(config);
+    MaskConfig m;
+    m.regime = "forward";
+    m.granularity = "neuron";
+    m.keep = 0.25;
+    plan = make_plan(units, m, 4);
+    mask = make_subnet_mask(plan, units, 3, true);
+    model = make_model(config, mask, 2, 0);
+  }
+  Param& param(const std::string& name) {
+    for (Param* p : model->params().all())
+      if (p->name == name) return *p;
+    throw Error("no parameter " + name);
+  }
+};
+
+TEST(OptimizerNonFinite, OverflowingUpdateIsCountedAndLocated) {
+  for (const char* name : {"sgd", "adamw"}) {
+    SCOPED_TRACE(name);
+    MaskedMlp m;
+    OptimConfig c;
+    c.name = name;
+    c.lr = 1.0;
+    c.momentum = 0.9;
+    auto opt = make_optimizer(c, m.model->params().trainable());
+    for (Param* p : opt->params()) std::fill(p->grad.f32(), p->grad.f32() + p->grad.numel(), 0.5f);
+    opt->step(0.01);
+    EXPECT_EQ(opt->nonfinite_param(), -1);  // an ordinary update
+    // A finite state whose update overflows: SGD momentum 3e38 with w = -3e38, AdamW's
+    // first moment 3e38 (divided by sqrt(v) + eps), at local unit 1 of net.1.weight (784 inputs).
+    Param& w = m.param("net.1.weight");
+    size_t i = 0;
+    while (opt->params()[i] != &w) ++i;
+    const int64_t element = 1 * 784 + 5;
+    opt->state(i)[0]->f32()[element] = 3e38f;
+    w.value.f32()[element] = -3e38f;
+    opt->step(1.0);
+    EXPECT_EQ(opt->nonfinite_param(), static_cast<int>(i));
+    const std::string where = locate_nonfinite(w, w.value.f32(), false);
+    const int unit = m.mask.layers[0].order[1];
+    EXPECT_EQ(where, fmt::format("element ({}, 5) of the full (16, 784) tensor, unit {} of maskable layer 0", unit, unit));
+    EXPECT_EQ(locate_nonfinite(m.param("net.1.bias"), m.param("net.1.bias").value.f32(), false), "");
+  }
+}
+
+TEST(OptimizerNonFinite, StateLocatedInGradientLayout) {
+  MaskedMlp m;
+  Param& w = m.param("net.3.weight");  // (8, 16): units along axis 1, 4 of 16 held
+  ASSERT_EQ(w.grad.shape(), (Shape{8, 4}));
+  std::vector<float> state(w.grad.numel(), 0.f);
+  state[3 * 4 + 2] = std::nanf("");  // row 3, local unit 2
+  const int unit = m.mask.layers[0].order[2];
+  EXPECT_EQ(locate_nonfinite(w, state.data(), true),
+            fmt::format("element (3, {}) of the full (8, 16) tensor, unit {} of maskable layer 0", unit, unit));
+}
+
+std::vector<FullTensorSpec> specs() { return {{"a", {2, 3}, true}, {"b", {4}, false}}; }
+
+NamedTensor zeros(const std::string& name, std::vector<int64_t> shape) {
+  return {name, shape, std::vector<float>(static_cast<size_t>(shape_numel(shape)), 0.f)};
+}
+
+TEST(CheckpointTensors, NamesShapesAndOptimizerStateChecked) {
+  const std::vector<NamedTensor> model = {zeros("a", {2, 3}), zeros("b", {4})};
+  std::vector<NamedTensor> opt = {zeros("a::0", {2, 3}), zeros("a::1", {2, 3})};
+  auto check = [&](std::vector<NamedTensor> m, std::vector<NamedTensor> o, OptimizerLoad policy = OptimizerLoad::require) {
+    return error_of([&] { check_checkpoint_tensors("ck/step-1", specs(), 2, policy, m, o); });
+  };
+  EXPECT_EQ(check(model, opt), "(no error)");
+  std::string e = check({zeros("a", {3, 2}), zeros("b", {4})}, opt);
+  EXPECT_NE(e.find("ck/step-1/model.safetensors: tensor a has shape (3, 2), the model expects (2, 3)"), std::string::npos) << e;
+  e = check({zeros("a", {2, 3}), zeros("b", {4}), zeros("lm_head.weight", {5})}, opt);
+  EXPECT_NE(e.find("model.safetensors: holds tensor lm_head.weight (5) that the model does not have"), std::string::npos) << e;
+  e = check({zeros("a", {2, 3})}, opt);
+  EXPECT_NE(e.find("model.safetensors: lacks tensor b (4) that the model has"), std::string::npos) << e;
+  e = check(model, {zeros("a::0", {2, 3})});
+  EXPECT_NE(e.find("optimizer.safetensors: lacks optimizer state a::1 (2, 3)"), std::string::npos) << e;
+  EXPECT_NE(e.find("checkpoint.reset_optimizer = true"), std::string::npos) << e;
+  e = check(model, {});
+  EXPECT_NE(e.find("lacks optimizer state a::0"), std::string::npos) << e;
+  e = check(model, {zeros("a::0", {2, 3}), zeros("a::1", {2, 3}), zeros("a::2", {2, 3})});
+  EXPECT_NE(e.find("holds optimizer state a::2"), std::string::npos) << e;
+  // reset and ignore load weights only; the optimizer tensors are dropped.
+  std::vector<NamedTensor> dropped = {zeros("a::0", {2, 3})};
+  check_checkpoint_tensors("ck", specs(), 2, OptimizerLoad::reset, model, dropped);
+  EXPECT_TRUE(dropped.empty());
+  EXPECT_EQ(check(model, {}, OptimizerLoad::ignore), "(no error)");
+}
+
+TEST(CheckpointTensors, NonFiniteValuesAreNeverWrittenNorLoaded) {
+  const auto dir = std::filesystem::temp_directory_path() / "subdp_test_nonfinite_ckpt";
+  std::filesystem::remove_all(dir);
+  CheckpointInfo info;
+  info.step = 3;
+  info.model_name = "mlp";
+  NamedTensor a = zeros("a", {2, 3});
+  a.data[4] = std::numeric_limits<float>::infinity();
+  std::string e = error_of([&] { save_checkpoint(dir.string(), info, {a, zeros("b", {4})}, {}, 2); });
+  EXPECT_NE(e.find("model.safetensors: tensor a holds inf at element (1, 1) of (2, 3)"), std::string::npos) << e;
+  EXPECT_FALSE(std::filesystem::exists(dir / "step-00000003"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "step-00000003.tmp"));
+  NamedTensor s = zeros("a::0", {2, 3});
+  s.data[0] = std::nanf("");
+  e = error_of([&] { save_checkpoint(dir.string(), info, {zeros("a", {2, 3})}, {s}, 2); });
+  EXPECT_NE(e.find("optimizer.safetensors: tensor a::0 holds nan at element (0, 0)"), std::string::npos) << e;
+  // A NaN edited into a saved checkpoint, its CRC fixed, is refused on load, and resume
+  // "auto" skips it for the previous one.
+  info.step = 2;
+  save_checkpoint(dir.string(), info, {zeros("a", {2, 3})}, {}, 2);
+  info.step = 3;
+  save_checkpoint(dir.string(), info, {zeros("a", {2, 3})}, {}, 2);
+  const auto step3 = dir / "step-00000003";
+  NamedTensor poisoned = zeros("a", {2, 3});
+  poisoned.data[5] = std::nanf("");
+  save_safetensors((step3 / "model.safetensors").string(), {poisoned});
+  std::ifstream in(step3 / "manifest.json");
+  nlohmann::json manifest = nlohmann::json::parse(in);
+  manifest["files"]["model.safetensors"] = file_crc32((step3 / "model.safetensors").string());
+  write_file_atomic((step3 / "manifest.json").string(), manifest.dump());
+  std::vector<NamedTensor> m, o;
+  e = error_of([&] { load_checkpoint(step3.string(), info, m, o); });
+  EXPECT_NE(e.find("model.safetensors: tensor a holds nan at element (1, 2)"), std::string::npos) << e;
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(resolve_checkpoint("auto", dir.string()), (dir / "step-00000002").string());
+  EXPECT_NE(::testing::internal::GetCapturedStderr().find("skipping damaged checkpoint"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ConfigDifference, FirstDifferingKeyWithBothValues) {
+  const std::string a = "[model]\nname = \"mlp\"\n\n[train]\nepochs = 0\nseed = 2\nthreads = 1\n";
+  const std::string b = "[model]\nname = \"mlp\"\n\n[train]\nepochs = 0\nseed = 1\nthreads = 3\n";
+  const ConfigDifference d = first_config_difference(a, b);
+  EXPECT_EQ(d.key, "train.seed");
+  EXPECT_EQ(d.a, "2");
+  EXPECT_EQ(d.b, "1");
+  EXPECT_TRUE(first_config_difference(a, a).key.empty());
+  EXPECT_EQ(first_config_difference(a, a + "x = 1\n").key, "line 8");
+}
+
+}  // namespace
+}  // namespace subdp
