@@ -1,4 +1,5 @@
 // run_train and run_version: choose the communicator backend, run the session.
+#include "engine/backend.h"
 #include "engine/commands.h"
 
 #include <cstdio>
@@ -6,7 +7,6 @@
 #include "engine/comm/communicator.h"
 #include "engine/error.h"
 #include "engine/trainer.h"
-#include "kernels/cpu/gemm.h"
 
 namespace subdp {
 
@@ -66,7 +66,7 @@ int run_version() {
 #ifdef SUBDP_WITH_NCCL
   std::printf(" nccl");
 #endif
-  std::printf("\n%s\n", cpu::blas_description().c_str());
+  std::printf("\n%s\n", backend().describe().c_str());
   return 0;
 }
 

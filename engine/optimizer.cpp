@@ -2,18 +2,14 @@
 #include "engine/optimizer.h"
 
 #include <algorithm>
-#include <cfloat>
 #include <cmath>
 
+#include "engine/backend.h"
 #include "engine/error.h"
 
 namespace subdp {
 
 namespace {
-
-/// 1 when x is inf or NaN. Written as a comparison (NaN compares false) so the update loops
-/// stay vectorised with it.
-inline int not_finite(float x) { return std::fabs(x) <= FLT_MAX ? 0 : 1; }
 
 /// Per-parameter state tensors shaped like the gradient.
 class StatefulOptimizer : public Optimizer {
@@ -63,21 +59,9 @@ class Sgd : public StatefulOptimizer {
       float* w = params_[i]->value.f32();
       const float* g = params_[i]->grad.f32();
       float* buf = state_[i].empty() ? nullptr : state_[i][0].f32();
-      const bool nesterov = c_.nesterov;
       int64_t bad = 0;
       for_each_grad_span(*params_[i], [&](int64_t vo, int64_t go, int64_t len) {
-#pragma omp parallel for simd schedule(static) reduction(+ : bad) if (len > 65536)
-        for (int64_t k = 0; k < len; ++k) {
-          float d = g[go + k] + wd * w[vo + k];
-          if (buf) {
-            float& b = buf[go + k];
-            b = first ? d : mu * b + d;
-            d = nesterov ? d + mu * b : b;
-            bad += not_finite(b);
-          }
-          w[vo + k] -= flr * d;
-          bad += not_finite(w[vo + k]);
-        }
+        bad += backend().sgd_update(w + vo, g + go, buf ? buf + go : nullptr, len, flr, mu, wd, c_.nesterov, first);
       });
       note_update(i, bad);
     }
@@ -109,15 +93,7 @@ class AdamW : public StatefulOptimizer {
       float* v = state_[i][1].f32();
       int64_t bad = 0;
       for_each_grad_span(*params_[i], [&](int64_t vo, int64_t go, int64_t len) {
-#pragma omp parallel for simd schedule(static) reduction(+ : bad) if (len > 65536)
-        for (int64_t k = 0; k < len; ++k) {
-          const float gk = g[go + k];
-          m[go + k] = fb1 * m[go + k] + (1.f - fb1) * gk;
-          v[go + k] = fb2 * v[go + k] + (1.f - fb2) * gk * gk;
-          const float denom = std::sqrt(v[go + k]) / bc2_sqrt + eps;
-          w[vo + k] = w[vo + k] * decay - step_size * m[go + k] / denom;
-          bad += not_finite(w[vo + k]) + not_finite(m[go + k]) + not_finite(v[go + k]);
-        }
+        bad += backend().adamw_update(w + vo, g + go, m + go, v + go, len, step_size, bc2_sqrt, decay, eps, fb1, fb2);
       });
       note_update(i, bad);
     }

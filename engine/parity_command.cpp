@@ -2,13 +2,12 @@
 #include <filesystem>
 #include <fstream>
 
+#include "engine/backend.h"
 #include "engine/commands.h"
 #include "engine/data_source.h"
 #include "engine/error.h"
 #include "engine/io/safetensors.h"
 #include "engine/optimizer.h"
-#include "kernels/cpu/gemm.h"
-#include "kernels/cpu/winograd.h"
 #include "models/model.h"
 
 namespace subdp {
@@ -31,8 +30,8 @@ NamedTensor as_float(const std::string& name, const Tensor& t, int64_t n_rows) {
 }  // namespace
 
 int run_parity_dump(const Config& config, const std::string& out_dir, int steps) {
-  cpu::set_num_threads(config.train.threads > 0 ? config.train.threads : 1);
-  cpu::set_winograd_max_tile(winograd_tile_side(config.train));
+  set_backend(make_backend(config.device.type));
+  backend().configure(config.train.threads > 0 ? config.train.threads : 1, winograd_tile_side(config.train));
   std::filesystem::create_directories(out_dir);
   const ModelUnits units = model_units(config.model);
   auto model = make_model(config.model, full_mask(units), config.train.batch_size, config.train.seed);

@@ -3,11 +3,10 @@
 #include <cstdio>
 #include <string>
 
+#include "engine/backend.h"
 #include "engine/commands.h"
 #include "engine/error.h"
 #include "engine/footprint.h"
-#include "kernels/cpu/gemm.h"
-#include "kernels/cpu/winograd.h"
 #include "models/model.h"
 
 #include <unistd.h>
@@ -105,8 +104,7 @@ int run_plan(const Config& config, int world, double budget_bytes) {
   // Workspace scales with threads: predict for W ranks sharing this host's cores.
   const long cores = sysconf(_SC_NPROCESSORS_ONLN);
   const int threads = config.train.threads > 0 ? config.train.threads : std::max<int>(1, static_cast<int>(cores / world));
-  cpu::set_num_threads(threads);
-  cpu::set_winograd_max_tile(winograd_tile_side(config.train));
+  backend().configure(threads, winograd_tile_side(config.train));
   std::printf("%s", plan.describe(units).c_str());
   std::printf("threads per rank: %d\n", threads);
   const MemStats dp = predict_rank_memory(as_dp(config), world, 0);

@@ -11,10 +11,10 @@
 
 #include "engine/assemble.h"
 #include "engine/checkpoint.h"
+#include "engine/backend.h"
 #include "engine/commands.h"
 #include "engine/data/dataset.h"
 #include "engine/error.h"
-#include "kernels/cpu/gemm.h"
 #include "models/gpt.h"
 
 namespace subdp {
@@ -79,7 +79,9 @@ int run_sample(const std::string& checkpoint, const std::string& prompt, int tok
               config.model.name);
   SUBDP_CHECK(config.data.name == "text", "{}: trained on data.name = \"{}\"; sample reads and writes bytes, so it "
               "needs a byte-level model (data.name = \"text\")", path, config.data.name);
-  cpu::set_num_threads(config.train.threads > 0 ? config.train.threads : omp_get_num_procs());
+  set_backend(make_backend(config.device.type));
+  backend().configure(config.train.threads > 0 ? config.train.threads : omp_get_num_procs(),
+                      winograd_tile_side(config.train));
   const ModelUnits units = model_units(config.model);
   Gpt model(config.model, full_mask(units), 1, config.train.seed);
   check_checkpoint_tensors(path, full_specs(config.model), 0, OptimizerLoad::ignore, tensors, optimizer);

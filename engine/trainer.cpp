@@ -10,15 +10,13 @@
 #include <iostream>
 #include <limits>
 
+#include "engine/backend.h"
 #include "engine/checkpoint.h"
 #include "engine/config_diff.h"
 #include "engine/data/dataset.h"
 #include "engine/error.h"
 #include "engine/footprint.h"
 #include "engine/layers/flops.h"
-#include "kernels/cpu/elementwise.h"
-#include "kernels/cpu/gemm.h"
-#include "kernels/cpu/winograd.h"
 
 namespace subdp {
 
@@ -54,8 +52,8 @@ nlohmann::json memory_json(const std::array<int64_t, kNumMemCategories>& bytes) 
 
 Trainer::Trainer(const Config& config, std::unique_ptr<Communicator> world, const TrainOptions& options)
     : config_(config), options_(options), world_(std::move(world)) {
-  cpu::set_num_threads(threads_per_rank(config_.train.threads));
-  cpu::set_winograd_max_tile(winograd_tile_side(config_.train));
+  set_backend(make_backend(config_.device.type));  // once per run, before any model is built
+  backend().configure(threads_per_rank(config_.train.threads), winograd_tile_side(config_.train));
   layout_.world = world_->size();
   layout_.rank = world_->rank();
   prints_ = layout_.rank == 0 || world_->backend() == "simulated";
@@ -202,7 +200,7 @@ void Trainer::train_step(int64_t epoch, int64_t in_epoch) {
 
 bool Trainer::gradients_finite() {
   for (Param* p : model_->params().trainable()) {
-    if (!p->grad.defined() || cpu::all_finite(p->grad.f32(), p->grad.numel())) continue;
+    if (!p->grad.defined() || backend().all_finite(p->grad.f32(), p->grad.numel())) continue;
     std::fprintf(stderr, "subdp: rank %d: non-finite gradient in %s at step %lld\n", layout_.rank, p->name.c_str(),
                  static_cast<long long>(step_ + 1));  // 1-based, as the progress lines and metrics
     return false;
@@ -247,19 +245,19 @@ void Trainer::clip_gradients() {
     for_each_grad_run(*p, [&](int64_t, int64_t go, int64_t len, int pos) {
       if (sync_->owner_of_group(sync_->group_of(*p, pos)) != layout_.rank) return;
       if (go != end) {
-        if (end > begin) sq += cpu::sum_squares(g + begin, end - begin);
+        if (end > begin) sq += backend().sum_squares(g + begin, end - begin);
         begin = go;
       }
       end = go + len;
     });
-    if (end > begin) sq += cpu::sum_squares(g + begin, end - begin);
+    if (end > begin) sq += backend().sum_squares(g + begin, end - begin);
   }
   world_->allreduce_sum(&sq, 1);
   const double norm = std::sqrt(sq);
   if (norm <= config_.optim.grad_clip) return;
   const float factor = static_cast<float>(config_.optim.grad_clip / (norm + 1e-6));
   for (Param* p : model_->params().trainable())
-    if (p->grad.defined()) cpu::scale(p->grad.f32(), factor, p->grad.numel());
+    if (p->grad.defined()) backend().scale(p->grad.f32(), factor, p->grad.numel());
 }
 
 void Trainer::log_step(double loss, double acc, double lr, double step_s, double comm_s, int64_t flops, int64_t bytes) {

@@ -1,8 +1,8 @@
 // Softmax cross-entropy head.
 #include "models/classifier_head.h"
 
+#include "engine/backend.h"
 #include "engine/error.h"
-#include "kernels/cpu/softmax.h"
 
 namespace subdp {
 
@@ -21,8 +21,8 @@ double CrossEntropyHead::loss(const int32_t* targets, int64_t rows, bool trainin
     SUBDP_CHECK(targets[r] >= 0 && targets[r] < classes_, "target {} out of range [0, {})", targets[r], classes_);
   // dlogits doubles as the probability buffer: softmax is written there, then shifted.
   float* probs = dlogits_.f32();
-  double loss = cpu::cross_entropy_forward(logits_.f32(), targets, probs, rows, classes_, correct);
-  if (training) cpu::cross_entropy_backward(probs, targets, probs, rows, classes_, 1.f / rows);
+  double loss = backend().cross_entropy_forward(logits_.f32(), targets, probs, rows, classes_, correct);
+  if (training) backend().cross_entropy_backward(probs, targets, probs, rows, classes_, 1.f / rows);
   return loss;
 }
 

@@ -6,10 +6,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "engine/backend.h"
 #include "engine/error.h"
 #include "engine/layers/flops.h"
-#include "kernels/cpu/elementwise.h"
-#include "kernels/cpu/gemm.h"
 
 namespace subdp {
 
@@ -27,8 +26,8 @@ Tensor activation(int64_t rows, int64_t width) { return Tensor::empty({rows, wid
 /// hidden neuron): then y is the bias alone.
 void linear_forward(const Linear& l, const float* x, float* y, int64_t rows) {
   if (l.in() > 0) return l.forward(x, y, rows);
-  std::memset(y, 0, sizeof(float) * rows * l.out());
-  if (l.bias) cpu::add_bias_rows(y, l.bias->value.f32(), rows, l.out());
+  backend().fill(y, 0.f, rows * l.out());
+  if (l.bias) backend().add_bias_rows(y, l.bias->value.f32(), rows, l.out());
 }
 
 }  // namespace
@@ -130,16 +129,16 @@ const float* TransformerBlock::forward(const float* x, int B, int T, GptScratch&
   float* mid = mid_.f32();  // (B, T, C)
   ln1_->forward(x, ln1_out_.f32(), rows);
   attn_->forward(ln1_out_.f32(), mid, B, T, s.attn);
-  if (branch_scale_ != 1.f) cpu::scale(mid, branch_scale_, n);
-  cpu::add(mid, x, mid, n);  // mid = x + attn branch
+  if (branch_scale_ != 1.f) backend().scale(mid, branch_scale_, n);
+  backend().add(mid, x, mid, n);  // mid = x + attn branch
   ln2_->forward(mid, ln2_out_.f32(), rows);
   fc_->forward(ln2_out_.f32(), fc_pre_.f32(), rows);  // (B, T, H)
-  cpu::gelu_forward(fc_pre_.f32(), fc_act_.f32(), nh);
-  if (neuron_scale_ != 1.f) cpu::scale(fc_act_.f32(), neuron_scale_, nh);
+  backend().gelu_forward(fc_pre_.f32(), fc_act_.f32(), nh);
+  if (neuron_scale_ != 1.f) backend().scale(fc_act_.f32(), neuron_scale_, nh);
   float* out = out_.f32();  // (B, T, C)
   linear_forward(*fc2_, fc_act_.f32(), out, rows);
-  if (branch_scale_ != 1.f) cpu::scale(out, branch_scale_, n);
-  cpu::add(out, mid, out, n);  // out = mid + mlp branch
+  if (branch_scale_ != 1.f) backend().scale(out, branch_scale_, n);
+  backend().add(out, mid, out, n);  // out = mid + mlp branch
   return out;
 }
 
@@ -152,8 +151,8 @@ void TransformerBlock::backward(const float* x, float* dres, int B, int T, GptSc
   // branch's output layer (fc2, proj) reads it before anything writes dln.
   auto branch_grad = [&]() -> const float* {
     if (branch_scale_ == 1.f) return dres;
-    std::memcpy(dln, dres, sizeof(float) * n);
-    cpu::scale(dln, branch_scale_, n);
+    backend().copy(dres, dln, n);
+    backend().scale(dln, branch_scale_, n);
     return dln;
   };
   // fc2's dW reads the first fc2_grad_cols_ columns of fc_act = neuron_scale * gelu(fc_pre):
@@ -161,18 +160,18 @@ void TransformerBlock::backward(const float* x, float* dres, int B, int T, GptSc
   // before its dx overwrites dh.
   const int64_t cols = fc2_grad_cols_;
   if (cols > 0) {
-    if (cols == fc_->out()) cpu::gelu_forward(fc_pre_.f32(), dh, nh);
-    else cpu::gelu_forward_columns(fc_pre_.f32(), rows, fc_->out(), cols, dh);
-    if (neuron_scale_ != 1.f) cpu::scale(dh, neuron_scale_, rows * cols);
+    if (cols == fc_->out()) backend().gelu_forward(fc_pre_.f32(), dh, nh);
+    else backend().gelu_forward_columns(fc_pre_.f32(), rows, fc_->out(), cols, dh);
+    if (neuron_scale_ != 1.f) backend().scale(dh, neuron_scale_, rows * cols);
   }
   fc2_->backward(dh, branch_grad(), fc2_->in() > 0 ? dh : nullptr, rows, cols > 0 ? cols : fc2_->in());
   // fc_act = neuron_scale * gelu(fc_pre)
-  cpu::gelu_backward(fc_pre_.f32(), dh, dh, nh);
-  if (neuron_scale_ != 1.f) cpu::scale(dh, neuron_scale_, nh);
+  backend().gelu_backward(fc_pre_.f32(), dh, dh, nh);
+  if (neuron_scale_ != 1.f) backend().scale(dh, neuron_scale_, nh);
   // fc's dW reads ln2's output: recomputed (fc_ has no dW in a dropped block).
   if (fc_->weight->grad.defined()) ln2_->recompute(mid_.f32(), s.ln_out.f32(), rows);
   fc_->backward(s.ln_out.f32(), dh, fc_->out() > 0 ? dln : nullptr, rows);
-  if (fc_->out() == 0) std::memset(dln, 0, sizeof(float) * n);
+  if (fc_->out() == 0) backend().fill(dln, 0.f, n);
   ln2_->backward(mid_.f32(), dln, dres, rows);  // dres += ...: now d(mid)
   if (attn_->qkv_weight->grad.defined()) ln1_->recompute(x, s.ln_out.f32(), rows);  // for qkv's dW
   attn_->backward(s.ln_out.f32(), branch_grad(), dln, B, T, s.attn);
@@ -235,7 +234,7 @@ void Gpt::run_forward(const int32_t* tokens, int B, int T) {
   last_ = x;
   lnf_->forward(x, lnf_out_.f32(), rows);
   // logits (rows, V) = lnf_out (rows, C) . wte^T (C, V)
-  cpu::sgemm(false, true, rows, V_, C_, 1.f, lnf_out_.f32(), C_, wte_->weight->value.f32(), C_, 0.f, head_->logits(),
+  backend().sgemm(false, true, rows, V_, C_, 1.f, lnf_out_.f32(), C_, wte_->weight->value.f32(), C_, 0.f, head_->logits(),
              V_);
   FlopCounter::add_gemm(rows, V_, C_);
 }
@@ -259,14 +258,14 @@ void Gpt::backward() {
   Param* wte = wte_->weight;
   if (wte->grad.defined()) {
     // dwte (V, C) += dlogits^T (V, rows) . lnf_out (rows, C)
-    cpu::sgemm(true, false, V_, C_, rows, 1.f, dlogits, V_, lnf_out_.f32(), C_, 1.f, wte->grad.f32(), C_);
+    backend().sgemm(true, false, V_, C_, rows, 1.f, dlogits, V_, lnf_out_.f32(), C_, 1.f, wte->grad.f32(), C_);
     FlopCounter::add_gemm(V_, C_, rows);
   }
   float* dln = scratch_.dln.f32();  // (rows, C) = dlogits (rows, V) . wte (V, C)
-  cpu::sgemm(false, false, rows, C_, V_, 1.f, dlogits, V_, wte->value.f32(), C_, 0.f, dln, C_);
+  backend().sgemm(false, false, rows, C_, V_, 1.f, dlogits, V_, wte->value.f32(), C_, 0.f, dln, C_);
   FlopCounter::add_gemm(rows, C_, V_);
   float* dres = dres_.f32();  // (B, T, C)
-  std::memset(dres, 0, sizeof(float) * rows * C_);
+  backend().fill(dres, 0.f, rows * C_);
   lnf_->backward(last_, dln, dres, rows);
   for (size_t b = blocks_.size(); b-- > 0;) blocks_[b]->backward(block_in_[b], dres, B_, Tcur_, scratch_);
   wte_->backward(tokens_, dres, rows);

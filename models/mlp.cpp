@@ -3,8 +3,8 @@
 
 #include <algorithm>
 
+#include "engine/backend.h"
 #include "engine/error.h"
-#include "kernels/cpu/elementwise.h"
 
 namespace subdp {
 
@@ -56,8 +56,8 @@ double Mlp::forward(const Batch& batch, bool training, int64_t* correct) {
   for (size_t i = 0; i + 1 < fcs_.size(); ++i) {
     float* h = hidden_[i].f32();  // (N, width_i)
     fcs_[i].forward(x, h, rows_);
-    cpu::relu_forward(h, h, rows_ * fcs_[i].out());
-    if (scale_[i] != 1.f) cpu::scale(h, scale_[i], rows_ * fcs_[i].out());
+    backend().relu_forward(h, h, rows_ * fcs_[i].out());
+    if (scale_[i] != 1.f) backend().scale(h, scale_[i], rows_ * fcs_[i].out());
     x = h;
   }
   fcs_.back().forward(x, head_.logits(), rows_);  // (N, classes)
@@ -74,8 +74,8 @@ void Mlp::backward() {
     if (i == 0) break;
     const int64_t n = rows_ * fcs_[i - 1].out();
     // h = relu(a) * s, so da = relu'(a) * s * dh, and h > 0 exactly where a > 0.
-    cpu::relu_backward(hidden_[i - 1].f32(), dx, dx, n, false);
-    if (scale_[i - 1] != 1.f) cpu::scale(dx, scale_[i - 1], n);
+    backend().relu_backward(hidden_[i - 1].f32(), dx, dx, n, false);
+    if (scale_[i - 1] != 1.f) backend().scale(dx, scale_[i - 1], n);
     dy = dx;
     ping ^= 1;
   }

@@ -4,9 +4,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "engine/backend.h"
 #include "engine/error.h"
-#include "kernels/cpu/conv.h"
-#include "kernels/cpu/elementwise.h"
 
 namespace subdp {
 
@@ -97,18 +96,18 @@ float* BasicBlock::forward(float* x, int N, bool training, ResNetScratch& s) {
   conv1_->forward(x, c1_.f32(), N, H_, W_, ws);                     // (N, C1, Ho, Wo)
   bn1_->forward(c1_.f32(), h1_.f32(), N, HWo, training, /*relu=*/true);  // (N, C1, Ho, Wo)
   const int64_t n_h = static_cast<int64_t>(N) * conv1_->cout() * HWo;
-  if (neuron_scale_ != 1.f) cpu::scale(h1_.f32(), neuron_scale_, n_h);
+  if (neuron_scale_ != 1.f) backend().scale(h1_.f32(), neuron_scale_, n_h);
   conv2_->forward(h1_.f32(), c2_.f32(), N, Ho_, Wo_, ws);           // (N, cout, Ho, Wo)
   bn2_->forward(c2_.f32(), out, N, HWo, training);
-  if (branch_scale_ != 1.f) cpu::scale(out, branch_scale_, n_out);
+  if (branch_scale_ != 1.f) backend().scale(out, branch_scale_, n_out);
   if (sc_conv_) {
     sc_conv_->forward(x, sc_.f32(), N, H_, W_, ws);                   // (N, cout, Ho, Wo)
     sc_bn_->forward(sc_.f32(), t, N, HWo, training);
-    cpu::add(out, t, out, n_out);
+    backend().add(out, t, out, n_out);
   } else {
-    cpu::add(out, x, out, n_out);
+    backend().add(out, x, out, n_out);
   }
-  cpu::relu_forward(out, out, n_out);
+  backend().relu_forward(out, out, n_out);
   return out;
 }
 
@@ -134,15 +133,15 @@ void BasicBlock::backward(const float* x, float* dx, int N, ResNetScratch& s) {
     sc_bn_->backward(sc_.f32(), d, dsc, N, HWo);
     sc_conv_->backward(x, dsc, dx, N, H_, W_, ws);  // dx (N, cin, H, W) written
   } else {
-    std::memcpy(dx, d, sizeof(float) * n_out);  // identity shortcut: cin, H, W = cout, Ho, Wo
+    backend().copy(d, dx, n_out);  // identity shortcut: cin, H, W = cout, Ho, Wo
   }
-  if (branch_scale_ != 1.f) cpu::scale(d, branch_scale_, n_out);
+  if (branch_scale_ != 1.f) backend().scale(d, branch_scale_, n_out);
   bn2_->backward(c2_.f32(), d, d, N, HWo);  // d: d(c2) (N, cout, Ho, Wo)
   float* dh1 = c2_.f32();                   // (N, C1, Ho, Wo), C1 <= cout: c2 is dead
   conv2_->backward(h1_.f32(), d, dh1, N, Ho_, Wo_, ws);
   const int64_t n_h = static_cast<int64_t>(N) * conv1_->cout() * HWo;
-  cpu::relu_backward(h1_.f32(), dh1, dh1, n_h, false);
-  if (neuron_scale_ != 1.f) cpu::scale(dh1, neuron_scale_, n_h);
+  backend().relu_backward(h1_.f32(), dh1, dh1, n_h, false);
+  if (neuron_scale_ != 1.f) backend().scale(dh1, neuron_scale_, n_h);
   bn1_->backward(c1_.f32(), dh1, dh1, N, HWo);            // dh1: d(c1)
   conv1_->backward(x, dh1, dx, N, H_, W_, ws, true);      // dx (N, cin, H, W) += branch's
 }
@@ -206,7 +205,7 @@ double ResNet::forward(const Batch& batch, bool training, int64_t* correct) {
     x = blk->forward(x, N, training, scratch_);
   }
   last_out_ = x;  // (N, C, Hf, Wf)
-  cpu::global_avg_pool_forward(x, pooled_.f32(), N, final_C_, final_H_ * final_W_);  // (N, C)
+  backend().global_avg_pool_forward(x, pooled_.f32(), N, final_C_, final_H_ * final_W_);  // (N, C)
   fc_->forward(pooled_.f32(), head_.logits(), rows_);                                  // (N, classes)
   return head_.loss(batch.y.i32(), rows_, training, correct);
 }
@@ -219,13 +218,13 @@ void ResNet::backward() {
   fc_->backward(pooled_.f32(), head_.dlogits(), dpooled_.f32(), rows_);
   float* g = scratch_.grad.f32();
   const int64_t n_last = static_cast<int64_t>(N) * final_C_ * final_H_ * final_W_;
-  cpu::global_avg_pool_backward(dpooled_.f32(), g, N, final_C_, final_H_ * final_W_);
-  cpu::relu_backward(last_out_, g, last_out_, n_last, false);
+  backend().global_avg_pool_backward(dpooled_.f32(), g, N, final_C_, final_H_ * final_W_);
+  backend().relu_backward(last_out_, g, last_out_, n_last, false);
   for (size_t b = blocks_.size(); b-- > 0;) {
     BasicBlock& blk = *blocks_[b];
     if (blk.identity()) continue;  // its output buffer is its input's: the gradient is in place
     blk.backward(block_in_[b], g, N, scratch_);  // g: d(x) (N, cin, H, W)
-    cpu::relu_backward(block_in_[b], g, block_in_[b], blk.in_elems(N), false);
+    backend().relu_backward(block_in_[b], g, block_in_[b], blk.in_elems(N), false);
   }
   float* dh = stem_h_.f32();  // (N, w0, H, W): d(stem BN output), the ReLU mask applied
   float* ws = scratch_.workspace.f32();

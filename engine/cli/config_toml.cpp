@@ -362,12 +362,8 @@ void check_cross(const Config& c, const std::string& path) {
   }
   SUBDP_CHECK(c.checkpoint.resume != "auto" || !c.checkpoint.dir.empty(),
               "{}: [checkpoint] resume = \"auto\": needs [checkpoint] dir", path);
-  // Accepted by the schema for the CUDA backend (issue 5), whose kernels and NCCL
-  // communicator are built and tested on their own but not yet wired to the layers: refuse
-  // rather than silently train in fp32 on the CPU.
-  SUBDP_CHECK(c.device.type == "cpu",
-              "{}: [device] type = \"{}\": training runs on the CPU only in this version (the CUDA "
-              "kernels and NCCL communicator are not yet wired to the layers); use \"cpu\"", path, c.device.type);
+  // device.type = "cuda" is checked when the run picks its backend (make_backend): "no CUDA
+  // device was found" on a machine without one, rather than a config error.
   SUBDP_CHECK(c.device.precision == "fp32",
               "{}: [device] precision = \"{}\": the CPU backend computes in fp32 only; use \"fp32\"", path,
               c.device.precision);

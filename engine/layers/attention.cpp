@@ -4,11 +4,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "engine/backend.h"
 #include "engine/error.h"
 #include "engine/layers/flops.h"
-#include "kernels/cpu/attention.h"
-#include "kernels/cpu/elementwise.h"
-#include "kernels/cpu/gemm.h"
 
 namespace subdp {
 
@@ -19,7 +17,7 @@ void AttentionScratch::allocate(int64_t rows, int64_t Ck, int T, int thread_slot
 void AttentionScratch::bind(const Tensor& area, int64_t rows, int64_t Ck, int T, int thread_slots) {
   grads = area.slice0(0, rows * 4 * Ck);
   slots = std::max(1, thread_slots);
-  ws = Tensor::empty({cpu::attention_workspace_floats({1, T, 1, 1}, slots)}, MemCategory::workspace);
+  ws = Tensor::empty({backend().attention_workspace_floats({1, T, 1, 1}, slots)}, MemCategory::workspace);
 }
 
 CausalSelfAttention::CausalSelfAttention(ParamSet& ps, const std::string& prefix, int C, int heads, int T,
@@ -56,29 +54,29 @@ CausalSelfAttention::CausalSelfAttention(ParamSet& ps, const std::string& prefix
 void CausalSelfAttention::forward(const float* x, float* out, int B, int T, AttentionScratch& s) {
   const int64_t rows = static_cast<int64_t>(B) * T, Ck = static_cast<int64_t>(local_heads_) * hd_;
   if (Ck == 0) {  // this subnetwork keeps no head: the branch is proj's bias alone
-    std::memset(out, 0, sizeof(float) * rows * C_);
-    cpu::add_bias_rows(out, proj->bias->value.f32(), rows, C_);
+    backend().fill(out, 0.f, rows * C_);
+    backend().add_bias_rows(out, proj->bias->value.f32(), rows, C_);
     return;
   }
   float* qkv = qkv_.f32();  // (B, T, 3 Ck)
   // qkv (rows, 3Ck) = x (rows, C) . Wqkv^T (C, 3Ck) + b
-  cpu::sgemm(false, true, rows, 3 * Ck, C_, 1.f, x, C_, qkv_weight->value.f32(), C_, 0.f, qkv, 3 * Ck);
-  cpu::add_bias_rows(qkv, qkv_bias->value.f32(), rows, 3 * Ck);
+  backend().sgemm(false, true, rows, 3 * Ck, C_, 1.f, x, C_, qkv_weight->value.f32(), C_, 0.f, qkv, 3 * Ck);
+  backend().add_bias_rows(qkv, qkv_bias->value.f32(), rows, 3 * Ck);
   FlopCounter::add_gemm(rows, 3 * Ck, C_);
   float* y = y_.f32();  // (B, T, Ck)
-  cpu::attention_forward({B, T, local_heads_, hd_}, qkv, nullptr, y, s.ws.f32(), s.slots);
+  backend().attention_forward({B, T, local_heads_, hd_}, qkv, nullptr, y, s.ws.f32(), s.slots);
   FlopCounter::count() += 4LL * B * local_heads_ * T * T * hd_;
-  if (head_scale_ != 1.f) cpu::scale(y, head_scale_, rows * Ck);
+  if (head_scale_ != 1.f) backend().scale(y, head_scale_, rows * Ck);
   proj->forward(y, out, rows);  // (B, T, C)
-  if (y_kept_.defined()) cpu::copy_columns(y, rows, Ck, y_kept_cols_, y_kept_.f32());
+  if (y_kept_.defined()) backend().copy_columns(y, rows, Ck, y_kept_cols_, y_kept_.f32());
 }
 
 void CausalSelfAttention::backward(const float* x, const float* dout, float* dx, int B, int T,
                                    AttentionScratch& s) const {
   const int64_t rows = static_cast<int64_t>(B) * T, Ck = static_cast<int64_t>(local_heads_) * hd_;
   if (Ck == 0) {
-    if (proj->bias->grad.defined()) cpu::bias_grad_rows(dout, proj->bias->grad.f32(), rows, C_, C_);
-    std::memset(dx, 0, sizeof(float) * rows * C_);
+    if (proj->bias->grad.defined()) backend().bias_grad_rows(dout, proj->bias->grad.f32(), rows, C_, C_);
+    backend().fill(dx, 0.f, rows * C_);
     return;
   }
   SUBDP_ASSERT(s.grads.numel() >= 4 * rows * Ck);
@@ -88,9 +86,9 @@ void CausalSelfAttention::backward(const float* x, const float* dout, float* dx,
   else
     proj->backward(y_.f32(), dout, dy, rows);  // y_ is stale scratch only when proj's dW has no column
   // y = head_scale * attention(qkv), so d attention = head_scale * dy.
-  if (head_scale_ != 1.f) cpu::scale(dy, head_scale_, rows * Ck);
+  if (head_scale_ != 1.f) backend().scale(dy, head_scale_, rows * Ck);
   float* dqkv = dy + rows * Ck;  // (B, T, 3 Ck)
-  cpu::attention_backward({B, T, local_heads_, hd_}, qkv_.f32(), nullptr, dy, dqkv, s.ws.f32(), s.slots);
+  backend().attention_backward({B, T, local_heads_, hd_}, qkv_.f32(), nullptr, dy, dqkv, s.ws.f32(), s.slots);
   FlopCounter::count() += 10LL * B * local_heads_ * T * T * hd_;  // 8 plus the recomputed q k^T
   if (qkv_weight->grad.defined()) {
     // Kept prefix of each section: dW[s, :gk] (gk, C) += dqkv[:, s*Ck : s*Ck+gk]^T . x (rows, C)
@@ -98,13 +96,13 @@ void CausalSelfAttention::backward(const float* x, const float* dout, float* dx,
     float* dw = qkv_weight->grad.f32();
     float* db = qkv_bias->grad.f32();
     for (int sec = 0; sec < 3; ++sec) {
-      cpu::sgemm(true, false, gk, C_, rows, 1.f, dqkv + sec * Ck, 3 * Ck, x, C_, 1.f, dw + sec * gk * C_, C_);
-      cpu::bias_grad_rows(dqkv + sec * Ck, db + sec * gk, rows, gk, 3 * Ck);
+      backend().sgemm(true, false, gk, C_, rows, 1.f, dqkv + sec * Ck, 3 * Ck, x, C_, 1.f, dw + sec * gk * C_, C_);
+      backend().bias_grad_rows(dqkv + sec * Ck, db + sec * gk, rows, gk, 3 * Ck);
       FlopCounter::add_gemm(gk, C_, rows);
     }
   }
   // dx (rows, C) = dqkv (rows, 3Ck) . Wqkv (3Ck, C)
-  cpu::sgemm(false, false, rows, C_, 3 * Ck, 1.f, dqkv, 3 * Ck, qkv_weight->value.f32(), C_, 0.f, dx, C_);
+  backend().sgemm(false, false, rows, C_, 3 * Ck, 1.f, dqkv, 3 * Ck, qkv_weight->value.f32(), C_, 0.f, dx, C_);
   FlopCounter::add_gemm(rows, C_, 3 * Ck);
 }
 

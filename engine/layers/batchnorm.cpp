@@ -1,7 +1,7 @@
 // BatchNorm2d layer over the CPU kernels.
+#include "engine/backend.h"
 #include "engine/layers/batchnorm.h"
 
-#include "kernels/cpu/norm.h"
 
 namespace subdp {
 
@@ -21,14 +21,14 @@ void BatchNorm2d::allocate_stats() {
 }
 
 void BatchNorm2d::forward(const float* x, float* y, int N, int HW, bool training, bool relu) {
-  cpu::batchnorm_forward(x, gamma->value.f32(), beta->value.f32(), y, mean.f32(), rstd.f32(),
+  backend().batchnorm_forward(x, gamma->value.f32(), beta->value.f32(), y, mean.f32(), rstd.f32(),
                          running_mean->value.f32(), running_var->value.f32(), N, channels(), HW,
                          training, momentum, eps, relu);
 }
 
 void BatchNorm2d::backward(const float* x, const float* dy, float* dx, int N, int HW) const {
   const int gc = gamma->grad.defined() ? static_cast<int>(gamma->grad_extent()) : 0;
-  cpu::batchnorm_backward(x, gamma->value.f32(), mean.f32(), rstd.f32(), dy, dx,
+  backend().batchnorm_backward(x, gamma->value.f32(), mean.f32(), rstd.f32(), dy, dx,
                           gc ? gamma->grad.f32() : nullptr, gc ? beta->grad.f32() : nullptr, N,
                           channels(), HW, gc);
 }

@@ -18,7 +18,7 @@ class BatchNorm2d {
   /// Allocates the per-channel batch statistics kept for backward (activations).
   void allocate_stats();
   /// y (N, C, HW) from x; training uses batch statistics and updates running stats. relu:
-  /// y = max(0, BN(x)) in the same pass (cpu::batchnorm_forward).
+  /// y = max(0, BN(x)) in the same pass (Backend::batchnorm_forward with relu).
   void forward(const float* x, float* y, int N, int HW, bool training, bool relu = false);
   /// dx (N, C, HW) written; dgamma/dbeta accumulated for the kept prefix.
   void backward(const float* x, const float* dy, float* dx, int N, int HW) const;

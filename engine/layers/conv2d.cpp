@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "engine/backend.h"
 #include "engine/layers/flops.h"
 
 namespace subdp {
@@ -16,8 +17,8 @@ Conv2d::Conv2d(ParamSet& ps, const std::string& name, int cin_, int cout_, int k
   weight = &ps.add(name + ".weight", {cout_, cin_, k, k}, init, unit, block);
 }
 
-cpu::ConvShape Conv2d::shape(int N, int H, int W) const {
-  cpu::ConvShape s;
+ConvShape Conv2d::shape(int N, int H, int W) const {
+  ConvShape s;
   s.N = N;
   s.Cin = cin();
   s.H = H;
@@ -30,18 +31,18 @@ cpu::ConvShape Conv2d::shape(int N, int H, int W) const {
 }
 
 int64_t Conv2d::workspace_floats(int N, int H, int W) const {
-  return cpu::conv2d_workspace_floats(shape(N, H, W));
+  return backend().conv2d_workspace_floats(shape(N, H, W));
 }
 
 void Conv2d::forward(const float* x, float* y, int N, int H, int W, float* ws) const {
-  const cpu::ConvShape s = shape(N, H, W);
-  cpu::conv2d_forward(s, x, weight->value.f32(), y, ws);
+  const ConvShape s = shape(N, H, W);
+  backend().conv2d_forward(s, x, weight->value.f32(), y, ws);
   FlopCounter::add_gemm(s.Cout, static_cast<int64_t>(N) * s.Ho() * s.Wo(), static_cast<int64_t>(s.Cin) * k * k);
 }
 
 void Conv2d::backward(const float* x, const float* dy, float* dx, int N, int H, int W, float* ws,
                       bool accumulate_dx) const {
-  const cpu::ConvShape s = shape(N, H, W);
+  const ConvShape s = shape(N, H, W);
   const int64_t P = static_cast<int64_t>(N) * s.Ho() * s.Wo();
   float* dw = nullptr;
   int gco = 0, gci = 0;
@@ -51,7 +52,7 @@ void Conv2d::backward(const float* x, const float* dy, float* dx, int N, int H, 
     gci = static_cast<int>(weight->grad.dim(1));
     FlopCounter::add_gemm(gco, static_cast<int64_t>(gci) * k * k, P);
   }
-  cpu::conv2d_backward(s, x, weight->value.f32(), dy, dx, dw, gco, gci, ws, accumulate_dx);
+  backend().conv2d_backward(s, x, weight->value.f32(), dy, dx, dw, gco, gci, ws, accumulate_dx);
   if (dx) FlopCounter::add_gemm(static_cast<int64_t>(s.Cin) * k * k, P, s.Cout);
 }
 

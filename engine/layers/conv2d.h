@@ -2,8 +2,8 @@
 #pragma once
 #include <string>
 
+#include "kernels/shapes.h"
 #include "engine/param.h"
-#include "kernels/cpu/conv.h"
 
 namespace subdp {
 
@@ -17,7 +17,7 @@ class Conv2d {
   int cin() const { return static_cast<int>(weight->value.dim(1)); }
   int cout() const { return static_cast<int>(weight->value.dim(0)); }
   /// Geometry for an input of (N, cin, H, W).
-  cpu::ConvShape shape(int N, int H, int W) const;
+  ConvShape shape(int N, int H, int W) const;
   /// Workspace floats needed for inputs of (N, cin, H, W).
   int64_t workspace_floats(int N, int H, int W) const;
 

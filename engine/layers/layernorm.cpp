@@ -1,7 +1,7 @@
 // LayerNorm layer over the CPU kernels.
+#include "engine/backend.h"
 #include "engine/layers/layernorm.h"
 
-#include "kernels/cpu/norm.h"
 
 namespace subdp {
 
@@ -16,17 +16,17 @@ void LayerNorm::allocate_stats(int64_t rows) {
 }
 
 void LayerNorm::forward(const float* x, float* y, int64_t rows) {
-  cpu::layernorm_forward(x, gamma->value.f32(), beta->value.f32(), y, mean.f32(), rstd.f32(), rows,
+  backend().layernorm_forward(x, gamma->value.f32(), beta->value.f32(), y, mean.f32(), rstd.f32(), rows,
                          channels(), eps);
 }
 
 void LayerNorm::recompute(const float* x, float* y, int64_t rows) const {
-  cpu::layernorm_apply(x, gamma->value.f32(), beta->value.f32(), mean.f32(), rstd.f32(), y, rows, channels());
+  backend().layernorm_apply(x, gamma->value.f32(), beta->value.f32(), mean.f32(), rstd.f32(), y, rows, channels());
 }
 
 void LayerNorm::backward(const float* x, const float* dy, float* dx, int64_t rows) const {
   const bool held = gamma->grad.defined();
-  cpu::layernorm_backward(x, gamma->value.f32(), mean.f32(), rstd.f32(), dy, dx,
+  backend().layernorm_backward(x, gamma->value.f32(), mean.f32(), rstd.f32(), dy, dx,
                           held ? gamma->grad.f32() : nullptr, held ? beta->grad.f32() : nullptr,
                           rows, channels());
 }

@@ -3,9 +3,8 @@
 
 #include <cmath>
 
+#include "engine/backend.h"
 #include "engine/layers/flops.h"
-#include "kernels/cpu/elementwise.h"
-#include "kernels/cpu/gemm.h"
 
 namespace subdp {
 
@@ -25,8 +24,8 @@ Linear::Linear(ParamSet& ps, const std::string& name, int64_t in, int64_t out, b
 void Linear::forward(const float* x, float* y, int64_t rows) const {
   const int64_t I = in(), O = out();
   // y (rows, O) = x (rows, I) . W^T (I, O)
-  cpu::sgemm(false, true, rows, O, I, 1.f, x, I, weight->value.f32(), I, 0.f, y, O);
-  if (bias) cpu::add_bias_rows(y, bias->value.f32(), rows, O);
+  backend().sgemm(false, true, rows, O, I, 1.f, x, I, weight->value.f32(), I, 0.f, y, O);
+  if (bias) backend().add_bias_rows(y, bias->value.f32(), rows, O);
   FlopCounter::add_gemm(rows, O, I);
 }
 
@@ -36,13 +35,13 @@ void Linear::backward(const float* x, const float* dy, float* dx, int64_t rows, 
     // Kept prefix only: dW[:go, :gi] (go, gi) += dy[:, :go]^T (go, rows) . x[:, :gi] (rows, gi)
     const int64_t go = weight->unit.axis == 0 ? weight->grad_extent() : O;
     const int64_t gi = weight->unit.axis == 1 ? weight->grad_extent() : I;
-    cpu::sgemm(true, false, go, gi, rows, 1.f, dy, O, x, ldx > 0 ? ldx : I, 1.f, weight->grad.f32(), gi);
+    backend().sgemm(true, false, go, gi, rows, 1.f, dy, O, x, ldx > 0 ? ldx : I, 1.f, weight->grad.f32(), gi);
     FlopCounter::add_gemm(go, gi, rows);
   }
-  if (bias && bias->grad.defined()) cpu::bias_grad_rows(dy, bias->grad.f32(), rows, bias->grad_extent(), O);
+  if (bias && bias->grad.defined()) backend().bias_grad_rows(dy, bias->grad.f32(), rows, bias->grad_extent(), O);
   if (dx) {
     // dx (rows, I) = dy (rows, O) . W (O, I)
-    cpu::sgemm(false, false, rows, I, O, 1.f, dy, O, weight->value.f32(), I, 0.f, dx, I);
+    backend().sgemm(false, false, rows, I, O, 1.f, dy, O, weight->value.f32(), I, 0.f, dx, I);
     FlopCounter::add_gemm(rows, I, O);
   }
 }

@@ -6,13 +6,11 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/shapes.h"
+
 namespace subdp::cpu {
 
-/// Geometry of one attention call: B sequences of T positions, H heads of hd channels.
-struct AttentionShape {
-  int B = 0, T = 0, H = 0, hd = 0;
-  int64_t width() const { return static_cast<int64_t>(H) * hd; }  // C of y, a third of qkv
-};
+using ::subdp::AttentionShape;
 
 /// Floats of workspace attention_forward / attention_backward need: two (T, T) matrices per
 /// thread slot (the probabilities when they are not stored, and their gradient).

@@ -5,15 +5,11 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/shapes.h"
+
 namespace subdp::cpu {
 
-/// Geometry of one conv2d call: input (N, Cin, H, W), weight (Cout, Cin, k, k), square
-/// kernel, stride and zero padding as in torch.nn.Conv2d; output (N, Cout, Ho, Wo).
-struct ConvShape {
-  int N = 0, Cin = 0, H = 0, W = 0, Cout = 0, k = 3, stride = 1, pad = 1;
-  int Ho() const { return (H + 2 * pad - k) / stride + 1; }
-  int Wo() const { return (W + 2 * pad - k) / stride + 1; }
-};
+using ::subdp::ConvShape;
 
 /// Floats of workspace conv2d_forward / conv2d_backward need (the path's own figure).
 int64_t conv2d_workspace_floats(const ConvShape& s);

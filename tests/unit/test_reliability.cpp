@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/backend.h"
 #include "engine/checkpoint.h"
 #include "engine/config_diff.h"
 #include "engine/error.h"
@@ -181,6 +182,16 @@ TEST(ConfigDifference, FirstDifferingKeyWithBothValues) {
   EXPECT_EQ(d.b, "1");
   EXPECT_TRUE(first_config_difference(a, a).key.empty());
   EXPECT_EQ(first_config_difference(a, a + "x = 1\n").key, "line 8");
+}
+
+TEST(BackendChoice, CudaWithoutADeviceSaysSoInOneLine) {
+  EXPECT_EQ(make_backend("cpu")->name(), "cpu");
+  const std::string e = error_of([] { make_backend("cuda"); });
+  // The NVIDIA driver creates /dev/nvidiactl; without it no device can be found.
+  const bool gpu = std::filesystem::exists("/dev/nvidiactl");
+  EXPECT_NE(e.find(gpu ? "not yet wired" : "[device] type = \"cuda\": no CUDA device was found"), std::string::npos) << e;
+  EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  EXPECT_NE(error_of([] { make_backend("tpu"); }).find("expected cpu or cuda"), std::string::npos);
 }
 
 }  // namespace

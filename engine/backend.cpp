@@ -1,0 +1,54 @@
+// The run's backend and the choice by [device] type.
+#include "engine/backend.h"
+
+#include "engine/error.h"
+
+#ifdef SUBDP_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace subdp {
+
+namespace {
+
+std::unique_ptr<Backend>& current() {
+  static std::unique_ptr<Backend> b = make_cpu_backend();
+  return b;
+}
+
+/// CUDA devices this process can see (0 without a CUDA build or a driver).
+int cuda_device_count() {
+#ifdef SUBDP_WITH_CUDA
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;  // no driver / no device: both mean none
+  return n;
+#else
+  return 0;
+#endif
+}
+
+}  // namespace
+
+Backend& backend() { return *current(); }
+
+void set_backend(std::unique_ptr<Backend> b) {
+  SUBDP_ASSERT(b != nullptr);
+  current() = std::move(b);
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& device_type) {
+  if (device_type == "cpu") return make_cpu_backend();
+  SUBDP_CHECK(device_type == "cuda", "[device] type = \"{}\": expected cpu or cuda", device_type);
+  SUBDP_CHECK(cuda_device_count() > 0, "[device] type = \"cuda\": no CUDA device was found{}; use \"cpu\"",
+#ifdef SUBDP_WITH_CUDA
+              " (cudaGetDeviceCount)"
+#else
+              " (this build has no CUDA backend: nvcc was not found)"
+#endif
+  );
+  throw Error("[device] type = \"cuda\": a CUDA device is present, but the CUDA backend is not yet wired to the "
+              "layers in this version (kernels/cuda and the NCCL communicator are built and tested on their own); "
+              "use \"cpu\"");
+}
+
+}  // namespace subdp

@@ -1,0 +1,109 @@
+// The device operations every layer, model, optimizer and the trainer call: one interface,
+// one implementation per backend folder (kernels/cpu today; kernels/cuda next), chosen once
+// per run (ggml's backend table, PyTorch's dispatcher: the code above never names a device).
+// Shapes, layouts and semantics (= versus +=, masked prefixes, leading dimensions) are those
+// documented on the CPU kernel of the same name in kernels/cpu/*.h; pointers are the
+// backend's memory. All buffers are float32 unless the signature says otherwise.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kernels/shapes.h"
+
+namespace subdp {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  /// "cpu", "cuda", ...: what `subdp version` and the run header print.
+  virtual std::string name() const = 0;
+  /// Library and kernel choices in one line (BLAS build, cores), for `subdp version`.
+  virtual std::string describe() const = 0;
+  /// Threads per rank (OpenMP / BLAS) and the Winograd output tile (2 or 4).
+  virtual void configure(int threads, int winograd_tile) = 0;
+
+  // ---- GEMM (kernels/cpu/gemm.h): C (M, N) = alpha op(A) op(B) + beta C, row-major.
+  virtual void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+                     const float* B, int ldb, float beta, float* C, int ldc) = 0;
+
+  // ---- fills and copies within the backend's memory (n floats)
+  virtual void fill(float* x, float value, int64_t n) = 0;
+  virtual void copy(const float* src, float* dst, int64_t n) = 0;
+
+  // ---- elementwise and reductions (kernels/cpu/elementwise.h)
+  virtual void relu_forward(const float* x, float* y, int64_t n) = 0;
+  virtual void relu_backward(const float* y, const float* dy, float* dx, int64_t n, bool accumulate) = 0;
+  virtual void gelu_forward(const float* x, float* y, int64_t n) = 0;
+  virtual void gelu_forward_columns(const float* x, int64_t rows, int64_t ld, int64_t cols, float* y) = 0;
+  virtual void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) = 0;
+  virtual void add(const float* a, const float* b, float* y, int64_t n) = 0;
+  virtual void axpy(float alpha, const float* x, float* y, int64_t n) = 0;
+  virtual void scale(float* x, float alpha, int64_t n) = 0;
+  virtual void copy_columns(const float* x, int64_t rows, int64_t width, int64_t cols, float* out) = 0;
+  virtual double sum_squares(const float* x, int64_t n) = 0;
+  virtual bool all_finite(const float* x, int64_t n) = 0;
+  virtual void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols) = 0;
+  virtual void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols_used, int64_t ld) = 0;
+
+  // ---- embedding (kernels/cpu/embedding.h): y (rows, C) (+)= table[ids]; dtable[ids] += dy.
+  virtual void embedding_forward(const int32_t* ids, const float* table, float* y, int64_t rows, int64_t C,
+                                 bool accumulate) = 0;
+  virtual void embedding_backward(const int32_t* ids, const float* dy, float* dtable, int64_t rows, int64_t C) = 0;
+
+  // ---- softmax and cross-entropy (kernels/cpu/softmax.h); loss in nats, summed over rows.
+  virtual double cross_entropy_forward(const float* logits, const int32_t* targets, float* probs, int64_t rows, int V,
+                                       int64_t* correct) = 0;
+  virtual void cross_entropy_backward(const float* probs, const int32_t* targets, float* dlogits, int64_t rows, int V,
+                                      float scale) = 0;
+
+  // ---- normalisation (kernels/cpu/norm.h)
+  virtual void batchnorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
+                                 float* rstd, float* running_mean, float* running_var, int N, int C, int HW,
+                                 bool training, float momentum, float eps, bool relu) = 0;
+  virtual void batchnorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd,
+                                  const float* dy, float* dx, float* dgamma, float* dbeta, int N, int C, int HW,
+                                  int grad_channels) = 0;
+  virtual void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
+                                 float* rstd, int64_t rows, int C, float eps) = 0;
+  virtual void layernorm_apply(const float* x, const float* gamma, const float* beta, const float* mean,
+                               const float* rstd, float* y, int64_t rows, int C) = 0;
+  virtual void layernorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd,
+                                  const float* dy, float* dx, float* dgamma, float* dbeta, int64_t rows, int C) = 0;
+
+  // ---- convolution and pooling (kernels/cpu/conv.h); workspace sizes in floats.
+  virtual int64_t conv2d_workspace_floats(const ConvShape& s) = 0;
+  virtual void conv2d_forward(const ConvShape& s, const float* x, const float* w, float* y, float* ws) = 0;
+  virtual void conv2d_backward(const ConvShape& s, const float* x, const float* w, const float* dy, float* dx,
+                               float* dw, int dw_cout, int dw_cin, float* ws, bool accumulate_dx) = 0;
+  virtual void global_avg_pool_forward(const float* x, float* y, int N, int C, int HW) = 0;
+  virtual void global_avg_pool_backward(const float* dy, float* dx, int N, int C, int HW) = 0;
+
+  // ---- causal self-attention (kernels/cpu/attention.h); workspace sizes in floats.
+  virtual int64_t attention_workspace_floats(const AttentionShape& s, int slots) = 0;
+  virtual void attention_forward(const AttentionShape& s, const float* qkv, float* att, float* y, float* ws,
+                                 int slots) = 0;
+  virtual void attention_backward(const AttentionShape& s, const float* qkv, const float* att, const float* dy,
+                                  float* dqkv, float* ws, int slots) = 0;
+
+  // ---- optimizer updates (kernels/cpu/optimizer.h) over n contiguous elements; each
+  // returns how many non-finite values it wrote (weights and state), counted in the loop.
+  virtual int64_t sgd_update(float* w, const float* g, float* buf, int64_t n, float lr, float momentum,
+                             float weight_decay, bool nesterov, bool first) = 0;
+  virtual int64_t adamw_update(float* w, const float* g, float* m, float* v, int64_t n, float step_size,
+                               float bc2_sqrt, float decay, float eps, float beta1, float beta2) = 0;
+};
+
+/// The run's backend (the CPU backend until set_backend is called). Not thread-safe to swap
+/// while a step runs: the trainer and commands set it once, before building a model.
+Backend& backend();
+/// Makes `b` the run's backend.
+void set_backend(std::unique_ptr<Backend> b);
+/// The backend for `[device] type` ("cpu"; "cuda" is an error until the CUDA backend is
+/// wired: no CUDA device is found on a machine without one, else not wired yet).
+std::unique_ptr<Backend> make_backend(const std::string& device_type);
+
+/// The CPU backend (kernels/cpu: OpenBLAS, OpenMP, Winograd / channels-last convolutions).
+std::unique_ptr<Backend> make_cpu_backend();
+
+}  // namespace subdp
