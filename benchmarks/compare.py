@@ -8,12 +8,13 @@ every rank's per-step metrics (log.metrics_file) and the evaluation lines, and w
   OUT/summary.md      one row per run (also printed): largest rank's peak bytes by category,
                       total and ratio to DP, predicted vs measured, step time, FLOPs and bytes
                       all-reduced per step per rank, final train loss, final full-model eval
-  OUT/steps.csv       every step of every run and rank
+  OUT/steps.csv.gz    every step of every run and rank: every key of the metrics lines
+                      (benchmarks/pack_metrics.py packs them; the per-run JSON lines are removed)
   OUT/evals.csv       every evaluation of every run (full model, and subnetworks' own share)
   OUT/memory.png      stacked peak bytes by category (largest rank) per run, MiB
   OUT/loss_vs_step.png, OUT/loss_vs_flops.png (training loss against cumulative FLOPs per
                       rank: the FLOP-matched comparison), OUT/eval.png
-  OUT/<run>/          command.txt, plan.txt, stdout.txt, stderr.txt, metrics-{rank}.jsonl
+  OUT/<run>/          command.txt, plan.txt, stdout.txt, stderr.txt
 
   /usr/bin/python3 benchmarks/compare.py configs/resnet_fmnist.toml --world 4 \\
       --regimes dp,fwd-block,bwd-block,fwd-neuron,bwd-neuron --keep 0.75,0.5,0.25 --steps 200 \\
@@ -21,7 +22,9 @@ every rank's per-step metrics (log.metrics_file) and the evaluation lines, and w
 
 Regimes: dp (plain data parallelism, S = 1, run once), fwd-block, bwd-block, fwd-neuron,
 bwd-neuron. A regime written `name@k` (e.g. fwd-block@0.25) is one extra run at keep k,
-outside the --keep cross product. Keep values whose coverage keep*S is not whole are
+outside the --keep cross product. A regime written `name+recompute` (dp+recompute,
+fwd-block+recompute) adds train.recompute = "blocks" (activations recomputed block by block
+in the backward pass, GPT). Keep values whose coverage keep*S is not whole are
 skipped, and so are granularities the model refuses (the MLP has no blocks), with a note.
 A failing run stops the comparison with a non-zero exit naming the run and its command.
 """
@@ -36,6 +39,8 @@ import subprocess
 import sys
 import time
 
+import pack_metrics
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CATEGORIES = ["params", "grads", "optimizer", "activations", "workspace", "comm"]
 REGIMES = {  # name -> (mask.regime, mask.granularity)
@@ -45,12 +50,16 @@ REGIMES = {  # name -> (mask.regime, mask.granularity)
     "fwd-neuron": ("forward", "neuron"),
     "bwd-neuron": ("backward", "neuron"),
 }
+# Composable memory baselines: a regime written name+modifier (e.g. dp+recompute,
+# fwd-block+recompute) adds the modifier's overrides to the base regime's.
+MODIFIERS = {"recompute": ["train.recompute=blocks"]}
 MIB = 1048576.0
 EVAL_RE = re.compile(r"^eval step (\d+) epoch ([\d.]+): full model test_loss (\S+) test_acc (\S+)"
                      r"(?: bits_per_\w+ \S+)?(?: \| subnetworks \(own share\) loss (\S+) acc (\S+))?")
 FINAL_RE = re.compile(r"^final step=(\d+) train_loss=(\S+) test_loss=(\S+) test_acc=(\S+) peak_bytes=(\d+) "
                       r"time_s=(\S+)")
-PLAN_ROW_RE = re.compile(r"^\s+(subnetwork \d+ \(ranks [^)]*\)|plain DP \(W=\d+\))\s+((?:-?\d+\s+){6}-?\d+)")
+PLAN_ROW_RE = re.compile(r"^\s+(subnetwork \d+ \(ranks [^)]*\)|dp\+recompute \(every rank\)|plain DP \(W=\d+\))"
+                         r"\s+((?:-?\d+\s+){6}-?\d+)")
 REFUSED_RE = re.compile(r'mask\.granularity = "(block|neuron)": (.*)')
 
 
@@ -78,11 +87,11 @@ def plan_runs(regimes, keeps, S):
     runs, notes, seen = [], [], set()
 
     def add(name, keep):
-        if name == "dp":
-            key = ("dp", 1.0)
+        if name.partition("+")[0] == "dp":
+            key = (name, 1.0)
             if key not in seen:
                 seen.add(key)
-                runs.append(("dp", "dp", 1.0))
+                runs.append((name, name, 1.0))
             return
         c = keep * S
         if abs(c - round(c)) > 1e-9 or round(c) < 1:
@@ -94,8 +103,10 @@ def plan_runs(regimes, keeps, S):
 
     for item in regimes:
         name, _, at = item.partition("@")
-        if name not in REGIMES:
-            raise SystemExit(f"compare.py: unknown regime '{name}' (expected one of {', '.join(REGIMES)}; name@keep for one run)")
+        base, *mods = name.split("+")
+        if base not in REGIMES or any(m not in MODIFIERS for m in mods):
+            raise SystemExit(f"compare.py: unknown regime '{name}' (expected one of {', '.join(REGIMES)}, optionally "
+                             f"+{' +'.join(MODIFIERS)}; name@keep for one run)")
         for k in ([float(at)] if at else keeps):
             if not 0 < k <= 1:
                 raise SystemExit(f"compare.py: keep {k:g} for {name} is not in (0, 1]")
@@ -104,11 +115,12 @@ def plan_runs(regimes, keeps, S):
 
 
 def run_sets(regime, keep, S, steps, eval_every, metrics):
-    mregime, gran = REGIMES[regime]
-    subnets = 1 if regime == "dp" else S
+    base, *mods = regime.split("+")
+    mregime, gran = REGIMES[base]
+    subnets = 1 if base == "dp" else S
     return [f"train.steps={steps}", "train.epochs=0", f"parallel.subnetworks={subnets}", f"mask.regime={mregime}",
             f"mask.granularity={gran}", f"mask.keep={fmt_keep(keep)}", f"log.metrics_file={metrics}",
-            f"train.eval_every={eval_every}"]
+            f"train.eval_every={eval_every}"] + [s for m in mods for s in MODIFIERS[m]]
 
 
 def with_sets(cmd, sets):
@@ -137,7 +149,7 @@ def parse_plan(text):
         if m:
             rows[m.group(1)] = [int(x) for x in m.group(2).split()]
     dp = next((v for k, v in rows.items() if k.startswith("plain DP")), None)
-    subs = [v for k, v in rows.items() if k.startswith("subnetwork")]
+    subs = [v for k, v in rows.items() if k.startswith(("subnetwork", "dp+recompute"))]
     worst = max(subs, key=lambda r: r[-1]) if subs else dp
     return {"rows": rows, "worst": worst, "dp": dp}
 
@@ -211,10 +223,13 @@ def read_run(name, run_dir, world, steps, cmd):
     ranks = []
     for r in range(world):
         path = os.path.join(run_dir, f"metrics-{r}.jsonl")
-        if not os.path.exists(path):
+        if os.path.exists(path):
+            with open(path) as f:
+                rows = [json.loads(line) for line in f if line.strip()]
+        else:  # a reused run whose metrics were packed into OUT/steps.csv.gz
+            rows = pack_metrics.rows_of(os.path.dirname(run_dir), name, f"metrics-{r}.jsonl")
+        if not rows:
             raise Failure(f"run '{name}': rank {r} wrote no metrics ({path} missing): {shlex.join(cmd)}")
-        with open(path) as f:
-            rows = [json.loads(line) for line in f if line.strip()]
         if len(rows) != steps:
             raise Failure(f"run '{name}': rank {r} logged {len(rows)} steps, expected {steps} ({path}): {shlex.join(cmd)}")
         ranks.append(rows)
@@ -287,7 +302,7 @@ def table(summaries, dp_total, dp_source):
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for s in summaries:
         ratio = s["total"] / dp_total if dp_total else math.nan
-        cells = [s["run"], s["regime"], "-" if s["regime"] == "dp" else fmt_keep(s["keep"]),
+        cells = [s["run"], s["regime"], "-" if s["regime"].startswith("dp") else fmt_keep(s["keep"]),
                  *[f"{s['mem'][c] / MIB:.2f}" for c in CATEGORIES], f"{s['total'] / MIB:.2f}", f"{ratio:.2f}x",
                  f"{s['predicted'] / MIB:.2f}", f"{s['total'] / s['predicted']:.3f}", f"{s['step_s']:.3f}",
                  f"{s['flops'] / 1e9:.2f}", f"{s['bytes'] / 1e6:.2f}", f"{s['train_loss']:.4f}", f"{s['test_loss']:.4f}",
@@ -306,18 +321,6 @@ def table(summaries, dp_total, dp_source):
 
 
 def write_csvs(out, runs_data):
-    with open(os.path.join(out, "steps.csv"), "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["run", "regime", "keep", "rank", "step", "loss", "acc", "lr", "step_time_s", "comm_s", "flops",
-                    "cumulative_flops", "bytes_allreduced", "mem_total_peak"])
-        for d in runs_data:
-            for r, rows in enumerate(d["ranks"]):
-                cum = 0
-                for row in rows:
-                    cum += row["flops"]
-                    w.writerow([d["name"], d["regime"], fmt_keep(d["keep"]), r, row["step"], row["loss"], row["acc"], row["lr"],
-                                row["step_time_s"], row["comm_s"], row["flops"], cum, row["bytes_allreduced"],
-                                row["mem_total_peak"]])
     with open(os.path.join(out, "evals.csv"), "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["run", "step", "test_loss", "test_acc", "subnet_loss", "subnet_acc"])
@@ -408,7 +411,7 @@ def plot_evals(plt, out, runs_data, colors, title):
         x, c = [e["step"] for e in d["evals"]], colors[d["name"]]
         a1.plot(x, [e["test_loss"] for e in d["evals"]], marker="o", label=d["name"], color=c)
         a2.plot(x, [100 * e["test_acc"] for e in d["evals"]], marker="o", label=d["name"], color=c)
-        if d["regime"] != "dp":
+        if not d["regime"].startswith("dp"):
             a1.plot(x, [e["subnet_loss"] for e in d["evals"]], marker="x", ls="--", color=c, alpha=0.6)
             a2.plot(x, [100 * e["subnet_acc"] for e in d["evals"]], marker="x", ls="--", color=c, alpha=0.6)
     a1.set_yscale("log")
@@ -509,8 +512,9 @@ def write_summary(a, summaries, notes):
     footer = ["", *[f"- {n}" for n in tab_notes + notes], "",
               "Run wall time (s, training and evaluation): " +
               ", ".join(f"{s['run']} {s['wall_s']:.0f}" for s in summaries) + f"; total {total_wall:.0f}.", "",
-              "Files: steps.csv (every step, rank), evals.csv, memory.png, loss_vs_step.png, loss_vs_flops.png, eval.png; "
-              "per run: command.txt, plan.txt, stdout.txt, metrics-{rank}.jsonl.", ""]
+              "Files: steps.csv.gz (every step and rank, every metrics key; benchmarks/pack_metrics.py), evals.csv, "
+              "memory.png, loss_vs_step.png, loss_vs_flops.png, eval.png; per run: command.txt, plan.txt, stdout.txt.",
+              ""]
     text = "\n".join(header) + "\n" + tab + "\n" + "\n".join(footer)
     with open(os.path.join(a.out, "summary.md"), "w") as f:
         f.write(text)
@@ -532,11 +536,12 @@ def main(argv=None):
         print("compare.py: error: no run was made" + "".join("\n  " + n for n in notes), file=sys.stderr)
         return 1
     write_csvs(a.out, runs_data)
+    pack_metrics.pack(a.out)
     plots(a.out, runs_data, summaries, a.title)
     text = write_summary(a, summaries, notes)
     print()
     print(text)
-    print(f"wrote {a.out}/summary.md, steps.csv, evals.csv, memory.png, loss_vs_step.png, loss_vs_flops.png, eval.png "
+    print(f"wrote {a.out}/summary.md, steps.csv.gz, evals.csv, memory.png, loss_vs_step.png, loss_vs_flops.png, eval.png "
           f"({time.time() - t_start:.0f} s)")
     return 0
 

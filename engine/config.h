@@ -42,6 +42,7 @@ struct TrainConfig {
   uint64_t seed = 0;        // weights, data order, sampler
   int threads = 0;          // BLAS/OpenMP threads per rank; 0 = cores / local ranks
   std::string nonfinite = "stop";  // stop or skip a step whose loss/gradient is not finite
+  std::string recompute = "none";  // none, or blocks: activations recomputed block by block in backward (GPT)
   int max_skipped_steps = 5;       // skip: at most this many consecutive skipped steps, then stop (non-zero)
   std::string winograd_tile = "2x2";  // 2x2 or 4x4: output tile of Winograd convolutions
 };

@@ -29,10 +29,12 @@ void print_row(const std::string& label, const MemStats& m, int64_t dp_total) {
   std::printf("\n");
 }
 
+/// Plain DP: no masking and no memory baseline (activation recompute) either.
 Config as_dp(Config c) {
   c.parallel.subnetworks = 1;
   c.mask.regime = "none";
   c.mask.keep = 1.0;
+  c.train.recompute = "none";
   return c;
 }
 
@@ -112,6 +114,8 @@ int run_plan(const Config& config, int world, double budget_bytes) {
   if (plan.masked())
     for (int s = 0; s < S; ++s)
       print_row(fmt::format("subnetwork {} (ranks {}::{})", s, s, S), predict_rank_memory(config, world, s), dp.total_peak);
+  else if (config.train.recompute != "none")
+    print_row("dp+recompute (every rank)", predict_rank_memory(config, world, 0), dp.total_peak);
   print_row(fmt::format("plain DP (W={})", world), dp, 0);
   if (budget_bytes > 0) answer_budget(config, world, budget_bytes);
   return 0;

@@ -65,7 +65,8 @@ Trainer::Trainer(const Config& config, std::unique_ptr<Communicator> world, cons
   plan_ = make_plan(units_, config_.mask, layout_.S);
   check_layout_agreement();
   const SubnetMask mask = make_subnet_mask(plan_, units_, layout_.subnet(), config_.mask.scale == "inverse_keep");
-  model_ = make_model(config_.model, mask, config_.train.batch_size, config_.train.seed);
+  model_ = make_model(config_.model, mask, config_.train.batch_size, config_.train.seed,
+                      config_.train.recompute == "blocks");
   optimizer_ = make_optimizer(config_.optim, model_->params().trainable());
   sync_ = std::make_unique<GradientSync>(*world_, layout_, plan_, model_->params().all(), config_.parallel.bucket_mb);
   data_ = make_data_source(config_, layout_.rank, layout_.world);
@@ -74,6 +75,7 @@ Trainer::Trainer(const Config& config, std::unique_ptr<Communicator> world, cons
   dp.parallel.subnetworks = 1;
   dp.mask.regime = "none";
   dp.mask.keep = 1.0;
+  dp.train.recompute = "none";  // plain DP: no memory baseline either
   dp_footprint_ = predict_rank_memory(dp, layout_.world, layout_.rank);
   specs_ = full_specs(config_.model);
   steps_per_epoch_ = data_->steps_per_epoch();

@@ -51,8 +51,18 @@ ModelUnits gpt_units(const ModelConfig& c) {
   return u;
 }
 
-std::unique_ptr<Model> make_gpt(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed) {
-  return std::make_unique<Gpt>(c, mask, max_batch, seed);
+std::unique_ptr<Model> make_gpt(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed,
+                                bool recompute_blocks) {
+  return std::make_unique<Gpt>(c, mask, max_batch, seed, recompute_blocks);
+}
+
+BlockActivations BlockActivations::allocate(int64_t rows, int64_t C, int64_t H) {
+  BlockActivations a;
+  a.mid = Tensor::empty({rows * C}, MemCategory::activations);  // flat: blocks view their own widths
+  a.fc_pre = Tensor::empty({rows * H}, MemCategory::activations);
+  a.attn = Tensor::empty({rows * 4 * C}, MemCategory::activations);
+  for (Tensor* t : {&a.ln1_mean, &a.ln1_rstd, &a.ln2_mean, &a.ln2_rstd}) *t = Tensor::zeros({rows}, MemCategory::activations);
+  return a;
 }
 
 namespace {
@@ -79,7 +89,7 @@ std::pair<int64_t, int64_t> local_widths(const ModelConfig& c, const SubnetMask&
 }  // namespace
 
 TransformerBlock::TransformerBlock(ParamSet& ps, const SubnetMask& mask, const ModelConfig& c, int index,
-                                   int64_t max_rows, const Tensor& forward_scratch)
+                                   int64_t max_rows, const Tensor& forward_scratch, const BlockActivations* kept)
     : C_(c.width), heads_(c.heads) {
   if (mask.skips_block(index)) return;
   const std::string name = "blocks." + std::to_string(index);
@@ -98,15 +108,25 @@ TransformerBlock::TransformerBlock(ParamSet& ps, const SubnetMask& mask, const M
   attn_ = std::make_unique<CausalSelfAttention>(ps, name, C_, heads_, c.context, max_rows,
                                                 neuron ? heads_layer(index) : -1, index,
                                                 neuron ? mask.scale : 1.f, kGpt2Weight,
-                                                shared ? &forward_scratch : nullptr, kept_attn_cols, branch_out_init);
+                                                shared ? &forward_scratch : nullptr, kept_attn_cols, branch_out_init,
+                                                kept ? &kept->attn : nullptr);
   const UnitRef out_units{neuron ? mlp_layer(index) : -1, 0, 1}, in_units{neuron ? mlp_layer(index) : -1, 1, 1};
   fc_ = std::make_unique<Linear>(ps, name + ".fc", C_, H, true, out_units, UnitRef{}, index, &kGpt2Weight, &kZero);
   fc2_ = std::make_unique<Linear>(ps, name + ".fc2", H, C_, true, UnitRef{}, in_units, index, branch_out_init,
                                   &kZero);
   if (neuron) neuron_scale_ = mask.scale;
   else branch_scale_ = mask.block_scale(index);  // pinned blocks are never scaled
-  ln1_->allocate_stats(max_rows);
-  ln2_->allocate_stats(max_rows);
+  if (kept) {
+    ln1_->bind_stats(kept->ln1_mean, kept->ln1_rstd, max_rows);
+    ln2_->bind_stats(kept->ln2_mean, kept->ln2_rstd, max_rows);
+  } else {
+    ln1_->allocate_stats(max_rows);
+    ln2_->allocate_stats(max_rows);
+  }
+  // mid and fc_pre: the block's own, or views of the shared set (recompute).
+  auto stored = [&](const Tensor* area, int64_t width) {
+    return area ? area->slice0(0, max_rows * width).view({max_rows, width}) : activation(max_rows, width);
+  };
   // (B, T, C) each, fc_pre_ / fc_act_ (B, T, H local). Each forward-only output is consumed
   // by the next GEMM before the following one is written, so they share one scratch. The
   // ln1 / ln2 outputs (read by the qkv / fc weight gradients) are recomputed in backward
@@ -114,9 +134,9 @@ TransformerBlock::TransformerBlock(ParamSet& ps, const SubnetMask& mask, const M
   // (which GELU's backward needs anyway), the columns fc2's weight gradient reads.
   auto in_scratch = [&](int64_t width) { return forward_scratch.slice0(0, max_rows * width).view({max_rows, width}); };
   ln1_out_ = in_scratch(C_);
-  mid_ = activation(max_rows, C_);
+  mid_ = stored(kept ? &kept->mid : nullptr, C_);
   ln2_out_ = in_scratch(C_);
-  fc_pre_ = activation(max_rows, fc_->out());
+  fc_pre_ = stored(kept ? &kept->fc_pre : nullptr, fc_->out());
   fc_act_ = in_scratch(fc_->out());
   const Param& w2 = *fc2_->weight;
   fc2_grad_cols_ = !w2.grad.defined() ? 0 : w2.unit.layer >= 0 ? w2.grad_extent() : fc2_->in();
@@ -178,8 +198,8 @@ void TransformerBlock::backward(const float* x, float* dres, int B, int T, GptSc
   ln1_->backward(x, dln, dres, rows);  // dres += ...: now d(x)
 }
 
-Gpt::Gpt(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed)
-    : Model(mask, seed), T_(c.context), V_(c.vocab), C_(c.width), max_batch_(max_batch) {
+Gpt::Gpt(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed, bool recompute_blocks)
+    : Model(mask, seed), recompute_(recompute_blocks), T_(c.context), V_(c.vocab), C_(c.width), max_batch_(max_batch) {
   gpt_units(c);  // validates the sizes
   const int64_t rows = static_cast<int64_t>(max_batch) * T_;
   wte_ = std::make_unique<Embedding>(params_, "wte", V_, C_, kGpt2Weight);
@@ -195,10 +215,15 @@ Gpt::Gpt(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t s
   }
   const int64_t head_width = static_cast<int64_t>(C_) + V_, shared_width = std::max({head_width, hidden, 4 * width});
   shared_ = Tensor::empty({rows * shared_width}, MemCategory::activations);
+  // Under recompute every block keeps its forward state in one set (sized for the widest
+  // block); the backward pass rebuilds a block's set from its stored input.
+  if (recompute_) shared_block_ = BlockActivations::allocate(rows, C_, hidden);
   for (int b = 0; b < c.depth; ++b) {
-    blocks_.push_back(std::make_unique<TransformerBlock>(params_, mask_, c, b, rows, shared_));
+    blocks_.push_back(std::make_unique<TransformerBlock>(params_, mask_, c, b, rows, shared_,
+                                                         recompute_ ? &shared_block_ : nullptr));
     const auto [h, w] = local_widths(c, mask_, b);
     SUBDP_ASSERT(blocks_.back()->hidden() == h && blocks_.back()->attn_width() == w);
+    if (blocks_.back()->present()) last_present_ = b;
   }
   lnf_ = std::make_unique<LayerNorm>(params_, "lnf", C_);
   lnf_->allocate_stats(rows);
@@ -267,7 +292,12 @@ void Gpt::backward() {
   float* dres = dres_.f32();  // (B, T, C)
   backend().fill(dres, 0.f, rows * C_);
   lnf_->backward(last_, dln, dres, rows);
-  for (size_t b = blocks_.size(); b-- > 0;) blocks_[b]->backward(block_in_[b], dres, B_, Tcur_, scratch_);
+  for (size_t b = blocks_.size(); b-- > 0;) {
+    // Recompute: the shared set holds the last present block's state from the forward pass;
+    // every other block's is rebuilt from its input by the same arithmetic (bit for bit).
+    if (recompute_ && static_cast<int>(b) != last_present_) blocks_[b]->forward(block_in_[b], B_, Tcur_, scratch_);
+    blocks_[b]->backward(block_in_[b], dres, B_, Tcur_, scratch_);
+  }
   wte_->backward(tokens_, dres, rows);
   wpe_->backward(pos_ids_.i32(), dres, rows);
 }

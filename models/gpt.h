@@ -28,7 +28,19 @@ namespace subdp {
 /// Units: attention heads and MLP hidden neurons per block (neuron level); whole blocks
 /// (block level). Errors name the [model] key (width not divisible by heads, ...).
 ModelUnits gpt_units(const ModelConfig& c);
-std::unique_ptr<Model> make_gpt(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed);
+std::unique_ptr<Model> make_gpt(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed,
+                                bool recompute_blocks = false);
+
+/// What a block keeps from its forward pass for its backward, besides its output: mid
+/// (rows, C), fc_pre (rows, H), the attention area (rows, 4C: qkv, then the stored attention
+/// output) and ln1 / ln2 statistics (rows each). Each block owns one by default; under
+/// train.recompute = "blocks" the model allocates one set for its widest block and every
+/// block views it, and the backward pass recomputes a block's set from its input.
+struct BlockActivations {
+  Tensor mid, fc_pre, attn, ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;
+  /// Allocates a set for rows rows of width C and MLP width H (activations).
+  static BlockActivations allocate(int64_t rows, int64_t C, int64_t H);
+};
 
 /// Backward scratch shared by every block, for B*T rows.
 struct GptScratch {
@@ -52,8 +64,9 @@ class TransformerBlock {
   /// its stored input), bit for bit. Under backward masking the attention output is computed
   /// there too and not stored when the block is dropped; at neuron level only the kept
   /// heads' columns of it (the columns proj's weight gradient reads) are stored.
+  /// shared: the model's one BlockActivations under recompute, null for a set of its own.
   TransformerBlock(ParamSet& ps, const SubnetMask& mask, const ModelConfig& c, int index, int64_t max_rows,
-                   const Tensor& forward_scratch);
+                   const Tensor& forward_scratch, const BlockActivations* shared = nullptr);
   /// False when forward masking drops the block (identity, no parameters).
   bool present() const { return ln1_ != nullptr; }
   /// x (B, T, C) -> block output (B, T, C); returns x itself when the block is absent.
@@ -79,7 +92,8 @@ class TransformerBlock {
 
 class Gpt : public Model {
  public:
-  Gpt(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed);
+  /// recompute_blocks: train.recompute = "blocks" (BlockActivations).
+  Gpt(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed, bool recompute_blocks = false);
   /// batch.x, batch.y: (B, T) int32 tokens and next tokens, T <= context.
   double forward(const Batch& batch, bool training, int64_t* correct) override;
   void backward() override;
@@ -109,6 +123,9 @@ class Gpt : public Model {
   GptScratch scratch_;
   std::unique_ptr<CrossEntropyHead> head_;  // logits (B, T, V) own; dlogits in shared_
   std::vector<const float*> block_in_;  // input of each block in the last forward
+  BlockActivations shared_block_;       // under recompute: the one set every block views
+  bool recompute_ = false;
+  int last_present_ = -1;               // last block that is not absent (its set is live after forward)
   const float* last_ = nullptr;         // (B, T, C) input of lnf
   const int32_t* tokens_ = nullptr;
   int B_ = 0, Tcur_ = 0, T_, V_, C_, max_batch_;

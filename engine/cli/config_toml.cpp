@@ -85,6 +85,7 @@ std::vector<Field> fields(Config& c) {
       {"train", "seed", &t.seed, at_least(0)},
       {"train", "threads", &t.threads, between(0, 1024)},
       {"train", "nonfinite", &t.nonfinite, one_of({"stop", "skip"})},
+      {"train", "recompute", &t.recompute, one_of({"none", "blocks"})},
       {"train", "max_skipped_steps", &t.max_skipped_steps, between(0, 1000000)},
       {"train", "winograd_tile", &t.winograd_tile, one_of({"2x2", "4x4"})},
       {"optim", "name", &o.name, one_of({"sgd", "adamw"})},
@@ -350,6 +351,9 @@ void check_cross(const Config& c, const std::string& path) {
   SUBDP_CHECK(!c.model.zero_init_residual || c.model.name != "mlp",
               "{}: [model] zero_init_residual = true: the MLP has no residual branches "
               "(the key applies to resnet and gpt)", path);
+  SUBDP_CHECK(c.train.recompute == "none" || c.model.name == "gpt",
+              "{}: [train] recompute = \"{}\": activation recompute is implemented for model.name = \"gpt\" only "
+              "(model.name = \"{}\"); use \"none\"", path, c.train.recompute, c.model.name);
   SUBDP_CHECK(c.model.width % c.model.heads == 0,
               "{}: [model] width = {}: must be divisible by heads = {}", path, c.model.width,
               c.model.heads);

@@ -1,4 +1,4 @@
-// Causal self-attention layer over kernels/cpu/attention and OpenBLAS.
+// Causal self-attention layer through the backend (GEMMs and the attention kernels).
 #include "engine/layers/attention.h"
 
 #include <algorithm>
@@ -23,7 +23,7 @@ void AttentionScratch::bind(const Tensor& area, int64_t rows, int64_t Ck, int T,
 CausalSelfAttention::CausalSelfAttention(ParamSet& ps, const std::string& prefix, int C, int heads, int T,
                                          int64_t max_rows, int head_layer, int block, float head_scale,
                                          InitSpec weight_init, const Tensor* y_scratch, int64_t y_kept_cols,
-                                         const InitSpec* proj_weight_init)
+                                         const InitSpec* proj_weight_init, const Tensor* activation_area)
     : C_(C), heads_(heads), hd_(C / heads), head_scale_(head_scale) {
   SUBDP_ASSERT(heads > 0 && C % heads == 0);
   const InitSpec zero{InitSpec::constant, 0.f};
@@ -41,13 +41,19 @@ CausalSelfAttention::CausalSelfAttention(ParamSet& ps, const std::string& prefix
   proj = std::make_unique<Linear>(ps, prefix + ".proj", C, C, true, UnitRef{},
                                   head_layer >= 0 ? UnitRef{head_layer, 1, hd_} : UnitRef{}, block,
                                   proj_weight_init ? proj_weight_init : &weight_init, &zero);
-  qkv_ = Tensor::empty({max_rows, 3 * Ck}, MemCategory::activations);
-  y_ = y_scratch ? y_scratch->slice0(0, max_rows * Ck).view({max_rows, Ck})
-                 : Tensor::empty({max_rows, Ck}, MemCategory::activations);
+  // Stored activations: tensors of their own, or views of the shared area (qkv at 0, the
+  // stored attention output at 3C columns' worth, whatever this layer's Ck).
+  auto stored = [&](int64_t offset, int64_t cols) {
+    if (!activation_area) return Tensor::empty({max_rows, cols}, MemCategory::activations);
+    SUBDP_ASSERT(activation_area->numel() >= max_rows * 4 * static_cast<int64_t>(C));
+    return activation_area->slice0(offset, offset + max_rows * cols).view({max_rows, cols});
+  };
+  qkv_ = stored(0, 3 * Ck);
+  y_ = y_scratch ? y_scratch->slice0(0, max_rows * Ck).view({max_rows, Ck}) : stored(max_rows * 3 * C, Ck);
   if (y_scratch) {
     SUBDP_ASSERT(y_kept_cols >= 0 && y_kept_cols <= Ck);
     y_kept_cols_ = y_kept_cols;
-    if (y_kept_cols > 0) y_kept_ = Tensor::empty({max_rows, y_kept_cols}, MemCategory::activations);
+    if (y_kept_cols > 0) y_kept_ = stored(max_rows * 3 * C, y_kept_cols);
   }
 }
 

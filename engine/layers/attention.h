@@ -41,10 +41,13 @@ class CausalSelfAttention {
   /// gradient) is computed in this flat scratch of at least max_rows * C floats, and only
   /// its first y_kept_cols columns (the kept heads' prefix: proj's weight-gradient columns)
   /// are stored, none when proj has no weight gradient (backward masking).
+  /// activation_area: when non-null, a flat area of at least max_rows * 4C floats that holds
+  /// qkv (its first max_rows * 3Ck floats) and the stored attention output (from float
+  /// max_rows * 3C on) instead of tensors of the layer's own (shared under recompute).
   CausalSelfAttention(ParamSet& ps, const std::string& prefix, int C, int heads, int T, int64_t max_rows,
                       int head_layer, int block, float head_scale, InitSpec weight_init,
                       const Tensor* y_scratch = nullptr, int64_t y_kept_cols = 0,
-                      const InitSpec* proj_weight_init = nullptr);
+                      const InitSpec* proj_weight_init = nullptr, const Tensor* activation_area = nullptr);
 
   int channels() const { return C_; }
   /// Heads present locally (Hk; all heads unless forward-masked).

@@ -1,7 +1,7 @@
-// BatchNorm2d layer over the CPU kernels.
-#include "engine/backend.h"
+// BatchNorm2d layer through the backend.
 #include "engine/layers/batchnorm.h"
 
+#include "engine/backend.h"
 
 namespace subdp {
 

@@ -1,4 +1,4 @@
-// Conv2d layer over the CPU convolution kernels (kernels/cpu/conv.h picks the path per shape).
+// Conv2d layer through the backend (the CPU backend picks the convolution path per shape).
 #include "engine/layers/conv2d.h"
 
 #include <cmath>

@@ -1,7 +1,7 @@
-// LayerNorm layer over the CPU kernels.
-#include "engine/backend.h"
+// LayerNorm layer through the backend.
 #include "engine/layers/layernorm.h"
 
+#include "engine/backend.h"
 
 namespace subdp {
 
@@ -13,6 +13,11 @@ LayerNorm::LayerNorm(ParamSet& ps, const std::string& name, int C, int block) {
 void LayerNorm::allocate_stats(int64_t rows) {
   mean = Tensor::zeros({rows}, MemCategory::activations);
   rstd = Tensor::zeros({rows}, MemCategory::activations);
+}
+
+void LayerNorm::bind_stats(const Tensor& mean_area, const Tensor& rstd_area, int64_t rows) {
+  mean = mean_area.slice0(0, rows);
+  rstd = rstd_area.slice0(0, rows);
 }
 
 void LayerNorm::forward(const float* x, float* y, int64_t rows) {

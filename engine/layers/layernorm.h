@@ -12,6 +12,9 @@ class LayerNorm {
   int channels() const { return static_cast<int>(gamma->value.dim(0)); }
   /// Allocates (rows) mean / rstd kept for backward (activations).
   void allocate_stats(int64_t rows);
+  /// Keeps the statistics in the first rows floats of `mean_area` / `rstd_area` instead
+  /// (storage shared with other layers, e.g. under activation recompute).
+  void bind_stats(const Tensor& mean_area, const Tensor& rstd_area, int64_t rows);
   /// y (rows, C) = LN(x).
   void forward(const float* x, float* y, int64_t rows);
   /// y (rows, C) = LN(x) again from the statistics of the last forward on the same x (its

@@ -1,4 +1,4 @@
-// Linear layer forward/backward through OpenBLAS.
+// Linear layer forward/backward through the backend GEMM.
 #include "engine/layers/linear.h"
 
 #include <cmath>

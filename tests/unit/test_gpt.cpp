@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -502,6 +503,55 @@ TEST(Gpt, BackwardMaskingStoresNoActivationsOnlyForSkippedWeightGradients) {
       }
       // The blocks' forward scratch is the model's shared scratch, which every layout has.
       EXPECT_EQ(activation_bytes(c, mask), full - saved) << gran << " subnetwork " << s;
+    }
+  }
+}
+
+TEST(Gpt, RecomputeStoresOneBlockOfActivationsAndEachBlocksOutput) {
+  // train.recompute = "blocks": per block only its output (C per row); mid, the GELU input,
+  // qkv and y, and the LayerNorm statistics once, in the set every block views.
+  const ModelConfig c = tiny_gpt();
+  const int64_t rows = int64_t{kBatch} * c.context, C = c.width, H = int64_t{c.mlp_ratio} * c.width,
+                V = c.vocab, f = sizeof(float);
+  const int64_t once = 4 * C + V + 2 + 1 + std::max({C + V, H, 4 * C});
+  const MemStats m = MemoryTracker::global().measure([&] { Gpt g(c, full_mask(gpt_units(c)), kBatch, 3, true); });
+  EXPECT_EQ(m.peak[static_cast<int>(MemCategory::activations)],
+            rows * f * (c.depth * C + (5 * C + H + 4) + once));
+}
+
+TEST(Gpt, RecomputeGivesTheSameLossesAndGradientsBitForBit) {
+  // The backward pass rebuilds each block's activations from its input with the forward's
+  // arithmetic, so losses and every gradient equal the stored-activation model's exactly,
+  // in every regime (two steps: nothing of one step leaks into the next).
+  OneThread one;
+  ModelConfig c = tiny_gpt();
+  c.depth = 3;
+  const ModelUnits units = gpt_units(c);
+  std::vector<std::pair<std::string, SubnetMask>> masks = {{"dp", full_mask(units)}};
+  for (const std::string regime : {"forward", "backward"})
+    for (const std::string gran : {"block", "neuron"})
+      for (int s = 0; s < 2; ++s)
+        masks.emplace_back(regime + "-" + gran + "-" + std::to_string(s), planned_mask(units, regime, gran, 2, 0.5, s));
+  for (const auto& [what, mask] : masks) {
+    Gpt stored(c, mask, kBatch, 3, false), recomputed(c, mask, kBatch, 3, true);
+    randomize(stored, 9);
+    randomize(recomputed, 9);
+    for (int step = 0; step < 2; ++step) {
+      const Batch batch = token_batch(kBatch, c.context, c.vocab, 40 + step);
+      double loss[2];
+      Gpt* models[2] = {&stored, &recomputed};
+      for (int k = 0; k < 2; ++k) {
+        models[k]->zero_grad();
+        loss[k] = models[k]->forward(batch, true, nullptr);
+        models[k]->backward();
+      }
+      EXPECT_EQ(loss[0], loss[1]) << what << " step " << step;
+      auto a = by_name(stored), b = by_name(recomputed);
+      for (auto& [name, p] : a) {
+        if (!p->grad.defined()) continue;
+        ASSERT_EQ(std::memcmp(p->grad.f32(), b[name]->grad.f32(), p->grad.nbytes()), 0)
+            << what << " step " << step << ": gradient of " << name;
+      }
     }
   }
 }

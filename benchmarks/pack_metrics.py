@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""Packs per-step, per-rank metrics (log.metrics_file JSON lines) of a results folder into one
+compressed CSV, so that committed results hold what a reader needs and every figure can
+still be re-derived.
+
+  /usr/bin/python3 benchmarks/pack_metrics.py benchmarks/results/gpt_brown_k075 [...]
+
+For each folder: every metrics*.jsonl below it (any depth) becomes rows of
+FOLDER/steps.csv.gz, one row per (file, step), with columns
+
+  run      the file's folder relative to FOLDER ("." for the folder itself)
+  file     the file's name (metrics-2.jsonl, metrics.jsonl.rank1, ...)
+  ...      every key of the JSON lines, nested objects flattened as mem_peak.params etc.
+
+then the JSON-lines files and the uncompressed FOLDER/steps.csv (compare.py's older copy of
+the same rows) are removed. The gzip stream is written with mtime 0, so packing the same
+metrics twice gives the same bytes. Rows already in steps.csv.gz are kept, except those of
+a metrics file found again (a run made anew replaces its rows). read_rows() gives the rows back as dicts of the
+original JSON keys.
+"""
+import csv
+import gzip
+import io
+import json
+import os
+import sys
+
+PACKED = "steps.csv.gz"
+
+
+def flatten(obj, prefix=""):
+    out = {}
+    for k, v in obj.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def unflatten(row):
+    out = {}
+    for k, v in row.items():
+        parts = k.split(".")
+        d = out
+        for p in parts[:-1]:
+            d = d.setdefault(p, {})
+        d[parts[-1]] = v
+    return out
+
+
+def parse_number(text):
+    if text == "":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        try:
+            return float(text)
+        except ValueError:
+            return text
+
+
+def read_rows(folder):
+    """Rows of FOLDER/steps.csv.gz as dicts (numbers parsed, nested keys restored)."""
+    path = os.path.join(folder, PACKED)
+    if not os.path.exists(path):
+        return []
+    with gzip.open(path, "rt", newline="") as f:
+        return [{k: (v if k in ("run", "file") else parse_number(v)) for k, v in row.items()}
+                for row in csv.DictReader(f)]
+
+
+def rows_of(folder, run, file):
+    """The JSON rows of one packed metrics file, in step order, as log.metrics_file wrote them."""
+    rows = [r for r in read_rows(folder) if r["run"] == run and r["file"] == file]
+    return [unflatten({k: v for k, v in r.items() if k not in ("run", "file") and v is not None}) for r in rows]
+
+
+def metrics_files(folder):
+    found = []
+    for dirpath, _, files in os.walk(folder):
+        for name in sorted(files):
+            if name.startswith("metrics") and (name.endswith(".jsonl") or ".jsonl.rank" in name):
+                found.append(os.path.join(dirpath, name))
+    return sorted(found)
+
+
+def pack(folder):
+    """Packs FOLDER's metrics files into FOLDER/steps.csv.gz; returns the rows added."""
+    files = metrics_files(folder)
+    if not files:
+        return 0
+    keys = {(os.path.relpath(os.path.dirname(p), folder), os.path.basename(p)) for p in files}
+    # Rows packed before stay, except those of a file written again (a run made anew).
+    rows = [{k: ("" if v is None else v) for k, v in r.items()} for r in read_rows(folder)
+            if (r["run"], r["file"]) not in keys]
+    added = 0
+    for path in files:
+        run = os.path.relpath(os.path.dirname(path), folder)
+        key = (run, os.path.basename(path))
+        with open(path) as f:
+            for line in f:
+                if line.strip():
+                    rows.append({"run": run, "file": key[1], **flatten(json.loads(line))})
+                    added += 1
+    columns = ["run", "file"]
+    for r in rows:
+        columns += [k for k in r if k not in columns]
+    text = io.StringIO()
+    w = csv.DictWriter(text, fieldnames=columns, restval="", lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    tmp = os.path.join(folder, PACKED + ".tmp")
+    with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as gz:
+        gz.write(text.getvalue().encode())
+    os.replace(tmp, os.path.join(folder, PACKED))
+    for path in files:
+        os.remove(path)
+    old = os.path.join(folder, "steps.csv")
+    if os.path.exists(old):
+        os.remove(old)
+    return added
+
+
+def main(argv):
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0 if argv else 2
+    for folder in argv:
+        if not os.path.isdir(folder):
+            print(f"pack_metrics.py: {folder}: not a folder", file=sys.stderr)
+            return 2
+        print(f"{folder}: {pack(folder)} rows packed into {PACKED}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
