@@ -5,7 +5,7 @@ still be re-derived.
 
   /usr/bin/python3 benchmarks/pack_metrics.py benchmarks/results/gpt_brown_k075 [...]
 
-For each folder: every metrics*.jsonl below it (any depth) becomes rows of
+For each folder: every *.jsonl (and *.jsonl.rankN) below it, at any depth, becomes rows of
 FOLDER/steps.csv.gz, one row per (file, step), with columns
 
   run      the file's folder relative to FOLDER ("." for the folder itself)
@@ -82,7 +82,7 @@ def metrics_files(folder):
     found = []
     for dirpath, _, files in os.walk(folder):
         for name in sorted(files):
-            if name.startswith("metrics") and (name.endswith(".jsonl") or ".jsonl.rank" in name):
+            if name.endswith(".jsonl") or ".jsonl.rank" in name:
                 found.append(os.path.join(dirpath, name))
     return sorted(found)
 
