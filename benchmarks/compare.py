@@ -21,7 +21,8 @@ every rank's per-step metrics (log.metrics_file) and the evaluation lines, and w
       --set train.batch_size=32 --out benchmarks/results/resnet_fmnist
 
 Regimes: dp (plain data parallelism, S = 1, run once), fwd-block, bwd-block, fwd-neuron,
-bwd-neuron. A regime written `name@k` (e.g. fwd-block@0.25) is one extra run at keep k,
+bwd-neuron, stoch-depth (stochastic depth: every rank holds the whole model and drops each
+block with probability 1 - keep per step, S = 1). A regime written `name@k` (e.g. fwd-block@0.25) is one extra run at keep k,
 outside the --keep cross product. A regime written `name+recompute` (dp+recompute,
 fwd-block+recompute) adds train.recompute = "blocks" (activations recomputed block by block
 in the backward pass, GPT). Keep values whose coverage keep*S is not whole are
@@ -49,7 +50,10 @@ REGIMES = {  # name -> (mask.regime, mask.granularity)
     "bwd-block": ("backward", "block"),
     "fwd-neuron": ("forward", "neuron"),
     "bwd-neuron": ("backward", "neuron"),
+    "stoch-depth": ("stochastic", "block"),  # every rank the whole model, random blocks dropped per step
 }
+# Regimes whose every rank holds the whole model (S = 1).
+WHOLE_MODEL = ("dp", "stoch-depth")
 # Composable memory baselines: a regime written name+modifier (e.g. dp+recompute,
 # fwd-block+recompute) adds the modifier's overrides to the base regime's.
 MODIFIERS = {"recompute": ["train.recompute=blocks"]}
@@ -94,7 +98,8 @@ def plan_runs(regimes, keeps, S):
                 runs.append((name, name, 1.0))
             return
         c = keep * S
-        if abs(c - round(c)) > 1e-9 or round(c) < 1:
+        whole = name.partition("+")[0] in WHOLE_MODEL  # no coverage: keep is a drop probability
+        if not whole and (abs(c - round(c)) > 1e-9 or round(c) < 1):
             notes.append(f"skipped {name} keep {fmt_keep(keep)}: keep * S = {c:g} is not a whole number >= 1 (S = {S})")
             return
         if (name, keep) not in seen:
@@ -117,7 +122,7 @@ def plan_runs(regimes, keeps, S):
 def run_sets(regime, keep, S, steps, eval_every, metrics):
     base, *mods = regime.split("+")
     mregime, gran = REGIMES[base]
-    subnets = 1 if base == "dp" else S
+    subnets = 1 if base in WHOLE_MODEL else S
     return [f"train.steps={steps}", "train.epochs=0", f"parallel.subnetworks={subnets}", f"mask.regime={mregime}",
             f"mask.granularity={gran}", f"mask.keep={fmt_keep(keep)}", f"log.metrics_file={metrics}",
             f"train.eval_every={eval_every}"] + [s for m in mods for s in MODIFIERS[m]]

@@ -14,8 +14,9 @@ FOLDER/steps.csv.gz, one row per (file, step), with columns
 
 then the JSON-lines files and the uncompressed FOLDER/steps.csv (compare.py's older copy of
 the same rows) are removed. The gzip stream is written with mtime 0, so packing the same
-metrics twice gives the same bytes. Rows already in steps.csv.gz are kept, except those of
-a metrics file found again (a run made anew replaces its rows). read_rows() gives the rows back as dicts of the
+metrics twice gives the same bytes. Rows already in steps.csv.gz are kept, except every row
+of a run (folder) with metrics files found again: a run made anew replaces all its rows, also
+when it now has fewer ranks. read_rows() gives the rows back as dicts of the
 original JSON keys.
 """
 import csv
@@ -62,14 +63,24 @@ def parse_number(text):
             return text
 
 
+_cache = {}
+
+
 def read_rows(folder):
-    """Rows of FOLDER/steps.csv.gz as dicts (numbers parsed, nested keys restored)."""
+    """Rows of FOLDER/steps.csv.gz as flat dicts (numbers parsed; keys as in the CSV header).
+    Raises ValueError for a file without the run and file columns (not written by pack())."""
     path = os.path.join(folder, PACKED)
     if not os.path.exists(path):
         return []
-    with gzip.open(path, "rt", newline="") as f:
-        return [{k: (v if k in ("run", "file") else parse_number(v)) for k, v in row.items()}
-                for row in csv.DictReader(f)]
+    key = (os.path.abspath(path), os.stat(path).st_mtime_ns)
+    if key not in _cache:
+        with gzip.open(path, "rt", newline="") as f:
+            reader = csv.DictReader(f)
+            if not {"run", "file"} <= set(reader.fieldnames or []):
+                raise ValueError(f"{path}: no run and file columns: not a file that pack_metrics.py wrote")
+            _cache[key] = [{k: (v if k in ("run", "file") else parse_number(v)) for k, v in row.items()}
+                           for row in reader]
+    return _cache[key]
 
 
 def rows_of(folder, run, file):
@@ -92,10 +103,9 @@ def pack(folder):
     files = metrics_files(folder)
     if not files:
         return 0
-    keys = {(os.path.relpath(os.path.dirname(p), folder), os.path.basename(p)) for p in files}
-    # Rows packed before stay, except those of a file written again (a run made anew).
-    rows = [{k: ("" if v is None else v) for k, v in r.items()} for r in read_rows(folder)
-            if (r["run"], r["file"]) not in keys]
+    runs = {os.path.relpath(os.path.dirname(p), folder) for p in files}
+    # Rows packed before stay, except every row of a run with files found again (made anew).
+    rows = [{k: ("" if v is None else v) for k, v in r.items()} for r in read_rows(folder) if r["run"] not in runs]
     added = 0
     for path in files:
         run = os.path.relpath(os.path.dirname(path), folder)

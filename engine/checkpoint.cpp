@@ -68,7 +68,7 @@ std::string save_checkpoint(const std::string& dir, const CheckpointInfo& info, 
 }
 
 void load_checkpoint(const std::string& path, CheckpointInfo& info, std::vector<NamedTensor>& model,
-                     std::vector<NamedTensor>& optimizer) {
+                     std::vector<NamedTensor>& optimizer, bool read_optimizer) {
   const fs::path dir(path);
   const fs::path manifest = dir / "manifest.json";
   std::ifstream in(manifest);
@@ -97,7 +97,8 @@ void load_checkpoint(const std::string& path, CheckpointInfo& info, std::vector<
     throw Error(fmt::format("{}: malformed manifest: {}", manifest.string(), e.what()));
   }
   model = load_safetensors((dir / "model.safetensors").string());
-  optimizer = load_safetensors((dir / "optimizer.safetensors").string());
+  optimizer.clear();
+  if (read_optimizer) optimizer = load_safetensors((dir / "optimizer.safetensors").string());
   for (const auto& t : model) check_finite((dir / "model.safetensors").string(), t);
   for (const auto& t : optimizer) check_finite((dir / "optimizer.safetensors").string(), t);
 }

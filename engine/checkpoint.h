@@ -31,7 +31,7 @@ struct FullTensorSpec {
 
 /// What to do with the optimizer state of a checkpoint loaded into a model.
 enum class OptimizerLoad {
-  ignore,   // weights only (sample): optimizer tensors neither read nor checked
+  ignore,   // weights only (sample): optimizer tensors neither read nor checked (CRC only)
   require,  // every "<name>::k" of every trainable tensor, k < states, and nothing else
   reset,    // checkpoint.reset_optimizer = true: weights only, the optimizer starts from zero
 };
@@ -47,9 +47,11 @@ std::string save_checkpoint(const std::string& dir, const CheckpointInfo& info,
 /// warning on stderr; otherwise a checkpoint directory). Returns "" when auto finds none.
 std::string resolve_checkpoint(const std::string& resume, const std::string& dir);
 
-/// Reads and verifies a checkpoint (manifest, CRCs, every value finite). Errors name the file.
+/// Reads and verifies a checkpoint (manifest, CRCs of every file, every value read finite).
+/// read_optimizer = false leaves `optimizer` empty: the optimizer file is CRC-checked but
+/// neither read nor checked for inf / NaN (weights-only loads). Errors name the file.
 void load_checkpoint(const std::string& path, CheckpointInfo& info, std::vector<NamedTensor>& model,
-                     std::vector<NamedTensor>& optimizer);
+                     std::vector<NamedTensor>& optimizer, bool read_optimizer = true);
 
 /// The loader of resume: load_checkpoint, then the checkpoint is checked
 /// against the model it goes into: its model name (model_name), then its tensors

@@ -14,7 +14,7 @@ Regime parse_regime(const std::string& s) {
   if (s == "none") return Regime::none;
   if (s == "forward") return Regime::forward;
   if (s == "backward") return Regime::backward;
-  throw Error(fmt::format("mask.regime = \"{}\": expected none, forward or backward", s));
+  throw Error(fmt::format("mask.regime = \"{}\": expected none, forward, backward or stochastic", s));
 }
 
 Granularity parse_granularity(const std::string& s) {
@@ -164,7 +164,28 @@ uint64_t SubnetworkPlan::hash() const {
   return h;
 }
 
+bool stochastic_drop(uint64_t seed, int rank, int64_t step, int block, double keep) {
+  uint64_t h = mix64(seed ^ 0x5d0c4a57e0b1c3f9ULL);
+  for (uint64_t v : {static_cast<uint64_t>(rank), static_cast<uint64_t>(step), static_cast<uint64_t>(block)})
+    h = mix64(h ^ mix64(v + 0x9e3779b97f4a7c15ULL));
+  const double u = static_cast<double>(h >> 11) * (1.0 / 9007199254740992.0);  // [0, 1)
+  return u >= keep;
+}
+
 SubnetworkPlan make_plan(const ModelUnits& units, const MaskConfig& mask, int S) {
+  if (mask.regime == "stochastic") {
+    // Stochastic depth holds the whole model on every rank: DP's plan; the drops are drawn
+    // per step by the trainer (stochastic_drop).
+    SUBDP_CHECK(S == 1, "mask.regime = \"stochastic\": parallel.subnetworks = {} must be 1", S);
+    const bool droppable = std::any_of(units.blocks.begin(), units.blocks.end(), [](const BlockSpec& b) {
+      return b.droppable;
+    });
+    SUBDP_CHECK(droppable, "mask.regime = \"stochastic\": this model has no residual blocks to drop (use resnet or gpt)");
+    MaskConfig dp = mask;
+    dp.regime = "none";
+    dp.keep = 1.0;
+    return make_plan(units, dp, S);
+  }
   SubnetworkPlan plan;
   plan.regime = parse_regime(mask.regime);
   plan.granularity = parse_granularity(mask.granularity);

@@ -73,6 +73,12 @@ struct SubnetworkPlan {
 /// Block level deals each stage separately, rotated by the offset of its first position.
 SubnetworkPlan make_plan(const ModelUnits& units, const MaskConfig& mask, int S);
 
+/// Stochastic depth (mask.regime = "stochastic"): true when rank `rank` drops block `block`
+/// at optimizer step `step` (0-based). A counter-based draw u in [0, 1) from (seed, rank,
+/// step, block), dropped when u >= keep: each block with probability 1 - keep, independently
+/// per block, step and rank, and the same after a resume.
+bool stochastic_drop(uint64_t seed, int rank, int64_t step, int block, double keep);
+
 /// The holder-group assignment for one layer of U units (exposed for tests).
 /// Returns, per unit, the first subnetwork o of its holder set {o, ..., o+c-1 mod S}.
 std::vector<int> deal_units(int U, int c, int S, uint64_t seed, int rotation);

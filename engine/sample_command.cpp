@@ -73,7 +73,7 @@ int run_sample(const std::string& checkpoint, const std::string& prompt, int tok
   const std::string path = checkpoint_path(checkpoint);
   CheckpointInfo info;
   std::vector<NamedTensor> tensors, optimizer;
-  load_checkpoint(path, info, tensors, optimizer);  // the manifest's config describes the model
+  load_checkpoint(path, info, tensors, optimizer, /*read_optimizer=*/false);  // the manifest's config describes the model
   const Config config = parse_config(info.config_toml, path + "/manifest.json", overrides);
   SUBDP_CHECK(config.model.name == "gpt", "{}: a checkpoint of model \"{}\"; sample needs a gpt", path,
               config.model.name);

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <cstdio>
@@ -157,6 +158,7 @@ int Trainer::run() {
 void Trainer::train_step(int64_t epoch, int64_t in_epoch) {
   const auto t0 = Clock::now();
   data_->train_batch(epoch, in_epoch, batch_);
+  if (config_.mask.regime == "stochastic") draw_dropped_blocks();
   model_->zero_grad();
   FlopCounter::take();
   int64_t correct = 0;
@@ -198,6 +200,21 @@ void Trainer::train_step(int64_t epoch, int64_t in_epoch) {
   last_train_loss_ = loss;
   const double positions = static_cast<double>(batch_.n * model_->positions_per_example());
   log_step(loss, correct / positions, lr, seconds_since(t0), comm_s, flops, bytes);
+}
+
+void Trainer::draw_dropped_blocks() {
+  // Stochastic depth: each unpinned, droppable block is dropped with probability 1 - keep,
+  // drawn per step and rank; kept branches are scaled by 1/keep (mask.scale).
+  const int n = static_cast<int>(units_.blocks.size());
+  std::vector<char> dense(n), dropped(n, 0);
+  for (int b = 0; b < n; ++b) {
+    const bool pinned = std::count(config_.mask.pinned.begin(), config_.mask.pinned.end(), b) > 0;
+    dense[b] = pinned || !units_.blocks[b].droppable;
+    if (!dense[b]) dropped[b] = stochastic_drop(config_.train.seed ^ mix64(config_.mask.seed), layout_.rank, step_, b,
+                                                config_.mask.keep);
+  }
+  const float scale = config_.mask.scale == "inverse_keep" ? static_cast<float>(1.0 / config_.mask.keep) : 1.f;
+  model_->set_dropped_blocks(dropped, dense, scale);
 }
 
 bool Trainer::gradients_finite() {

@@ -31,6 +31,8 @@ class Trainer {
  private:
   void check_layout_agreement();
   void train_step(int64_t epoch, int64_t step_in_epoch);
+  /// Stochastic depth: this step's dropped blocks, passed to the model.
+  void draw_dropped_blocks();
   bool gradients_finite();
   /// Collective: stops every rank when the last optimizer update left a non-finite value.
   void check_updated_values();

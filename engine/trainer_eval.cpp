@@ -165,6 +165,7 @@ void Trainer::resume() {
   for (auto& t : opt) full.push_back(std::move(t));
   scatter_full(*model_, reset ? nullptr : optimizer_.get(), *world_, specs_, full);
   step_ = header[0];
+  last_saved_step_ = step_;  // that checkpoint exists: a run that trains no step must not rewrite it
   optimizer_->set_steps_taken(reset ? 0 : header[1]);
   last_train_loss_ = info.train_loss;
   if (reset)  // every rank says so: its optimizer state is not what the checkpoint's run had

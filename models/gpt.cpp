@@ -144,12 +144,13 @@ TransformerBlock::TransformerBlock(ParamSet& ps, const SubnetMask& mask, const M
 }
 
 const float* TransformerBlock::forward(const float* x, int B, int T, GptScratch& s) {
-  if (!present()) return x;
+  if (!runs()) return x;
   const int64_t rows = static_cast<int64_t>(B) * T, n = rows * C_, nh = rows * fc_->out();
+  const float branch_scale = this->branch_scale();
   float* mid = mid_.f32();  // (B, T, C)
   ln1_->forward(x, ln1_out_.f32(), rows);
   attn_->forward(ln1_out_.f32(), mid, B, T, s.attn);
-  if (branch_scale_ != 1.f) backend().scale(mid, branch_scale_, n);
+  if (branch_scale != 1.f) backend().scale(mid, branch_scale, n);
   backend().add(mid, x, mid, n);  // mid = x + attn branch
   ln2_->forward(mid, ln2_out_.f32(), rows);
   fc_->forward(ln2_out_.f32(), fc_pre_.f32(), rows);  // (B, T, H)
@@ -157,22 +158,23 @@ const float* TransformerBlock::forward(const float* x, int B, int T, GptScratch&
   if (neuron_scale_ != 1.f) backend().scale(fc_act_.f32(), neuron_scale_, nh);
   float* out = out_.f32();  // (B, T, C)
   linear_forward(*fc2_, fc_act_.f32(), out, rows);
-  if (branch_scale_ != 1.f) backend().scale(out, branch_scale_, n);
+  if (branch_scale != 1.f) backend().scale(out, branch_scale, n);
   backend().add(out, mid, out, n);  // out = mid + mlp branch
   return out;
 }
 
 void TransformerBlock::backward(const float* x, float* dres, int B, int T, GptScratch& s) const {
-  if (!present()) return;  // identity: the gradient passes unchanged
+  if (!runs()) return;  // identity: the gradient passes unchanged
+  const float branch_scale = this->branch_scale();
   const int64_t rows = static_cast<int64_t>(B) * T, n = rows * C_, nh = rows * fc_->out();
   float* dh = s.work.f32();  // (B, T, H)
   float* dln = s.dln.f32();  // (B, T, C)
   // Gradient entering a branch: dres, times the branch scale (block level), in dln. The
   // branch's output layer (fc2, proj) reads it before anything writes dln.
   auto branch_grad = [&]() -> const float* {
-    if (branch_scale_ == 1.f) return dres;
+    if (branch_scale == 1.f) return dres;
     backend().copy(dres, dln, n);
-    backend().scale(dln, branch_scale_, n);
+    backend().scale(dln, branch_scale, n);
     return dln;
   };
   // fc2's dW reads the first fc2_grad_cols_ columns of fc_act = neuron_scale * gelu(fc_pre):
@@ -223,7 +225,6 @@ Gpt::Gpt(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t s
                                                          recompute_ ? &shared_block_ : nullptr));
     const auto [h, w] = local_widths(c, mask_, b);
     SUBDP_ASSERT(blocks_.back()->hidden() == h && blocks_.back()->attn_width() == w);
-    if (blocks_.back()->present()) last_present_ = b;
   }
   lnf_ = std::make_unique<LayerNorm>(params_, "lnf", C_);
   lnf_->allocate_stats(rows);
@@ -238,7 +239,14 @@ Gpt::Gpt(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t s
   scratch_.attn.bind(shared_, rows, width, T_, omp_get_max_threads());
 }
 
-void Gpt::run_forward(const int32_t* tokens, int B, int T) {
+void Gpt::set_dropped_blocks(const std::vector<char>& dropped, const std::vector<char>& dense, float scale) {
+  SUBDP_ASSERT(dropped.size() == blocks_.size() && dense.size() == blocks_.size());
+  dropped_ = dropped;
+  dense_ = dense;
+  drop_scale_ = scale;
+}
+
+void Gpt::run_forward(const int32_t* tokens, int B, int T, bool training) {
   SUBDP_CHECK(B >= 1 && B <= max_batch_ && T >= 1 && T <= T_,
               "GPT: batch of {} sequences of {} tokens exceeds the model's {} x context {}", B, T, max_batch_, T_);
   const int64_t rows = static_cast<int64_t>(B) * T;
@@ -252,9 +260,14 @@ void Gpt::run_forward(const int32_t* tokens, int B, int T) {
   wpe_->forward(pos, x0, rows, true);
   const float* x = x0;
   block_in_.clear();
-  for (auto& blk : blocks_) {
+  last_run_ = -1;
+  const bool stochastic = training && !dropped_.empty();
+  for (size_t b = 0; b < blocks_.size(); ++b) {
+    TransformerBlock& blk = *blocks_[b];
+    blk.set_step(stochastic && dropped_[b], stochastic && !dense_[b] ? drop_scale_ : 1.f);
     block_in_.push_back(x);
-    x = blk->forward(x, B, T, scratch_);
+    x = blk.forward(x, B, T, scratch_);
+    if (blk.runs()) last_run_ = static_cast<int>(b);
   }
   last_ = x;
   lnf_->forward(x, lnf_out_.f32(), rows);
@@ -268,12 +281,12 @@ double Gpt::forward(const Batch& batch, bool training, int64_t* correct) {
   SUBDP_CHECK(batch.x.ndim() == 2 && batch.x.dtype() == DType::i32 && batch.y.numel() == batch.x.numel(),
               "GPT expects (B, T) int32 tokens and targets, got x {}", shape_str(batch.x.shape()));
   const int T = static_cast<int>(batch.x.dim(1));
-  run_forward(batch.x.i32(), static_cast<int>(batch.n), T);
+  run_forward(batch.x.i32(), static_cast<int>(batch.n), T, training);
   return head_->loss(batch.y.i32(), batch.n * T, training, correct);
 }
 
 const float* Gpt::logits(const int32_t* tokens, int B, int T) {
-  run_forward(tokens, B, T);
+  run_forward(tokens, B, T, false);
   return head_->logits();
 }
 
@@ -293,9 +306,9 @@ void Gpt::backward() {
   backend().fill(dres, 0.f, rows * C_);
   lnf_->backward(last_, dln, dres, rows);
   for (size_t b = blocks_.size(); b-- > 0;) {
-    // Recompute: the shared set holds the last present block's state from the forward pass;
+    // Recompute: the shared set holds the last computing block's state from the forward pass;
     // every other block's is rebuilt from its input by the same arithmetic (bit for bit).
-    if (recompute_ && static_cast<int>(b) != last_present_) blocks_[b]->forward(block_in_[b], B_, Tcur_, scratch_);
+    if (recompute_ && static_cast<int>(b) != last_run_) blocks_[b]->forward(block_in_[b], B_, Tcur_, scratch_);
     blocks_[b]->backward(block_in_[b], dres, B_, Tcur_, scratch_);
   }
   wte_->backward(tokens_, dres, rows);

@@ -69,6 +69,14 @@ class TransformerBlock {
                    const Tensor& forward_scratch, const BlockActivations* shared = nullptr);
   /// False when forward masking drops the block (identity, no parameters).
   bool present() const { return ln1_ != nullptr; }
+  /// Stochastic depth for the next forward and backward: skip the block (identity), or
+  /// multiply both branch outputs by `scale` on top of the mask's block scale.
+  void set_step(bool skipped, float scale) {
+    skipped_ = skipped;
+    step_scale_ = scale;
+  }
+  /// True when the block computes in this step: present and not skipped.
+  bool runs() const { return present() && !skipped_; }
   /// x (B, T, C) -> block output (B, T, C); returns x itself when the block is absent.
   /// Attention forms its probabilities in s.attn's workspace.
   const float* forward(const float* x, int B, int T, GptScratch& s);
@@ -87,7 +95,10 @@ class TransformerBlock {
   Tensor ln1_out_, mid_, ln2_out_, fc_pre_, fc_act_, out_;
   int64_t fc2_grad_cols_ = 0;  // leading fc_act columns fc2's weight gradient reads (0: none)
   int C_, heads_;
+  float branch_scale() const { return branch_scale_ * step_scale_; }
   float branch_scale_ = 1.f, neuron_scale_ = 1.f;
+  bool skipped_ = false;    // stochastic depth: skipped in this step
+  float step_scale_ = 1.f;  // stochastic depth: 1/keep for a kept block in a training step
 };
 
 class Gpt : public Model {
@@ -98,6 +109,7 @@ class Gpt : public Model {
   double forward(const Batch& batch, bool training, int64_t* correct) override;
   void backward() override;
   int64_t positions_per_example() const override { return T_; }
+  void set_dropped_blocks(const std::vector<char>& dropped, const std::vector<char>& dense, float scale) override;
   /// Logits (B*T, vocab) of the last forward.
   const float* last_logits() const override { return head_->logits(); }
   /// Logits (B*T, vocab) of tokens (B, T), B <= max_batch, T <= context (generation).
@@ -106,7 +118,8 @@ class Gpt : public Model {
   int vocab() const { return V_; }
 
  private:
-  void run_forward(const int32_t* tokens, int B, int T);
+  /// training: stochastic depth applies (set_dropped_blocks).
+  void run_forward(const int32_t* tokens, int B, int T, bool training);
   std::unique_ptr<Embedding> wte_, wpe_;
   std::vector<std::unique_ptr<TransformerBlock>> blocks_;
   std::unique_ptr<LayerNorm> lnf_;
@@ -125,7 +138,9 @@ class Gpt : public Model {
   std::vector<const float*> block_in_;  // input of each block in the last forward
   BlockActivations shared_block_;       // under recompute: the one set every block views
   bool recompute_ = false;
-  int last_present_ = -1;               // last block that is not absent (its set is live after forward)
+  int last_run_ = -1;                   // last block that computed in the last forward (its set is live)
+  std::vector<char> dropped_, dense_;   // stochastic depth (set_dropped_blocks); empty: none
+  float drop_scale_ = 1.f;
   const float* last_ = nullptr;         // (B, T, C) input of lnf
   const int32_t* tokens_ = nullptr;
   int B_ = 0, Tcur_ = 0, T_, V_, C_, max_batch_;

@@ -8,6 +8,10 @@
 
 namespace subdp {
 
+void Model::set_dropped_blocks(const std::vector<char>&, const std::vector<char>&, float) {
+  throw Error("mask.regime = \"stochastic\": this model has no residual blocks to drop (use resnet or gpt)");
+}
+
 void Model::zero_grad() {
   for (Param* p : params_.trainable()) p->grad.zero_();
 }

@@ -40,6 +40,12 @@ class Model {
   virtual const float* last_logits() const { return nullptr; }
   /// Target positions per example (1 for classifiers, T for language models).
   virtual int64_t positions_per_example() const { return 1; }
+  /// Stochastic depth (mask.regime = "stochastic", Huang et al. 2016): in the training
+  /// forwards that follow, block b's residual branch is skipped where dropped[b] = 1 (the
+  /// block is its shortcut; its parameters get no gradient) and every other block's branch
+  /// output is multiplied by `scale` (1/keep), pinned blocks excepted (dense[b] = 1).
+  /// Evaluation forwards run every block unscaled. Errors for a model without blocks.
+  virtual void set_dropped_blocks(const std::vector<char>& dropped, const std::vector<char>& dense, float scale);
 
   ParamSet& params() { return params_; }
   const SubnetMask& mask() const { return mask_; }

@@ -99,7 +99,7 @@ float* BasicBlock::forward(float* x, int N, bool training, ResNetScratch& s) {
   if (neuron_scale_ != 1.f) backend().scale(h1_.f32(), neuron_scale_, n_h);
   conv2_->forward(h1_.f32(), c2_.f32(), N, Ho_, Wo_, ws);           // (N, cout, Ho, Wo)
   bn2_->forward(c2_.f32(), out, N, HWo, training);
-  if (branch_scale_ != 1.f) backend().scale(out, branch_scale_, n_out);
+  if (branch_scale() != 1.f) backend().scale(out, branch_scale(), n_out);
   if (sc_conv_) {
     sc_conv_->forward(x, sc_.f32(), N, H_, W_, ws);                   // (N, cout, Ho, Wo)
     sc_bn_->forward(sc_.f32(), t, N, HWo, training);
@@ -135,7 +135,7 @@ void BasicBlock::backward(const float* x, float* dx, int N, ResNetScratch& s) {
   } else {
     backend().copy(d, dx, n_out);  // identity shortcut: cin, H, W = cout, Ho, Wo
   }
-  if (branch_scale_ != 1.f) backend().scale(d, branch_scale_, n_out);
+  if (branch_scale() != 1.f) backend().scale(d, branch_scale(), n_out);
   bn2_->backward(c2_.f32(), d, d, N, HWo);  // d: d(c2) (N, cout, Ho, Wo)
   float* dh1 = c2_.f32();                   // (N, C1, Ho, Wo), C1 <= cout: c2 is dead
   conv2_->backward(h1_.f32(), d, dh1, N, Ho_, Wo_, ws);
@@ -186,6 +186,13 @@ ResNet::ResNet(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint
   scratch_.workspace = Tensor::empty({ws}, MemCategory::workspace);
 }
 
+void ResNet::set_dropped_blocks(const std::vector<char>& dropped, const std::vector<char>& dense, float scale) {
+  SUBDP_ASSERT(dropped.size() == blocks_.size() && dense.size() == blocks_.size());
+  dropped_ = dropped;
+  dense_ = dense;
+  drop_scale_ = scale;
+}
+
 double ResNet::forward(const Batch& batch, bool training, int64_t* correct) {
   const int64_t per = static_cast<int64_t>(C_in_) * H_ * W_;
   SUBDP_CHECK(batch.x.numel() / batch.x.dim(0) == per && batch.n <= batch.x.dim(0),
@@ -200,9 +207,11 @@ double ResNet::forward(const Batch& batch, bool training, int64_t* correct) {
   stem_bn_->forward(c, stem_h_.f32(), N, H_ * W_, training, /*relu=*/true);
   float* x = stem_h_.f32();
   block_in_.clear();
-  for (auto& blk : blocks_) {
+  const bool stochastic = training && !dropped_.empty();
+  for (size_t b = 0; b < blocks_.size(); ++b) {
+    blocks_[b]->set_step(stochastic && dropped_[b], stochastic && !dense_[b] ? drop_scale_ : 1.f);
     block_in_.push_back(x);
-    x = blk->forward(x, N, training, scratch_);
+    x = blocks_[b]->forward(x, N, training, scratch_);
   }
   last_out_ = x;  // (N, C, Hf, Wf)
   backend().global_avg_pool_forward(x, pooled_.f32(), N, final_C_, final_H_ * final_W_);  // (N, C)

@@ -47,6 +47,12 @@ class BasicBlock {
   void backward(const float* x, float* dx, int N, ResNetScratch& s);
   /// A dropped block with an identity shortcut: forward returns its input.
   bool identity() const { return !branch_present() && !sc_conv_; }
+  /// Stochastic depth for the next forward and backward: skip the residual branch (the block
+  /// is its shortcut), or multiply the branch output by `scale` on top of the mask's.
+  void set_step(bool skipped, float scale) {
+    skipped_ = skipped;
+    step_scale_ = scale;
+  }
   int64_t in_elems(int N) const { return static_cast<int64_t>(N) * cin_ * H_ * W_; }
   int64_t max_elems(int N) const;
   int64_t workspace_floats(int N) const;
@@ -55,7 +61,9 @@ class BasicBlock {
   int Wo() const { return Wo_; }
 
  private:
-  bool branch_present() const { return conv1_ != nullptr; }
+  /// The residual branch computes in this step: built (not forward-masked) and not skipped.
+  bool branch_present() const { return conv1_ != nullptr && !skipped_; }
+  float branch_scale() const { return branch_scale_ * step_scale_; }
   std::unique_ptr<Conv2d> conv1_, conv2_, sc_conv_;
   std::unique_ptr<BatchNorm2d> bn1_, bn2_, sc_bn_;
   // Stored activations, (N, C, Ho, Wo). sc_ only with a branch: a dropped block's projection
@@ -63,6 +71,8 @@ class BasicBlock {
   Tensor c1_, h1_, c2_, sc_, out_;
   int cin_, cout_, H_, W_, Ho_, Wo_;
   float branch_scale_ = 1.f, neuron_scale_ = 1.f;
+  bool skipped_ = false;    // stochastic depth: branch skipped in this step
+  float step_scale_ = 1.f;  // stochastic depth: 1/keep for a kept branch in a training step
 };
 
 class ResNet : public Model {
@@ -72,6 +82,7 @@ class ResNet : public Model {
   void backward() override;
   const float* last_logits() const override { return head_.logits(); }
   std::vector<BatchNorm2d*> batchnorms() override;
+  void set_dropped_blocks(const std::vector<char>& dropped, const std::vector<char>& dense, float scale) override;
 
  private:
   std::unique_ptr<Conv2d> stem_conv_;
@@ -83,6 +94,8 @@ class ResNet : public Model {
   // in_channels-channel image: 1 for Fashion-MNIST, 3 for CIFAR-10).
   Tensor stem_h_, pooled_, dpooled_;
   std::vector<float*> block_in_;  // input of each block in the last forward
+  std::vector<char> dropped_, dense_;  // stochastic depth (set_dropped_blocks); empty: none
+  float drop_scale_ = 1.f;
   float* last_out_ = nullptr;
   ResNetScratch scratch_;
   CrossEntropyHead head_;

@@ -105,7 +105,7 @@ std::vector<Field> fields(Config& c) {
       {"parallel", "backend", &p.backend, one_of({"auto", "mpi", "nccl", "local"})},
       {"parallel", "bucket_mb", &p.bucket_mb, above(0)},
       {"parallel", "collective_timeout_s", &p.collective_timeout_s, above(0)},
-      {"mask", "regime", &k.regime, one_of({"none", "forward", "backward"})},
+      {"mask", "regime", &k.regime, one_of({"none", "forward", "backward", "stochastic"})},
       {"mask", "granularity", &k.granularity, one_of({"block", "neuron"})},
       {"mask", "keep", &k.keep, range(0, 1, true, false)},
       {"mask", "seed", &k.seed, at_least(0)},
@@ -357,7 +357,11 @@ void check_cross(const Config& c, const std::string& path) {
   SUBDP_CHECK(c.model.width % c.model.heads == 0,
               "{}: [model] width = {}: must be divisible by heads = {}", path, c.model.width,
               c.model.heads);
-  if (c.mask.regime != "none") {
+  SUBDP_CHECK(c.mask.regime != "stochastic" || (c.parallel.subnetworks == 1 && c.mask.granularity == "block"),
+              "{}: [mask] regime = \"stochastic\" (stochastic depth) keeps the whole model on every rank and drops "
+              "whole blocks: it needs [parallel] subnetworks = 1 (got {}) and [mask] granularity = \"block\" (got "
+              "\"{}\")", path, c.parallel.subnetworks, c.mask.granularity);
+  if (c.mask.regime != "none" && c.mask.regime != "stochastic") {
     double cov = c.mask.keep * c.parallel.subnetworks;
     SUBDP_CHECK(std::fabs(cov - std::round(cov)) < 1e-9,
                 "{}: [mask] keep = {}: keep * subnetworks = {} * {} = {:g} must be a whole "

@@ -73,3 +73,12 @@ final=$(grep "^final " <<<"$out")
 grep -Eq "^final step=4 train_loss=[0-9.]+ test_loss=[0-9.]+ test_acc=[0-9.]+ " <<<"$final" ||
   { echo "FAIL: incomplete final line at the last step: $final"; exit 1; }
 echo "ok: resume at the last step: $final"
+# ... and it leaves the checkpoint it loaded as it was (it trained nothing: no final save),
+# even with reset_optimizer (which would otherwise write zeros over the saved moments).
+"$SUBDP" train "$WORK/mlp.toml" --set parallel.backend=local --set train.steps=4 --set checkpoint.dir="$WORK/last" >/dev/null
+sum=$(md5sum "$WORK"/last/step-00000004/*.safetensors)
+"$SUBDP" train "$WORK/mlp.toml" --set parallel.backend=local --set train.steps=4 --set checkpoint.dir="$WORK/last" \
+  --set checkpoint.resume=auto --set checkpoint.reset_optimizer=true >/dev/null
+[[ $(md5sum "$WORK"/last/step-00000004/*.safetensors) == "$sum" ]] ||
+  { echo "FAIL: resuming at the last step rewrote the checkpoint it loaded"; exit 1; }
+echo "ok: resume at the last step leaves its checkpoint untouched"
