@@ -1,6 +1,7 @@
 // Training session: evaluation of the assembled full model and of each subnetwork,
 // checkpoint save and resume.
 #include <cmath>
+#include <filesystem>
 #include <cstdio>
 #include <map>
 
@@ -137,12 +138,16 @@ void Trainer::resume() {
   std::vector<NamedTensor> full, opt;
   CheckpointInfo info;
   std::string error;
+  int64_t in_own_dir = 0;  // the checkpoint is checkpoint.dir's own step-N (a save would rewrite it)
   const OptimizerLoad policy = config_.checkpoint.reset_optimizer ? OptimizerLoad::reset : OptimizerLoad::require;
   if (layout_.rank == 0) {
     try {
       const std::string path = resolve_checkpoint(config_.checkpoint.resume, config_.checkpoint.dir);
       if (!path.empty()) {
         load_checkpoint_for(path, config_.model.name, specs_, optimizer_->num_states(), policy, info, full, opt);
+        std::error_code ec;
+        in_own_dir = !config_.checkpoint.dir.empty() &&
+                     std::filesystem::equivalent(std::filesystem::path(path).parent_path(), config_.checkpoint.dir, ec);
         SUBDP_CHECK(info.step <= total_steps_,
                     "{}: checkpoint at step {}, past the run's last step {} ([train] steps / epochs): nothing to "
                     "train; raise train.steps or train.epochs", path, info.step, total_steps_);
@@ -157,7 +162,7 @@ void Trainer::resume() {
   }
   auto errors = world_->allgather(error);
   SUBDP_CHECK(errors[0].empty(), "{}", errors[0]);
-  int64_t header[3] = {info.step, info.optimizer_steps, static_cast<int64_t>(full.size())};
+  int64_t header[4] = {info.step, info.optimizer_steps, static_cast<int64_t>(full.size()), in_own_dir};
   world_->broadcast(header, sizeof(header), 0);
   world_->broadcast(&info.train_loss, sizeof(info.train_loss), 0);
   if (header[2] == 0) return;  // nothing to resume
@@ -165,7 +170,9 @@ void Trainer::resume() {
   for (auto& t : opt) full.push_back(std::move(t));
   scatter_full(*model_, reset ? nullptr : optimizer_.get(), *world_, specs_, full);
   step_ = header[0];
-  last_saved_step_ = step_;  // that checkpoint exists: a run that trains no step must not rewrite it
+  // A run that trains no step must not rewrite the checkpoint it loaded (reset_optimizer
+  // would write zeros over its moments); into another checkpoint.dir it is saved as usual.
+  if (header[3]) last_saved_step_ = step_;
   optimizer_->set_steps_taken(reset ? 0 : header[1]);
   last_train_loss_ = info.train_loss;
   if (reset)  // every rank says so: its optimizer state is not what the checkpoint's run had
