@@ -15,7 +15,7 @@ run_ranks() {
   timeout 600 mpirun -np "$np" --oversubscribe --mca btl "$BTL" "$SUBDP" "$@"
 }
 
-# Small MLP and ResNet configs (real Fashion-MNIST) that run in seconds.
+# Small MLP and ResNet configs (real Fashion-MNIST) that run in seconds, and a small GPT below.
 cat > "$WORK/mlp.toml" <<TOML
 [model]
 name = "mlp"
@@ -51,6 +51,31 @@ eval_every = 1000000
 name = "sgd"
 lr = 0.05
 momentum = 0.9
+schedule = "constant"
+[log]
+every = 2
+TOML
+
+# A small byte-level GPT on the parity text (4 blocks of width 32, context 32, AdamW).
+cat > "$WORK/gpt.toml" <<TOML
+[model]
+name = "gpt"
+context = 32
+width = 32
+heads = 4
+depth = 4
+[data]
+name = "text"
+path = "$ROOT/tests/parity/gpt_text.txt"
+[train]
+steps = 4
+batch_size = 4
+threads = 1
+eval_every = 1000000
+eval_batches = 2
+[optim]
+name = "adamw"
+lr = 0.001
 schedule = "constant"
 [log]
 every = 2

@@ -3,30 +3,6 @@
 # backward block masking give the losses of the same run without recompute bit for bit, the
 # largest rank's activation peak falls, and the planner predicts the measured peaks exactly.
 source "$(dirname "$0")/common.sh"
-cat > "$WORK/gpt.toml" <<TOML
-[model]
-name = "gpt"
-vocab = 256
-context = 32
-width = 32
-heads = 4
-depth = 4
-[data]
-name = "text"
-path = "$ROOT/tests/parity/gpt_text.txt"
-[train]
-steps = 4
-batch_size = 4
-threads = 1
-eval_every = 1000000
-eval_batches = 2
-[optim]
-name = "adamw"
-lr = 0.001
-schedule = "constant"
-[log]
-every = 2
-TOML
 for setting in "none 1" "forward 2" "backward 2"; do
   set -- $setting
   args=(--set mask.regime=$1 --set parallel.subnetworks=$2)

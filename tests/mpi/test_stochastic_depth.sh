@@ -3,29 +3,6 @@
 # GPT, 2 ranks); at keep 0.5 every rank holds DP's bytes, the losses differ from DP's, the
 # evaluation uses the whole model, and the MLP (no blocks) and S > 1 are refused.
 source "$(dirname "$0")/common.sh"
-cat > "$WORK/gpt.toml" <<TOML
-[model]
-name = "gpt"
-context = 32
-width = 32
-heads = 4
-depth = 4
-[data]
-name = "text"
-path = "$ROOT/tests/parity/gpt_text.txt"
-[train]
-steps = 4
-batch_size = 4
-threads = 1
-eval_every = 1000000
-eval_batches = 2
-[optim]
-name = "adamw"
-lr = 0.001
-schedule = "constant"
-[log]
-every = 2
-TOML
 for model in resnet gpt; do
   cfg="$WORK/$model.toml"
   run_ranks 2 train "$cfg" --set log.metrics_file="$WORK/$model-dp-{rank}.jsonl" >/dev/null
