@@ -80,6 +80,10 @@ void load_checkpoint(const std::string& path, CheckpointInfo& info, std::vector<
     m = nlohmann::json::parse(ss.str());
     SUBDP_CHECK(m.value("format", "") == kFormat, "{}: format \"{}\", expected \"{}\"", manifest.string(),
                 m.value("format", ""), kFormat);
+    for (const char* key : {"step", "optimizer_steps"})
+      SUBDP_CHECK(m.at(key).is_number_integer() && m.at(key).get<int64_t>() >= 0 &&
+                      m.at(key).get<int64_t>() <= (int64_t{1} << 50),
+                  "{}: \"{}\" = {}: expected a whole number in [0, 2^50]", manifest.string(), key, m.at(key).dump());
     info.step = m.at("step").get<int64_t>();
     info.optimizer_steps = m.at("optimizer_steps").get<int64_t>();
     info.model_name = m.at("model").get<std::string>();
@@ -88,6 +92,9 @@ void load_checkpoint(const std::string& path, CheckpointInfo& info, std::vector<
     info.world = m.at("world").get<int>();
     info.subnetworks = m.at("subnetworks").get<int>();
     info.train_loss = m.contains("train_loss") ? m["train_loss"].get<double>() : std::nan("");
+    for (const char* file : {"model.safetensors", "optimizer.safetensors"})
+      SUBDP_CHECK(m.at("files").contains(file), "{}: \"files\" lists no CRC32 for {} (damaged manifest)",
+                  manifest.string(), file);
     for (auto& [file, crc] : m.at("files").items()) {
       const std::string actual = file_crc32((dir / file).string());
       SUBDP_CHECK(actual == crc.get<std::string>(), "{}: CRC32 {} does not match the manifest's {} (damaged checkpoint)",
@@ -116,6 +123,9 @@ std::string resolve_checkpoint(const std::string& resume, const std::string& dir
       std::cerr << "subdp: warning: skipping damaged checkpoint: " << e.what() << "\n";  // CRC, inf/NaN, ...
     }
   }
+  // Starting fresh would write new checkpoints over the damaged ones: refuse instead.
+  SUBDP_CHECK(all.empty(), "checkpoint.resume = \"auto\": every one of the {} checkpoints in {} is damaged (see the "
+              "warnings above); move them away to start fresh, or resume from a path", all.size(), dir);
   return "";
 }
 

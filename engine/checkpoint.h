@@ -44,7 +44,8 @@ std::string save_checkpoint(const std::string& dir, const CheckpointInfo& info,
                             int keep_last);
 
 /// Resolves `resume` ("auto" = newest complete checkpoint in dir, damaged ones skipped with a
-/// warning on stderr; otherwise a checkpoint directory). Returns "" when auto finds none.
+/// warning on stderr; otherwise a checkpoint directory). Returns "" when auto finds none;
+/// throws when dir holds checkpoints but every one is damaged (a fresh start would overwrite them).
 std::string resolve_checkpoint(const std::string& resume, const std::string& dir);
 
 /// Reads and verifies a checkpoint (manifest, CRCs of every file, every value read finite).

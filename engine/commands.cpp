@@ -14,7 +14,11 @@ namespace {
 
 std::unique_ptr<Communicator> make_world(const ParallelConfig& p) {
   if (p.backend == "local") return make_local_communicator();
-  if (p.backend == "nccl") throw Error("parallel.backend = \"nccl\": this build has no NCCL backend (see subdp version)");
+  // The NCCL communicator (kernels/cuda/nccl_comm) reduces device buffers: it needs the CUDA
+  // backend, which is not wired to the layers yet.
+  if (p.backend == "nccl")
+    throw Error("parallel.backend = \"nccl\": NCCL reduces GPU buffers and needs device.type = \"cuda\", whose "
+                "backend is not wired to the layers yet; use \"mpi\" (or \"auto\")");
   if (p.backend == "mpi" || launched_by_mpi()) return make_mpi_world(p.collective_timeout_s);
   return make_local_communicator();
 }

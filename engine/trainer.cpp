@@ -147,9 +147,13 @@ int Trainer::run() {
     std::printf("memory: largest per-rank peak %s; plain DP would need %s per rank (%.2fx)\n",
                 mib(static_cast<int64_t>(peak)).c_str(), mib(dp_footprint_.total_peak).c_str(),
                 peak / std::max<double>(1, dp_footprint_.total_peak));
-    std::printf("final step=%lld train_loss=%.6f test_loss=%.6f test_acc=%.6f peak_bytes=%lld time_s=%.2f\n",
+    if (!std::isfinite(final_eval.loss) && final_eval.positions > 0)
+      std::fprintf(stderr, "subdp: warning: the final evaluation's loss is not finite\n");
+    std::printf("final step=%lld train_loss=%.6f test_loss=%.6f test_acc=%.6f peak_bytes=%lld time_s=%.2f",
                 static_cast<long long>(step_), last_train_loss_, final_eval.loss, final_eval.acc,
                 static_cast<long long>(peak), seconds_since(start_));
+    if (skipped_total_ > 0) std::printf(" skipped_steps=%lld", static_cast<long long>(skipped_total_));
+    std::printf("\n");
     std::fflush(stdout);
   }
   return 0;
@@ -173,6 +177,8 @@ void Trainer::train_step(int64_t epoch, int64_t in_epoch) {
                 "above); stopping before the optimizer step, no checkpoint written over the last good one "
                 "(train.nonfinite = \"skip\" skips such steps instead)", step_ + 1);
     ++skipped_in_a_row_;
+    ++skipped_total_;
+    last_train_loss_ = loss;  // the last batch's loss, as the final line says (non-finite here)
     SUBDP_CHECK(skipped_in_a_row_ <= config_.train.max_skipped_steps,
                 "non-finite loss or gradient in {} consecutive steps (the last: step {}): train.nonfinite = \"skip\" "
                 "skips at most train.max_skipped_steps = {} in a row; stopping, no checkpoint written over the last "

@@ -72,6 +72,7 @@ class Trainer {
   int64_t step_ = 0, total_steps_ = 0, steps_per_epoch_ = 0;
   int64_t last_saved_step_ = -1;
   int64_t skipped_in_a_row_ = 0;  // consecutive steps skipped for non-finite values
+  int64_t skipped_total_ = 0;     // steps this run skipped (train.nonfinite = "skip")
   bool prints_ = false;  // rank 0, or the simulated rank, prints progress  // step of this run's newest checkpoint
   double base_lr_ = 0;
   double window_loss_ = 0, window_acc_ = 0;

@@ -368,6 +368,8 @@ void check_cross(const Config& c, const std::string& path) {
                 "number (coverage c = r * S)", path, c.mask.keep, c.mask.keep,
                 c.parallel.subnetworks, cov);
   }
+  SUBDP_CHECK(!c.checkpoint.reset_optimizer || !c.checkpoint.resume.empty(),
+              "{}: [checkpoint] reset_optimizer = true: it applies to a resume; set [checkpoint] resume", path);
   SUBDP_CHECK(c.checkpoint.resume != "auto" || !c.checkpoint.dir.empty(),
               "{}: [checkpoint] resume = \"auto\": needs [checkpoint] dir", path);
   // device.type = "cuda" is checked when the run picks its backend (make_backend): "no CUDA

@@ -50,13 +50,13 @@ double parse_bytes(const std::string& text) {
       text, unit));
 }
 
-/// CLI11 check for --simulate-rank: "w/W" with 0 <= w < W.
+/// CLI11 check for --simulate-rank: "w/W" with 0 <= w < W <= 2^20 (plan --world's cap).
 std::string check_simulate_rank(const std::string& s) {
-  int w = -1, world = -1;
+  long long w = -1, world = -1;
   char tail = 0;
-  if (std::sscanf(s.c_str(), "%d/%d%c", &w, &world, &tail) != 2 || w < 0 || world < 1 ||
-      w >= world)
-    return "expected w/W with 0 <= w < W (e.g. 1/4), got '" + s + "'";
+  if (std::sscanf(s.c_str(), "%lld/%lld%c", &w, &world, &tail) != 2 || w < 0 || world < 1 || w >= world ||
+      world > (1 << 20))
+    return "expected w/W with 0 <= w < W <= 1048576 (e.g. 1/4), got '" + s + "'";
   return "";
 }
 

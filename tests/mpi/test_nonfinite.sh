@@ -41,6 +41,9 @@ run_ranks 2 train "$WORK/mlp.toml" --set optim.lr=300 --set optim.momentum=0.0 -
   --set checkpoint.dir="$WORK/skip" >"$WORK/skip.log" 2>&1 || rc=$?
 [[ $rc == 0 ]] || { echo "FAIL: skip mode exited $rc"; tail "$WORK/skip.log"; exit 1; }
 grep -q "skipping step" "$WORK/skip.log" || { echo "FAIL: skip mode skipped nothing"; exit 1; }
+# The final line says how many steps were skipped; its train_loss is the last batch's (skipped: nan).
+grep -Eq "^final step=8 train_loss=-?nan .* skipped_steps=[1-9]" "$WORK/skip.log" ||
+  { echo "FAIL: final line: $(grep '^final' "$WORK/skip.log")"; exit 1; }
 echo "ok: skip mode skipped $(grep -c 'skipping step' "$WORK/skip.log") steps and finished"
 rc=0
 run_ranks 2 train "$WORK/mlp.toml" --set optim.lr=300 --set optim.momentum=0.0 --set train.nonfinite=skip \

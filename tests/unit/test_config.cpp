@@ -220,6 +220,7 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"lr_beyond_float32", S, {"optim.lr=1e39"}, {"[optim] lr = 9.99", "(from --set)", "float32"}},
         ErrorCase{"eps_below_float32", S + "[optim]\neps = 1e-50\n", {}, {"[optim] eps", "float32"}},
         ErrorCase{"max_skipped_steps", S + "max_skipped_steps = -1\n", {}, {"[train] max_skipped_steps", "[0, 1000000]"}},
+        ErrorCase{"reset_optimizer_without_resume", S + "[checkpoint]\nreset_optimizer = true\n", {}, {"[checkpoint] reset_optimizer = true", "set [checkpoint] resume"}},
         ErrorCase{"reset_optimizer_type", S + "[checkpoint]\nreset_optimizer = 1\n", {}, {"[checkpoint] reset_optimizer", "boolean"}},
         ErrorCase{"beta", S + "[optim]\nbeta2 = 1.0\n", {}, {"[optim] beta2", "[0, 1)"}},
         ErrorCase{"threads", S + "threads = -1\n", {}, {"[train] threads = -1", "[0, 1024]"}},

@@ -170,6 +170,29 @@ TEST(CheckpointTensors, NonFiniteValuesAreNeverWrittenNorLoaded) {
   ::testing::internal::CaptureStderr();
   EXPECT_EQ(resolve_checkpoint("auto", dir.string()), (dir / "step-00000002").string());
   EXPECT_NE(::testing::internal::GetCapturedStderr().find("skipping damaged checkpoint"), std::string::npos);
+  // A manifest that lists no CRC for a file, or a step that is not a whole number >= 0.
+  const auto step2 = dir / "step-00000002";
+  std::ifstream in2(step2 / "manifest.json");
+  const nlohmann::json good = nlohmann::json::parse(in2);
+  auto manifest_error = [&](const nlohmann::json& edited) {
+    write_file_atomic((step2 / "manifest.json").string(), edited.dump());
+    return error_of([&] { load_checkpoint(step2.string(), info, m, o); });
+  };
+  nlohmann::json no_files = good;
+  no_files["files"] = nlohmann::json::object();
+  EXPECT_NE(manifest_error(no_files).find("lists no CRC32 for model.safetensors"), std::string::npos);
+  for (const nlohmann::json bad : {nlohmann::json(-1), nlohmann::json(3.5), nlohmann::json(1e20)}) {
+    nlohmann::json edited = good;
+    edited["step"] = bad;
+    e = manifest_error(edited);
+    EXPECT_NE(e.find("manifest.json: \"step\" = "), std::string::npos) << e;
+  }
+  // Every checkpoint damaged: "auto" refuses to start fresh over them.
+  write_file_atomic((step2 / "manifest.json").string(), no_files.dump());
+  ::testing::internal::CaptureStderr();
+  e = error_of([&] { resolve_checkpoint("auto", dir.string()); });
+  ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(e.find("every one of the 2 checkpoints in"), std::string::npos) << e;
   std::filesystem::remove_all(dir);
 }
 
