@@ -28,6 +28,14 @@ fwd-block+recompute) adds train.recompute = "blocks" (activations recomputed blo
 in the backward pass, GPT). Keep values whose coverage keep*S is not whole are
 skipped, and so are granularities the model refuses (the MLP has no blocks), with a note.
 A failing run stops the comparison with a non-zero exit naming the run and its command.
+
+Budgets (--match, benchmarks/budget.py): steps (default) trains every run --steps steps;
+flops trains each run until its cumulative training FLOPs per rank reach DP's for --steps
+(the SDP paper's FLOP-matched protocol), time the same with measured step time, both from a
+short calibration run of each regime (OUT/calibration/), each run's warm-up and cosine
+schedule stretched to its own length. --seeds N repeats every run with train.seed =
+mask.seed = 0..N-1: summary.md then opens with one row per run, quality as mean +- std,
+and the plots draw the mean with a band of one standard deviation.
 """
 import argparse
 import csv
@@ -40,10 +48,11 @@ import subprocess
 import sys
 import time
 
+import budget
 import pack_metrics
+from compare_plots import CATEGORIES, MIB, plots
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CATEGORIES = ["params", "grads", "optimizer", "activations", "workspace", "comm"]
 REGIMES = {  # name -> (mask.regime, mask.granularity)
     "dp": ("none", "block"),
     "fwd-block": ("forward", "block"),
@@ -57,7 +66,6 @@ WHOLE_MODEL = ("dp", "stoch-depth")
 # Composable memory baselines: a regime written name+modifier (e.g. dp+recompute,
 # fwd-block+recompute) adds the modifier's overrides to the base regime's.
 MODIFIERS = {"recompute": ["train.recompute=blocks"]}
-MIB = 1048576.0
 EVAL_RE = re.compile(r"^eval step (\d+) epoch ([\d.]+): full model test_loss (\S+) test_acc (\S+)"
                      r"(?: bits_per_\w+ \S+)?(?: \| subnetworks \(own share\) loss (\S+) acc (\S+))?")
 FINAL_RE = re.compile(r"^final step=(\d+) train_loss=(\S+) test_loss=(\S+) test_acc=(\S+) peak_bytes=(\d+) "
@@ -179,9 +187,9 @@ def run_plan(binary, config, world, sets, run_dir, name):
 # Training
 
 
-def train(args, name, regime, keep, run_dir, steps, eval_every):
+def train(args, name, regime, keep, run_dir, steps, eval_every, extra=()):
     metrics = os.path.join(run_dir, "metrics-{rank}.jsonl")
-    sets = list(args.set) + run_sets(regime, keep, args.subnetworks, steps, eval_every, metrics)
+    sets = list(args.set) + run_sets(regime, keep, args.subnetworks, steps, eval_every, metrics) + list(extra)
     cmd = [*shlex.split(args.mpirun), "-np", str(args.world), *shlex.split(args.mpirun_args), args.binary, "train",
            args.config]
     cmd = with_sets(cmd, sets)
@@ -224,7 +232,7 @@ def train(args, name, regime, keep, run_dir, steps, eval_every):
     return cmd, wall
 
 
-def read_run(name, run_dir, world, steps, cmd):
+def read_run(name, run_dir, world, steps, cmd, out):
     ranks = []
     for r in range(world):
         path = os.path.join(run_dir, f"metrics-{r}.jsonl")
@@ -232,7 +240,7 @@ def read_run(name, run_dir, world, steps, cmd):
             with open(path) as f:
                 rows = [json.loads(line) for line in f if line.strip()]
         else:  # a reused run whose metrics were packed into OUT/steps.csv.gz
-            rows = pack_metrics.rows_of(os.path.dirname(run_dir), name, f"metrics-{r}.jsonl")
+            rows = pack_metrics.rows_of(out, os.path.relpath(run_dir, out), f"metrics-{r}.jsonl")
         if not rows:
             raise Failure(f"run '{name}': rank {r} wrote no metrics ({path} missing): {shlex.join(cmd)}")
         if len(rows) != steps:
@@ -287,18 +295,7 @@ def summarize(name, regime, keep, ranks, evals, final, plan, wall):
 
 def model_name(config, sets):
     """model.name from the config and the overrides (text models report next-token accuracy)."""
-    name = "mlp"
-    try:
-        import tomllib
-        with open(config, "rb") as f:
-            name = tomllib.load(f).get("model", {}).get("name", name)
-    except Exception:
-        pass
-    for s in sets:
-        k, _, v = s.partition("=")
-        if k.strip() == "model.name":
-            name = v.strip().strip('"')
-    return name
+    return config_value(config, sets, "model", "name", "mlp")
 
 
 def table(summaries, dp_total, dp_source):
@@ -325,6 +322,37 @@ def table(summaries, dp_total, dp_source):
     return "\n".join(lines), notes
 
 
+def mean_std(values):
+    """'m' for one value, 'm +- s' (sample standard deviation) for several; '-' if none."""
+    values = [v for v in values if not math.isnan(v)]
+    if not values:
+        return "-"
+    m = sum(values) / len(values)
+    if len(values) == 1:
+        return f"{m:.4f}"
+    s = math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
+    return f"{m:.4f} +- {s:.4f}"
+
+
+def budget_table(summaries):
+    """One row per run over its seeds: its budget (steps, training FLOPs per rank) and quality
+    as mean +- standard deviation."""
+    head = ["run", "seeds", "steps", "GFLOP/rank", "peak MiB", "step s", "train loss", "test loss", "test acc",
+            "subnet acc", "wall s"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    by_base = {}
+    for s in summaries:
+        by_base.setdefault(s.get("base", s["run"]), []).append(s)
+    for base, runs in by_base.items():
+        cells = [base, str(len(runs)), str(runs[0]["steps"]), f"{runs[0]['flops'] * runs[0]['steps'] / 1e9:.2f}",
+                 f"{max(r['total'] for r in runs) / MIB:.2f}", f"{sum(r['step_s'] for r in runs) / len(runs):.3f}",
+                 mean_std([r["train_loss"] for r in runs]), mean_std([r["test_loss"] for r in runs]),
+                 mean_std([r["test_acc"] for r in runs]), mean_std([r["subnet_acc"] for r in runs]),
+                 f"{sum(r['wall_s'] for r in runs) / len(runs):.0f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def write_csvs(out, runs_data):
     with open(os.path.join(out, "evals.csv"), "w", newline="") as f:
         w = csv.writer(f)
@@ -332,104 +360,6 @@ def write_csvs(out, runs_data):
         for d in runs_data:
             for e in d["evals"]:
                 w.writerow([d["name"], e["step"], e["test_loss"], e["test_acc"], e["subnet_loss"], e["subnet_acc"]])
-
-
-def smooth(y, window):
-    import numpy as np
-    y = np.asarray(y, dtype=float)
-    if window <= 1 or len(y) < window:
-        return y
-    c = np.cumsum(np.insert(y, 0, 0.0))
-    head = c[1:window] / np.arange(1, window)  # growing window at the start
-    return np.concatenate([head, (c[window:] - c[:-window]) / window])
-
-
-def plots(out, runs_data, summaries, title):
-    """memory.png, loss_vs_step.png, loss_vs_flops.png, eval.png."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    colors = {s["run"]: plt.cm.tab10(i % 10) for i, s in enumerate(summaries)}
-    plot_memory(plt, out, summaries, title)
-    plot_losses(plt, out, runs_data, colors, title)
-    plot_evals(plt, out, runs_data, colors, title)
-
-
-def plot_memory(plt, out, summaries, title):
-    """Stacked bars of the largest rank's peak bytes by category, MiB, with the predicted total."""
-    import numpy as np
-    names = [s["run"] for s in summaries]
-    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(names) + 2), 4.8))
-    bottom = np.zeros(len(names))
-    for i, c in enumerate(CATEGORIES):
-        vals = np.array([s["mem"][c] / MIB for s in summaries])
-        ax.bar(names, vals, bottom=bottom, label=c, color=plt.cm.Set2(i))
-        bottom += vals
-    ax.scatter(names, [s["predicted"] / MIB for s in summaries], marker="_", s=600, color="black", zorder=3,
-               label="predicted total (subdp plan)")
-    for i, s in enumerate(summaries):
-        ax.annotate(f"{bottom[i]:.1f}", (i, bottom[i]), ha="center", va="bottom", fontsize=8, xytext=(0, 3),
-                    textcoords="offset points")
-    ax.set_ylabel("peak memory of the largest rank (MiB)")
-    ax.set_xlabel("run (regime, keep ratio)")
-    ax.set_title(f"{title}: per-rank peak memory by category")
-    ax.legend(fontsize=8, loc="upper right")
-    plt.setp(ax.get_xticklabels(), rotation=20, ha="right")
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "memory.png"), dpi=120)
-    plt.close(fig)
-
-
-def plot_losses(plt, out, runs_data, colors, title):
-    """Training loss (mean over ranks, smoothed) against step and against cumulative FLOPs per rank."""
-    import numpy as np
-    steps = max(len(d["ranks"][0]) for d in runs_data)
-    window = max(1, steps // 20)
-    for fname, xkey, xlabel, what in [
-            ("loss_vs_step.png", "step", "step", "training loss against step"),
-            ("loss_vs_flops.png", "flops", "cumulative training FLOPs per rank (TFLOP)",
-             "training loss against compute per rank (FLOP-matched)")]:
-        fig, ax = plt.subplots(figsize=(7.5, 5))
-        for d in runs_data:
-            loss = np.mean([[row["loss"] for row in rows] for rows in d["ranks"]], axis=0)
-            if xkey == "step":
-                x = np.array([row["step"] for row in d["ranks"][0]])
-            else:
-                x = np.mean([np.cumsum([row["flops"] for row in rows]) for rows in d["ranks"]], axis=0) / 1e12
-            ax.plot(x, smooth(loss, window), label=d["name"], color=colors[d["name"]], lw=1.4)
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel("training loss (cross-entropy, nats)")
-        ax.set_title(f"{title}\n{what}; mean over ranks, {window}-step moving average", fontsize=10)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(os.path.join(out, fname), dpi=120)
-        plt.close(fig)
-
-
-def plot_evals(plt, out, runs_data, colors, title):
-    """Held-out loss and accuracy against step; solid: full model, dashed: subnetworks' own share."""
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.8))
-    for d in runs_data:
-        if not d["evals"]:
-            continue
-        x, c = [e["step"] for e in d["evals"]], colors[d["name"]]
-        a1.plot(x, [e["test_loss"] for e in d["evals"]], marker="o", label=d["name"], color=c)
-        a2.plot(x, [100 * e["test_acc"] for e in d["evals"]], marker="o", label=d["name"], color=c)
-        if not d["regime"].startswith("dp"):
-            a1.plot(x, [e["subnet_loss"] for e in d["evals"]], marker="x", ls="--", color=c, alpha=0.6)
-            a2.plot(x, [100 * e["subnet_acc"] for e in d["evals"]], marker="x", ls="--", color=c, alpha=0.6)
-    a1.set_yscale("log")
-    a1.set_ylabel("held-out loss (cross-entropy, nats, log scale)")
-    a2.set_ylabel("held-out accuracy (%)")
-    for a in (a1, a2):
-        a.set_xlabel("step")
-        a.grid(alpha=0.3, which="both")
-    a2.legend(fontsize=8, title="solid: full model\ndashed: subnetworks (own share)", title_fontsize=8)
-    fig.suptitle(f"{title}: evaluation on the held-out split")
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "eval.png"), dpi=120)
-    plt.close(fig)
 
 
 # ---------------------------------------------------------------------------------------
@@ -444,7 +374,16 @@ def parse_args(argv):
     p.add_argument("--regimes", default="dp,fwd-block,bwd-block,fwd-neuron,bwd-neuron",
                    help="comma list of dp, fwd-block, bwd-block, fwd-neuron, bwd-neuron; name@k = one run at keep k")
     p.add_argument("--keep", default="0.75,0.5,0.25", help="comma list of keep ratios (default 0.75,0.5,0.25)")
-    p.add_argument("--steps", type=int, required=True, help="optimizer steps per run")
+    p.add_argument("--steps", type=int, required=True,
+                   help="optimizer steps per run (--match steps), or DP's steps whose budget the runs match")
+    p.add_argument("--match", choices=budget.MATCHES, default="steps",
+                   help="budget: steps (every run --steps steps), flops (each run until its training FLOPs per rank "
+                        "reach DP's for --steps) or time (the same with measured step time); default steps")
+    p.add_argument("--calibration-steps", type=int, default=3,
+                   help="steps of each regime's calibration run for --match flops / time (default 3)")
+    p.add_argument("--seeds", type=int, default=1,
+                   help="repeat every run with seeds 0..N-1 (train.seed and mask.seed: weights, data order, plan); "
+                        "tables give mean and standard deviation, plots the mean with a band (default 1)")
     p.add_argument("--evals", type=int, default=4, help="evaluations per run, at most: train.eval_every = ceil(steps/evals) (default 4)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override for every run (repeatable)")
     p.add_argument("--out", default="", help="output folder (default runs/compare/<config name>)")
@@ -462,8 +401,8 @@ def parse_args(argv):
         p.error(f"{a.binary} is not an executable (build it: cmake --build build --target subdp)")
     if not os.path.exists(a.config):
         p.error(f"config {a.config} not found")
-    if a.steps < 1 or a.world < 1 or a.evals < 1:
-        p.error("--steps, --world and --evals must be >= 1")
+    if a.steps < 1 or a.world < 1 or a.evals < 1 or a.seeds < 1 or a.calibration_steps < 2:
+        p.error("--steps, --world, --evals and --seeds must be >= 1, --calibration-steps >= 2")
     a.subnetworks = a.subnetworks or a.world
     if a.world % a.subnetworks:
         p.error(f"--subnetworks {a.subnetworks} does not divide --world {a.world}")
@@ -471,31 +410,78 @@ def parse_args(argv):
     # Default under runs/ (ignored by git), so a trial never overwrites committed results.
     a.out = os.path.abspath(a.out or os.path.join(ROOT, "runs", "compare", a.stem))
     a.title = a.title or a.stem
-    a.eval_every = -(-a.steps // a.evals)  # ceil: at most --evals evaluations per run
     return a
 
 
-def run_all(a, runs, notes):
-    """Plans and trains every run; returns (runs_data, summaries). Raises Failure."""
-    runs_data, summaries = [], []
+def config_value(config, sets, table, key, default):
+    """[table] key from the config file and the overrides (the last --set wins)."""
+    value = default
+    try:
+        import tomllib
+        with open(config, "rb") as f:
+            value = tomllib.load(f).get(table, {}).get(key, value)
+    except Exception:
+        pass
+    for s in sets:
+        k, _, v = s.partition("=")
+        if k.strip() == f"{table}.{key}":
+            value = type(default)(v.strip().strip('"'))
+    return value
+
+
+def calibrate(a, runs):
+    """{run name: per-step cost} for --match flops / time, from a short run of each regime
+    (and of DP, the budget's reference, even when DP is not compared). Raises Failure."""
+    costs = {}
+    for name, regime, keep in [("dp", "dp", 1.0)] + [r for r in runs if r[0] != "dp"]:
+        run_dir = os.path.join(a.out, "calibration", name)
+        os.makedirs(run_dir, exist_ok=True)
+        cmd, _ = train(a, "calibration/" + name, regime, keep, run_dir, a.calibration_steps, 10**9)
+        ranks, _, _ = read_run(name, run_dir, a.world, a.calibration_steps, cmd, a.out)
+        costs[name] = budget.per_step_cost(ranks)
+    return costs
+
+
+def instances(a, runs, costs):
+    """[(instance name, base run name, regime, keep, seed, steps, extra overrides)]: every run
+    once per seed, with the steps of its budget and its stretched schedule."""
+    warmup = config_value(a.config, a.set, "optim", "warmup_steps", 0)
+    out = []
     for name, regime, keep in runs:
+        steps = budget.matched_steps(a.match, a.steps, costs.get("dp"), costs.get(name)) if costs else a.steps
+        extra = budget.schedule_sets(steps, a.steps, warmup)
+        for seed in range(a.seeds):
+            seed_sets = [f"train.seed={seed}", f"mask.seed={seed}"] if a.seeds > 1 else []
+            label = f"{name}-s{seed}" if a.seeds > 1 else name
+            out.append((label, name, regime, keep, seed, steps, extra + seed_sets))
+    return out
+
+
+def run_all(a, runs, notes):
+    """Plans and trains every run (each seed); returns (runs_data, summaries). Raises Failure."""
+    costs = calibrate(a, runs) if a.match != "steps" else {}
+    runs_data, summaries = [], []
+    for name, base, regime, keep, seed, steps, extra in instances(a, runs, costs):
         run_dir = os.path.join(a.out, name)
         os.makedirs(run_dir, exist_ok=True)
-        sets = list(a.set) + run_sets(regime, keep, a.subnetworks, a.steps, a.eval_every,
-                                      os.path.join(run_dir, "metrics-{rank}.jsonl"))
+        eval_every = -(-steps // a.evals)  # ceil: at most --evals evaluations per run
+        sets = list(a.set) + run_sets(regime, keep, a.subnetworks, steps, eval_every,
+                                      os.path.join(run_dir, "metrics-{rank}.jsonl")) + extra
         plan, refused = run_plan(a.binary, a.config, a.world, sets, run_dir, name)
         if refused:
             notes.append(f"skipped {name}: the model refuses it ({refused})")
             print(f"[{name}] skipped: {refused}", flush=True)
             continue
-        cmd, wall = train(a, name, regime, keep, run_dir, a.steps, a.eval_every)
-        ranks, evals, final = read_run(name, run_dir, a.world, a.steps, cmd)
+        cmd, wall = train(a, name, regime, keep, run_dir, steps, eval_every, extra)
+        ranks, evals, final = read_run(name, run_dir, a.world, steps, cmd, a.out)
         if wall is None:
             with open(os.path.join(run_dir, "done.json")) as f:
                 wall = json.load(f).get("wall_s", math.nan)
-        runs_data.append({"name": name, "regime": regime, "keep": keep, "ranks": ranks, "evals": evals})
-        summaries.append(summarize(name, regime, keep, ranks, evals, final, plan, wall))
-        print(f"[{name}] done in {wall:.0f} s", flush=True)
+        runs_data.append({"name": name, "base": base, "regime": regime, "keep": keep, "ranks": ranks, "evals": evals})
+        s = summarize(name, regime, keep, ranks, evals, final, plan, wall)
+        s.update(base=base, seed=seed)
+        summaries.append(s)
+        print(f"[{name}] {steps} steps, done in {wall:.0f} s", flush=True)
     return runs_data, summaries
 
 
@@ -512,8 +498,12 @@ def write_summary(a, summaries, notes):
     total_wall = sum(s["wall_s"] for s in summaries if not math.isnan(s["wall_s"]))
     header = [f"# Regime comparison: {a.stem}", "",
               f"Config `{os.path.relpath(os.path.abspath(a.config), ROOT)}`, W = {a.world}, S = {a.subnetworks} "
-              f"(masked runs), {a.steps} steps per run, evaluation every {a.eval_every} steps, overrides: "
-              f"{' '.join(a.set) or 'none'}.", ""]
+              f"(masked runs), at most {a.evals} evaluations per run, overrides: {' '.join(a.set) or 'none'}.", "",
+              f"Budget: {budget.describe(a.match, a.steps, a.calibration_steps)}."
+              + (f" Seeds: {a.seeds} per run (train.seed = mask.seed = 0..{a.seeds - 1}); quality as mean +- sample "
+                 "standard deviation." if a.seeds > 1 else ""), ""]
+    if a.seeds > 1 or a.match != "steps":
+        header += [budget_table(summaries), "", "Every run and seed:", ""]
     footer = ["", *[f"- {n}" for n in tab_notes + notes], "",
               "Run wall time (s, training and evaluation): " +
               ", ".join(f"{s['run']} {s['wall_s']:.0f}" for s in summaries) + f"; total {total_wall:.0f}.", "",
