@@ -381,6 +381,9 @@ def parse_args(argv):
                         "reach DP's for --steps) or time (the same with measured step time); default steps")
     p.add_argument("--calibration-steps", type=int, default=3,
                    help="steps of each regime's calibration run for --match flops / time (default 3)")
+    p.add_argument("--alignment-every", type=int, default=0,
+                   help="log.alignment_every for the masked runs: every N steps each rank's gradient cosine to the "
+                        "full model's per unit kind (alignment.png); default 0 = off")
     p.add_argument("--seeds", type=int, default=1,
                    help="repeat every run with seeds 0..N-1 (train.seed and mask.seed: weights, data order, plan); "
                         "tables give mean and standard deviation, plots the mean with a band (default 1)")
@@ -450,6 +453,8 @@ def instances(a, runs, costs):
     for name, regime, keep in runs:
         steps = budget.matched_steps(a.match, a.steps, costs.get("dp"), costs.get(name)) if costs else a.steps
         extra = budget.schedule_sets(steps, a.steps, warmup)
+        if a.alignment_every > 0 and REGIMES[regime.split("+")[0]][0] in ("forward", "backward"):
+            extra.append(f"log.alignment_every={a.alignment_every}")
         for seed in range(a.seeds):
             seed_sets = [f"train.seed={seed}", f"mask.seed={seed}"] if a.seeds > 1 else []
             label = f"{name}-s{seed}" if a.seeds > 1 else name

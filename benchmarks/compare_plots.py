@@ -45,6 +45,41 @@ def plots(out, runs_data, summaries, title):
     plot_memory(plt, out, summaries, title)
     plot_losses(plt, out, runs_data, colors, title)
     plot_evals(plt, out, runs_data, colors, title)
+    plot_alignment(plt, out, runs_data, colors, title)
+
+
+def plot_alignment(plt, out, runs_data, colors, title):
+    """alignment.png (runs with log.alignment_every): cosine of the subnetworks' gradients to
+    the full model's, mean over ranks (and seeds), one panel per unit kind."""
+    series = {}  # kind -> base -> {step: [values]}
+    for d in runs_data:
+        for rows in d["ranks"]:
+            for row in rows:
+                for kind, c in (row.get("alignment") or {}).items():
+                    if c is not None:
+                        series.setdefault(kind, {}).setdefault(d.get("base", d["name"]), {}).setdefault(
+                            row["step"], []).append(c)
+    if not series:
+        return
+    kinds = sorted(series)
+    fig, axes = plt.subplots(1, len(kinds), figsize=(4.5 * len(kinds), 4.2), squeeze=False)
+    for ax, kind in zip(axes[0], kinds):
+        for base, by_step in series[kind].items():
+            steps = sorted(by_step)
+            ax.plot(steps, [np.mean(by_step[s]) for s in steps], marker="o", color=colors[base], label=base)
+        ax.set_title(kind)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("cosine(subnetwork gradient, full gradient)")
+    handles = {}
+    for ax in axes[0]:
+        for h, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, h)
+    fig.legend(handles.values(), handles.keys(), fontsize=8, loc="lower right")
+    fig.suptitle(f"{title}: gradient alignment on each rank's fixed batch, per unit kind (mean over ranks)")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "alignment.png"), dpi=120)
+    plt.close(fig)
 
 
 def plot_memory(plt, out, summaries, title):

@@ -27,14 +27,6 @@ std::map<const Param*, size_t> optimizer_index(Model& model, const Optimizer* op
   return index;
 }
 
-// Grad-layout offset of a value run at unit position pos (kept prefix only).
-int64_t grad_offset(const Param& p, int64_t local_off, int pos) {
-  if (p.unit.layer < 0) return local_off;
-  const int64_t inner = p.inner(), ext = p.value_extent(), gext = p.grad_extent(), us = p.unit.unit_size;
-  const int64_t o = local_off / (ext * inner);
-  return (o * gext + static_cast<int64_t>(pos) * us) * inner;
-}
-
 }  // namespace
 
 std::vector<FullTensorSpec> full_specs(const ModelConfig& config) {
@@ -71,7 +63,7 @@ std::vector<NamedTensor> gather_full(Model& model, Optimizer* opt, const Gradien
           const int owner = sync.owner_of_group(sync.group_of(p, pos));
           const bool writes = unit_held && owner == rank && (k < 0 || block_held);
           if (!writes) return;
-          const float* from = k < 0 ? src + lo : src + grad_offset(p, lo, pos);
+          const float* from = k < 0 ? src + lo : src + grad_offset_of(p, lo, pos);
           std::memcpy(full.data() + fo, from, sizeof(float) * len);
         });
       }
@@ -113,7 +105,7 @@ void scatter_full(Model& model, Optimizer* opt, Communicator& world, const std::
       for_each_value_run_at(p, [&](int64_t lo, int64_t fo, int64_t len, int pos) {
         if (k < 0) std::memcpy(dst + lo, buf.data() + fo, sizeof(float) * len);
         else if (p.unit.layer < 0 || pos < p.mask->kept)
-          std::memcpy(dst + grad_offset(p, lo, pos), buf.data() + fo, sizeof(float) * len);
+          std::memcpy(dst + grad_offset_of(p, lo, pos), buf.data() + fo, sizeof(float) * len);
       });
     }
   }

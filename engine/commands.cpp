@@ -37,6 +37,8 @@ int run_train(const Config& config, const TrainOptions& options) {
                 "--simulate-rank {}: [checkpoint] dir / resume are not supported (this rank alone holds only "
                 "its subnetwork's units); unset them to measure the rank's footprint",
                 options.simulate_rank);
+    SUBDP_CHECK(config.log.alignment_every == 0, "--simulate-rank {}: [log] alignment_every needs the full model, "
+                "which one rank alone cannot assemble; set it to 0", options.simulate_rank);
     world = make_simulated_communicator(w, W);
   } else {
     world = make_world(config.parallel);

@@ -102,6 +102,7 @@ struct CheckpointConfig {
 struct LogConfig {
   int64_t every = 50;        // steps between progress lines
   std::string metrics_file;  // JSON lines; empty = none. "{rank}" is replaced by the rank.
+  int64_t alignment_every = 0;  // steps between gradient-alignment probes (masked regimes); 0 = none
 };
 
 /// The whole run configuration.

@@ -139,6 +139,13 @@ void for_each_grad_span(const Param& p, const std::function<void(int64_t, int64_
   for (int64_t o = 0; o < outer; ++o) fn(o * vext * inner, o * gext * inner, gext * inner);
 }
 
+int64_t grad_offset_of(const Param& p, int64_t local_off, int pos) {
+  if (p.unit.layer < 0) return local_off;
+  const int64_t inner = p.inner(), ext = p.value_extent(), gext = p.grad_extent(), us = p.unit.unit_size;
+  const int64_t o = local_off / (ext * inner);
+  return (o * gext + static_cast<int64_t>(pos) * us) * inner;
+}
+
 std::string locate_nonfinite(const Param& p, const float* data, bool grad_layout) {
   int64_t found = -1, full = -1;
   int pos = -1;

@@ -111,6 +111,11 @@ void for_each_grad_run(const Param& p, const std::function<void(int64_t, int64_t
 /// position does not matter: unit-by-unit runs cost a call per neuron (1024 per MLP column).
 void for_each_grad_span(const Param& p, const std::function<void(int64_t, int64_t, int64_t)>& fn);
 
+/// Offset in p's gradient layout of the value run at local offset `local_off` and unit
+/// position `pos` (as for_each_value_run_at gives them); pos must be a kept position
+/// (< p.mask->kept) for a unit-sliced p, whose gradient holds the kept prefix only.
+int64_t grad_offset_of(const Param& p, int64_t local_off, int pos);
+
 /// Where the first non-finite (inf or NaN) value of `data` sits: "" when every value is
 /// finite, else "element (i, j, ...) of the full (shape) tensor[, unit u of maskable layer l]".
 /// `data` holds p's local value (grad_layout = false) or a tensor laid out like its gradient

@@ -204,6 +204,8 @@ void Trainer::train_step(int64_t epoch, int64_t in_epoch) {
   const int64_t bytes = sync_->take_bytes();
   ++step_;
   last_train_loss_ = loss;
+  if (config_.log.alignment_every > 0 && step_ % config_.log.alignment_every == 0)
+    pending_alignment_ = measure_alignment();
   const double positions = static_cast<double>(batch_.n * model_->positions_per_example());
   log_step(loss, correct / positions, lr, seconds_since(t0), comm_s, flops, bytes);
 }
@@ -294,8 +296,10 @@ void Trainer::log_step(double loss, double acc, double lr, double step_s, double
                         {"bytes_allreduced", bytes}, {"flops", flops}, {"mem_current", memory_json(mem.current)},
                         {"mem_peak", memory_json(mem.peak)}, {"mem_total_current", mem.total_current},
                         {"mem_total_peak", mem.total_peak}, {"peak_rss", process_peak_rss_bytes()}};
+    if (!pending_alignment_.is_null()) j["alignment"] = pending_alignment_;
     metrics_ << j.dump() << "\n";
   }
+  pending_alignment_ = nullptr;
   window_loss_ += loss;
   window_acc_ += acc;
   window_examples_ += batch_.n;

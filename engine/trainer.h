@@ -6,6 +6,8 @@
 #include <fstream>
 #include <memory>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/assemble.h"
 #include "engine/commands.h"
 #include "engine/comm/communicator.h"
@@ -38,6 +40,12 @@ class Trainer {
   void check_updated_values();
   void clip_gradients();
   EvalResult evaluate_full();
+  /// Collective: eval_model_ (created on first use, untracked) receives the assembled full model.
+  void assemble_eval_model();
+  /// Collective (log.alignment_every): cosine of this rank's subnetwork gradient against the
+  /// full model's on the same fixed batch (this rank's first training batch), per unit kind.
+  /// Training is unchanged: the model's BatchNorm running statistics are restored.
+  nlohmann::json measure_alignment();
   EvalResult evaluate_local();
   /// Re-estimates BatchNorm running statistics of `model` on training batches (masked runs):
   /// kRecalibrationBatches of this rank's own, or split over the world (across_world).
@@ -78,6 +86,7 @@ class Trainer {
   double window_loss_ = 0, window_acc_ = 0;
   int64_t window_n_ = 0, window_examples_ = 0;
   double window_time_ = 0;
+  nlohmann::json pending_alignment_;  // measured this step, written with its metrics line
   double last_train_loss_ = std::nan("");  // NaN until a step runs (a resume at the last step runs none)
   std::chrono::steady_clock::time_point start_;
 };

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <map>
 
+#include "engine/alignment.h"
 #include "engine/checkpoint.h"
 #include "engine/error.h"
 #include "engine/layers/batchnorm.h"
@@ -46,6 +47,12 @@ EvalResult Trainer::evaluate_full() {
   // 1/W share of the test split, so no rank idles while one evaluates everything.
   if (!plan_.masked()) return evaluate_shares(*model_);  // every rank holds the full model
   if (world_->backend() == "simulated") return {std::nan(""), std::nan(""), 0};  // other ranks' units are not here
+  assemble_eval_model();
+  recalibrate_batchnorm(*eval_model_, /*across_world=*/true);
+  return evaluate_shares(*eval_model_);
+}
+
+void Trainer::assemble_eval_model() {
   auto full = gather_full(*model_, nullptr, *sync_, *world_, specs_, /*to_all=*/true);
   if (!eval_model_) {
     MemoryTracker::global().set_paused(true);  // outside the training footprint
@@ -58,8 +65,6 @@ EvalResult Trainer::evaluate_full() {
     SUBDP_ASSERT(by_name.count(p->name));
     std::copy(by_name[p->name]->data.begin(), by_name[p->name]->data.end(), p->value.f32());
   }
-  recalibrate_batchnorm(*eval_model_, /*across_world=*/true);
-  return evaluate_shares(*eval_model_);
 }
 
 void Trainer::recalibrate_batchnorm(Model& model, bool across_world) {
@@ -94,20 +99,57 @@ void Trainer::recalibrate_batchnorm(Model& model, bool across_world) {
   }
 }
 
+namespace {
+
+/// Copies of every BatchNorm running mean and variance of `model`, to restore its training
+/// state after a pass that moves them (a subnetwork's own evaluation, an alignment probe).
+std::vector<std::vector<float>> save_running_stats(Model& model) {
+  std::vector<std::vector<float>> saved;
+  for (BatchNorm2d* bn : model.batchnorms())
+    for (Param* p : {bn->running_mean, bn->running_var})
+      saved.emplace_back(p->value.f32(), p->value.f32() + p->value.numel());
+  return saved;
+}
+
+void restore_running_stats(Model& model, const std::vector<std::vector<float>>& saved) {
+  size_t k = 0;
+  for (BatchNorm2d* bn : model.batchnorms())
+    for (Param* p : {bn->running_mean, bn->running_var}) std::copy(saved[k].begin(), saved[k].end(), p->value.f32()), ++k;
+}
+
+}  // namespace
+
 EvalResult Trainer::evaluate_local() {
   // Dense running statistics are averaged over every subnetwork: for the subnetwork's own
   // evaluation, re-estimate them on its own batches, then restore the training state.
-  std::vector<std::vector<float>> saved;
-  auto bns = plan_.masked() ? model_->batchnorms() : std::vector<BatchNorm2d*>{};
-  for (BatchNorm2d* bn : bns)
-    for (Param* p : {bn->running_mean, bn->running_var})
-      saved.emplace_back(p->value.f32(), p->value.f32() + p->value.numel());
+  const auto saved = save_running_stats(*model_);
   recalibrate_batchnorm(*model_, /*across_world=*/false);
   EvalResult own = evaluate_shares(*model_);
-  size_t k = 0;
-  for (BatchNorm2d* bn : bns)
-    for (Param* p : {bn->running_mean, bn->running_var}) std::copy(saved[k].begin(), saved[k].end(), p->value.f32()), ++k;
+  restore_running_stats(*model_, saved);
   return own;
+}
+
+nlohmann::json Trainer::measure_alignment() {
+  assemble_eval_model();  // collective; the full model after this step's update
+  data_->train_batch(0, 0, batch_);  // the fixed batch: this rank's first
+  eval_model_->zero_grad();
+  eval_model_->forward(batch_, true, nullptr);
+  eval_model_->backward();
+  // The subnetwork's gradient on the same batch. Its gradients are free after the update;
+  // its BatchNorm running statistics are not, so they are put back.
+  const auto saved = save_running_stats(*model_);
+  model_->zero_grad();
+  model_->forward(batch_, true, nullptr);
+  model_->backward();
+  restore_running_stats(*model_, saved);
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [kind, sums] : gradient_alignment(*model_, *eval_model_, units_, plan_)) {
+    const double c = sums.cosine();
+    out[kind] = std::isnan(c) ? nlohmann::json(nullptr) : nlohmann::json(c);
+  }
+  if (prints_) std::printf("alignment step %lld (rank 0, cosine to the full model's gradient): %s\n",
+                           static_cast<long long>(step_), out.dump().c_str());
+  return out;
 }
 
 void Trainer::save(bool final) {

@@ -120,6 +120,7 @@ std::vector<Field> fields(Config& c) {
       {"checkpoint", "reset_optimizer", &ck.reset_optimizer, any()},
       {"log", "every", &l.every, at_least(1)},
       {"log", "metrics_file", &l.metrics_file, any()},
+      {"log", "alignment_every", &l.alignment_every, at_least(0)},
   };
 }
 
@@ -368,6 +369,10 @@ void check_cross(const Config& c, const std::string& path) {
                 "number (coverage c = r * S)", path, c.mask.keep, c.mask.keep,
                 c.parallel.subnetworks, cov);
   }
+  SUBDP_CHECK(c.log.alignment_every == 0 || (c.mask.regime == "forward" || c.mask.regime == "backward"),
+              "{}: [log] alignment_every = {}: gradient alignment compares a subnetwork with the full model; it "
+              "needs [mask] regime = \"forward\" or \"backward\" (got \"{}\")", path, c.log.alignment_every,
+              c.mask.regime);
   SUBDP_CHECK(!c.checkpoint.reset_optimizer || !c.checkpoint.resume.empty(),
               "{}: [checkpoint] reset_optimizer = true: it applies to a resume; set [checkpoint] resume", path);
   SUBDP_CHECK(c.checkpoint.resume != "auto" || !c.checkpoint.dir.empty(),
