@@ -21,6 +21,14 @@ class Communicator {
   virtual void allreduce_max(double* data, int64_t n) = 0;
   /// Sum-reduce n float32 values to `root` (recv used on root only; may alias data).
   virtual void reduce_sum(const float* data, float* recv, int64_t n, int root) = 0;
+  /// Reduce-scatter (sum) in place: `data` holds sum(counts) float32 values on every rank,
+  /// cut into consecutive segments, segment r of counts[r] values for rank r (counts the same
+  /// on every rank, one per rank). On return this rank's segment holds the sum over ranks of
+  /// that segment; the rest of `data` is undefined. Payload counted: this rank's segment.
+  virtual void reduce_scatter_sum(float* data, const std::vector<int64_t>& counts) = 0;
+  /// All-gather in place: segment r (as for reduce_scatter_sum) of rank r's `data` is copied
+  /// into segment r of every rank's. Payload counted: this rank's segment.
+  virtual void allgather_segments(float* data, const std::vector<int64_t>& counts) = 0;
   /// Broadcast `bytes` bytes from root.
   virtual void broadcast(void* data, int64_t bytes, int root) = 0;
   /// Gathers every rank's variable-size byte block to all ranks, in rank order.
@@ -42,6 +50,9 @@ class Communicator {
  protected:
   int64_t bytes_ = 0;
 };
+
+/// Offset of segment r of `counts` (the sum of counts[0..r)); checks counts.size() == size.
+int64_t segment_offset(const std::vector<int64_t>& counts, int r, int size);
 
 /// World size 1 without MPI: every collective is the identity.
 std::unique_ptr<Communicator> make_local_communicator();

@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "engine/comm/communicator.h"
+#include "engine/error.h"
 
 namespace subdp {
 
@@ -17,6 +18,12 @@ class LocalCommunicator : public Communicator {
   void reduce_sum(const float* data, float* recv, int64_t n, int) override {
     if (recv != data) std::memcpy(recv, data, sizeof(float) * n);
   }
+  void reduce_scatter_sum(float*, const std::vector<int64_t>& counts) override {
+    bytes_ += segment_offset(counts, 1, 1) * 4;
+  }
+  void allgather_segments(float*, const std::vector<int64_t>& counts) override {
+    bytes_ += segment_offset(counts, 1, 1) * 4;
+  }
   void broadcast(void*, int64_t, int) override {}
   std::vector<std::string> allgather(const std::string& mine) override { return {mine}; }
   void barrier() override {}
@@ -29,5 +36,12 @@ class LocalCommunicator : public Communicator {
 }  // namespace
 
 std::unique_ptr<Communicator> make_local_communicator() { return std::make_unique<LocalCommunicator>(); }
+
+int64_t segment_offset(const std::vector<int64_t>& counts, int r, int size) {
+  SUBDP_ASSERT(static_cast<int>(counts.size()) == size && r >= 0 && r <= size);
+  int64_t off = 0;
+  for (int i = 0; i < r; ++i) off += counts[i];
+  return off;
+}
 
 }  // namespace subdp

@@ -70,6 +70,23 @@ class MpiCommunicator : public Communicator {
         MPI_CHECK(MPI_Reduce(data + off, nullptr, count, MPI_FLOAT, MPI_SUM, root, comm_));
     }
   }
+  void reduce_scatter_sum(float* data, const std::vector<int64_t>& counts) override {
+    CollectiveWatchdog::Guard guard(*watchdog_, "MPI_Reduce_scatter");
+    const auto ints = int_counts(counts);
+    const int64_t off = segment_offset(counts, rank_, size_);
+    bytes_ += counts[rank_] * static_cast<int64_t>(sizeof(float));
+    // In place, MPI leaves this rank's result at the start of the buffer: moved to its segment.
+    MPI_CHECK(MPI_Reduce_scatter(MPI_IN_PLACE, data, ints.data(), MPI_FLOAT, MPI_SUM, comm_));
+    if (off > 0) std::memmove(data + off, data, sizeof(float) * counts[rank_]);
+  }
+  void allgather_segments(float* data, const std::vector<int64_t>& counts) override {
+    CollectiveWatchdog::Guard guard(*watchdog_, "MPI_Allgatherv");
+    const auto ints = int_counts(counts);
+    std::vector<int> displs(size_);
+    for (int r = 0; r < size_; ++r) displs[r] = static_cast<int>(segment_offset(counts, r, size_));
+    bytes_ += counts[rank_] * static_cast<int64_t>(sizeof(float));
+    MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, ints.data(), displs.data(), MPI_FLOAT, comm_));
+  }
   void broadcast(void* data, int64_t bytes, int root) override {
     CollectiveWatchdog::Guard guard(*watchdog_, "MPI_Bcast");
     char* p = static_cast<char*>(data);
@@ -108,6 +125,13 @@ class MpiCommunicator : public Communicator {
   std::string backend() const override { return "mpi"; }
 
  private:
+  /// MPI's int counts of a segment list whose total fits an int (callers cut larger buffers).
+  std::vector<int> int_counts(const std::vector<int64_t>& counts) const {
+    SUBDP_ASSERT(static_cast<int>(counts.size()) == size_);
+    SUBDP_CHECK(segment_offset(counts, size_, size_) < kMaxCount, "reduce-scatter / all-gather of {} values: at most "
+                "{} per call (cut the buffer: parallel.bucket_mb)", segment_offset(counts, size_, size_), kMaxCount);
+    return std::vector<int>(counts.begin(), counts.end());
+  }
   MPI_Comm comm_;
   std::shared_ptr<CollectiveWatchdog> watchdog_;
   int rank_ = 0, size_ = 1;

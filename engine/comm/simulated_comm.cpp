@@ -24,6 +24,15 @@ class SimulatedCommunicator : public Communicator {
   void reduce_sum(const float* data, float* recv, int64_t n, int root) override {
     if (rank_ == root && recv != data) std::memcpy(recv, data, sizeof(float) * n);
   }
+  void reduce_scatter_sum(float* data, const std::vector<int64_t>& counts) override {
+    // As if every rank held these values: this rank's segment becomes size x itself.
+    const int64_t off = segment_offset(counts, rank_, size_), n = counts[rank_];
+    bytes_ += n * static_cast<int64_t>(sizeof(float));
+    scale(data + off, n);
+  }
+  void allgather_segments(float*, const std::vector<int64_t>& counts) override {
+    bytes_ += counts.at(rank_) * static_cast<int64_t>(sizeof(float));  // other segments: as they are
+  }
   void broadcast(void*, int64_t, int) override {}
   std::vector<std::string> allgather(const std::string& mine) override {
     return std::vector<std::string>(size_, mine);

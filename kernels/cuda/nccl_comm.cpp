@@ -139,6 +139,20 @@ class NcclComm final : public NcclCommunicator {
     if (rank_ == root) CUDA_CHECK(cudaMemcpyAsync(recv, d, bytes, cudaMemcpyDeviceToHost, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
+  void reduce_scatter_sum(float* data, const std::vector<int64_t>& counts) override {
+    // Variable counts: one ncclReduce per segment to its rank, grouped into one launch
+    // (ncclReduceScatter wants equal counts).
+    bytes_ += counts.at(rank_) * static_cast<int64_t>(sizeof(float));
+    per_segment(data, counts, [&](float* seg, size_t n, int r) {
+      NCCL_CHECK(ncclReduce(seg, seg, n, ncclFloat, ncclSum, r, comm_, stream_));
+    });
+  }
+  void allgather_segments(float* data, const std::vector<int64_t>& counts) override {
+    bytes_ += counts.at(rank_) * static_cast<int64_t>(sizeof(float));
+    per_segment(data, counts, [&](float* seg, size_t n, int r) {
+      NCCL_CHECK(ncclBroadcast(seg, seg, n, ncclFloat, r, comm_, stream_));
+    });
+  }
   void broadcast(void* data, int64_t bytes, int root) override {
     in_place(data, static_cast<size_t>(bytes), [&](void* d) {
       NCCL_CHECK(ncclBroadcast(d, d, static_cast<size_t>(bytes), ncclUint8, root, comm_, stream_));
@@ -166,6 +180,20 @@ class NcclComm final : public NcclCommunicator {
   }
 
  private:
+  /// One NCCL call per segment r of `counts` (op(segment, count, r)), grouped, in place on
+  /// data (staged through the device for host buffers).
+  template <class F>
+  void per_segment(float* data, const std::vector<int64_t>& counts, F&& op) {
+    const int64_t total = segment_offset(counts, size_, size_);
+    in_place(data, static_cast<size_t>(total) * sizeof(float), [&](void* d) {
+      float* base = static_cast<float*>(d);
+      NCCL_CHECK(ncclGroupStart());
+      for (int r = 0; r < size_; ++r)
+        if (counts[r] > 0) op(base + segment_offset(counts, r, size_), static_cast<size_t>(counts[r]), r);
+      NCCL_CHECK(ncclGroupEnd());
+    });
+  }
+
   /// Runs op on the comm stream between the compute stream's earlier and later work.
   template <class F>
   void enqueue(F&& op) {
