@@ -25,7 +25,8 @@ bwd-neuron, stoch-depth (stochastic depth: every rank holds the whole model and 
 block with probability 1 - keep per step, S = 1). A regime written `name@k` (e.g. fwd-block@0.25) is one extra run at keep k,
 outside the --keep cross product. A regime written `name+recompute` (dp+recompute,
 fwd-block+recompute) adds train.recompute = "blocks" (activations recomputed block by block
-in the backward pass, GPT). Keep values whose coverage keep*S is not whole are
+in the backward pass, GPT); `name+zero1` adds parallel.shard = "optimizer" (ZeRO-1);
+modifiers combine (fwd-block+zero1+recompute). Keep values whose coverage keep*S is not whole are
 skipped, and so are granularities the model refuses (the MLP has no blocks), with a note.
 A failing run stops the comparison with a non-zero exit naming the run and its command.
 
@@ -65,12 +66,12 @@ REGIMES = {  # name -> (mask.regime, mask.granularity)
 WHOLE_MODEL = ("dp", "stoch-depth")
 # Composable memory baselines: a regime written name+modifier (e.g. dp+recompute,
 # fwd-block+recompute) adds the modifier's overrides to the base regime's.
-MODIFIERS = {"recompute": ["train.recompute=blocks"]}
+MODIFIERS = {"recompute": ["train.recompute=blocks"], "zero1": ["parallel.shard=optimizer"]}
 EVAL_RE = re.compile(r"^eval step (\d+) epoch ([\d.]+): full model test_loss (\S+) test_acc (\S+)"
                      r"(?: bits_per_\w+ \S+)?(?: \| subnetworks \(own share\) loss (\S+) acc (\S+))?")
 FINAL_RE = re.compile(r"^final step=(\d+) train_loss=(\S+) test_loss=(\S+) test_acc=(\S+) peak_bytes=(\d+) "
                       r"time_s=(\S+)")
-PLAN_ROW_RE = re.compile(r"^\s+(subnetwork \d+ \(ranks [^)]*\)|dp\+recompute \(every rank\)|plain DP \(W=\d+\))"
+PLAN_ROW_RE = re.compile(r"^\s+(subnetwork \d+ \(ranks [^)]*\)|dp(?:\+\w+)+ \(rank 0\)|plain DP \(W=\d+\))"
                          r"\s+((?:-?\d+\s+){6}-?\d+)")
 REFUSED_RE = re.compile(r'mask\.granularity = "(block|neuron)": (.*)')
 
@@ -162,7 +163,7 @@ def parse_plan(text):
         if m:
             rows[m.group(1)] = [int(x) for x in m.group(2).split()]
     dp = next((v for k, v in rows.items() if k.startswith("plain DP")), None)
-    subs = [v for k, v in rows.items() if k.startswith(("subnetwork", "dp+recompute"))]
+    subs = [v for k, v in rows.items() if k.startswith(("subnetwork", "dp+"))]
     worst = max(subs, key=lambda r: r[-1]) if subs else dp
     return {"rows": rows, "worst": worst, "dp": dp}
 

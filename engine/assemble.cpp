@@ -57,6 +57,12 @@ std::vector<NamedTensor> gather_full(Model& model, Optimizer* opt, const Gradien
         const float* src = nullptr;
         if (k < 0) src = p.value.f32();
         else if (opt_index.count(&p)) src = opt->state(opt_index.at(&p))[k]->f32();
+        if (src && k >= 0 && opt->sharded()) {
+          // ZeRO-1: each state element lives on exactly one holder, the owner of its shard.
+          for (const StateRun& r : opt->state_runs(opt_index.at(&p)))
+            for (int64_t t = 0; t < r.len; ++t) full[full_offset_of_grad(p, r.grad_off + t)] = src[r.state_off + t];
+          src = nullptr;
+        }
         for_each_value_run_at(p, [&](int64_t lo, int64_t fo, int64_t len, int pos) {
           if (!src) return;
           const bool unit_held = p.unit.layer < 0 || pos < p.mask->kept;
@@ -102,6 +108,11 @@ void scatter_full(Model& model, Optimizer* opt, Communicator& world, const std::
       Param& p = *it->second;
       if (k >= 0 && !opt_index.count(&p)) continue;  // this rank holds no state for it
       float* dst = k < 0 ? p.value.f32() : opt->state(opt_index.at(&p))[k]->f32();
+      if (k >= 0 && opt->sharded()) {  // ZeRO-1: this rank's shard pieces only
+        for (const StateRun& r : opt->state_runs(opt_index.at(&p)))
+          for (int64_t t = 0; t < r.len; ++t) dst[r.state_off + t] = buf[full_offset_of_grad(p, r.grad_off + t)];
+        continue;
+      }
       for_each_value_run_at(p, [&](int64_t lo, int64_t fo, int64_t len, int pos) {
         if (k < 0) std::memcpy(dst + lo, buf.data() + fo, sizeof(float) * len);
         else if (p.unit.layer < 0 || pos < p.mask->kept)

@@ -71,6 +71,7 @@ struct ParallelConfig {
   std::string backend = "auto";      // auto, mpi, nccl, local
   double bucket_mb = 25.0;           // largest all-reduce or owner-broadcast message, and the comm buffer's cap, MiB
   double collective_timeout_s = 300; // watchdog on a collective
+  std::string shard = "none";        // none, optimizer (ZeRO-1: optimizer state split over each slice's holders)
 };
 
 /// [mask]: subnetwork masking regime.

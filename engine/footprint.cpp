@@ -31,8 +31,8 @@ MemStats predict_rank_memory(const Config& c, int world, int rank) {
     auto comm = make_simulated_communicator(rank, world);
     auto model = make_model(c.model, make_subnet_mask(plan, units, layout.subnet(), c.mask.scale == "inverse_keep"),
                             c.train.batch_size, c.train.seed, c.train.recompute == "blocks");
-    auto opt = make_optimizer(c.optim, model->params().trainable());
-    GradientSync sync(*comm, layout, plan, model->params().all(), c.parallel.bucket_mb);
+    GradientSync sync(*comm, layout, plan, model->params().all(), c.parallel.bucket_mb, c.parallel.shard == "optimizer");
+    auto opt = make_optimizer(c.optim, model->params().trainable(), sync.sharded() ? &sync.shard_pieces() : nullptr);
     Batch batch = allocate_batch(c);
   });
 }

@@ -16,8 +16,8 @@ std::vector<int> Layout::ranks_of(const std::vector<int>& subnets) const {
 }
 
 GradientSync::GradientSync(Communicator& world, const Layout& layout, const SubnetworkPlan& plan,
-                           std::vector<Param*> params, double bucket_mb)
-    : world_(world), layout_(layout), plan_(plan), params_(std::move(params)) {
+                           std::vector<Param*> params, double bucket_mb, bool shard_optimizer)
+    : world_(world), layout_(layout), plan_(plan), params_(std::move(params)), shard_(shard_optimizer) {
   std::vector<int> everyone(layout.world);
   for (int w = 0; w < layout.world; ++w) everyone[w] = w;
   buckets_.push_back({-1, everyone, &world_, {}, 0});
@@ -55,6 +55,38 @@ GradientSync::GradientSync(Communicator& world, const Layout& layout, const Subn
   }
   if (layout.world > 1)
     comm_buffer_ = Tensor::empty({std::max(std::min(largest, bucket_elems_), broadcast_chunk_)}, MemCategory::comm);
+  if (shard_) collect_shard_pieces();
+}
+
+int64_t GradientSync::chunk_cap(const Bucket&) const {
+  // As reduce_bucket cuts: whole buckets up to bucket_elems_, else bucket_elems_ (every
+  // holder's buffer holds at least min(its largest bucket, bucket_elems_)).
+  return layout_.world > 1 ? std::min(comm_buffer_.numel(), bucket_elems_) : bucket_elems_;
+}
+
+std::pair<int64_t, int64_t> GradientSync::my_segment(const Bucket& b, int64_t filled) const {
+  const int64_t k = static_cast<int64_t>(b.ranks.size());
+  const int64_t i = std::find(b.ranks.begin(), b.ranks.end(), layout_.rank) - b.ranks.begin();
+  return {filled * i / k, filled * (i + 1) / k};
+}
+
+void GradientSync::collect_shard_pieces() {
+  // The same chunks and segments as reduce_scatter_bucket: this rank's part of every bucket
+  // it holds, as pieces of parameters (trainable ones; buffers are averaged, not updated).
+  for (auto& b : buckets_) {
+    if ((b.group >= 0 && b.comm == nullptr) || b.elems == 0) continue;
+    for_each_chunk(b.runs, chunk_cap(b), [&](const std::vector<BucketRun>& pieces, int64_t filled) {
+      const auto [lo, hi] = my_segment(b, filled);
+      int64_t at = 0;
+      for (const BucketRun& r : pieces) {
+        const int64_t a = std::max(lo, at), e = std::min(hi, at + r.len);
+        if (a < e && r.param && r.param->trainable)
+          shard_pieces_.push_back({r.param, r.data + (a - at) - r.param->grad.f32(),
+                                   r.value + (a - at) - r.param->value.f32(), e - a});
+        at += r.len;
+      }
+    });
+  }
 }
 
 int GradientSync::group_of(const Param& p, int pos) const {
@@ -69,68 +101,141 @@ int GradientSync::group_of(const Param& p, int pos) const {
 
 void GradientSync::add_param(Param& p) {
   // Trainable: the held gradient runs. Buffers: the same runs, over values.
-  auto add_run = [&](float* base, int64_t offset, int64_t len, int pos) {
+  // A run: `len` floats at data (a gradient, or a buffer's value) and at value.
+  auto add_run = [&](float* data, float* value, int64_t len, int pos) {
     Bucket& b = buckets_[group_of(p, pos) + 1];
     SUBDP_ASSERT(b.comm != nullptr || b.group >= 0);
-    if (!b.runs.empty() && b.runs.back().data + b.runs.back().len == base + offset)
-      b.runs.back().len += len;  // merge adjacent runs
+    BucketRun* last = b.runs.empty() ? nullptr : &b.runs.back();
+    if (last && last->param == &p && last->data + last->len == data && last->value + last->len == value)
+      last->len += len;  // merge runs adjacent in both the gradient and the values
     else
-      b.runs.push_back({base + offset, len});
+      b.runs.push_back({data, len, value, &p});
     b.elems += len;
   };
   if (p.trainable) {
     float* g = p.grad.defined() ? p.grad.f32() : nullptr;
-    for_each_grad_run(p, [&](int64_t, int64_t go, int64_t len, int pos) { add_run(g, go, len, pos); });
+    float* v = p.value.f32();
+    for_each_grad_run(p, [&](int64_t vo, int64_t go, int64_t len, int pos) { add_run(g + go, v + vo, len, pos); });
     return;
   }
   // Buffer held where its block is kept; unit-sliced buffers over the kept prefix.
   if (p.block >= 0 && plan_.granularity == Granularity::block && !plan_.keeps_block(layout_.subnet(), p.block)) return;
   float* v = p.value.f32();
   if (p.unit.layer < 0) {
-    add_run(v, 0, p.value.numel(), -1);
+    add_run(v, v, p.value.numel(), -1);
     return;
   }
   const int64_t outer = p.outer(), inner = p.inner(), ext = p.value_extent(), us = p.unit.unit_size;
   for (int64_t o = 0; o < outer; ++o)
-    for (int64_t a = 0; a < static_cast<int64_t>(p.mask->kept) * us; a += us)
-      add_run(v, (o * ext + a) * inner, us * inner, static_cast<int>(a / us));
+    for (int64_t a = 0; a < static_cast<int64_t>(p.mask->kept) * us; a += us) {
+      float* at = v + (o * ext + a) * inner;
+      add_run(at, at, us * inner, static_cast<int>(a / us));
+    }
 }
 
-template <class Collective>
-void GradientSync::through_buffer(const std::vector<BucketRun>& runs, int64_t cap, float scale, Collective collective) {
-  float* buf = comm_buffer_.f32();
+template <class Fn>
+void GradientSync::for_each_chunk(const std::vector<BucketRun>& runs, int64_t cap, Fn&& fn) {
   size_t run = 0;
   int64_t run_off = 0;
   std::vector<BucketRun> pieces;
   cap = std::max<int64_t>(cap, 1);  // a zero cap would never consume a run
   while (run < runs.size()) {
-    // Pack up to `cap` floats, run the collective on them, unpack times `scale`.
     pieces.clear();
     int64_t filled = 0;
     while (run < runs.size() && filled < cap) {
-      const int64_t take = std::min(cap - filled, runs[run].len - run_off);
-      std::memcpy(buf + filled, runs[run].data + run_off, sizeof(float) * take);
-      pieces.push_back({runs[run].data + run_off, take});
+      const BucketRun& r = runs[run];
+      const int64_t take = std::min(cap - filled, r.len - run_off);
+      pieces.push_back({r.data + run_off, take, r.value ? r.value + run_off : nullptr, r.param});
       filled += take;
       run_off += take;
-      if (run_off == runs[run].len) {
+      if (run_off == r.len) {
         ++run;
         run_off = 0;
       }
     }
-    if (filled == 0) continue;  // only empty runs were left: every participant has the same ones
-    collective(buf, filled);
+    if (filled > 0) fn(pieces, filled);  // empty runs only: every participant has the same ones
+  }
+}
+
+template <class Collective>
+void GradientSync::through_buffer(const std::vector<BucketRun>& runs, int64_t cap, float scale, Collective collective) {
+  float* buf = comm_buffer_.f32();
+  for_each_chunk(runs, cap, [&](const std::vector<BucketRun>& pieces, int64_t filled) {
+    // Pack the chunk, run the collective on it, unpack times `scale`.
     int64_t at = 0;
-    for (auto& [dst, len] : pieces) {
-      for (int64_t i = 0; i < len; ++i) dst[i] = buf[at + i] * scale;
-      at += len;
+    for (const BucketRun& r : pieces) {
+      std::memcpy(buf + at, r.data, sizeof(float) * r.len);
+      at += r.len;
     }
+    collective(buf, filled);
+    at = 0;
+    for (const BucketRun& r : pieces) {
+      for (int64_t i = 0; i < r.len; ++i) r.data[i] = buf[at + i] * scale;
+      at += r.len;
+    }
+  });
+}
+
+/// Segment counts of a chunk of `filled` floats over k holders (as my_segment cuts it).
+static std::vector<int64_t> segment_counts(int64_t filled, int64_t k) {
+  std::vector<int64_t> counts(k);
+  for (int64_t i = 0; i < k; ++i) counts[i] = filled * (i + 1) / k - filled * i / k;
+  return counts;
+}
+
+void GradientSync::reduce_scatter_bucket(Bucket& b) {
+  Communicator* comm = b.group < 0 ? &world_ : b.comm;
+  float* buf = comm_buffer_.f32();
+  const float scale = 1.f / static_cast<float>(b.ranks.size());
+  for_each_chunk(b.runs, chunk_cap(b), [&](const std::vector<BucketRun>& pieces, int64_t filled) {
+    int64_t at = 0;
+    for (const BucketRun& r : pieces) {
+      std::memcpy(buf + at, r.data, sizeof(float) * r.len);
+      at += r.len;
+    }
+    comm->reduce_scatter_sum(buf, segment_counts(filled, static_cast<int64_t>(b.ranks.size())));
+    bytes_ += filled / 2 * static_cast<int64_t>(sizeof(float));  // with the all-gather: an all-reduce's
+    const auto [lo, hi] = my_segment(b, filled);
+    at = 0;
+    for (const BucketRun& r : pieces) {  // only this rank's segment is averaged
+      for (int64_t i = std::max(lo, at); i < std::min(hi, at + r.len); ++i) r.data[i - at] = buf[i] * scale;
+      at += r.len;
+    }
+  });
+}
+
+void GradientSync::gather_bucket_values(Bucket& b) {
+  Communicator* comm = b.group < 0 ? &world_ : b.comm;
+  float* buf = comm_buffer_.f32();
+  for_each_chunk(b.runs, chunk_cap(b), [&](const std::vector<BucketRun>& pieces, int64_t filled) {
+    const auto [lo, hi] = my_segment(b, filled);
+    int64_t at = 0;
+    for (const BucketRun& r : pieces) {  // this rank's updated values into its segment
+      for (int64_t i = std::max(lo, at); i < std::min(hi, at + r.len); ++i) buf[i] = r.value[i - at];
+      at += r.len;
+    }
+    comm->allgather_segments(buf, segment_counts(filled, static_cast<int64_t>(b.ranks.size())));
+    bytes_ += (filled - filled / 2) * static_cast<int64_t>(sizeof(float));
+    at = 0;
+    for (const BucketRun& r : pieces) {
+      std::memcpy(r.value, buf + at, sizeof(float) * r.len);
+      at += r.len;
+    }
+  });
+}
+
+void GradientSync::gather_values() {
+  if (!shard_ || layout_.world == 1) return;
+  for (auto& b : buckets_) {
+    if ((b.group >= 0 && b.comm == nullptr) || b.elems == 0) continue;
+    gather_bucket_values(b);
   }
 }
 
 void GradientSync::reduce_bucket(Bucket& b) {
   Communicator* comm = b.group < 0 ? &world_ : b.comm;
   if (comm == nullptr || b.elems == 0) return;
+  if (shard_) return reduce_scatter_bucket(b);
   // Chunks agree across the holders, whose buffers may differ in size: every buffer holds
   // at least min(its largest bucket, bucket_elems_) and at most bucket_elems_ floats, so a
   // bucket of at most bucket_elems_ goes out whole everywhere and a larger one is cut at

@@ -22,10 +22,22 @@ struct Layout {
   std::vector<int> ranks_of(const std::vector<int>& subnets) const;
 };
 
-/// One contiguous run of a bucket: `len` floats at `offset` of a tensor.
+/// One contiguous run of a bucket: `len` floats at `data`. For a gradient run, `value` is
+/// the same run of the parameter's values (where the optimizer writes); for a buffer run
+/// (running statistics, averaged by value) value == data.
 struct BucketRun {
   float* data;
   int64_t len;
+  float* value = nullptr;
+  Param* param = nullptr;  // owner of the run (gradient runs), nullptr for value-only runs
+};
+
+/// A piece of this rank's optimizer shard (parallel.shard = "optimizer", ZeRO-1): `len`
+/// values of `param` at `value_off` of its value, whose averaged gradient is at `grad_off`
+/// of its gradient after GradientSync::average().
+struct ShardPiece {
+  Param* param;
+  int64_t grad_off, value_off, len;
 };
 
 /// Everything averaged over one communicator.
@@ -42,10 +54,22 @@ class GradientSync {
   /// Creates one communicator per distinct holder group (collective over world: every
   /// rank must construct it with the same plan). bucket_mb (MiB) bounds one message and the
   /// communication buffer.
+  /// shard_optimizer (parallel.shard = "optimizer", ZeRO-1, Rajbhandari et al. 2020): every
+  /// bucket is split evenly over its holders, chunk by chunk of at most bucket_mb; average()
+  /// reduce-scatters instead of all-reducing, and gather_values() all-gathers the values the
+  /// holders updated on their shards.
   GradientSync(Communicator& world, const Layout& layout, const SubnetworkPlan& plan,
-               std::vector<Param*> params, double bucket_mb);
-  /// Averages gradients and running statistics over their holders.
+               std::vector<Param*> params, double bucket_mb, bool shard_optimizer = false);
+  /// Averages gradients and running statistics over their holders. Sharded: only this
+  /// rank's shard of each bucket is averaged (the rest of its gradients are stale).
   void average();
+  /// Sharded only, after the optimizer step: every holder receives every shard's updated
+  /// values (one all-gather per chunk, in the all-reduces' order).
+  void gather_values();
+  /// Sharded: this rank's shard pieces of trainable gradients (the optimizer updates these
+  /// only), in bucket order. Empty when not sharded.
+  const std::vector<ShardPiece>& shard_pieces() const { return shard_pieces_; }
+  bool sharded() const { return shard_; }
   /// Backward masking: owners broadcast updated unit values (one collective per group, or
   /// per bucket_mb of it), through the all-reduce buffer, which is free once average() ends.
   void broadcast_unit_values();
@@ -69,6 +93,17 @@ class GradientSync {
   void reduce_bucket(Bucket& b);
   template <class Collective>
   void through_buffer(const std::vector<BucketRun>& runs, int64_t cap, float scale, Collective collective);
+  /// Calls fn(pieces, filled) for each chunk of at most cap floats of runs, in order: pieces
+  /// are the sub-runs the chunk holds, filled their total. The same cut on every holder.
+  template <class Fn>
+  static void for_each_chunk(const std::vector<BucketRun>& runs, int64_t cap, Fn&& fn);
+  /// Floats per chunk of bucket b (the same on every holder).
+  int64_t chunk_cap(const Bucket& b) const;
+  /// This rank's segment [begin, end) of a chunk of `filled` floats of bucket b.
+  std::pair<int64_t, int64_t> my_segment(const Bucket& b, int64_t filled) const;
+  void collect_shard_pieces();
+  void reduce_scatter_bucket(Bucket& b);
+  void gather_bucket_values(Bucket& b);
   Communicator& world_;
   Layout layout_;
   const SubnetworkPlan& plan_;
@@ -82,6 +117,8 @@ class GradientSync {
   int64_t bucket_elems_;
   int64_t broadcast_chunk_ = 0;  // floats per broadcast message, the same on every rank
   int64_t bytes_ = 0;
+  bool shard_ = false;
+  std::vector<ShardPiece> shard_pieces_;
 };
 
 }  // namespace subdp

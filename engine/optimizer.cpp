@@ -11,14 +11,28 @@ namespace subdp {
 
 namespace {
 
-/// Per-parameter state tensors shaped like the gradient.
+/// Per-parameter state, updated run by run. Unsharded, the state is shaped like the
+/// gradient and the runs are its spans (for_each_grad_span); sharded (ZeRO-1), the state of
+/// a parameter holds its shard pieces only, one after another.
 class StatefulOptimizer : public Optimizer {
  public:
-  StatefulOptimizer(std::vector<Param*> params, int states) : params_(std::move(params)), states_(states) {
+  StatefulOptimizer(std::vector<Param*> params, int states, const std::vector<ShardPiece>* shard)
+      : params_(std::move(params)), states_(states), sharded_(shard != nullptr) {
     for (Param* p : params_) {
+      std::vector<StateRun> runs;
+      int64_t n = 0;
+      if (shard) {
+        for (const ShardPiece& piece : *shard)
+          if (piece.param == p) runs.push_back({piece.value_off, piece.grad_off, n, piece.len}), n += piece.len;
+      } else {
+        for_each_grad_span(*p, [&](int64_t vo, int64_t go, int64_t len) { runs.push_back({vo, go, go, len}); });
+        n = p->grad.numel();
+      }
       std::vector<Tensor> s;
-      for (int i = 0; i < states; ++i) s.push_back(Tensor::zeros(p->grad.shape(), MemCategory::optimizer));
+      for (int i = 0; i < states; ++i)
+        s.push_back(shard ? Tensor::zeros({n}, MemCategory::optimizer) : Tensor::zeros(p->grad.shape(), MemCategory::optimizer));
       state_.push_back(std::move(s));
+      runs_.push_back(std::move(runs));
     }
   }
   std::vector<Tensor*> state(size_t i) override {
@@ -26,6 +40,8 @@ class StatefulOptimizer : public Optimizer {
     for (auto& t : state_.at(i)) out.push_back(&t);
     return out;
   }
+  std::vector<StateRun> state_runs(size_t i) const override { return runs_.at(i); }
+  bool sharded() const override { return sharded_; }
   int num_states() const override { return states_; }
   int64_t steps_taken() const override { return t_; }
   void set_steps_taken(int64_t t) override { t_ = t; }
@@ -40,7 +56,9 @@ class StatefulOptimizer : public Optimizer {
   int nonfinite_ = -1;
   std::vector<Param*> params_;
   std::vector<std::vector<Tensor>> state_;
+  std::vector<std::vector<StateRun>> runs_;
   int states_;
+  bool sharded_;
   int64_t t_ = 0;
 };
 
@@ -48,8 +66,8 @@ class StatefulOptimizer : public Optimizer {
 /// Nesterov: g = g + momentum * buf; w -= lr * g.
 class Sgd : public StatefulOptimizer {
  public:
-  Sgd(const OptimConfig& c, std::vector<Param*> params)
-      : StatefulOptimizer(std::move(params), c.momentum > 0 ? 1 : 0), c_(c) {}
+  Sgd(const OptimConfig& c, std::vector<Param*> params, const std::vector<ShardPiece>* shard)
+      : StatefulOptimizer(std::move(params), c.momentum > 0 ? 1 : 0, shard), c_(c) {}
   void step(double lr) override {
     const float mu = static_cast<float>(c_.momentum), wd = static_cast<float>(c_.weight_decay);
     const float flr = static_cast<float>(lr);
@@ -60,9 +78,9 @@ class Sgd : public StatefulOptimizer {
       const float* g = params_[i]->grad.f32();
       float* buf = state_[i].empty() ? nullptr : state_[i][0].f32();
       int64_t bad = 0;
-      for_each_grad_span(*params_[i], [&](int64_t vo, int64_t go, int64_t len) {
-        bad += backend().sgd_update(w + vo, g + go, buf ? buf + go : nullptr, len, flr, mu, wd, c_.nesterov, first);
-      });
+      for (const StateRun& r : runs_[i])
+        bad += backend().sgd_update(w + r.value_off, g + r.grad_off, buf ? buf + r.state_off : nullptr, r.len, flr,
+                                    mu, wd, c_.nesterov, first);
       note_update(i, bad);
     }
     ++t_;
@@ -76,7 +94,8 @@ class Sgd : public StatefulOptimizer {
 /// bias correction; w -= lr * m_hat / (sqrt(v_hat) + eps).
 class AdamW : public StatefulOptimizer {
  public:
-  AdamW(const OptimConfig& c, std::vector<Param*> params) : StatefulOptimizer(std::move(params), 2), c_(c) {}
+  AdamW(const OptimConfig& c, std::vector<Param*> params, const std::vector<ShardPiece>* shard)
+      : StatefulOptimizer(std::move(params), 2, shard), c_(c) {}
   void step(double lr) override {
     ++t_;
     const double b1 = c_.beta1, b2 = c_.beta2;
@@ -92,9 +111,9 @@ class AdamW : public StatefulOptimizer {
       float* m = state_[i][0].f32();
       float* v = state_[i][1].f32();
       int64_t bad = 0;
-      for_each_grad_span(*params_[i], [&](int64_t vo, int64_t go, int64_t len) {
-        bad += backend().adamw_update(w + vo, g + go, m + go, v + go, len, step_size, bc2_sqrt, decay, eps, fb1, fb2);
-      });
+      for (const StateRun& r : runs_[i])
+        bad += backend().adamw_update(w + r.value_off, g + r.grad_off, m + r.state_off, v + r.state_off, r.len,
+                                      step_size, bc2_sqrt, decay, eps, fb1, fb2);
       note_update(i, bad);
     }
   }
@@ -105,12 +124,13 @@ class AdamW : public StatefulOptimizer {
 
 }  // namespace
 
-std::unique_ptr<Optimizer> make_optimizer(const OptimConfig& c, std::vector<Param*> params) {
+std::unique_ptr<Optimizer> make_optimizer(const OptimConfig& c, std::vector<Param*> params,
+                                          const std::vector<ShardPiece>* shard) {
   std::vector<Param*> held;
   for (Param* p : params)
     if (p->grad.defined()) held.push_back(p);
-  if (c.name == "sgd") return std::make_unique<Sgd>(c, held);
-  if (c.name == "adamw") return std::make_unique<AdamW>(c, held);
+  if (c.name == "sgd") return std::make_unique<Sgd>(c, held, shard);
+  if (c.name == "adamw") return std::make_unique<AdamW>(c, held, shard);
   throw Error(fmt::format("optim.name = \"{}\": expected sgd or adamw", c.name));
 }
 

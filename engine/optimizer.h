@@ -7,17 +7,30 @@
 #include <vector>
 
 #include "engine/config.h"
+#include "engine/grad_sync.h"
 #include "engine/param.h"
 
 namespace subdp {
+
+/// One run of a parameter's update: `len` values at value_off, their gradient at grad_off,
+/// their optimizer state at state_off of each state tensor.
+struct StateRun {
+  int64_t value_off, grad_off, state_off, len;
+};
 
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
   /// Applies one update with learning rate lr to every parameter holding a gradient.
   virtual void step(double lr) = 0;
-  /// Optimizer state tensors of parameter i (same layout as its gradient), for checkpoints.
+  /// Optimizer state tensors of parameter i, for checkpoints: laid out like its gradient, or,
+  /// sharded, its shard pieces one after another (state_runs maps them).
   virtual std::vector<Tensor*> state(size_t i) = 0;
+  /// Where parameter i's state sits: runs of (value, gradient, state) offsets. Unsharded:
+  /// state_off == grad_off over the whole gradient.
+  virtual std::vector<StateRun> state_runs(size_t i) const = 0;
+  /// True when the state holds this rank's shard pieces only (parallel.shard = "optimizer").
+  virtual bool sharded() const = 0;
   /// State tensors per parameter (SGD with momentum 1, without 0; AdamW 2), same on every rank.
   virtual int num_states() const = 0;
   virtual int64_t steps_taken() const = 0;
@@ -29,8 +42,11 @@ class Optimizer {
   virtual int nonfinite_param() const = 0;
 };
 
-/// Builds the optimizer named in config.optim over `params` (held gradients only).
-std::unique_ptr<Optimizer> make_optimizer(const OptimConfig& config, std::vector<Param*> params);
+/// Builds the optimizer named in config.optim over `params` (held gradients only). With
+/// `shard` (GradientSync::shard_pieces, parallel.shard = "optimizer") it keeps state for, and
+/// updates, those pieces only.
+std::unique_ptr<Optimizer> make_optimizer(const OptimConfig& config, std::vector<Param*> params,
+                                          const std::vector<ShardPiece>* shard = nullptr);
 
 /// Learning rate at optimizer step `step` (0-based) of `total`: linear warm-up over
 /// warmup_steps from lr/warmup to lr, then cosine decay to lr * min_lr_ratio (schedule

@@ -146,28 +146,46 @@ int64_t grad_offset_of(const Param& p, int64_t local_off, int pos) {
   return (o * gext + static_cast<int64_t>(pos) * us) * inner;
 }
 
-std::string locate_nonfinite(const Param& p, const float* data, bool grad_layout) {
-  int64_t found = -1, full = -1;
-  int pos = -1;
-  auto scan = [&](int64_t local, int64_t full_off, int64_t len, int at) {
-    for (int64_t k = 0; k < len && found < 0; ++k)
-      if (!std::isfinite(data[local + k])) found = local + k, full = full_off + k, pos = at;
-  };
-  if (!grad_layout) {
-    for_each_value_run_at(p, [&](int64_t lo, int64_t fo, int64_t len, int at) { scan(lo, fo, len, at); });
-  } else {
-    for_each_grad_run(p, [&](int64_t vo, int64_t go, int64_t len, int at) {
-      if (at < 0) return scan(go, go, len, at);
-      const int64_t inner = p.inner(), o = vo / (p.value_extent() * inner);
-      const int64_t full_off = (o * p.full_shape.at(p.unit.axis) + int64_t{p.mask->order[at]} * p.unit.unit_size) * inner;
-      scan(go, full_off, len, at);
-    });
-  }
-  if (found < 0) return "";
+int64_t full_offset_of_grad(const Param& p, int64_t grad_off) {
+  if (p.unit.layer < 0) return grad_off;
+  const int64_t inner = p.inner(), gext = p.grad_extent(), us = p.unit.unit_size;
+  const int64_t o = grad_off / (gext * inner), rem = grad_off % (gext * inner);
+  const int64_t pos = rem / (us * inner), within = rem % (us * inner);
+  return (o * p.full_shape.at(p.unit.axis) + int64_t{p.mask->order[pos]} * us) * inner + within;
+}
+
+namespace {
+
+std::string describe_full_element(const Param& p, int64_t full, int unit) {
   std::string out = fmt::format("element {} of the full {} tensor", element_str(p.full_shape, full),
                                 shape_str(p.full_shape));
-  if (pos >= 0) out += fmt::format(", unit {} of maskable layer {}", p.mask->order[pos], p.unit.layer);
+  if (unit >= 0) out += fmt::format(", unit {} of maskable layer {}", unit, p.unit.layer);
   return out;
+}
+
+}  // namespace
+
+std::string describe_grad_element(const Param& p, int64_t grad_off) {
+  int unit = -1;
+  if (p.unit.layer >= 0) {
+    const int64_t inner = p.inner(), span = p.grad_extent() * inner;
+    unit = p.mask->order[(grad_off % span) / (int64_t{p.unit.unit_size} * inner)];
+  }
+  return describe_full_element(p, full_offset_of_grad(p, grad_off), unit);
+}
+
+std::string locate_nonfinite(const Param& p, const float* data, bool grad_layout) {
+  if (grad_layout) {
+    for (int64_t i = 0; i < p.grad.numel(); ++i)
+      if (!std::isfinite(data[i])) return describe_grad_element(p, i);
+    return "";
+  }
+  std::string found;
+  for_each_value_run_at(p, [&](int64_t lo, int64_t fo, int64_t len, int at) {
+    for (int64_t k = 0; k < len && found.empty(); ++k)
+      if (!std::isfinite(data[lo + k])) found = describe_full_element(p, fo + k, at >= 0 ? p.mask->order[at] : -1);
+  });
+  return found;
 }
 
 float init_value(uint64_t seed, const std::string& name, int64_t full_index, InitSpec init) {

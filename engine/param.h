@@ -116,6 +116,14 @@ void for_each_grad_span(const Param& p, const std::function<void(int64_t, int64_
 /// (< p.mask->kept) for a unit-sliced p, whose gradient holds the kept prefix only.
 int64_t grad_offset_of(const Param& p, int64_t local_off, int pos);
 
+/// Full-model flat offset of element `grad_off` of p's gradient (kept prefix along the unit
+/// axis mapped through p.mask->order; the identity for a parameter that is not unit-sliced).
+int64_t full_offset_of_grad(const Param& p, int64_t grad_off);
+
+/// "element (i, j) of the full (shape) tensor[, unit u of maskable layer l]" for element
+/// `grad_off` of p's gradient layout (messages).
+std::string describe_grad_element(const Param& p, int64_t grad_off);
+
 /// Where the first non-finite (inf or NaN) value of `data` sits: "" when every value is
 /// finite, else "element (i, j, ...) of the full (shape) tensor[, unit u of maskable layer l]".
 /// `data` holds p's local value (grad_layout = false) or a tensor laid out like its gradient

@@ -35,6 +35,7 @@ Config as_dp(Config c) {
   c.mask.regime = "none";
   c.mask.keep = 1.0;
   c.train.recompute = "none";
+  c.parallel.shard = "none";
   return c;
 }
 
@@ -114,8 +115,10 @@ int run_plan(const Config& config, int world, double budget_bytes) {
   if (plan.masked())
     for (int s = 0; s < S; ++s)
       print_row(fmt::format("subnetwork {} (ranks {}::{})", s, s, S), predict_rank_memory(config, world, s), dp.total_peak);
-  else if (config.train.recompute != "none")
-    print_row("dp+recompute (every rank)", predict_rank_memory(config, world, 0), dp.total_peak);
+  else if (config.train.recompute != "none" || config.parallel.shard != "none")
+    print_row(fmt::format("dp{}{} (rank 0)", config.parallel.shard != "none" ? "+zero1" : "",
+                          config.train.recompute != "none" ? "+recompute" : ""),
+              predict_rank_memory(config, world, 0), dp.total_peak);
   print_row(fmt::format("plain DP (W={})", world), dp, 0);
   if (budget_bytes > 0) answer_budget(config, world, budget_bytes);
   return 0;

@@ -68,8 +68,10 @@ Trainer::Trainer(const Config& config, std::unique_ptr<Communicator> world, cons
   const SubnetMask mask = make_subnet_mask(plan_, units_, layout_.subnet(), config_.mask.scale == "inverse_keep");
   model_ = make_model(config_.model, mask, config_.train.batch_size, config_.train.seed,
                       config_.train.recompute == "blocks");
-  optimizer_ = make_optimizer(config_.optim, model_->params().trainable());
-  sync_ = std::make_unique<GradientSync>(*world_, layout_, plan_, model_->params().all(), config_.parallel.bucket_mb);
+  sync_ = std::make_unique<GradientSync>(*world_, layout_, plan_, model_->params().all(), config_.parallel.bucket_mb,
+                                         config_.parallel.shard == "optimizer");
+  optimizer_ = make_optimizer(config_.optim, model_->params().trainable(),
+                              sync_->sharded() ? &sync_->shard_pieces() : nullptr);
   data_ = make_data_source(config_, layout_.rank, layout_.world);
   batch_ = data_->make_batch();
   Config dp = config_;
@@ -77,6 +79,7 @@ Trainer::Trainer(const Config& config, std::unique_ptr<Communicator> world, cons
   dp.mask.regime = "none";
   dp.mask.keep = 1.0;
   dp.train.recompute = "none";  // plain DP: no memory baseline either
+  dp.parallel.shard = "none";
   dp_footprint_ = predict_rank_memory(dp, layout_.world, layout_.rank);
   specs_ = full_specs(config_.model);
   steps_per_epoch_ = data_->steps_per_epoch();
@@ -199,6 +202,7 @@ void Trainer::train_step(int64_t epoch, int64_t in_epoch) {
   optimizer_->step(lr);
   check_updated_values();
   const auto tb = Clock::now();
+  sync_->gather_values();  // sharded: every holder receives the shards' updated values
   sync_->broadcast_unit_values();
   comm_s += seconds_since(tb);
   const int64_t bytes = sync_->take_bytes();
@@ -245,10 +249,14 @@ void Trainer::check_updated_values() {
     std::string where = locate_nonfinite(p, p.value.f32(), false);
     if (!where.empty()) mine = fmt::format("tensor {}, {}", p.name, where);
     const auto states = optimizer_->state(i);
-    for (size_t k = 0; k < states.size() && mine.empty(); ++k) {
-      where = locate_nonfinite(p, states[k]->f32(), true);
-      if (!where.empty()) mine = fmt::format("optimizer state {}::{}, {}", p.name, k, where);
-    }
+    for (size_t k = 0; k < states.size() && mine.empty(); ++k)
+      for (const StateRun& r : optimizer_->state_runs(i)) {  // the state's own layout (sharded: pieces)
+        const float* s = states[k]->f32() + r.state_off;
+        const int64_t bad = std::find_if(s, s + r.len, [](float x) { return !std::isfinite(x); }) - s;
+        if (bad == r.len) continue;
+        mine = fmt::format("optimizer state {}::{}, {}", p.name, k, describe_grad_element(p, r.grad_off + bad));
+        break;
+      }
   }
   double bad = mine.empty() ? 0 : 1;
   world_->allreduce_max(&bad, 1);
@@ -261,9 +269,12 @@ void Trainer::check_updated_values() {
 }
 
 void Trainer::clip_gradients() {
-  // Global norm over distinct slices: each slice counted once, by the owner of its group.
+  // Global norm over distinct slices: each slice counted once, by the owner of its group
+  // (sharded: by the holder whose shard it is, the only one with its averaged gradient).
   double sq = 0;
-  for (Param* p : model_->params().trainable()) {
+  for (const ShardPiece& piece : sync_->shard_pieces())
+    sq += backend().sum_squares(piece.param->grad.f32() + piece.grad_off, piece.len);
+  for (Param* p : sync_->sharded() ? std::vector<Param*>{} : model_->params().trainable()) {
     if (!p->grad.defined()) continue;
     const float* g = p->grad.f32();
     // Owned runs that touch in memory are summed as one span, so the order of additions (and

@@ -105,6 +105,7 @@ std::vector<Field> fields(Config& c) {
       {"parallel", "backend", &p.backend, one_of({"auto", "mpi", "nccl", "local"})},
       {"parallel", "bucket_mb", &p.bucket_mb, above(0)},
       {"parallel", "collective_timeout_s", &p.collective_timeout_s, above(0)},
+      {"parallel", "shard", &p.shard, one_of({"none", "optimizer", "gradients", "parameters"})},
       {"mask", "regime", &k.regime, one_of({"none", "forward", "backward", "stochastic"})},
       {"mask", "granularity", &k.granularity, one_of({"block", "neuron"})},
       {"mask", "keep", &k.keep, range(0, 1, true, false)},
@@ -373,6 +374,9 @@ void check_cross(const Config& c, const std::string& path) {
               "{}: [log] alignment_every = {}: gradient alignment compares a subnetwork with the full model; it "
               "needs [mask] regime = \"forward\" or \"backward\" (got \"{}\")", path, c.log.alignment_every,
               c.mask.regime);
+  SUBDP_CHECK(c.parallel.shard == "none" || c.parallel.shard == "optimizer",
+              "{}: [parallel] shard = \"{}\": sharded gradients (ZeRO-2) and parameters (FSDP) are not implemented "
+              "yet; use \"optimizer\" (ZeRO-1) or \"none\"", path, c.parallel.shard);
   SUBDP_CHECK(!c.checkpoint.reset_optimizer || !c.checkpoint.resume.empty(),
               "{}: [checkpoint] reset_optimizer = true: it applies to a resume; set [checkpoint] resume", path);
   SUBDP_CHECK(c.checkpoint.resume != "auto" || !c.checkpoint.dir.empty(),

@@ -21,7 +21,7 @@ peak = lambda path: [json.loads(l) for l in open(path)][-1]["mem_peak"]
 a, b = peak(stored)["activations"], peak(recomputed)["activations"]
 if not b < a:
     sys.exit(f"FAIL rank {rank}: activations {b} with recompute, {a} without")
-label = "dp+recompute" if "plain DP" in open(plan).read() and "subnetwork 0" not in open(plan).read() else f"subnetwork {rank} "
+label = "dp+recompute (rank 0)" if "plain DP" in open(plan).read() and "subnetwork 0" not in open(plan).read() else f"subnetwork {rank} "
 row = next(l for l in open(plan) if l.strip().startswith(label))
 nums = [int(t) for t in row.replace("(", " ").replace(")", " ").split() if t.isdigit()][-7:-1]
 cats = ["params", "grads", "optimizer", "activations", "workspace", "comm"]
