@@ -35,7 +35,7 @@ def matched_steps(match, steps, dp_cost, cost):
         return steps
     key = "flops" if match == "flops" else "step_s"
     if not cost[key] > 0:
-        raise ValueError(f"calibration measured {key} = {cost[key]}: cannot match a budget on it")
+        raise ValueError(f"the calibration run measured {key} = {cost[key]} per step: cannot match a budget on it")
     return max(1, int(round(steps * dp_cost[key] / cost[key])))
 
 

@@ -440,6 +440,10 @@ def calibrate(a, runs):
     for name, regime, keep in [("dp", "dp", 1.0)] + [r for r in runs if r[0] != "dp"]:
         run_dir = os.path.join(a.out, "calibration", name)
         os.makedirs(run_dir, exist_ok=True)
+        sets = list(a.set) + run_sets(regime, keep, a.subnetworks, a.calibration_steps, 10**9,
+                                      os.path.join(run_dir, "metrics-{rank}.jsonl"))
+        if run_plan(a.binary, a.config, a.world, sets, run_dir, "calibration/" + name)[1]:
+            continue  # the model refuses it: run_all skips the run with a note
         cmd, _ = train(a, "calibration/" + name, regime, keep, run_dir, a.calibration_steps, 10**9)
         ranks, _, _ = read_run(name, run_dir, a.world, a.calibration_steps, cmd, a.out)
         costs[name] = budget.per_step_cost(ranks)
@@ -452,7 +456,7 @@ def instances(a, runs, costs):
     warmup = config_value(a.config, a.set, "optim", "warmup_steps", 0)
     out = []
     for name, regime, keep in runs:
-        steps = budget.matched_steps(a.match, a.steps, costs.get("dp"), costs.get(name)) if costs else a.steps
+        steps = budget.matched_steps(a.match, a.steps, costs["dp"], costs[name]) if name in costs else a.steps
         extra = budget.schedule_sets(steps, a.steps, warmup)
         if a.alignment_every > 0 and REGIMES[regime.split("+")[0]][0] in ("forward", "backward"):
             extra.append(f"log.alignment_every={a.alignment_every}")
@@ -530,7 +534,7 @@ def main(argv=None):
     t_start = time.time()
     try:
         runs_data, summaries = run_all(a, runs, notes)
-    except Failure as e:
+    except (Failure, ValueError) as e:
         print(f"compare.py: error: {e}", file=sys.stderr)
         return 1
     if not summaries:

@@ -70,6 +70,7 @@ def main(argv=None):
     p.add_argument("--binary", default=os.path.join(ROOT, "build", "subdp"))
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
+    a.config = os.path.abspath(a.config)  # the runs start in the repository root
     os.makedirs(a.out, exist_ok=True)
     rows = []
     for world in [int(w) for w in a.worlds.split(",")]:
