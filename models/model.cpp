@@ -25,10 +25,10 @@ ModelUnits model_units(const ModelConfig& c) {
 
 std::unique_ptr<Model> make_model(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed,
                                   bool recompute_blocks) {
-  SUBDP_CHECK(!recompute_blocks || c.name == "gpt", "train.recompute = \"blocks\": implemented for model.name = "
-              "\"gpt\" only, not \"{}\"", c.name);
+  SUBDP_CHECK(!recompute_blocks || c.name != "mlp", "train.recompute = \"blocks\": model.name = \"mlp\" has no "
+              "blocks (use resnet or gpt)");
   if (c.name == "mlp") return std::make_unique<Mlp>(c, mask, max_batch, seed);
-  if (c.name == "resnet") return std::make_unique<ResNet>(c, mask, max_batch, seed);
+  if (c.name == "resnet") return std::make_unique<ResNet>(c, mask, max_batch, seed, recompute_blocks);
   if (c.name == "gpt") return make_gpt(c, mask, max_batch, seed, recompute_blocks);
   throw Error(fmt::format("model.name = \"{}\": expected mlp, resnet or gpt", c.name));
 }

@@ -62,8 +62,8 @@ ModelUnits model_units(const ModelConfig& config);
 
 /// Builds the local model for `mask` with activations for `max_batch` examples.
 /// recompute_blocks (train.recompute = "blocks"): the blocks share one set of activations
-/// and each block's is recomputed from its input in the backward pass (GPT only; the
-/// config check refuses it for the other models).
+/// and each block's is recomputed from its input in the backward pass (ResNet and GPT; the
+/// MLP has no blocks and refuses it).
 std::unique_ptr<Model> make_model(const ModelConfig& config, const SubnetMask& mask, int max_batch,
                                   uint64_t seed, bool recompute_blocks = false);
 

@@ -42,8 +42,14 @@ ModelUnits resnet_units(const ModelConfig& c) {
   return u;
 }
 
+ResNetBlockActivations ResNetBlockActivations::allocate(int64_t elems) {
+  ResNetBlockActivations a;
+  for (Tensor* t : {&a.c1, &a.h1, &a.c2, &a.sc}) *t = Tensor::empty({elems}, MemCategory::activations);
+  return a;
+}
+
 BasicBlock::BasicBlock(ParamSet& ps, const SubnetMask& mask, int index, int cin, int cout, int stride,
-                       int H, int W, int max_batch, bool zero_init_residual)
+                       int H, int W, int max_batch, bool zero_init_residual, const ResNetBlockActivations* shared)
     : cin_(cin), cout_(cout), H_(H), W_(W) {
   const std::string name = "blocks." + std::to_string(index);
   Ho_ = (H + 2 - 3) / stride + 1;
@@ -57,16 +63,23 @@ BasicBlock::BasicBlock(ParamSet& ps, const SubnetMask& mask, int index, int cin,
     bn2_ = std::make_unique<BatchNorm2d>(ps, name + ".b2", cout, UnitRef{}, index,
                                          zero_init_residual ? 0.f : 1.f);
     const int local = conv1_->cout();
-    c1_ = activation(N, local, Ho_, Wo_);
-    h1_ = activation(N, local, Ho_, Wo_);
-    c2_ = activation(N, cout, Ho_, Wo_);
+    // Stored activations: the block's own, or views of the shared set (recompute).
+    auto stored = [&](const Tensor* area, int C) {
+      if (!area) return activation(N, C, Ho_, Wo_);
+      return area->slice0(0, int64_t{N} * C * Ho_ * Wo_).view({N, C, Ho_, Wo_});
+    };
+    c1_ = stored(shared ? &shared->c1 : nullptr, local);
+    h1_ = stored(shared ? &shared->h1 : nullptr, local);
+    c2_ = stored(shared ? &shared->c2 : nullptr, cout);
     if (mask.granularity == Granularity::neuron) neuron_scale_ = mask.scale;
     else branch_scale_ = mask.block_scale(index);
   }
   if (stride != 1 || cin != cout) {
     sc_conv_ = std::make_unique<Conv2d>(ps, name + ".short.0", cin, cout, 1, stride, 0);
     sc_bn_ = std::make_unique<BatchNorm2d>(ps, name + ".short.1", cout);
-    if (branch_present()) sc_ = activation(N, cout, Ho_, Wo_);
+    if (branch_present())
+      sc_ = shared ? shared->sc.slice0(0, int64_t{N} * cout * Ho_ * Wo_).view({N, cout, Ho_, Wo_})
+                   : activation(N, cout, Ho_, Wo_);
   }
   if (!identity()) out_ = activation(N, cout, Ho_, Wo_);
 }
@@ -146,6 +159,18 @@ void BasicBlock::backward(const float* x, float* dx, int N, ResNetScratch& s) {
   conv1_->backward(x, dh1, dx, N, H_, W_, ws, true);      // dx (N, cin, H, W) += branch's
 }
 
+void BasicBlock::recompute(const float* x, int N, ResNetScratch& s) {
+  SUBDP_ASSERT(branch_present());
+  const int64_t HWo = Ho_ * Wo_;
+  float* ws = s.workspace.f32();
+  conv1_->forward(x, c1_.f32(), N, H_, W_, ws);
+  bn1_->recompute(c1_.f32(), h1_.f32(), N, HWo, /*relu=*/true);
+  if (neuron_scale_ != 1.f) backend().scale(h1_.f32(), neuron_scale_, static_cast<int64_t>(N) * conv1_->cout() * HWo);
+  conv2_->forward(h1_.f32(), c2_.f32(), N, Ho_, Wo_, ws);
+  if (sc_conv_) sc_conv_->forward(x, sc_.f32(), N, H_, W_, ws);
+  // bn2 and the projection's BatchNorm keep their batch statistics from the forward pass.
+}
+
 void BasicBlock::collect_batchnorms(std::vector<BatchNorm2d*>& out) const {
   for (BatchNorm2d* bn : {bn1_.get(), bn2_.get(), sc_bn_.get()})
     if (bn) out.push_back(bn);
@@ -157,8 +182,9 @@ std::vector<BatchNorm2d*> ResNet::batchnorms() {
   return out;
 }
 
-ResNet::ResNet(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed)
-    : Model(mask, seed), head_(max_batch, c.classes), C_in_(c.in_channels), H_(c.image_size), W_(c.image_size) {
+ResNet::ResNet(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed, bool recompute_blocks)
+    : Model(mask, seed), recompute_(recompute_blocks), head_(max_batch, c.classes), C_in_(c.in_channels),
+      H_(c.image_size), W_(c.image_size) {
   const int N = max_batch, w0 = c.widths.at(0);
   stem_conv_ = std::make_unique<Conv2d>(params_, "stem.0", C_in_, w0, 3, 1, 1);
   stem_bn_ = std::make_unique<BatchNorm2d>(params_, "stem.1", w0);
@@ -167,9 +193,18 @@ ResNet::ResNet(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint
   int64_t max_elems = static_cast<int64_t>(N) * w0 * H * W;
   int64_t ws = stem_conv_->workspace_floats(N, H, W);
   auto geom = block_geometry(c);
+  if (recompute_) {  // one set of block activations, as large as the largest block's output
+    int64_t largest = 0;
+    for (int b = 0, h = H; b < static_cast<int>(geom.size()); ++b) {
+      h = (h + 2 - 3) / geom[b].stride + 1;
+      largest = std::max(largest, static_cast<int64_t>(N) * geom[b].cout * h * h);
+    }
+    shared_block_ = ResNetBlockActivations::allocate(largest);
+  }
   for (size_t b = 0; b < geom.size(); ++b) {
     auto blk = std::make_unique<BasicBlock>(params_, mask_, static_cast<int>(b), geom[b].cin, geom[b].cout,
-                                            geom[b].stride, H, W, N, c.zero_init_residual);
+                                            geom[b].stride, H, W, N, c.zero_init_residual,
+                                            recompute_ ? &shared_block_ : nullptr);
     max_elems = std::max(max_elems, blk->max_elems(N));
     ws = std::max(ws, blk->workspace_floats(N));
     H = blk->Ho();
@@ -208,10 +243,12 @@ double ResNet::forward(const Batch& batch, bool training, int64_t* correct) {
   float* x = stem_h_.f32();
   block_in_.clear();
   const bool stochastic = training && !dropped_.empty();
+  last_branch_ = -1;
   for (size_t b = 0; b < blocks_.size(); ++b) {
     blocks_[b]->set_step(stochastic && dropped_[b], stochastic && !dense_[b] ? drop_scale_ : 1.f);
     block_in_.push_back(x);
     x = blocks_[b]->forward(x, N, training, scratch_);
+    if (blocks_[b]->computes_branch()) last_branch_ = static_cast<int>(b);
   }
   last_out_ = x;  // (N, C, Hf, Wf)
   backend().global_avg_pool_forward(x, pooled_.f32(), N, final_C_, final_H_ * final_W_);  // (N, C)
@@ -232,6 +269,10 @@ void ResNet::backward() {
   for (size_t b = blocks_.size(); b-- > 0;) {
     BasicBlock& blk = *blocks_[b];
     if (blk.identity()) continue;  // its output buffer is its input's: the gradient is in place
+    // Recompute: the shared set holds the last computing block's activations; every other
+    // block's is rebuilt from its input, bit for bit.
+    if (recompute_ && blk.computes_branch() && static_cast<int>(b) != last_branch_)
+      blk.recompute(block_in_[b], N, scratch_);
     blk.backward(block_in_[b], g, N, scratch_);  // g: d(x) (N, cin, H, W)
     backend().relu_backward(block_in_[b], g, block_in_[b], blk.in_elems(N), false);
   }

@@ -30,13 +30,24 @@ struct ResNetScratch {
   Tensor workspace;  // conv workspace (im2col columns or Winograd tiles)
 };
 
+/// What a kept block stores for its backward besides its output: the conv1, inner ReLU and
+/// conv2 outputs and the projection conv output, flat areas of max_elems floats each. Each
+/// block owns its own by default; under train.recompute = "blocks" the model allocates one set
+/// for its largest block, every block views it, and the backward pass recomputes a block's.
+struct ResNetBlockActivations {
+  Tensor c1, h1, c2, sc;
+  /// Allocates a set of `elems` floats per tensor (activations).
+  static ResNetBlockActivations allocate(int64_t elems);
+};
+
 /// out = relu(shortcut(x) + scale * bn2(conv2(relu(bn1(conv1(x))) * s_neuron))).
 class BasicBlock {
  public:
   /// zero_init_residual: bn2's gamma starts at 0, so the branch starts as the zero function
   /// and the block as its shortcut (Goyal et al. 2017, section 5.1; torchvision's flag).
+  /// shared: the model's one ResNetBlockActivations under recompute, null for tensors of its own.
   BasicBlock(ParamSet& ps, const SubnetMask& mask, int index, int cin, int cout, int stride, int H,
-             int W, int max_batch, bool zero_init_residual);
+             int W, int max_batch, bool zero_init_residual, const ResNetBlockActivations* shared = nullptr);
   /// x (N, cin, H, W) -> (N, cout, Ho, Wo), post-ReLU. Returns the output buffer (x itself
   /// when the block is the identity), which the caller overwrites with its gradient.
   float* forward(float* x, int N, bool training, ResNetScratch& s);
@@ -45,6 +56,12 @@ class BasicBlock {
   /// the stored c2 and shortcut activations are overwritten: call it once per forward, and
   /// never for an identity() block (its gradient passes through unchanged).
   void backward(const float* x, float* dx, int N, ResNetScratch& s);
+  /// Activation recompute: rebuilds what backward reads (conv1, inner ReLU, conv2 and
+  /// projection outputs) from the block input x by the forward's arithmetic, leaving the
+  /// output buffer (by then the output's gradient) and BatchNorm running statistics alone.
+  void recompute(const float* x, int N, ResNetScratch& s);
+  /// True when the residual branch computes in this step (it has stored activations).
+  bool computes_branch() const { return branch_present(); }
   /// A dropped block with an identity shortcut: forward returns its input.
   bool identity() const { return !branch_present() && !sc_conv_; }
   /// Stochastic depth for the next forward and backward: skip the residual branch (the block
@@ -77,7 +94,8 @@ class BasicBlock {
 
 class ResNet : public Model {
  public:
-  ResNet(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed);
+  /// recompute_blocks: train.recompute = "blocks" (ResNetBlockActivations).
+  ResNet(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed, bool recompute_blocks = false);
   double forward(const Batch& batch, bool training, int64_t* correct) override;
   void backward() override;
   const float* last_logits() const override { return head_.logits(); }
@@ -95,6 +113,9 @@ class ResNet : public Model {
   Tensor stem_h_, pooled_, dpooled_;
   std::vector<float*> block_in_;  // input of each block in the last forward
   std::vector<char> dropped_, dense_;  // stochastic depth (set_dropped_blocks); empty: none
+  ResNetBlockActivations shared_block_;  // under recompute: the one set every block views
+  bool recompute_ = false;
+  int last_branch_ = -1;  // last block whose branch computed in the last forward (its set is live)
   float drop_scale_ = 1.f;
   float* last_out_ = nullptr;
   ResNetScratch scratch_;

@@ -353,9 +353,9 @@ void check_cross(const Config& c, const std::string& path) {
   SUBDP_CHECK(!c.model.zero_init_residual || c.model.name != "mlp",
               "{}: [model] zero_init_residual = true: the MLP has no residual branches "
               "(the key applies to resnet and gpt)", path);
-  SUBDP_CHECK(c.train.recompute == "none" || c.model.name == "gpt",
-              "{}: [train] recompute = \"{}\": activation recompute is implemented for model.name = \"gpt\" only "
-              "(model.name = \"{}\"); use \"none\"", path, c.train.recompute, c.model.name);
+  SUBDP_CHECK(c.train.recompute == "none" || c.model.name != "mlp",
+              "{}: [train] recompute = \"{}\": the MLP has no blocks to recompute (the key applies to resnet and "
+              "gpt); use \"none\"", path, c.train.recompute);
   SUBDP_CHECK(c.model.width % c.model.heads == 0,
               "{}: [model] width = {}: must be divisible by heads = {}", path, c.model.width,
               c.model.heads);

@@ -3,6 +3,9 @@
 
 #include "engine/backend.h"
 
+#include <algorithm>
+#include <vector>
+
 namespace subdp {
 
 BatchNorm2d::BatchNorm2d(ParamSet& ps, const std::string& name, int C, UnitRef units, int block,
@@ -24,6 +27,16 @@ void BatchNorm2d::forward(const float* x, float* y, int N, int HW, bool training
   backend().batchnorm_forward(x, gamma->value.f32(), beta->value.f32(), y, mean.f32(), rstd.f32(),
                          running_mean->value.f32(), running_var->value.f32(), N, channels(), HW,
                          training, momentum, eps, relu);
+}
+
+void BatchNorm2d::recompute(const float* x, float* y, int N, int HW, bool relu) {
+  // The kernel updates running statistics in training mode: it updates copies here. They
+  // are C floats each; the data pass is the forward's.
+  const std::vector<float> mean_saved(running_mean->value.f32(), running_mean->value.f32() + channels());
+  const std::vector<float> var_saved(running_var->value.f32(), running_var->value.f32() + channels());
+  forward(x, y, N, HW, /*training=*/true, relu);
+  std::copy(mean_saved.begin(), mean_saved.end(), running_mean->value.f32());
+  std::copy(var_saved.begin(), var_saved.end(), running_var->value.f32());
 }
 
 void BatchNorm2d::backward(const float* x, const float* dy, float* dx, int N, int HW) const {

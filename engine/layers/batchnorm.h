@@ -20,6 +20,9 @@ class BatchNorm2d {
   /// y (N, C, HW) from x; training uses batch statistics and updates running stats. relu:
   /// y = max(0, BN(x)) in the same pass (Backend::batchnorm_forward with relu).
   void forward(const float* x, float* y, int N, int HW, bool training, bool relu = false);
+  /// The training forward again on the same x (activation recompute): the same batch
+  /// statistics and output bit for bit, the running statistics left as they are.
+  void recompute(const float* x, float* y, int N, int HW, bool relu = false);
   /// dx (N, C, HW) written; dgamma/dbeta accumulated for the kept prefix.
   void backward(const float* x, const float* dy, float* dx, int N, int HW) const;
 
