@@ -59,8 +59,10 @@ GradientSync::GradientSync(Communicator& world, const Layout& layout, const Subn
 }
 
 int64_t GradientSync::chunk_cap(const Bucket&) const {
-  // As reduce_bucket cuts: whole buckets up to bucket_elems_, else bucket_elems_ (every
-  // holder's buffer holds at least min(its largest bucket, bucket_elems_)).
+  // Chunks agree across the holders, whose buffers may differ in size: every buffer holds
+  // at least min(its largest bucket, bucket_elems_) and at most bucket_elems_ floats, so a
+  // bucket of at most bucket_elems_ goes out whole everywhere and a larger one is cut at
+  // bucket_elems_ everywhere.
   return layout_.world > 1 ? std::min(comm_buffer_.numel(), bucket_elems_) : bucket_elems_;
 }
 
@@ -70,21 +72,36 @@ std::pair<int64_t, int64_t> GradientSync::my_segment(const Bucket& b, int64_t fi
   return {filled * i / k, filled * (i + 1) / k};
 }
 
+template <class Fn>
+void GradientSync::for_each_in_segment(const Bucket& b, const std::vector<BucketRun>& pieces, int64_t filled,
+                                       Fn&& fn) const {
+  const auto [lo, hi] = my_segment(b, filled);
+  int64_t at = 0;
+  for (const BucketRun& r : pieces) {
+    const int64_t from = std::max(lo, at) - at, to = std::min(hi, at + r.len) - at;
+    if (from < to) fn(r, from, to, at);
+    at += r.len;
+  }
+}
+
+void GradientSync::pack(const std::vector<BucketRun>& pieces, float* buf) {
+  for (const BucketRun& r : pieces) {
+    std::memcpy(buf, r.data, sizeof(float) * r.len);
+    buf += r.len;
+  }
+}
+
 void GradientSync::collect_shard_pieces() {
   // The same chunks and segments as reduce_scatter_bucket: this rank's part of every bucket
   // it holds, as pieces of parameters (trainable ones; buffers are averaged, not updated).
   for (auto& b : buckets_) {
-    if ((b.group >= 0 && b.comm == nullptr) || b.elems == 0) continue;
+    if (!reduces(b)) continue;
     for_each_chunk(b.runs, chunk_cap(b), [&](const std::vector<BucketRun>& pieces, int64_t filled) {
-      const auto [lo, hi] = my_segment(b, filled);
-      int64_t at = 0;
-      for (const BucketRun& r : pieces) {
-        const int64_t a = std::max(lo, at), e = std::min(hi, at + r.len);
-        if (a < e && r.param && r.param->trainable)
-          shard_pieces_.push_back({r.param, r.data + (a - at) - r.param->grad.f32(),
-                                   r.value + (a - at) - r.param->value.f32(), e - a});
-        at += r.len;
-      }
+      for_each_in_segment(b, pieces, filled, [&](const BucketRun& r, int64_t from, int64_t to, int64_t) {
+        if (r.param && r.param->trainable)
+          shard_pieces_.push_back({r.param, r.data + from - r.param->grad.f32(), r.value + from - r.param->value.f32(),
+                                   to - from});
+      });
     });
   }
 }
@@ -162,13 +179,9 @@ void GradientSync::through_buffer(const std::vector<BucketRun>& runs, int64_t ca
   float* buf = comm_buffer_.f32();
   for_each_chunk(runs, cap, [&](const std::vector<BucketRun>& pieces, int64_t filled) {
     // Pack the chunk, run the collective on it, unpack times `scale`.
-    int64_t at = 0;
-    for (const BucketRun& r : pieces) {
-      std::memcpy(buf + at, r.data, sizeof(float) * r.len);
-      at += r.len;
-    }
+    pack(pieces, buf);
     collective(buf, filled);
-    at = 0;
+    int64_t at = 0;
     for (const BucketRun& r : pieces) {
       for (int64_t i = 0; i < r.len; ++i) r.data[i] = buf[at + i] * scale;
       at += r.len;
@@ -188,19 +201,13 @@ void GradientSync::reduce_scatter_bucket(Bucket& b) {
   float* buf = comm_buffer_.f32();
   const float scale = 1.f / static_cast<float>(b.ranks.size());
   for_each_chunk(b.runs, chunk_cap(b), [&](const std::vector<BucketRun>& pieces, int64_t filled) {
-    int64_t at = 0;
-    for (const BucketRun& r : pieces) {
-      std::memcpy(buf + at, r.data, sizeof(float) * r.len);
-      at += r.len;
-    }
+    pack(pieces, buf);
     comm->reduce_scatter_sum(buf, segment_counts(filled, static_cast<int64_t>(b.ranks.size())));
     bytes_ += filled / 2 * static_cast<int64_t>(sizeof(float));  // with the all-gather: an all-reduce's
-    const auto [lo, hi] = my_segment(b, filled);
-    at = 0;
-    for (const BucketRun& r : pieces) {  // only this rank's segment is averaged
-      for (int64_t i = std::max(lo, at); i < std::min(hi, at + r.len); ++i) r.data[i - at] = buf[i] * scale;
-      at += r.len;
-    }
+    // Only this rank's segment is averaged.
+    for_each_in_segment(b, pieces, filled, [&](const BucketRun& r, int64_t from, int64_t to, int64_t at) {
+      for (int64_t i = from; i < to; ++i) r.data[i] = buf[at + i] * scale;
+    });
   });
 }
 
@@ -208,15 +215,13 @@ void GradientSync::gather_bucket_values(Bucket& b) {
   Communicator* comm = b.group < 0 ? &world_ : b.comm;
   float* buf = comm_buffer_.f32();
   for_each_chunk(b.runs, chunk_cap(b), [&](const std::vector<BucketRun>& pieces, int64_t filled) {
-    const auto [lo, hi] = my_segment(b, filled);
-    int64_t at = 0;
-    for (const BucketRun& r : pieces) {  // this rank's updated values into its segment
-      for (int64_t i = std::max(lo, at); i < std::min(hi, at + r.len); ++i) buf[i] = r.value[i - at];
-      at += r.len;
-    }
+    // This rank's updated values into its segment; every segment back into the values.
+    for_each_in_segment(b, pieces, filled, [&](const BucketRun& r, int64_t from, int64_t to, int64_t at) {
+      std::memcpy(buf + at + from, r.value + from, sizeof(float) * (to - from));
+    });
     comm->allgather_segments(buf, segment_counts(filled, static_cast<int64_t>(b.ranks.size())));
     bytes_ += (filled - filled / 2) * static_cast<int64_t>(sizeof(float));
-    at = 0;
+    int64_t at = 0;
     for (const BucketRun& r : pieces) {
       std::memcpy(r.value, buf + at, sizeof(float) * r.len);
       at += r.len;
@@ -227,21 +232,16 @@ void GradientSync::gather_bucket_values(Bucket& b) {
 void GradientSync::gather_values() {
   if (!shard_ || layout_.world == 1) return;
   for (auto& b : buckets_) {
-    if ((b.group >= 0 && b.comm == nullptr) || b.elems == 0) continue;
+    if (!reduces(b)) continue;
     gather_bucket_values(b);
   }
 }
 
 void GradientSync::reduce_bucket(Bucket& b) {
-  Communicator* comm = b.group < 0 ? &world_ : b.comm;
-  if (comm == nullptr || b.elems == 0) return;
+  if (!reduces(b)) return;
   if (shard_) return reduce_scatter_bucket(b);
-  // Chunks agree across the holders, whose buffers may differ in size: every buffer holds
-  // at least min(its largest bucket, bucket_elems_) and at most bucket_elems_ floats, so a
-  // bucket of at most bucket_elems_ goes out whole everywhere and a larger one is cut at
-  // bucket_elems_ everywhere.
-  const int64_t cap = std::min(comm_buffer_.numel(), bucket_elems_);
-  through_buffer(b.runs, cap, 1.f / static_cast<float>(b.ranks.size()), [&](float* buf, int64_t n) {
+  Communicator* comm = b.group < 0 ? &world_ : b.comm;
+  through_buffer(b.runs, chunk_cap(b), 1.f / static_cast<float>(b.ranks.size()), [&](float* buf, int64_t n) {
     comm->allreduce_sum(buf, n);
     bytes_ += n * static_cast<int64_t>(sizeof(float));
   });

@@ -101,6 +101,14 @@ class GradientSync {
   int64_t chunk_cap(const Bucket& b) const;
   /// This rank's segment [begin, end) of a chunk of `filled` floats of bucket b.
   std::pair<int64_t, int64_t> my_segment(const Bucket& b, int64_t filled) const;
+  /// Calls fn(run, from, to, at) for the part [from, to) of each chunk piece (offsets within
+  /// the run; `at` its start in the chunk) that falls in this rank's segment of the chunk.
+  template <class Fn>
+  void for_each_in_segment(const Bucket& b, const std::vector<BucketRun>& pieces, int64_t filled, Fn&& fn) const;
+  /// Copies the chunk pieces' data, one after another, to buf.
+  static void pack(const std::vector<BucketRun>& pieces, float* buf);
+  /// True when this rank averages bucket b: the world's, or a group's it holds, non-empty.
+  bool reduces(const Bucket& b) const { return (b.group < 0 || b.comm != nullptr) && b.elems > 0; }
   void collect_shard_pieces();
   void reduce_scatter_bucket(Bucket& b);
   void gather_bucket_values(Bucket& b);

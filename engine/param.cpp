@@ -174,12 +174,7 @@ std::string describe_grad_element(const Param& p, int64_t grad_off) {
   return describe_full_element(p, full_offset_of_grad(p, grad_off), unit);
 }
 
-std::string locate_nonfinite(const Param& p, const float* data, bool grad_layout) {
-  if (grad_layout) {
-    for (int64_t i = 0; i < p.grad.numel(); ++i)
-      if (!std::isfinite(data[i])) return describe_grad_element(p, i);
-    return "";
-  }
+std::string locate_nonfinite(const Param& p, const float* data) {
   std::string found;
   for_each_value_run_at(p, [&](int64_t lo, int64_t fo, int64_t len, int at) {
     for (int64_t k = 0; k < len && found.empty(); ++k)

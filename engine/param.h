@@ -124,11 +124,11 @@ int64_t full_offset_of_grad(const Param& p, int64_t grad_off);
 /// `grad_off` of p's gradient layout (messages).
 std::string describe_grad_element(const Param& p, int64_t grad_off);
 
-/// Where the first non-finite (inf or NaN) value of `data` sits: "" when every value is
-/// finite, else "element (i, j, ...) of the full (shape) tensor[, unit u of maskable layer l]".
-/// `data` holds p's local value (grad_layout = false) or a tensor laid out like its gradient
-/// (optimizer state; grad_layout = true). One pass over the tensor: for error messages only.
-std::string locate_nonfinite(const Param& p, const float* data, bool grad_layout);
+/// Where the first non-finite (inf or NaN) value of `data`, p's local value, sits: "" when
+/// every value is finite, else "element (i, j, ...) of the full (shape) tensor[, unit u of
+/// maskable layer l]". One pass over the tensor: for error messages only (optimizer state,
+/// laid out by Optimizer::state_runs, is located with describe_grad_element).
+std::string locate_nonfinite(const Param& p, const float* data);
 
 /// Deterministic initial value of element `full_index` of parameter `name`.
 float init_value(uint64_t seed, const std::string& name, int64_t full_index, InitSpec init);

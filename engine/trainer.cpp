@@ -246,7 +246,7 @@ void Trainer::check_updated_values() {
   std::string mine;
   if (i >= 0) {
     const Param& p = *optimizer_->params()[i];
-    std::string where = locate_nonfinite(p, p.value.f32(), false);
+    std::string where = locate_nonfinite(p, p.value.f32());
     if (!where.empty()) mine = fmt::format("tensor {}, {}", p.name, where);
     const auto states = optimizer_->state(i);
     for (size_t k = 0; k < states.size() && mine.empty(); ++k)

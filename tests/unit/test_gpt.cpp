@@ -70,16 +70,6 @@ void randomize(Model& m, uint64_t seed) {
   }
 }
 
-SubnetMask planned_mask(const ModelUnits& units, const std::string& regime, const std::string& granularity, int S,
-                        double keep, int s) {
-  MaskConfig mc;
-  mc.regime = regime;
-  mc.granularity = granularity;
-  mc.keep = keep;
-  mc.seed = 5;
-  return make_subnet_mask(make_plan(units, mc, S), units, s, true);
-}
-
 std::map<std::string, Param*> by_name(Model& m) {
   std::map<std::string, Param*> out;
   for (Param* p : m.params().all()) out[p->name] = p;
@@ -277,7 +267,7 @@ TEST(Gpt, FiniteDifferenceMaskedModels) {
   const ModelUnits units = gpt_units(tiny_gpt());
   for (const char* regime : {"forward", "backward"})
     for (const char* gran : {"neuron", "block"})
-      check_gpt_gradients(planned_mask(units, regime, gran, 2, 0.5, 1), std::string(regime) + "/" + gran);
+      check_gpt_gradients(test::planned_mask(units, regime, gran, 2, 0.5, 1, 5), std::string(regime) + "/" + gran);
 }
 
 TEST(Gpt, UnitsAndParameterNames) {
@@ -531,21 +521,16 @@ TEST(Gpt, RecomputeGivesTheSameLossesAndGradientsBitForBit) {
   for (const std::string regime : {"forward", "backward"})
     for (const std::string gran : {"block", "neuron"})
       for (int s = 0; s < 2; ++s)
-        masks.emplace_back(regime + "-" + gran + "-" + std::to_string(s), planned_mask(units, regime, gran, 2, 0.5, s));
+        masks.emplace_back(regime + "-" + gran + "-" + std::to_string(s),
+                           test::planned_mask(units, regime, gran, 2, 0.5, s, 5));
   for (const auto& [what, mask] : masks) {
     Gpt stored(c, mask, kBatch, 3, false), recomputed(c, mask, kBatch, 3, true);
     randomize(stored, 9);
     randomize(recomputed, 9);
     for (int step = 0; step < 2; ++step) {
       const Batch batch = token_batch(kBatch, c.context, c.vocab, 40 + step);
-      double loss[2];
-      Gpt* models[2] = {&stored, &recomputed};
-      for (int k = 0; k < 2; ++k) {
-        models[k]->zero_grad();
-        loss[k] = models[k]->forward(batch, true, nullptr);
-        models[k]->backward();
-      }
-      EXPECT_EQ(loss[0], loss[1]) << what << " step " << step;
+      const double loss = test::forward_backward(stored, batch);
+      EXPECT_EQ(loss, test::forward_backward(recomputed, batch)) << what << " step " << step;
       auto a = by_name(stored), b = by_name(recomputed);
       for (auto& [name, p] : a) {
         if (!p->grad.defined()) continue;

@@ -558,13 +558,7 @@ TEST(GradCheck, ResNetModel) {
 
 /// Subnetwork s of an S = 4, keep = 0.5 plan.
 SubnetMask subnet(const ModelConfig& c, const char* regime, const char* granularity, int s) {
-  MaskConfig mc;
-  mc.regime = regime;
-  mc.granularity = granularity;
-  mc.keep = 0.5;
-  mc.seed = 3;
-  auto units = model_units(c);
-  return make_subnet_mask(make_plan(units, mc, 4), units, s, true);
+  return test::planned_mask(model_units(c), regime, granularity, 4, 0.5, s, 3);
 }
 
 struct MaskedCase {

@@ -18,22 +18,13 @@
 namespace subdp {
 namespace {
 
-SubnetMask planned(const ModelUnits& units, const char* regime, const char* gran, int s) {
-  MaskConfig mc;
-  mc.regime = regime;
-  mc.granularity = gran;
-  mc.keep = 0.5;
-  mc.seed = 4;
-  return make_subnet_mask(make_plan(units, mc, 2), units, s, true);
-}
-
 TEST(ResNetRecompute, SameLossesGradientsAndRunningStatisticsBitForBit) {
   const ModelConfig c = test::tiny_resnet();
   const ModelUnits units = model_units(c);
   std::vector<std::pair<std::string, SubnetMask>> masks = {{"dp", full_mask(units)}};
   for (const char* regime : {"forward", "backward"})
     for (const char* gran : {"block", "neuron"})
-      masks.emplace_back(std::string(regime) + "-" + gran, planned(units, regime, gran, 1));
+      masks.emplace_back(std::string(regime) + "-" + gran, test::planned_mask(units, regime, gran, 2, 0.5, 1, 4));
   for (const auto& [what, mask] : masks)
     for (const bool stochastic : {false, true}) {
       if (stochastic && what != "dp") continue;
@@ -44,14 +35,8 @@ TEST(ResNetRecompute, SameLossesGradientsAndRunningStatisticsBitForBit) {
       }
       for (int step = 0; step < 2; ++step) {
         const Batch batch = test::random_image_batch(c, 3, 20 + step);
-        double loss[2];
-        Model* models[2] = {stored.get(), recomputed.get()};
-        for (int k = 0; k < 2; ++k) {
-          models[k]->zero_grad();
-          loss[k] = models[k]->forward(batch, true, nullptr);
-          models[k]->backward();
-        }
-        EXPECT_EQ(loss[0], loss[1]) << what << " step " << step;
+        const double loss = test::forward_backward(*stored, batch);
+        EXPECT_EQ(loss, test::forward_backward(*recomputed, batch)) << what << " step " << step;
         std::map<std::string, Param*> b;
         for (Param* p : recomputed->params().all()) b[p->name] = p;
         for (Param* p : stored->params().all()) {

@@ -83,10 +83,10 @@ TEST(OptimizerNonFinite, OverflowingUpdateIsCountedAndLocated) {
     w.value.f32()[element] = -3e38f;
     opt->step(1.0);
     EXPECT_EQ(opt->nonfinite_param(), static_cast<int>(i));
-    const std::string where = locate_nonfinite(w, w.value.f32(), false);
+    const std::string where = locate_nonfinite(w, w.value.f32());
     const int unit = m.mask.layers[0].order[1];
     EXPECT_EQ(where, fmt::format("element ({}, 5) of the full (16, 784) tensor, unit {} of maskable layer 0", unit, unit));
-    EXPECT_EQ(locate_nonfinite(m.param("net.1.bias"), m.param("net.1.bias").value.f32(), false), "");
+    EXPECT_EQ(locate_nonfinite(m.param("net.1.bias"), m.param("net.1.bias").value.f32()), "");
   }
 }
 
@@ -94,10 +94,8 @@ TEST(OptimizerNonFinite, StateLocatedInGradientLayout) {
   MaskedMlp m;
   Param& w = m.param("net.3.weight");  // (8, 16): units along axis 1, 4 of 16 held
   ASSERT_EQ(w.grad.shape(), (Shape{8, 4}));
-  std::vector<float> state(w.grad.numel(), 0.f);
-  state[3 * 4 + 2] = std::nanf("");  // row 3, local unit 2
   const int unit = m.mask.layers[0].order[2];
-  EXPECT_EQ(locate_nonfinite(w, state.data(), true),
+  EXPECT_EQ(describe_grad_element(w, 3 * 4 + 2),  // row 3, local unit 2 of the gradient layout
             fmt::format("element (3, {}) of the full (8, 16) tensor, unit {} of maskable layer 0", unit, unit));
 }
 

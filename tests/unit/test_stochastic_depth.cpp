@@ -44,13 +44,7 @@ TEST(StochasticDepth, DropRateIsOneMinusKeepAndDrawsDiffer) {
 /// skipped (and its scale) equals that forward-masked subnetwork's step.
 void expect_drop_equals_forward_masked(const ModelConfig& c, const Batch& batch) {
   const ModelUnits units = model_units(c);
-  MaskConfig mc;
-  mc.regime = "forward";
-  mc.granularity = "block";
-  mc.keep = 0.5;
-  mc.seed = 3;
-  const SubnetworkPlan plan = make_plan(units, mc, 2);
-  const SubnetMask sub_mask = make_subnet_mask(plan, units, 0, true);
+  const SubnetMask sub_mask = test::planned_mask(units, "forward", "block", 2, 0.5, 0, 3);
   auto full = make_model(c, full_mask(units), static_cast<int>(batch.n), 11);
   auto sub = make_model(c, sub_mask, static_cast<int>(batch.n), 11);
   std::vector<char> dropped(units.blocks.size()), dense(units.blocks.size());
@@ -64,14 +58,8 @@ void expect_drop_equals_forward_masked(const ModelConfig& c, const Batch& batch)
   // forward, which would move BatchNorm running statistics).
   auto plain = make_model(c, full_mask(units), static_cast<int>(batch.n), 11);
   EXPECT_EQ(full->forward(batch, false, nullptr), plain->forward(batch, false, nullptr)) << c.name;
-  double loss[2];
-  Model* models[2] = {full.get(), sub.get()};
-  for (int k = 0; k < 2; ++k) {
-    models[k]->zero_grad();
-    loss[k] = models[k]->forward(batch, true, nullptr);
-    models[k]->backward();
-  }
-  EXPECT_EQ(loss[0], loss[1]) << c.name;
+  const double loss = test::forward_backward(*full, batch);
+  EXPECT_EQ(loss, test::forward_backward(*sub, batch)) << c.name;
   std::map<std::string, Param*> held;
   for (Param* p : sub->params().trainable()) held[p->name] = p;
   for (Param* p : full->params().trainable()) {

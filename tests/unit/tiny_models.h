@@ -3,10 +3,12 @@
 #pragma once
 #include <cstdint>
 #include <random>
+#include <string>
 
 #include "engine/config.h"
 #include "engine/data/dataset.h"
 #include "engine/param.h"
+#include "engine/plan.h"
 #include "models/model.h"
 #include "tests/unit/gradcheck.h"
 
@@ -77,6 +79,26 @@ inline void randomize_norms(Model& m) {
       }
     });
   }
+}
+
+/// Local mask of subnetwork s of the plan (regime, granularity, keep, mask.seed = seed) over
+/// S subnetworks, kept units scaled by 1/keep.
+inline SubnetMask planned_mask(const ModelUnits& units, const std::string& regime, const std::string& granularity,
+                               int S, double keep, int s, uint64_t seed) {
+  MaskConfig mc;
+  mc.regime = regime;
+  mc.granularity = granularity;
+  mc.keep = keep;
+  mc.seed = seed;
+  return make_subnet_mask(make_plan(units, mc, S), units, s, true);
+}
+
+/// One training step's forward and backward from zeroed gradients; returns the loss.
+inline double forward_backward(Model& m, const Batch& batch) {
+  m.zero_grad();
+  const double loss = m.forward(batch, true, nullptr);
+  m.backward();
+  return loss;
 }
 
 }  // namespace subdp::test
