@@ -50,16 +50,12 @@ int group_id(SubnetworkPlan& plan, std::map<std::vector<int>, int>& ids, int o) 
   return id;
 }
 
-// Spread (max - min) of blocks per subnetwork if stage st uses deal k, added to count.
-void add_deal(std::vector<int>& count, const std::vector<int>& first, int c, int S, int sign) {
+// Adds `amount` to each holder of every dealt unit (first holders `first`, coverage c):
+// blocks per subnetwork (amount +-1, the stage deals) or kept parameters (unit_params).
+template <class T>
+void add_deal(std::vector<T>& total, const std::vector<int>& first, int c, int S, T amount) {
   for (int o : first)
-    for (int j = 0; j < c; ++j) count[(o + j) % S] += sign;
-}
-
-// Adds `weight` to each holder of every dealt unit (first holders `first`, coverage c).
-void add_deal_weighted(std::vector<int64_t>& total, const std::vector<int>& first, int c, int S, int64_t weight) {
-  for (int o : first)
-    for (int j = 0; j < c; ++j) total[(o + j) % S] += weight;
+    for (int j = 0; j < c; ++j) total[(o + j) % S] += amount;
 }
 
 int spread(const std::vector<int>& count) {
@@ -218,12 +214,12 @@ SubnetworkPlan make_plan(const ModelUnits& units, const MaskConfig& mask, int S)
       for (int k = 0; k < S; ++k) {
         auto first = deal_units(layer.units, plan.c, S, mix64(mask.seed + 7919 * (l + 1)), (carried + k) % S);
         std::vector<int64_t> add(S, 0);
-        add_deal_weighted(add, first, plan.c, S, layer.unit_params);
+        add_deal(add, first, plan.c, S, layer.unit_params);
         int64_t cost = 0;  // sum of kept * added: least when the additions go to the lightest
         for (int s2 = 0; s2 < S; ++s2) cost += kept[s2] * add[s2];
         if (best.empty() || cost < best_cost) best = std::move(first), best_cost = cost;
       }
-      add_deal_weighted(kept, best, plan.c, S, layer.unit_params);
+      add_deal(kept, best, plan.c, S, layer.unit_params);
       std::vector<int> groups;
       for (int o : best) groups.push_back(group_id(plan, ids, o));
       plan.unit_group.push_back(groups);
