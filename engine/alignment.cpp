@@ -31,8 +31,9 @@ std::map<std::string, AlignmentSums> gradient_alignment(Model& sub, Model& full,
     if (!p->grad.defined()) continue;  // a block or unit this subnetwork does not train
     const Param* f = full_params.at(p->name);
     SUBDP_ASSERT(f->grad.defined() && f->grad.numel() == shape_numel(p->full_shape));
-    const float* gs = p->grad.f32();
-    const float* gf = f->grad.f32();
+    const HostCopy sub_grad(p->grad), full_grad(f->grad);
+    const float* gs = sub_grad.f32();
+    const float* gf = full_grad.f32();
     for_each_value_run_at(*p, [&](int64_t lo, int64_t fo, int64_t len, int pos) {
       if (p->unit.layer >= 0 && pos >= p->mask->kept) return;  // no gradient held for this unit
       AlignmentSums& s = sums[unit_kind(*p, pos, units, plan)];

@@ -54,9 +54,9 @@ std::vector<NamedTensor> gather_full(Model& model, Optimizer* opt, const Gradien
       if (it != local.end()) {
         const Param& p = *it->second;
         const bool block_held = p.grad.defined() || !p.trainable;
-        const float* src = nullptr;
-        if (k < 0) src = p.value.f32();
-        else if (opt_index.count(&p)) src = opt->state(opt_index.at(&p))[k]->f32();
+        // The tensor's elements on the host (its own memory on a host backend).
+        const HostCopy host(k < 0 ? p.value : opt_index.count(&p) ? *opt->state(opt_index.at(&p))[k] : Tensor());
+        const float* src = host.f32();
         if (src && k >= 0 && opt->sharded()) {
           // ZeRO-1: each state element lives on exactly one holder, the owner of its shard.
           for (const StateRun& r : opt->state_runs(opt_index.at(&p)))
@@ -107,17 +107,19 @@ void scatter_full(Model& model, Optimizer* opt, Communicator& world, const std::
       if (it == local.end()) continue;
       Param& p = *it->second;
       if (k >= 0 && !opt_index.count(&p)) continue;  // this rank holds no state for it
-      float* dst = k < 0 ? p.value.f32() : opt->state(opt_index.at(&p))[k]->f32();
+      const HostCopy host(k < 0 ? p.value : *opt->state(opt_index.at(&p))[k]);
+      float* dst = host.f32();
       if (k >= 0 && opt->sharded()) {  // ZeRO-1: this rank's shard pieces only
         for (const StateRun& r : opt->state_runs(opt_index.at(&p)))
           for (int64_t t = 0; t < r.len; ++t) dst[r.state_off + t] = buf[full_offset_of_grad(p, r.grad_off + t)];
-        continue;
+      } else {
+        for_each_value_run_at(p, [&](int64_t lo, int64_t fo, int64_t len, int pos) {
+          if (k < 0) std::memcpy(dst + lo, buf.data() + fo, sizeof(float) * len);
+          else if (p.unit.layer < 0 || pos < p.mask->kept)
+            std::memcpy(dst + grad_offset_of(p, lo, pos), buf.data() + fo, sizeof(float) * len);
+        });
       }
-      for_each_value_run_at(p, [&](int64_t lo, int64_t fo, int64_t len, int pos) {
-        if (k < 0) std::memcpy(dst + lo, buf.data() + fo, sizeof(float) * len);
-        else if (p.unit.layer < 0 || pos < p.mask->kept)
-          std::memcpy(dst + grad_offset_of(p, lo, pos), buf.data() + fo, sizeof(float) * len);
-      });
+      host.store();
     }
   }
 }

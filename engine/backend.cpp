@@ -31,6 +31,9 @@ int cuda_device_count() {
 
 Backend& backend() { return *current(); }
 
+CollectiveScope::CollectiveScope() : backend_(backend()) { backend_.open_for_collective(); }
+CollectiveScope::~CollectiveScope() { backend_.close_for_collective(); }
+
 void set_backend(std::unique_ptr<Backend> b) {
   SUBDP_ASSERT(b != nullptr);
   current() = std::move(b);
@@ -38,7 +41,8 @@ void set_backend(std::unique_ptr<Backend> b) {
 
 std::unique_ptr<Backend> make_backend(const std::string& device_type) {
   if (device_type == "cpu") return make_cpu_backend();
-  SUBDP_CHECK(device_type == "cuda", "[device] type = \"{}\": expected cpu or cuda", device_type);
+  if (device_type == "fenced") return make_fenced_backend();
+  SUBDP_CHECK(device_type == "cuda", "[device] type = \"{}\": expected cpu, cuda or fenced", device_type);
   SUBDP_CHECK(cuda_device_count() > 0, "[device] type = \"cuda\": no CUDA device was found{}; use \"cpu\"",
 #ifdef SUBDP_WITH_CUDA
               " (cudaGetDeviceCount)"

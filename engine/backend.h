@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "engine/device_memory.h"
 #include "kernels/shapes.h"
 
 namespace subdp {
@@ -22,6 +23,22 @@ class Backend {
   virtual std::string describe() const = 0;
   /// Threads per rank (OpenMP / BLAS) and the Winograd output tile (2 or 4).
   virtual void configure(int threads, int winograd_tile) = 0;
+
+  // ---- memory: where Tensor::empty allocates, and the transfers (synchronous: the
+  // destination is ready on return). Host code reaches backend memory only through these.
+  virtual std::shared_ptr<DeviceMemory> memory() = 0;
+  /// Host → backend memory, `bytes` bytes.
+  virtual void to_device(void* dst, const void* src, size_t bytes) = 0;
+  /// Backend memory → host, `bytes` bytes.
+  virtual void to_host(void* dst, const void* src, size_t bytes) = 0;
+  /// Within backend memory, `bytes` bytes of any dtype.
+  virtual void copy_bytes(void* dst, const void* src, size_t bytes) = 0;
+  virtual void zero(void* dst, size_t bytes) = 0;
+  /// Around a collective on backend memory (the communicators' libraries read and write it):
+  /// nests, each open closed once. The CPU (host memory) and CUDA (NCCL runs on the device)
+  /// backends have nothing to do; the fenced test device opens its pool to the host.
+  virtual void open_for_collective() = 0;
+  virtual void close_for_collective() = 0;
 
   // ---- GEMM (kernels/cpu/gemm.h): C (M, N) = alpha op(A) op(B) + beta C, row-major.
   virtual void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
@@ -40,16 +57,19 @@ class Backend {
   virtual void add(const float* a, const float* b, float* y, int64_t n) = 0;
   virtual void axpy(float alpha, const float* x, float* y, int64_t n) = 0;
   virtual void scale(float* x, float alpha, int64_t n) = 0;
+  virtual void scale_copy(const float* x, float alpha, float* y, int64_t n) = 0;
   virtual void copy_columns(const float* x, int64_t rows, int64_t width, int64_t cols, float* out) = 0;
   virtual double sum_squares(const float* x, int64_t n) = 0;
   virtual bool all_finite(const float* x, int64_t n) = 0;
   virtual void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols) = 0;
   virtual void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols_used, int64_t ld) = 0;
 
-  // ---- embedding (kernels/cpu/embedding.h): y (rows, C) (+)= table[ids]; dtable[ids] += dy.
-  virtual void embedding_forward(const int32_t* ids, const float* table, float* y, int64_t rows, int64_t C,
-                                 bool accumulate) = 0;
-  virtual void embedding_backward(const int32_t* ids, const float* dy, float* dtable, int64_t rows, int64_t C) = 0;
+  // ---- embedding (kernels/cpu/embedding.h): y (rows, C) (+)= table[ids]; dtable[ids] += dy, for a
+  // table of `num` rows. Ids outside [0, num) are skipped; the forward returns their count.
+  virtual int64_t embedding_forward(const int32_t* ids, const float* table, int64_t num, float* y, int64_t rows,
+                                    int64_t C, bool accumulate) = 0;
+  virtual void embedding_backward(const int32_t* ids, const float* dy, float* dtable, int64_t num, int64_t rows,
+                                  int64_t C) = 0;
 
   // ---- softmax and cross-entropy (kernels/cpu/softmax.h); loss in nats, summed over rows.
   virtual double cross_entropy_forward(const float* logits, const int32_t* targets, float* probs, int64_t rows, int V,
@@ -94,6 +114,18 @@ class Backend {
                                float bc2_sqrt, float decay, float eps, float beta1, float beta2) = 0;
 };
 
+/// Keeps the run's backend memory open for one collective (see Backend::open_for_collective).
+class CollectiveScope {
+ public:
+  CollectiveScope();
+  ~CollectiveScope();
+  CollectiveScope(const CollectiveScope&) = delete;
+  CollectiveScope& operator=(const CollectiveScope&) = delete;
+
+ private:
+  Backend& backend_;
+};
+
 /// The run's backend (the CPU backend until set_backend is called). Not thread-safe to swap
 /// while a step runs: the trainer and commands set it once, before building a model.
 Backend& backend();
@@ -105,5 +137,10 @@ std::unique_ptr<Backend> make_backend(const std::string& device_type);
 
 /// The CPU backend (kernels/cpu: OpenBLAS, OpenMP, Winograd / channels-last convolutions).
 std::unique_ptr<Backend> make_cpu_backend();
+
+/// The fenced test device (kernels/fenced): the CPU kernels on a pool that host code cannot
+/// touch (mapped PROT_NONE except while a backend operation or a collective runs), so a
+/// missing transfer faults at its line instead of passing unnoticed, as it would on a GPU.
+std::unique_ptr<Backend> make_fenced_backend();
 
 }  // namespace subdp

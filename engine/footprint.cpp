@@ -9,16 +9,10 @@
 namespace subdp {
 
 Batch allocate_batch(const Config& c) {
-  Batch b;
   const int64_t B = c.train.batch_size;
-  if (c.model.name == "gpt") {
-    b.x = Tensor::empty({B, c.model.context}, MemCategory::activations, DType::i32);
-    b.y = Tensor::empty({B, c.model.context}, MemCategory::activations, DType::i32);
-  } else {
-    b.x = Tensor::empty({B, c.model.in_channels, c.model.image_size, c.model.image_size}, MemCategory::activations);
-    b.y = Tensor::empty({B}, MemCategory::activations, DType::i32);
-  }
-  return b;
+  if (c.model.name == "gpt") return Batch::allocate({B, c.model.context}, DType::i32, {B, c.model.context}, DType::i32);
+  return Batch::allocate({B, c.model.in_channels, c.model.image_size, c.model.image_size}, DType::f32, {B},
+                         DType::i32);
 }
 
 MemStats predict_rank_memory(const Config& c, int world, int rank) {

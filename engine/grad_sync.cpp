@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "engine/backend.h"
 #include "engine/error.h"
 
 namespace subdp {
@@ -86,7 +87,7 @@ void GradientSync::for_each_in_segment(const Bucket& b, const std::vector<Bucket
 
 void GradientSync::pack(const std::vector<BucketRun>& pieces, float* buf) {
   for (const BucketRun& r : pieces) {
-    std::memcpy(buf, r.data, sizeof(float) * r.len);
+    backend().copy(r.data, buf, r.len);
     buf += r.len;
   }
 }
@@ -183,7 +184,7 @@ void GradientSync::through_buffer(const std::vector<BucketRun>& runs, int64_t ca
     collective(buf, filled);
     int64_t at = 0;
     for (const BucketRun& r : pieces) {
-      for (int64_t i = 0; i < r.len; ++i) r.data[i] = buf[at + i] * scale;
+      backend().scale_copy(buf + at, scale, r.data, r.len);
       at += r.len;
     }
   });
@@ -206,7 +207,7 @@ void GradientSync::reduce_scatter_bucket(Bucket& b) {
     bytes_ += filled / 2 * static_cast<int64_t>(sizeof(float));  // with the all-gather: an all-reduce's
     // Only this rank's segment is averaged.
     for_each_in_segment(b, pieces, filled, [&](const BucketRun& r, int64_t from, int64_t to, int64_t at) {
-      for (int64_t i = from; i < to; ++i) r.data[i] = buf[at + i] * scale;
+      backend().scale_copy(buf + at + from, scale, r.data + from, to - from);
     });
   });
 }
@@ -217,13 +218,13 @@ void GradientSync::gather_bucket_values(Bucket& b) {
   for_each_chunk(b.runs, chunk_cap(b), [&](const std::vector<BucketRun>& pieces, int64_t filled) {
     // This rank's updated values into its segment; every segment back into the values.
     for_each_in_segment(b, pieces, filled, [&](const BucketRun& r, int64_t from, int64_t to, int64_t at) {
-      std::memcpy(buf + at + from, r.value + from, sizeof(float) * (to - from));
+      backend().copy(r.value + from, buf + at + from, to - from);
     });
     comm->allgather_segments(buf, segment_counts(filled, static_cast<int64_t>(b.ranks.size())));
     bytes_ += (filled - filled / 2) * static_cast<int64_t>(sizeof(float));
     int64_t at = 0;
     for (const BucketRun& r : pieces) {
-      std::memcpy(r.value, buf + at, sizeof(float) * r.len);
+      backend().copy(buf + at, r.value, r.len);
       at += r.len;
     }
   });

@@ -68,13 +68,14 @@ class ImageSource : public DataSource {
   int64_t share_size(int r, int shares) const { return (test_.n - r + shares - 1) / shares; }
   static void fill(const ImageDataset& d, const std::vector<int64_t>& idx, Batch& b) {
     const int64_t per = d.sample_size();
-    float* x = b.x.f32();
-    int32_t* y = b.y.i32();
+    float* x = b.x_host.f32();
+    int32_t* y = b.y_host.i32();
     for (size_t k = 0; k < idx.size(); ++k) {
       std::memcpy(x + k * per, d.images.data() + idx[k] * per, sizeof(float) * per);
       y[k] = d.labels[idx[k]];
     }
     b.n = static_cast<int64_t>(idx.size());
+    b.upload();
   }
   Config config_;
   std::string name_;

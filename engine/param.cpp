@@ -69,11 +69,13 @@ Param& ParamSet::add(const std::string& name, const Shape& full_shape, InitSpec 
   params_.push_back(std::move(p));
   Param& ref = params_.back();
   if (MemoryTracker::global().dry_run()) return ref;
-  float* v = ref.value.f32();
+  HostCopy host(ref.value, /*load=*/false);
+  float* v = host.f32();
   const uint64_t seed = seed_;
   for_each_value_run(ref, [&](int64_t local_off, int64_t full_off, int64_t len) {
     for (int64_t i = 0; i < len; ++i) v[local_off + i] = init_value(seed, ref.name, full_off + i, ref.init);
   });
+  host.store();
   return ref;
 }
 

@@ -22,8 +22,9 @@ NamedTensor as_float(const std::string& name, const Tensor& t, int64_t n_rows) {
   Shape shape = t.shape();
   shape[0] = n_rows;
   NamedTensor out{name, shape, std::vector<float>(shape_numel(shape))};
+  const HostCopy host(t);
   for (int64_t i = 0; i < shape_numel(shape); ++i)
-    out.data[i] = t.dtype() == DType::i32 ? static_cast<float>(t.i32()[i]) : t.f32()[i];
+    out.data[i] = t.dtype() == DType::i32 ? static_cast<float>(host.i32()[i]) : host.f32()[i];
   return out;
 }
 
@@ -39,7 +40,8 @@ int run_parity_dump(const Config& config, const std::string& out_dir, int steps)
   Batch batch = data->make_batch();
   data->train_batch(0, 0, batch);
   std::vector<NamedTensor> weights, outputs;
-  for (Param* p : model->params().all()) weights.push_back(named(p->name, p->full_shape, p->value.f32()));
+  for (Param* p : model->params().all())
+    weights.push_back(named(p->name, p->full_shape, host_values(p->value).data()));
   save_safetensors(out_dir + "/weights.safetensors", weights);
   save_safetensors(out_dir + "/batch.safetensors", {as_float("x", batch.x, batch.n), as_float("y", batch.y, batch.n)});
   model->zero_grad();
@@ -48,10 +50,13 @@ int run_parity_dump(const Config& config, const std::string& out_dir, int steps)
   const int64_t rows = batch.n * model->positions_per_example();
   SUBDP_CHECK(model->last_logits() != nullptr, "model.name = \"{}\" does not expose its logits", config.model.name);
   const int64_t classes = config.model.name == "gpt" ? config.model.vocab : config.model.classes;
-  outputs.push_back(named("logits", {rows, classes}, model->last_logits()));
+  std::vector<float> logits(rows * classes);
+  backend().to_host(logits.data(), model->last_logits(), sizeof(float) * logits.size());
+  outputs.push_back(named("logits", {rows, classes}, logits.data()));
   const float loss_f = static_cast<float>(loss);
   outputs.push_back(named("loss", {1}, &loss_f));
-  for (Param* p : model->params().trainable()) outputs.push_back(named("grad." + p->name, p->full_shape, p->grad.f32()));
+  for (Param* p : model->params().trainable())
+    outputs.push_back(named("grad." + p->name, p->full_shape, host_values(p->grad).data()));
   save_safetensors(out_dir + "/outputs.safetensors", outputs);
   // Optimizer steps on the same batch (the update itself is compared through the losses).
   auto opt = make_optimizer(config.optim, model->params().trainable());

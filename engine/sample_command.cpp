@@ -38,7 +38,7 @@ void load_weights(Model& model, const std::vector<NamedTensor>& tensors) {
   for (Param* p : model.params().all()) {
     const NamedTensor* t = by_name.at(p->name);
     SUBDP_ASSERT(static_cast<int64_t>(t->data.size()) == p->value.numel());
-    std::copy(t->data.begin(), t->data.end(), p->value.f32());
+    set_values(p->value, t->data);
   }
 }
 

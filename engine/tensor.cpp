@@ -1,9 +1,11 @@
-// Tensor and Storage implementation (host memory; device memory lives in the CUDA backend).
+// Tensor and Storage implementation: storage comes from a DeviceMemory (the run's backend's,
+// or the host's for staging); host-side operations dispatch on where the bytes are.
 #include "engine/tensor.h"
 
-#include <cstdlib>
+#include <algorithm>
 #include <cstring>
 
+#include "engine/backend.h"
 #include "engine/error.h"
 
 namespace subdp {
@@ -39,32 +41,42 @@ std::string element_str(const Shape& shape, int64_t offset) {
   return shape_str(idx);
 }
 
-Storage::Storage(size_t bytes, MemCategory category, Device device)
-    : bytes_(bytes), category_(category), device_(device) {
-  SUBDP_CHECK(device == Device::cpu, "host Storage cannot hold device memory");
+Storage::Storage(size_t bytes, MemCategory category, std::shared_ptr<DeviceMemory> memory)
+    : bytes_(bytes), category_(category), memory_(std::move(memory)) {
+  on_host_ = memory_->host_accessible();
   tracked_ = !MemoryTracker::global().paused();
-  if (tracked_) MemoryTracker::global().on_alloc(category_, static_cast<int64_t>(bytes_));
-  if (MemoryTracker::global().dry_run()) return;  // counted, not allocated
-  size_t rounded = ((bytes + 63) / 64) * 64;
-  data_ = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
-  if (data_ == nullptr) {
-    if (tracked_) MemoryTracker::global().on_free(category_, static_cast<int64_t>(bytes_));
-    throw Error(fmt::format("out of host memory allocating {} bytes for {}", bytes, category_name(category)));
+  if (MemoryTracker::global().dry_run()) {  // counted, not allocated
+    if (tracked_) MemoryTracker::global().on_alloc(category_, static_cast<int64_t>(bytes_));
+    return;
   }
+  try {
+    data_ = memory_->allocate(bytes_);
+  } catch (const Error& e) {
+    throw Error(fmt::format("{} (for {})", e.what(), category_name(category)));
+  }
+  if (tracked_) MemoryTracker::global().on_alloc(category_, static_cast<int64_t>(bytes_));
 }
 
 Storage::~Storage() {
   if (tracked_) MemoryTracker::global().on_free(category_, static_cast<int64_t>(bytes_));
-  std::free(data_);
+  if (data_ != nullptr) memory_->deallocate(data_, bytes_);
 }
 
-Tensor Tensor::empty(const Shape& shape, MemCategory category, DType dtype) {
+Tensor Tensor::allocate(const Shape& shape, MemCategory category, DType dtype, std::shared_ptr<DeviceMemory> memory) {
   for (int64_t d : shape) SUBDP_CHECK(d >= 0, "negative dimension in shape {}", shape_str(shape));
   Tensor t;
   t.shape_ = shape;
   t.dtype_ = dtype;
-  t.storage_ = std::make_shared<Storage>(shape_numel(shape) * dtype_size(dtype), category);
+  t.storage_ = std::make_shared<Storage>(shape_numel(shape) * dtype_size(dtype), category, std::move(memory));
   return t;
+}
+
+Tensor Tensor::empty(const Shape& shape, MemCategory category, DType dtype) {
+  return allocate(shape, category, dtype, backend().memory());
+}
+
+Tensor Tensor::host_empty(const Shape& shape, MemCategory category, DType dtype) {
+  return allocate(shape, category, dtype, host_memory());
 }
 
 Tensor Tensor::zeros(const Shape& shape, MemCategory category, DType dtype) {
@@ -77,6 +89,8 @@ MemCategory Tensor::category() const {
   SUBDP_ASSERT(defined());
   return storage_->category();
 }
+
+bool Tensor::on_host() const { return !defined() || storage_->on_host(); }
 
 void* Tensor::raw() const {
   SUBDP_ASSERT(defined());
@@ -112,13 +126,58 @@ Tensor Tensor::slice0(int64_t begin, int64_t end) const {
 }
 
 void Tensor::zero_() const {
-  if (defined() && storage_->data()) std::memset(raw(), 0, nbytes());
+  if (!defined() || !storage_->data()) return;
+  if (on_host()) std::memset(raw(), 0, nbytes());
+  else backend().zero(raw(), nbytes());
 }
 
 void Tensor::copy_from(const Tensor& other) const {
   SUBDP_CHECK(other.numel() == numel() && other.dtype_ == dtype_, "copy from {} into {}",
               shape_str(other.shape_), shape_str(shape_));
-  std::memcpy(raw(), other.raw(), nbytes());
+  if (!storage_->data() || !other.storage_->data()) return;  // dry run
+  if (on_host() && other.on_host()) std::memcpy(raw(), other.raw(), nbytes());
+  else if (on_host()) backend().to_host(raw(), other.raw(), nbytes());
+  else if (other.on_host()) backend().to_device(raw(), other.raw(), nbytes());
+  else backend().copy_bytes(raw(), other.raw(), nbytes());
+}
+
+HostCopy::HostCopy(const Tensor& t, bool load) : tensor_(t) {
+  if (!t.defined() || t.on_host()) {
+    data_ = t.defined() ? t.raw() : nullptr;
+    return;
+  }
+  buffer_.resize(t.nbytes());
+  data_ = buffer_.data();
+  if (load) backend().to_host(data_, t.raw(), t.nbytes());
+}
+
+float* HostCopy::f32() const {
+  SUBDP_ASSERT(tensor_.dtype() == DType::f32);
+  return static_cast<float*>(data_);
+}
+
+int32_t* HostCopy::i32() const {
+  SUBDP_ASSERT(tensor_.dtype() == DType::i32);
+  return static_cast<int32_t*>(data_);
+}
+
+void HostCopy::store() const {
+  if (!buffer_.empty()) backend().to_device(tensor_.raw(), data_, tensor_.nbytes());
+}
+
+std::vector<float> host_values(const Tensor& t) {
+  std::vector<float> out(t.numel());
+  const HostCopy host(t);
+  std::copy(host.f32(), host.f32() + t.numel(), out.begin());
+  return out;
+}
+
+void set_values(const Tensor& t, const std::vector<float>& values) {
+  SUBDP_CHECK(static_cast<int64_t>(values.size()) == t.numel(), "{} values for a tensor of shape {}", values.size(),
+              shape_str(t.shape()));
+  const HostCopy host(t, /*load=*/false);
+  std::copy(values.begin(), values.end(), host.f32());
+  host.store();
 }
 
 }  // namespace subdp

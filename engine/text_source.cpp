@@ -52,10 +52,7 @@ class TextSource : public DataSource {
   int64_t steps_per_epoch() const override { return steps_per_epoch_; }
 
   Batch make_batch() const override {
-    Batch b;
-    b.x = Tensor::empty({batch_size_, T_}, MemCategory::activations, DType::i32);
-    b.y = Tensor::empty({batch_size_, T_}, MemCategory::activations, DType::i32);
-    return b;
+    return Batch::allocate({batch_size_, T_}, DType::i32, {batch_size_, T_}, DType::i32);
   }
 
   void train_batch(int64_t epoch, int64_t step, Batch& b) override {
@@ -86,14 +83,15 @@ class TextSource : public DataSource {
 
   /// x[b] = tokens[s_b, s_b + T), y[b] = tokens[s_b + 1, s_b + T + 1) for each start s_b.
   void fill(const std::vector<int32_t>& tokens, const std::vector<int64_t>& starts, Batch& b) const {
-    int32_t* x = b.x.i32();  // (B, T)
-    int32_t* y = b.y.i32();  // (B, T)
+    int32_t* x = b.x_host.i32();  // (B, T)
+    int32_t* y = b.y_host.i32();  // (B, T)
     for (size_t k = 0; k < starts.size(); ++k) {
       const int32_t* w = tokens.data() + starts[k];
       std::memcpy(x + k * T_, w, sizeof(int32_t) * T_);
       std::memcpy(y + k * T_, w + 1, sizeof(int32_t) * T_);
     }
     b.n = static_cast<int64_t>(starts.size());
+    b.upload();
   }
 
   std::string name_, path_;

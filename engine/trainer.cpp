@@ -246,12 +246,13 @@ void Trainer::check_updated_values() {
   std::string mine;
   if (i >= 0) {
     const Param& p = *optimizer_->params()[i];
-    std::string where = locate_nonfinite(p, p.value.f32());
+    std::string where = locate_nonfinite(p, HostCopy(p.value).f32());
     if (!where.empty()) mine = fmt::format("tensor {}, {}", p.name, where);
     const auto states = optimizer_->state(i);
     for (size_t k = 0; k < states.size() && mine.empty(); ++k)
       for (const StateRun& r : optimizer_->state_runs(i)) {  // the state's own layout (sharded: pieces)
-        const float* s = states[k]->f32() + r.state_off;
+        const HostCopy state(*states[k]);
+        const float* s = state.f32() + r.state_off;
         const int64_t bad = std::find_if(s, s + r.len, [](float x) { return !std::isfinite(x); }) - s;
         if (bad == r.len) continue;
         mine = fmt::format("optimizer state {}::{}, {}", p.name, k, describe_grad_element(p, r.grad_off + bad));
@@ -369,7 +370,8 @@ void Trainer::dump_local_values(const std::string& dir) {
   std::vector<NamedTensor> out;
   for (Param* p : model_->params().all()) {
     NamedTensor t{p->name, p->full_shape, std::vector<float>(shape_numel(p->full_shape), std::nanf(""))};
-    const float* v = p->value.f32();
+    const HostCopy host(p->value);
+    const float* v = host.f32();
     for_each_value_run(*p, [&](int64_t lo, int64_t fo, int64_t len) {
       std::copy(v + lo, v + lo + len, t.data.begin() + fo);
     });

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "engine/alignment.h"
+#include "engine/backend.h"
 #include "engine/checkpoint.h"
 #include "engine/error.h"
 #include "engine/layers/batchnorm.h"
@@ -63,7 +64,7 @@ void Trainer::assemble_eval_model() {
   for (auto& t : full) by_name[t.name] = &t;
   for (Param* p : eval_model_->params().all()) {
     SUBDP_ASSERT(by_name.count(p->name));
-    std::copy(by_name[p->name]->data.begin(), by_name[p->name]->data.end(), p->value.f32());
+    set_values(p->value, by_name[p->name]->data);
   }
 }
 
@@ -81,7 +82,7 @@ void Trainer::recalibrate_batchnorm(Model& model, bool across_world) {
   const float momentum = bns.front()->momentum;  // the layers' own, restored below
   for (BatchNorm2d* bn : bns) {
     bn->running_mean->value.zero_();
-    std::fill(bn->running_var->value.f32(), bn->running_var->value.f32() + bn->running_var->value.numel(), 1.f);
+    backend().fill(bn->running_var->value.f32(), 1.f, bn->running_var->value.numel());
   }
   for (int i = 0; i < batches; ++i) {
     for (BatchNorm2d* bn : bns) bn->momentum = 1.f / static_cast<float>(i + 1);  // cumulative average
@@ -92,9 +93,10 @@ void Trainer::recalibrate_batchnorm(Model& model, bool across_world) {
     bn->momentum = momentum;
     if (ranks == 1) continue;
     for (Param* p : {bn->running_mean, bn->running_var}) {
-      float* v = p->value.f32();
-      world_->allreduce_sum(v, p->value.numel());
-      for (int64_t j = 0; j < p->value.numel(); ++j) v[j] /= static_cast<float>(ranks);
+      world_->allreduce_sum(p->value.f32(), p->value.numel());
+      const HostCopy v(p->value);  // divided on the host: x / ranks, not x * (1 / ranks)
+      for (int64_t j = 0; j < p->value.numel(); ++j) v.f32()[j] /= static_cast<float>(ranks);
+      v.store();
     }
   }
 }
@@ -106,15 +108,14 @@ namespace {
 std::vector<std::vector<float>> save_running_stats(Model& model) {
   std::vector<std::vector<float>> saved;
   for (BatchNorm2d* bn : model.batchnorms())
-    for (Param* p : {bn->running_mean, bn->running_var})
-      saved.emplace_back(p->value.f32(), p->value.f32() + p->value.numel());
+    for (Param* p : {bn->running_mean, bn->running_var}) saved.push_back(host_values(p->value));
   return saved;
 }
 
 void restore_running_stats(Model& model, const std::vector<std::vector<float>>& saved) {
   size_t k = 0;
   for (BatchNorm2d* bn : model.batchnorms())
-    for (Param* p : {bn->running_mean, bn->running_var}) std::copy(saved[k].begin(), saved[k].end(), p->value.f32()), ++k;
+    for (Param* p : {bn->running_mean, bn->running_var}) set_values(p->value, saved[k++]);
 }
 
 }  // namespace

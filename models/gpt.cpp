@@ -253,8 +253,13 @@ void Gpt::run_forward(const int32_t* tokens, int B, int T, bool training) {
   B_ = B;
   Tcur_ = T;
   tokens_ = tokens;
-  int32_t* pos = pos_ids_.i32();  // (B, T)
-  for (int64_t r = 0; r < rows; ++r) pos[r] = static_cast<int32_t>(r % T);
+  if (pos_T_ != T) {  // positions depend on T only: written (and uploaded) once per context length
+    HostCopy pos(pos_ids_, /*load=*/false);  // (max_batch, T) of the (max_batch, T_) buffer
+    for (int64_t r = 0; r < int64_t{max_batch_} * T; ++r) pos.i32()[r] = static_cast<int32_t>(r % T);
+    pos.store();
+    pos_T_ = T;
+  }
+  const int32_t* pos = pos_ids_.i32();  // (B, T)
   float* x0 = x0_.f32();  // (B, T, C)
   wte_->forward(tokens, x0, rows, false);
   wpe_->forward(pos, x0, rows, true);

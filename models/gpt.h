@@ -132,6 +132,7 @@ class Gpt : public Model {
   Tensor x0_;       // (B, T, C) embeddings
   Tensor lnf_out_;  // (B, T, C) view of shared_
   Tensor pos_ids_;  // (B, T) int32 positions
+  int pos_T_ = 0;   // the T pos_ids_ was last written for (every row then holds 0 .. T - 1)
   Tensor dres_;     // (B, T, C) residual-stream gradient
   GptScratch scratch_;
   std::unique_ptr<CrossEntropyHead> head_;  // logits (B, T, V) own; dlogits in shared_

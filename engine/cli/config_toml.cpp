@@ -112,7 +112,7 @@ std::vector<Field> fields(Config& c) {
       {"mask", "seed", &k.seed, at_least(0)},
       {"mask", "scale", &k.scale, one_of({"inverse_keep", "none"})},
       {"mask", "pinned", &k.pinned, at_least(0)},
-      {"device", "type", &v.type, one_of({"cpu", "cuda"})},
+      {"device", "type", &v.type, one_of({"cpu", "cuda", "fenced"})},
       {"device", "precision", &v.precision, one_of({"fp32", "bf16"})},
       {"checkpoint", "dir", &ck.dir, any()},
       {"checkpoint", "every", &ck.every, at_least(0)},

@@ -1,6 +1,7 @@
 // Local communicator: world size 1, collectives are the identity.
 #include <cstring>
 
+#include "engine/backend.h"
 #include "engine/comm/communicator.h"
 #include "engine/error.h"
 
@@ -16,6 +17,7 @@ class LocalCommunicator : public Communicator {
   void allreduce_sum(double*, int64_t) override {}
   void allreduce_max(double*, int64_t) override {}
   void reduce_sum(const float* data, float* recv, int64_t n, int) override {
+    CollectiveScope open;  // the buffers are backend memory
     if (recv != data) std::memcpy(recv, data, sizeof(float) * n);
   }
   void reduce_scatter_sum(float*, const std::vector<int64_t>& counts) override {

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "engine/backend.h"
 #include "engine/comm/communicator.h"
 #include "engine/comm/watchdog.h"
 #include "engine/error.h"
@@ -45,6 +46,7 @@ class MpiCommunicator : public Communicator {
   int size() const override { return size_; }
 
   void allreduce_sum(float* data, int64_t n) override {
+    CollectiveScope open;  // the buffers are backend memory
     CollectiveWatchdog::Guard guard(*watchdog_, "MPI_Allreduce");
     bytes_ += n * static_cast<int64_t>(sizeof(float));
     for (int64_t off = 0; off < n; off += kMaxCount)
@@ -60,6 +62,7 @@ class MpiCommunicator : public Communicator {
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(n), MPI_DOUBLE, MPI_MAX, comm_));
   }
   void reduce_sum(const float* data, float* recv, int64_t n, int root) override {
+    CollectiveScope open;  // the buffers are backend memory
     CollectiveWatchdog::Guard guard(*watchdog_, "MPI_Reduce");
     for (int64_t off = 0; off < n; off += kMaxCount) {
       const int count = static_cast<int>(std::min(kMaxCount, n - off));
@@ -71,6 +74,7 @@ class MpiCommunicator : public Communicator {
     }
   }
   void reduce_scatter_sum(float* data, const std::vector<int64_t>& counts) override {
+    CollectiveScope open;  // the buffers are backend memory
     CollectiveWatchdog::Guard guard(*watchdog_, "MPI_Reduce_scatter");
     const auto ints = int_counts(counts);
     const int64_t off = segment_offset(counts, rank_, size_);
@@ -80,6 +84,7 @@ class MpiCommunicator : public Communicator {
     if (off > 0) std::memmove(data + off, data, sizeof(float) * counts[rank_]);
   }
   void allgather_segments(float* data, const std::vector<int64_t>& counts) override {
+    CollectiveScope open;  // the buffers are backend memory
     CollectiveWatchdog::Guard guard(*watchdog_, "MPI_Allgatherv");
     const auto ints = int_counts(counts);
     std::vector<int> displs(size_);
@@ -88,6 +93,7 @@ class MpiCommunicator : public Communicator {
     MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, ints.data(), displs.data(), MPI_FLOAT, comm_));
   }
   void broadcast(void* data, int64_t bytes, int root) override {
+    CollectiveScope open;  // the buffers are backend memory
     CollectiveWatchdog::Guard guard(*watchdog_, "MPI_Bcast");
     char* p = static_cast<char*>(data);
     for (int64_t off = 0; off < bytes; off += kMaxCount)

@@ -3,6 +3,7 @@
 // same values, so averaging returns the local values and every buffer has its real size.
 #include <cstring>
 
+#include "engine/backend.h"
 #include "engine/comm/communicator.h"
 #include "engine/error.h"
 
@@ -16,15 +17,18 @@ class SimulatedCommunicator : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   void allreduce_sum(float* data, int64_t n) override {
+    CollectiveScope open;  // the buffers are backend memory
     bytes_ += n * static_cast<int64_t>(sizeof(float));
     scale(data, n);
   }
   void allreduce_sum(double* data, int64_t n) override { scale(data, n); }
   void allreduce_max(double*, int64_t) override {}
   void reduce_sum(const float* data, float* recv, int64_t n, int root) override {
+    CollectiveScope open;  // the buffers are backend memory
     if (rank_ == root && recv != data) std::memcpy(recv, data, sizeof(float) * n);
   }
   void reduce_scatter_sum(float* data, const std::vector<int64_t>& counts) override {
+    CollectiveScope open;  // the buffers are backend memory
     // As if every rank held these values: this rank's segment becomes size x itself.
     const int64_t off = segment_offset(counts, rank_, size_), n = counts[rank_];
     bytes_ += n * static_cast<int64_t>(sizeof(float));

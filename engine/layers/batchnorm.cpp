@@ -32,11 +32,11 @@ void BatchNorm2d::forward(const float* x, float* y, int N, int HW, bool training
 void BatchNorm2d::recompute(const float* x, float* y, int N, int HW, bool relu) {
   // The kernel updates running statistics in training mode: it updates copies here. They
   // are C floats each; the data pass is the forward's.
-  const std::vector<float> mean_saved(running_mean->value.f32(), running_mean->value.f32() + channels());
-  const std::vector<float> var_saved(running_var->value.f32(), running_var->value.f32() + channels());
+  const std::vector<float> mean_saved = host_values(running_mean->value);
+  const std::vector<float> var_saved = host_values(running_var->value);
   forward(x, y, N, HW, /*training=*/true, relu);
-  std::copy(mean_saved.begin(), mean_saved.end(), running_mean->value.f32());
-  std::copy(var_saved.begin(), var_saved.end(), running_var->value.f32());
+  set_values(running_mean->value, mean_saved);
+  set_values(running_var->value, var_saved);
 }
 
 void BatchNorm2d::backward(const float* x, const float* dy, float* dx, int N, int HW) const {

@@ -11,15 +11,14 @@ Embedding::Embedding(ParamSet& ps, const std::string& name, int64_t num, int64_t
 }
 
 void Embedding::forward(const int32_t* ids, float* y, int64_t rows, bool accumulate) const {
-  const int64_t n = num();
-  for (int64_t r = 0; r < rows; ++r)  // host-side ids (the batch), checked before the lookup
-    SUBDP_CHECK(ids[r] >= 0 && ids[r] < n, "{}: index {} at row {} outside [0, {})", weight->name, ids[r], r, n);
-  backend().embedding_forward(ids, weight->value.f32(), y, rows, channels(), accumulate);
+  // ids are backend memory: the kernel counts those out of range (and skips them).
+  const int64_t invalid = backend().embedding_forward(ids, weight->value.f32(), num(), y, rows, channels(), accumulate);
+  SUBDP_CHECK(invalid == 0, "{}: {} of {} indices outside [0, {})", weight->name, invalid, rows, num());
 }
 
 void Embedding::backward(const int32_t* ids, const float* dy, int64_t rows) const {
   if (!weight->grad.defined()) return;
-  backend().embedding_backward(ids, dy, weight->grad.f32(), rows, channels());
+  backend().embedding_backward(ids, dy, weight->grad.f32(), num(), rows, channels());
 }
 
 }  // namespace subdp

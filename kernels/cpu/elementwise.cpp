@@ -71,6 +71,11 @@ void scale(float* x, float alpha, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= alpha;
 }
 
+void scale_copy(const float* x, float alpha, float* y, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= (1 << 16))
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * alpha;
+}
+
 void copy_columns(const float* x, int64_t rows, int64_t width, int64_t cols, float* out) {
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) std::memcpy(out + r * cols, x + r * width, sizeof(float) * cols);

@@ -21,6 +21,8 @@ void add(const float* a, const float* b, float* y, int64_t n);
 void axpy(float alpha, const float* x, float* y, int64_t n);
 /// x *= alpha.
 void scale(float* x, float alpha, int64_t n);
+/// y = x * alpha (the unpacking of a reduced communication buffer).
+void scale_copy(const float* x, float alpha, float* y, int64_t n);
 /// out (rows, cols) = the first cols columns of x (rows, width).
 void copy_columns(const float* x, int64_t rows, int64_t width, int64_t cols, float* out);
 /// Sum of x (double accumulator).

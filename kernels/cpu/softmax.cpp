@@ -2,6 +2,7 @@
 #include "kernels/cpu/softmax.h"
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "kernels/cpu/fast_math.h"
@@ -41,8 +42,10 @@ double cross_entropy_forward(const float* logits, const int32_t* targets, float*
     for (int i = 0; i < V; ++i) s += p[i];
     const float inv = static_cast<float>(1.0 / s);
     for (int i = 0; i < V; ++i) p[i] *= inv;
-    row_loss[r] = std::log(s) - (l[targets[r]] - mx);
-    row_hit[r] = arg == targets[r];
+    const int32_t t = targets[r];
+    const bool valid = t >= 0 && t < V;  // an invalid target poisons the loss instead of reading out of range
+    row_loss[r] = valid ? std::log(s) - (l[t] - mx) : std::numeric_limits<double>::quiet_NaN();
+    row_hit[r] = arg == t;
   }
   double total = 0;
   int64_t hits = 0;
@@ -59,7 +62,7 @@ void cross_entropy_backward(const float* probs, const int32_t* targets, float* d
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     for (int i = 0; i < V; ++i) dlogits[r * V + i] = probs[r * V + i] * scale;
-    dlogits[r * V + targets[r]] -= scale;
+    if (targets[r] >= 0 && targets[r] < V) dlogits[r * V + targets[r]] -= scale;
   }
 }
 

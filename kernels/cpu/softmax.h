@@ -10,7 +10,8 @@ void softmax_rows(float* x, int64_t rows, int V);
 /// Mean cross-entropy of logits (rows, V) against integer targets (rows) in [0, V).
 /// Writes probs (rows, V) = softmax(logits) for the backward pass and, when
 /// correct != nullptr, the number of rows whose argmax equals the target.
-/// Returns the mean loss in nats.
+/// Returns the mean loss in nats; NaN if a target lies outside [0, V) (the data sources check
+/// labels and tokens when they load, so that only a broken caller sees it).
 double cross_entropy_forward(const float* logits, const int32_t* targets, float* probs,
                              int64_t rows, int V, int64_t* correct);
 

@@ -212,7 +212,7 @@ TEST(BackendChoice, CudaWithoutADeviceSaysSoInOneLine) {
   const bool gpu = std::filesystem::exists("/dev/nvidiactl");
   EXPECT_NE(e.find(gpu ? "not yet wired" : "[device] type = \"cuda\": no CUDA device was found"), std::string::npos) << e;
   EXPECT_EQ(e.find('\n'), std::string::npos) << e;
-  EXPECT_NE(error_of([] { make_backend("tpu"); }).find("expected cpu or cuda"), std::string::npos);
+  EXPECT_NE(error_of([] { make_backend("tpu"); }).find("expected cpu, cuda or fenced"), std::string::npos);
 }
 
 }  // namespace

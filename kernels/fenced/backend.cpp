@@ -1,0 +1,46 @@
+// The fenced test device: the CPU backend's kernels (bit for bit the same arithmetic) on a
+// Pool that host code cannot touch outside backend operations and collectives. The trainer's
+// tests run on it so that every missing host <-> device transfer faults on a machine without
+// a GPU, at its line, instead of on the first GPU the engine meets.
+#include "kernels/cpu/backend.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "engine/error.h"
+#include "kernels/fenced/pool.h"
+
+namespace subdp {
+
+namespace {
+
+/// Pool size: SUBDP_FENCED_POOL_GB GiB of address space (default 16; only touched pages cost).
+size_t pool_capacity() {
+  const char* env = std::getenv("SUBDP_FENCED_POOL_GB");
+  if (env == nullptr || *env == '\0') return size_t{16} << 30;
+  char* end = nullptr;
+  const double gb = std::strtod(env, &end);
+  SUBDP_CHECK(end != env && *end == '\0' && gb > 0 && gb <= 1024,
+              "SUBDP_FENCED_POOL_GB = \"{}\": expected a size in GiB in (0, 1024]", env);
+  return static_cast<size_t>(gb * double(size_t{1} << 30));
+}
+
+/// The fenced device's access policy for cpu::CpuBackend: every operation opens the pool.
+class FencedAccess {
+ public:
+  FencedAccess() : pool_(std::make_shared<fenced::Pool>(pool_capacity())) {}
+  fenced::OpenScope open() { return fenced::OpenScope(*pool_); }
+  void open_for_collective() { pool_->open(); }
+  void close_for_collective() { pool_->close(); }
+  std::shared_ptr<DeviceMemory> memory() { return pool_; }
+  std::string name() const { return "fenced"; }
+
+ private:
+  std::shared_ptr<fenced::Pool> pool_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_fenced_backend() { return std::make_unique<cpu::CpuBackend<FencedAccess>>(); }
+
+}  // namespace subdp
