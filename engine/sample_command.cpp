@@ -97,8 +97,8 @@ int run_sample(const std::string& checkpoint, const std::string& prompt, int tok
   const int T = model.context(), V = model.vocab();
   for (int i = 0; i < tokens; ++i) {
     const int len = std::min<int>(T, static_cast<int>(ids.size()));  // crop to the context
-    const float* logits = model.logits(ids.data() + ids.size() - len, 1, len);  // (len, V)
-    const int next = next_token(logits + static_cast<int64_t>(len - 1) * V, V, temperature, top_k,
+    const std::vector<float> logits = model.logits(ids.data() + ids.size() - len, 1, len);  // (len, V)
+    const int next = next_token(logits.data() + static_cast<int64_t>(len - 1) * V, V, temperature, top_k,
                                 mix64(seed) ^ static_cast<uint64_t>(i));
     ids.push_back(next);
     std::fputc(next, stdout);

@@ -116,9 +116,9 @@ void Trainer::check_layout_agreement() {
 
 int Trainer::run() {
   if (prints_) {
-    std::printf("subdp: %s | world W=%d, subnetworks S=%d, replicas R=%d | backend %s | %d threads/rank\n",
-                data_->describe().c_str(), layout_.world, layout_.S, layout_.replicas(), world_->backend().c_str(),
-                threads_per_rank(config_.train.threads));
+    std::printf("subdp: %s | world W=%d, subnetworks S=%d, replicas R=%d | device %s, backend %s | %d threads/rank\n",
+                data_->describe().c_str(), layout_.world, layout_.S, layout_.replicas(), backend().name().c_str(),
+                world_->backend().c_str(), threads_per_rank(config_.train.threads));
     std::printf("%s", plan_.describe(units_).c_str());
     print_memory_comparison();
     std::fflush(stdout);

@@ -290,9 +290,16 @@ double Gpt::forward(const Batch& batch, bool training, int64_t* correct) {
   return head_->loss(batch.y.i32(), batch.n * T, training, correct);
 }
 
-const float* Gpt::logits(const int32_t* tokens, int B, int T) {
-  run_forward(tokens, B, T, false);
-  return head_->logits();
+std::vector<float> Gpt::logits(const int32_t* tokens, int B, int T) {
+  const int64_t rows = static_cast<int64_t>(B) * T;
+  const Tensor ids = Tensor::empty({std::max<int64_t>(rows, 0)}, MemCategory::activations, DType::i32);
+  const HostCopy staged(ids, /*load=*/false);
+  std::copy(tokens, tokens + rows, staged.i32());
+  staged.store();
+  run_forward(ids.i32(), B, T, false);
+  std::vector<float> out(rows * V_);
+  backend().to_host(out.data(), head_->logits(), sizeof(float) * out.size());
+  return out;
 }
 
 void Gpt::backward() {

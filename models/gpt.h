@@ -112,8 +112,9 @@ class Gpt : public Model {
   void set_dropped_blocks(const std::vector<char>& dropped, const std::vector<char>& dense, float scale) override;
   /// Logits (B*T, vocab) of the last forward.
   const float* last_logits() const override { return head_->logits(); }
-  /// Logits (B*T, vocab) of tokens (B, T), B <= max_batch, T <= context (generation).
-  const float* logits(const int32_t* tokens, int B, int T);
+  /// Logits (B*T, vocab), copied to the host, of host tokens (B, T) int32, B <= max_batch,
+  /// T <= context (generation: the tokens are staged into backend memory).
+  std::vector<float> logits(const int32_t* tokens, int B, int T);
   int context() const { return T_; }
   int vocab() const { return V_; }
 

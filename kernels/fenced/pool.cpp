@@ -19,6 +19,11 @@ namespace subdp::fenced {
 namespace {
 
 constexpr size_t kPage = 4096;
+// Protection changes walk the page table of the range: on 2 MiB transparent huge pages one
+// entry covers 512 pages, so the range flipped is kept in whole huge pages (where THP is on).
+constexpr size_t kHuge = size_t{2} << 20;
+
+size_t round_up(size_t bytes, size_t to) { return (bytes + to - 1) / to * to; }
 
 std::atomic<const Pool*> g_pool{nullptr};
 struct sigaction g_previous;
@@ -74,11 +79,14 @@ void install_handler() {
 
 }  // namespace
 
-Pool::Pool(size_t capacity) : capacity_((capacity + kPage - 1) / kPage * kPage) {
-  void* p = mmap(nullptr, capacity_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+Pool::Pool(size_t capacity) : capacity_(round_up(capacity, kHuge)) {
+  // Reserve one huge page more than needed, so that the pool can start on a 2 MiB boundary.
+  void* p = mmap(nullptr, capacity_ + kHuge, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   SUBDP_CHECK(p != MAP_FAILED, "fenced device: reserving {} bytes of address space failed: {}", capacity_,
               std::strerror(errno));
-  base_ = static_cast<char*>(p);
+  mapping_ = static_cast<char*>(p);
+  base_ = mapping_ + (round_up(reinterpret_cast<uintptr_t>(p), kHuge) - reinterpret_cast<uintptr_t>(p));
+  madvise(base_, capacity_, MADV_HUGEPAGE);  // advice only: without THP the pool works, more slowly
   install_handler();
   g_pool.store(this);
 }
@@ -86,7 +94,7 @@ Pool::Pool(size_t capacity) : capacity_((capacity + kPage - 1) / kPage * kPage) 
 Pool::~Pool() {
   const Pool* self = this;
   g_pool.compare_exchange_strong(self, nullptr);
-  munmap(base_, capacity_);
+  munmap(mapping_, capacity_ + kHuge);
 }
 
 void Pool::protect(char* begin, size_t bytes, bool open) const {
@@ -109,9 +117,9 @@ void* Pool::allocate(size_t bytes) {
         fmt::format("fenced device: out of memory allocating {} bytes ({} of {} bytes in use; set "
                     "SUBDP_FENCED_POOL_GB for a larger pool)",
                     bytes, top_, capacity_));
-  const size_t offset = top_;
+  const size_t offset = top_, old_span = span();
   top_ += size;
-  if (depth_ > 0) protect(base_ + offset, size, true);  // the rest of [0, top_) is open too
+  if (depth_ > 0) protect(base_ + old_span, span() - old_span, true);  // the rest of the span is open too
   return base_ + offset;
 }
 
@@ -119,7 +127,7 @@ void Pool::deallocate(void* p, size_t bytes) {
   const size_t size = bytes == 0 ? kPage : (bytes + kPage - 1) / kPage * kPage;
   size_t offset = static_cast<char*>(p) - base_;
   SUBDP_ASSERT(contains(p) && offset % kPage == 0 && offset + size <= top_);
-  madvise(p, size, MADV_DONTNEED);  // returns the pages; the range stays reserved
+  // The pages stay committed (returning them would split huge pages); first fit reuses them.
   size_t length = size;
   auto next = free_.lower_bound(offset);
   if (next != free_.end() && next->first == offset + length) {
@@ -138,18 +146,20 @@ void Pool::deallocate(void* p, size_t bytes) {
 }
 
 void Pool::open() {
-  if (depth_++ == 0) protect(base_, top_, true);
+  if (depth_++ == 0) protect(base_, span(), true);
 }
 
 void Pool::close() {
   SUBDP_ASSERT(depth_ > 0);
-  if (--depth_ == 0) protect(base_, top_, false);
+  if (--depth_ == 0) protect(base_, span(), false);
 }
 
 bool Pool::contains(const void* address) const {
   const char* a = static_cast<const char*>(address);
   return a >= base_ && a < base_ + capacity_;
 }
+
+size_t Pool::span() const { return round_up(top_, kHuge); }
 
 size_t Pool::offset_of(const void* address) const { return static_cast<const char*>(address) - base_; }
 

@@ -1,6 +1,7 @@
 // The fenced device's memory: one reserved address range, mapped PROT_NONE except while it is
 // open (a backend operation or a collective runs), so any host read or write of a device
-// tensor outside those faults at its line. Blocks are whole pages, handed out first-fit.
+// tensor outside those faults at its line. Blocks are whole pages, handed out first-fit;
+// freed pages stay committed for reuse.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -33,6 +34,9 @@ class Pool final : public DeviceMemory {
 
  private:
   void protect(char* begin, size_t bytes, bool open) const;
+  /// The range open() and close() flip: [base_, base_ + span()), top_ in whole huge pages.
+  size_t span() const;
+  char* mapping_ = nullptr;             // the reservation (base_ rounded up to 2 MiB inside it)
   char* base_ = nullptr;
   size_t capacity_ = 0;
   size_t top_ = 0;                 // bytes handed out so far from the start (high-water mark)

@@ -81,5 +81,10 @@ schedule = "constant"
 every = 2
 TOML
 
+# SUBDP_TEST_DEVICE=fenced runs every config on the fenced test device (kernels/fenced): the
+# same tests then prove that no host code touches device memory (tests/CMakeLists.txt).
+DEVICE=${SUBDP_TEST_DEVICE:-cpu}
+for f in mlp resnet gpt; do printf '[device]\ntype = "%s"\n' "$DEVICE" >> "$WORK/$f.toml"; done
+
 # final_model DIR: model.safetensors of the newest checkpoint in DIR.
 final_model() { echo "$(ls -d "$1"/step-* | tail -1)/model.safetensors"; }
