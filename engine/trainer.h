@@ -9,13 +9,17 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/assemble.h"
-#include "engine/commands.h"
 #include "engine/comm/communicator.h"
 #include "engine/data_source.h"
 #include "engine/grad_sync.h"
 #include "engine/optimizer.h"
 
 namespace subdp {
+
+/// Options of `subdp train` that are not part of the config.
+struct TrainOptions {
+  std::string simulate_rank;  // "w/W": run rank w of a W-rank layout alone (local stand-in comm)
+};
 
 /// Evaluation result: mean loss (nats per target position) and accuracy (fraction).
 struct EvalResult {

@@ -14,7 +14,7 @@
 
 #include <unistd.h>
 
-#include "engine/commands.h"
+#include "engine/cli/commands.h"
 #include "engine/config.h"
 #include "engine/error.h"
 

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "engine/checkpoint.h"
-#include "engine/commands.h"
+#include "engine/cli/commands.h"
 #include "engine/data/dataset.h"
 #include "engine/data_source.h"
 #include "engine/error.h"

@@ -1,6 +1,6 @@
 // run_train and run_version: choose the communicator backend, run the session.
 #include "engine/backend.h"
-#include "engine/commands.h"
+#include "engine/cli/commands.h"
 
 #include <cstdio>
 

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "engine/backend.h"
-#include "engine/commands.h"
+#include "engine/cli/commands.h"
 #include "engine/error.h"
 #include "engine/footprint.h"
 #include "models/model.h"

@@ -12,7 +12,7 @@
 #include "engine/assemble.h"
 #include "engine/checkpoint.h"
 #include "engine/backend.h"
-#include "engine/commands.h"
+#include "engine/cli/commands.h"
 #include "engine/data/dataset.h"
 #include "engine/error.h"
 #include "models/gpt.h"

@@ -6,13 +6,9 @@
 #include <vector>
 
 #include "engine/config.h"
+#include "engine/trainer.h"
 
 namespace subdp {
-
-/// Options of `subdp train` that are not part of the config.
-struct TrainOptions {
-  std::string simulate_rank;  // "w/W": run rank w of a W-rank layout alone (local stand-in comm)
-};
 
 /// `subdp train`: trains per config, prints progress and the final summary line.
 int run_train(const Config& config, const TrainOptions& options);

@@ -3,7 +3,7 @@
 #include <fstream>
 
 #include "engine/backend.h"
-#include "engine/commands.h"
+#include "engine/cli/commands.h"
 #include "engine/data_source.h"
 #include "engine/error.h"
 #include "engine/io/safetensors.h"
