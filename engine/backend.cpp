@@ -50,9 +50,11 @@ std::unique_ptr<Backend> make_backend(const std::string& device_type) {
               " (this build has no CUDA backend: nvcc was not found)"
 #endif
   );
-  throw Error("[device] type = \"cuda\": a CUDA device is present, but the CUDA backend is not yet wired to the "
-              "layers in this version (kernels/cuda and the NCCL communicator are built and tested on their own); "
-              "use \"cpu\"");
+#ifdef SUBDP_WITH_CUDA
+  return make_cuda_backend();
+#else
+  return nullptr;  // unreachable: without a CUDA build no device is counted
+#endif
 }
 
 }  // namespace subdp

@@ -131,12 +131,15 @@ class CollectiveScope {
 Backend& backend();
 /// Makes `b` the run's backend.
 void set_backend(std::unique_ptr<Backend> b);
-/// The backend for `[device] type` ("cpu"; "cuda" is an error until the CUDA backend is
-/// wired: no CUDA device is found on a machine without one, else not wired yet).
+/// The backend for `[device] type`: "cpu", "fenced", or "cuda" (an error naming the cause on a
+/// machine without a CUDA device or a build without nvcc).
 std::unique_ptr<Backend> make_backend(const std::string& device_type);
 
 /// The CPU backend (kernels/cpu: OpenBLAS, OpenMP, Winograd / channels-last convolutions).
 std::unique_ptr<Backend> make_cpu_backend();
+
+/// The CUDA backend (kernels/cuda: one GPU, float32, cuBLAS), in CUDA builds only.
+std::unique_ptr<Backend> make_cuda_backend();
 
 /// The fenced test device (kernels/fenced): the CPU kernels on a pool that host code cannot
 /// touch (mapped PROT_NONE except while a backend operation or a collective runs), so a

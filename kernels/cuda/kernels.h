@@ -119,8 +119,8 @@ void batchnorm_backward(const float* x, const float* gamma, const float* mean,
 
 // ---- embedding (embedding.cu) ----------------------------------------------------------
 
-/// y (rows, C) (=|+=) w[ids[r]] (w: (num, C)). ids are validated by the caller on the host;
-/// a row whose id lies outside [0, num) is left untouched.
+/// y (rows, C) (=|+=) w[ids[r]] (w: (num, C)). A row whose id lies outside [0, num) is left
+/// untouched (the CUDA backend counts them with count_out_of_range and raises the error).
 void embedding_forward(const int32_t* ids, const float* w, float* y, int64_t rows, int64_t C,
                        int64_t num, bool accumulate, cudaStream_t stream);
 /// Bytes of workspace embedding_backward needs for `rows` ids.
@@ -186,6 +186,10 @@ void sgd_update(float* w, const float* g, float* buf, int64_t n, float lr, float
 void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, double lr,
                   double beta1, double beta2, double eps, double weight_decay, int64_t t,
                   cudaStream_t stream);
+/// The same update from the scalars cpu::adamw_update takes: step_size = lr / (1 - beta1^t),
+/// bc2_sqrt = sqrt(1 - beta2^t), decay = 1 - lr * weight_decay (the CUDA backend's entry).
+void adamw_update_scaled(float* w, const float* g, float* m, float* v, int64_t n, float step_size, float bc2_sqrt,
+                         float decay, float eps, float beta1, float beta2, cudaStream_t stream);
 
 // ---- GEMM through cuBLAS (gemm.cpp) ----------------------------------------------------
 

@@ -59,9 +59,14 @@ void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, doubl
   const float bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(beta2, static_cast<double>(t))));
   const float step_size = static_cast<float>(lr) / bc1;
   const float decay = static_cast<float>(1.0 - lr * weight_decay);
-  adamw_kernel<<<blocks_for(n), kThreads, 0, s>>>(w, g, m, v, n, static_cast<float>(beta1),
-                                                  static_cast<float>(beta2), bc2_sqrt, step_size,
-                                                  decay, static_cast<float>(eps));
+  adamw_update_scaled(w, g, m, v, n, step_size, bc2_sqrt, decay, static_cast<float>(eps),
+                      static_cast<float>(beta1), static_cast<float>(beta2), s);
+}
+
+void adamw_update_scaled(float* w, const float* g, float* m, float* v, int64_t n, float step_size, float bc2_sqrt,
+                         float decay, float eps, float beta1, float beta2, cudaStream_t s) {
+  if (n <= 0) return;
+  adamw_kernel<<<blocks_for(n), kThreads, 0, s>>>(w, g, m, v, n, beta1, beta2, bc2_sqrt, step_size, decay, eps);
   CUDA_CHECK_LAUNCH();
 }
 

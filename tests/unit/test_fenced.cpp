@@ -65,63 +65,19 @@ TEST(FencedDevice, TransfersRoundTripAndBuffersAreReused) {
   EXPECT_EQ(host_values(again), std::vector<float>(3000, 0.f));
 }
 
-ModelConfig tiny_mlp() {
-  ModelConfig c;
-  c.name = "mlp";
-  c.hidden = {16, 12, 8};
-  c.in_channels = 1;
-  c.image_size = 8;
-  c.classes = 10;
-  return c;
-}
-
-struct StepResult {
-  double loss = 0;
-  std::vector<std::vector<float>> grads;
-};
-
-/// Loss and gradients of one step of subnetwork 1 of S = 2 (keep 0.5) on `batch`, built and
-/// run on the current backend; the batch (host tensors) is staged into backend memory.
-StepResult one_step(const ModelConfig& c, const std::string& regime, const std::string& granularity,
-                    const Batch& host_batch) {
-  const ModelUnits units = model_units(c);
-  const SubnetMask mask = regime == "none" ? full_mask(units)
-                                           : test::planned_mask(units, regime, granularity, 2, 0.5, 1, 7);
-  auto model = make_model(c, mask, static_cast<int>(host_batch.n), 11);
-  Batch batch = Batch::allocate(host_batch.x.shape(), host_batch.x.dtype(), host_batch.y.shape(),
-                                host_batch.y.dtype());
-  batch.x_host.copy_from(host_batch.x);
-  batch.y_host.copy_from(host_batch.y);
-  batch.n = host_batch.n;
-  batch.upload();
-  StepResult r;
-  r.loss = test::forward_backward(*model, batch);
-  for (Param* p : model->params().trainable())
-    if (p->grad.defined()) r.grads.push_back(host_values(p->grad));
-  return r;
-}
-
 TEST(FencedDevice, EveryModelAndRegimeMatchesTheCpuBackendBitForBit) {
-  const std::vector<std::pair<ModelConfig, Batch>> cases = {
-      {tiny_mlp(), test::random_image_batch(tiny_mlp(), 6, 3)},
-      {test::tiny_resnet(), test::random_image_batch(test::tiny_resnet(), 4, 5)},
-      {test::tiny_gpt(), test::token_batch(3, 5, 11, 9)}};
-  const std::vector<std::pair<std::string, std::string>> regimes = {
-      {"none", "block"}, {"forward", "block"}, {"backward", "block"}, {"forward", "neuron"}, {"backward", "neuron"}};
-  for (const auto& [config, batch] : cases)
-    for (const auto& [regime, granularity] : regimes) {
-      if (config.name == "mlp" && granularity == "block" && regime != "none") continue;  // no blocks
-      SCOPED_TRACE(config.name + " " + regime + " " + granularity);
-      const StepResult cpu = one_step(config, regime, granularity, batch);
-      StepResult fenced;
-      {
-        FencedScope scope;
-        fenced = one_step(config, regime, granularity, batch);
-      }
-      EXPECT_EQ(std::memcmp(&cpu.loss, &fenced.loss, sizeof(double)), 0) << cpu.loss << " vs " << fenced.loss;
-      ASSERT_EQ(cpu.grads.size(), fenced.grads.size());
-      for (size_t i = 0; i < cpu.grads.size(); ++i) EXPECT_EQ(cpu.grads[i], fenced.grads[i]) << "gradient " << i;
+  for (const test::BackendCase& c : test::backend_cases()) {
+    SCOPED_TRACE(c.config.name + " " + c.regime + " " + c.granularity);
+    const test::StepResult cpu = test::backend_step(c);
+    test::StepResult fenced;
+    {
+      FencedScope scope;
+      fenced = test::backend_step(c);
     }
+    EXPECT_EQ(std::memcmp(&cpu.loss, &fenced.loss, sizeof(double)), 0) << cpu.loss << " vs " << fenced.loss;
+    ASSERT_EQ(cpu.grads.size(), fenced.grads.size());
+    for (size_t i = 0; i < cpu.grads.size(); ++i) EXPECT_EQ(cpu.grads[i], fenced.grads[i]) << "gradient " << i;
+  }
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/config.h"
 #include "engine/data/dataset.h"
@@ -99,6 +101,64 @@ inline double forward_backward(Model& m, const Batch& batch) {
   const double loss = m.forward(batch, true, nullptr);
   m.backward();
   return loss;
+}
+
+/// MLP on 1x8x8 images: hidden {16, 12, 8}, 10 classes.
+inline ModelConfig tiny_mlp() {
+  ModelConfig c;
+  c.name = "mlp";
+  c.hidden = {16, 12, 8};
+  c.in_channels = 1;
+  c.image_size = 8;
+  c.classes = 10;
+  return c;
+}
+
+/// One model, regime and granularity with its batch (host tensors), for backend comparisons.
+struct BackendCase {
+  ModelConfig config;
+  std::string regime, granularity;
+  Batch batch;
+};
+
+/// Every tiny model under DP and forward / backward masking at block and neuron level (the
+/// MLP has no blocks), each with a fixed random batch.
+inline std::vector<BackendCase> backend_cases() {
+  std::vector<BackendCase> out;
+  const std::vector<std::pair<ModelConfig, Batch>> models = {{tiny_mlp(), random_image_batch(tiny_mlp(), 6, 3)},
+                                                             {tiny_resnet(), random_image_batch(tiny_resnet(), 4, 5)},
+                                                             {tiny_gpt(), token_batch(3, 5, 11, 9)}};
+  const std::vector<std::pair<std::string, std::string>> regimes = {
+      {"none", "block"}, {"forward", "block"}, {"backward", "block"}, {"forward", "neuron"}, {"backward", "neuron"}};
+  for (const auto& [config, batch] : models)
+    for (const auto& [regime, granularity] : regimes)
+      if (config.name != "mlp" || granularity != "block" || regime == "none") out.push_back({config, regime, granularity, batch});
+  return out;
+}
+
+/// The loss and held gradients (host copies) of one step.
+struct StepResult {
+  double loss = 0;
+  std::vector<std::vector<float>> grads;
+};
+
+/// One forward and backward of subnetwork 1 of S = 2 (keep 0.5) of case c, built and run on the
+/// current backend; the host batch is staged into backend memory (Batch::allocate / upload).
+inline StepResult backend_step(const BackendCase& c) {
+  const ModelUnits units = model_units(c.config);
+  const SubnetMask mask =
+      c.regime == "none" ? full_mask(units) : planned_mask(units, c.regime, c.granularity, 2, 0.5, 1, 7);
+  auto model = make_model(c.config, mask, static_cast<int>(c.batch.n), 11);
+  Batch batch = Batch::allocate(c.batch.x.shape(), c.batch.x.dtype(), c.batch.y.shape(), c.batch.y.dtype());
+  batch.x_host.copy_from(c.batch.x);
+  batch.y_host.copy_from(c.batch.y);
+  batch.n = c.batch.n;
+  batch.upload();
+  StepResult r;
+  r.loss = forward_backward(*model, batch);
+  for (Param* p : model->params().trainable())
+    if (p->grad.defined()) r.grads.push_back(host_values(p->grad));
+  return r;
 }
 
 }  // namespace subdp::test

@@ -43,6 +43,10 @@ int run_train(const Config& config, const TrainOptions& options) {
   } else {
     world = make_world(config.parallel);
   }
+  SUBDP_CHECK(config.device.type != "cuda" || world->backend() != "mpi" || world->size() == 1,
+              "device.type = \"cuda\" with W = {} ranks: the ranks would all-reduce GPU buffers through MPI, and the "
+              "NCCL communicator is not wired to the CUDA backend yet; run one rank, or --simulate-rank w/{} to "
+              "measure one rank of the layout on one GPU", world->size(), world->size());
   const bool mpi = world->backend() == "mpi";
   const int rank = world->rank(), size = world->size();
   try {

@@ -1,0 +1,291 @@
+// The CUDA backend: the Backend interface on one GPU, float32. Tensors live in one cudaMalloc
+// reservation cut by ArenaAllocator; every operation is enqueued on the backend's stream, and
+// the calls that return a host value (norms, finiteness, the loss, counts of non-finite values
+// or out-of-range ids) and the host transfers synchronise it. Kernels are kernels/cuda's twins
+// of the CPU kernels (same layouts and semantics, fp32 rounding instead of bit equality), GEMMs
+// go through cuBLAS. Written against the fenced test device's wiring; it has never run on a
+// GPU (docs/architecture.md).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/error.h"
+#include "engine/tensor.h"
+#include "kernels/cuda/backend_kernels.h"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/device_pool.h"
+#include "kernels/cuda/kernels.h"
+
+namespace subdp {
+
+namespace {
+
+/// Bytes of the device reservation: SUBDP_CUDA_POOL_GB GiB, else 90 % of the free memory.
+size_t pool_bytes() {
+  if (const char* env = std::getenv("SUBDP_CUDA_POOL_GB"); env != nullptr && *env != '\0') {
+    char* end = nullptr;
+    const double gb = std::strtod(env, &end);
+    SUBDP_CHECK(end != env && *end == '\0' && gb > 0, "SUBDP_CUDA_POOL_GB = \"{}\": expected a size in GiB > 0",
+                env);
+    return static_cast<size_t>(gb * double(size_t{1} << 30));
+  }
+  size_t free_bytes = 0, total = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+  return free_bytes / 10 * 9;
+}
+
+/// One cudaMalloc, cut into 256-byte aligned blocks (no cudaMalloc per tensor, which would
+/// synchronise the device).
+class CudaMemory final : public DeviceMemory {
+ public:
+  explicit CudaMemory(size_t bytes) : arena_(bytes) {
+    CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&base_), bytes));
+  }
+  ~CudaMemory() override { cudaFree(base_); }  // at exit: an error here has nobody to tell
+  void* allocate(size_t bytes) override { return base_ + arena_.allocate(bytes); }
+  void deallocate(void* p, size_t) override { arena_.release(static_cast<char*>(p) - base_); }
+  bool host_accessible() const override { return false; }
+
+ private:
+  char* base_ = nullptr;
+  cuda::ArenaAllocator arena_;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend() {
+    CUDA_CHECK(cudaSetDevice(0));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    memory_ = std::make_shared<CudaMemory>(pool_bytes());
+  }
+  ~CudaBackend() override { cudaStreamDestroy(stream_); }
+
+  std::string name() const override { return "cuda"; }
+  std::string describe() const override {
+    cudaDeviceProp p{};
+    CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
+    return fmt::format("{} (sm_{}{}, {:.1f} GiB), cuBLAS fp32", p.name, p.major, p.minor,
+                       p.totalGlobalMem / double(size_t{1} << 30));
+  }
+  void configure(int, int) override {}
+
+  std::shared_ptr<DeviceMemory> memory() override { return memory_; }
+  void to_device(void* dst, const void* src, size_t bytes) override { copy_sync(dst, src, bytes); }
+  void to_host(void* dst, const void* src, size_t bytes) override { copy_sync(dst, src, bytes); }
+  void copy_bytes(void* dst, const void* src, size_t bytes) override {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+  }
+  void zero(void* dst, size_t bytes) override { CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream_)); }
+  // A collective's library reads the buffers on its own stream: finish ours first.
+  void open_for_collective() override { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  void close_for_collective() override {}
+
+  void sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
+             float beta, float* C, int ldc) override {
+    cuda::sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, stream_);
+  }
+  void fill(float* x, float value, int64_t n) override {
+    if (value == 0.f) zero(x, sizeof(float) * n);
+    else cuda::fill(x, value, n, stream_);
+  }
+  void copy(const float* src, float* dst, int64_t n) override { copy_bytes(dst, src, sizeof(float) * n); }
+
+  void relu_forward(const float* x, float* y, int64_t n) override { cuda::relu_forward(x, y, n, stream_); }
+  void relu_backward(const float* y, const float* dy, float* dx, int64_t n, bool accumulate) override {
+    cuda::relu_backward(y, dy, dx, n, accumulate, stream_);
+  }
+  void gelu_forward(const float* x, float* y, int64_t n) override { cuda::gelu_forward(x, y, n, stream_); }
+  void gelu_forward_columns(const float* x, int64_t rows, int64_t ld, int64_t cols, float* y) override {
+    copy_columns(x, rows, ld, cols, y);
+    cuda::gelu_forward(y, y, rows * cols, stream_);
+  }
+  void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) override {
+    cuda::gelu_backward(x, dy, dx, n, stream_);
+  }
+  void add(const float* a, const float* b, float* y, int64_t n) override { cuda::add(a, b, y, n, stream_); }
+  void axpy(float alpha, const float* x, float* y, int64_t n) override { cuda::axpy(alpha, x, y, n, stream_); }
+  void scale(float* x, float alpha, int64_t n) override { cuda::scale(x, alpha, n, stream_); }
+  void scale_copy(const float* x, float alpha, float* y, int64_t n) override {
+    cuda::scale_copy(x, alpha, y, n, stream_);
+  }
+  void copy_columns(const float* x, int64_t rows, int64_t width, int64_t cols, float* out) override {
+    if (rows <= 0 || cols <= 0) return;
+    CUDA_CHECK(cudaMemcpy2DAsync(out, sizeof(float) * cols, x, sizeof(float) * width, sizeof(float) * cols, rows,
+                                 cudaMemcpyDeviceToDevice, stream_));
+  }
+  double sum_squares(const float* x, int64_t n) override {
+    double* out = scratch_doubles(1 + cuda::reduce_workspace_doubles());
+    cuda::sum_squares(x, n, out, out + 1, stream_);
+    return read_back<double>(out);
+  }
+  bool all_finite(const float* x, int64_t n) override {
+    int* out = reinterpret_cast<int*>(scratch_doubles(1));
+    cuda::all_finite(x, n, out, stream_);
+    return read_back<int>(out) != 0;
+  }
+  void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols) override {
+    cuda::add_bias_rows(y, b, rows, cols, stream_);
+  }
+  void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols_used, int64_t ld) override {
+    cuda::bias_grad_rows(dy, db, rows, cols_used, ld, stream_);
+  }
+
+  int64_t embedding_forward(const int32_t* ids, const float* table, int64_t num, float* y, int64_t rows, int64_t C,
+                            bool accumulate) override {
+    auto* count = reinterpret_cast<unsigned long long*>(scratch_doubles(1));
+    zero(count, sizeof(*count));
+    cuda::count_out_of_range(ids, rows, num, count, stream_);
+    cuda::embedding_forward(ids, table, y, rows, C, num, accumulate, stream_);
+    return static_cast<int64_t>(read_back<unsigned long long>(count));
+  }
+  void embedding_backward(const int32_t* ids, const float* dy, float* dtable, int64_t num, int64_t rows,
+                          int64_t C) override {
+    const size_t ws_bytes = cuda::embedding_backward_workspace_bytes(rows);
+    void* ws = scratch_doubles(static_cast<int64_t>((ws_bytes + 7) / 8));
+    cuda::embedding_backward(ids, dy, dtable, rows, C, num, ws, ws_bytes, stream_);
+  }
+
+  double cross_entropy_forward(const float* logits, const int32_t* targets, float* probs, int64_t rows, int V,
+                               int64_t* correct) override {
+    // Per-row losses and hits come back to the host and are summed there in row order, as
+    // the CPU kernel sums them (deterministic).
+    double* area = scratch_doubles(rows);
+    float* row_loss = reinterpret_cast<float*>(area);
+    int32_t* row_hit = reinterpret_cast<int32_t*>(row_loss + rows);
+    cuda::cross_entropy_forward(logits, targets, probs, row_loss, row_hit, rows, V, stream_);
+    std::vector<float> loss(rows);
+    std::vector<int32_t> hit(rows);
+    to_host(loss.data(), row_loss, sizeof(float) * rows);
+    to_host(hit.data(), row_hit, sizeof(int32_t) * rows);
+    double total = 0;
+    int64_t hits = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      total += loss[r];
+      hits += hit[r];
+    }
+    if (correct) *correct = hits;
+    return rows ? total / rows : 0.0;
+  }
+  void cross_entropy_backward(const float* probs, const int32_t* targets, float* dlogits, int64_t rows, int V,
+                              float scale) override {
+    cuda::cross_entropy_backward(probs, targets, dlogits, rows, V, scale, stream_);
+  }
+
+  void batchnorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
+                         float* running_mean, float* running_var, int N, int C, int HW, bool training, float momentum,
+                         float eps, bool relu) override {
+    cuda::batchnorm_forward(x, gamma, beta, y, mean, rstd, running_mean, running_var, N, C, HW, training, momentum,
+                            eps, stream_);
+    if (relu) cuda::relu_forward(y, y, static_cast<int64_t>(N) * C * HW, stream_);
+  }
+  void batchnorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd, const float* dy,
+                          float* dx, float* dgamma, float* dbeta, int N, int C, int HW, int grad_channels) override {
+    cuda::batchnorm_backward(x, gamma, mean, rstd, dy, dx, dgamma, dbeta, N, C, HW, grad_channels, stream_);
+  }
+  void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
+                         int64_t rows, int C, float eps) override {
+    cuda::layernorm_forward(x, gamma, beta, y, mean, rstd, rows, C, eps, stream_);
+  }
+  void layernorm_apply(const float* x, const float* gamma, const float* beta, const float* mean, const float* rstd,
+                       float* y, int64_t rows, int C) override {
+    cuda::layernorm_apply(x, gamma, beta, mean, rstd, y, rows, C, stream_);
+  }
+  void layernorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd, const float* dy,
+                          float* dx, float* dgamma, float* dbeta, int64_t rows, int C) override {
+    cuda::layernorm_backward(x, gamma, mean, rstd, dy, dx, dgamma, dbeta, rows, C, stream_);
+  }
+
+  // Convolutions: im2col + cuBLAS in chunks of samples; the workspace ends with room for an
+  // input gradient, so that accumulate_dx adds instead of writes.
+  int64_t conv2d_workspace_floats(const ConvShape& s) override {
+    return cuda::conv2d_workspace_floats(s, chunk(s)) + input_floats(s);
+  }
+  void conv2d_forward(const ConvShape& s, const float* x, const float* w, float* y, float* ws) override {
+    cuda::conv2d_forward(s, x, w, y, ws, chunk(s), stream_);
+  }
+  void conv2d_backward(const ConvShape& s, const float* x, const float* w, const float* dy, float* dx, float* dw,
+                       int dw_cout, int dw_cin, float* ws, bool accumulate_dx) override {
+    float* dx_tmp = accumulate_dx && dx ? ws + cuda::conv2d_workspace_floats(s, chunk(s)) : nullptr;
+    cuda::conv2d_backward(s, x, w, dy, dx_tmp ? dx_tmp : dx, dw, dw_cout, dw_cin, ws, chunk(s), stream_);
+    if (dx_tmp) cuda::axpy(1.f, dx_tmp, dx, input_floats(s), stream_);
+  }
+  void global_avg_pool_forward(const float* x, float* y, int N, int C, int HW) override {
+    cuda::global_avg_pool_forward(x, y, N, C, HW, stream_);
+  }
+  void global_avg_pool_backward(const float* dy, float* dx, int N, int C, int HW) override {
+    cuda::global_avg_pool_backward(dy, dx, N, C, HW, stream_);
+  }
+
+  // Attention stores its (B, H, T, T) probabilities in the workspace during a call and the
+  // backward recomputes them (the layer keeps none), then a y it discards, then the
+  // kernel's own workspace. A fused kernel that stores no (T, T) matrix is still to come.
+  int64_t attention_workspace_floats(const AttentionShape& s, int) override {
+    return att_floats(s) + int64_t{s.B} * s.T * s.width() + cuda::attention_workspace_floats(s);
+  }
+  void attention_forward(const AttentionShape& s, const float* qkv, float*, float* y, float* ws, int) override {
+    cuda::attention_forward(s, qkv, ws, y, stream_);
+  }
+  void attention_backward(const AttentionShape& s, const float* qkv, const float*, const float* dy, float* dqkv,
+                          float* ws, int) override {
+    float* att = ws;
+    float* y = ws + att_floats(s);
+    cuda::attention_forward(s, qkv, att, y, stream_);
+    cuda::attention_backward(s, qkv, att, dy, dqkv, y + int64_t{s.B} * s.T * s.width(), stream_);
+  }
+
+  int64_t sgd_update(float* w, const float* g, float* buf, int64_t n, float lr, float momentum, float weight_decay,
+                     bool nesterov, bool first) override {
+    cuda::sgd_update(w, g, buf, n, lr, momentum, weight_decay, nesterov, first, stream_);
+    return count_nonfinite({w, buf}, n);
+  }
+  int64_t adamw_update(float* w, const float* g, float* m, float* v, int64_t n, float step_size, float bc2_sqrt,
+                       float decay, float eps, float beta1, float beta2) override {
+    cuda::adamw_update_scaled(w, g, m, v, n, step_size, bc2_sqrt, decay, eps, beta1, beta2, stream_);
+    return count_nonfinite({w, m, v}, n);
+  }
+
+ private:
+  static int chunk(const ConvShape& s) { return std::max(1, std::min(s.N, 32)); }
+  static int64_t input_floats(const ConvShape& s) { return int64_t{s.N} * s.Cin * s.H * s.W; }
+  static int64_t att_floats(const AttentionShape& s) { return int64_t{s.B} * s.H * s.T * s.T; }
+
+  void copy_sync(void* dst, const void* src, size_t bytes) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  template <class T>
+  T read_back(const void* device) {
+    T value{};
+    to_host(&value, device, sizeof(T));
+    return value;
+  }
+  /// Device scratch of at least n doubles for one operation's temporaries (grown on demand,
+  /// counted as workspace).
+  double* scratch_doubles(int64_t n) {
+    if (!scratch_.defined() || scratch_.numel() < 2 * n)
+      scratch_ = Tensor::empty({std::max<int64_t>(2 * n, 1024)}, MemCategory::workspace);
+    return reinterpret_cast<double*>(scratch_.f32());
+  }
+  int64_t count_nonfinite(std::initializer_list<const float*> xs, int64_t n) {
+    auto* count = reinterpret_cast<unsigned long long*>(scratch_doubles(1));
+    zero(count, sizeof(*count));
+    for (const float* x : xs) cuda::count_nonfinite(x, n, count, stream_);
+    return static_cast<int64_t>(read_back<unsigned long long>(count));
+  }
+
+  cudaStream_t stream_ = nullptr;
+  std::shared_ptr<CudaMemory> memory_;
+  Tensor scratch_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<CudaBackend>(); }
+
+}  // namespace subdp

@@ -1,0 +1,81 @@
+// Kernels the CUDA backend (backend.cpp) needs beyond the CPU kernels' twins in kernels.h:
+// fills, LayerNorm from saved statistics, counts of out-of-range ids and non-finite values
+// (the host reads one integer instead of the data). Integer atomics only: every result is
+// deterministic.
+#include "kernels/cuda/backend_kernels.h"
+#include "kernels/cuda/common.cuh"
+
+namespace subdp::cuda {
+
+using detail::blocks_for;
+using detail::grid_first;
+using detail::grid_stride;
+using detail::kThreads;
+
+namespace {
+
+__global__ void fill_kernel(float* x, float value, int64_t n) {
+  for (int64_t i = grid_first(); i < n; i += grid_stride()) x[i] = value;
+}
+
+__global__ void scale_copy_kernel(const float* x, float alpha, float* y, int64_t n) {
+  for (int64_t i = grid_first(); i < n; i += grid_stride()) y[i] = x[i] * alpha;
+}
+
+__global__ void layernorm_apply_kernel(const float* x, const float* gamma, const float* beta, const float* mean,
+                                       const float* rstd, float* y, int64_t rows, int C) {
+  const int64_t n = rows * C;
+  for (int64_t i = grid_first(); i < n; i += grid_stride()) {
+    const int64_t r = i / C;
+    const int c = static_cast<int>(i % C);
+    y[i] = (x[i] - mean[r]) * rstd[r] * gamma[c] + beta[c];
+  }
+}
+
+__global__ void count_out_of_range_kernel(const int32_t* ids, int64_t rows, int64_t num,
+                                          unsigned long long* count) {
+  for (int64_t i = grid_first(); i < rows; i += grid_stride())
+    if (ids[i] < 0 || ids[i] >= num) atomicAdd(count, 1ull);
+}
+
+__global__ void count_nonfinite_kernel(const float* x, int64_t n, unsigned long long* count) {
+  unsigned long long mine = 0;
+  for (int64_t i = grid_first(); i < n; i += grid_stride()) mine += !isfinite(x[i]);
+  if (mine) atomicAdd(count, mine);
+}
+
+}  // namespace
+
+void fill(float* x, float value, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  fill_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, value, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void scale_copy(const float* x, float alpha, float* y, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  scale_copy_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, alpha, y, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void layernorm_apply(const float* x, const float* gamma, const float* beta, const float* mean, const float* rstd,
+                     float* y, int64_t rows, int C, cudaStream_t stream) {
+  if (rows * C <= 0) return;
+  layernorm_apply_kernel<<<blocks_for(rows * C), kThreads, 0, stream>>>(x, gamma, beta, mean, rstd, y, rows, C);
+  CUDA_CHECK_LAUNCH();
+}
+
+void count_out_of_range(const int32_t* ids, int64_t rows, int64_t num, unsigned long long* count,
+                        cudaStream_t stream) {
+  if (rows <= 0) return;
+  count_out_of_range_kernel<<<blocks_for(rows), kThreads, 0, stream>>>(ids, rows, num, count);
+  CUDA_CHECK_LAUNCH();
+}
+
+void count_nonfinite(const float* x, int64_t n, unsigned long long* count, cudaStream_t stream) {
+  if (n <= 0 || x == nullptr) return;
+  count_nonfinite_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, count);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace subdp::cuda
