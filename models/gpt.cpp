@@ -246,9 +246,13 @@ void Gpt::set_dropped_blocks(const std::vector<char>& dropped, const std::vector
   drop_scale_ = scale;
 }
 
-void Gpt::run_forward(const int32_t* tokens, int B, int T, bool training) {
+void Gpt::check_batch(int B, int T) const {
   SUBDP_CHECK(B >= 1 && B <= max_batch_ && T >= 1 && T <= T_,
               "GPT: batch of {} sequences of {} tokens exceeds the model's {} x context {}", B, T, max_batch_, T_);
+}
+
+void Gpt::run_forward(const int32_t* tokens, int B, int T, bool training) {
+  check_batch(B, T);
   const int64_t rows = static_cast<int64_t>(B) * T;
   B_ = B;
   Tcur_ = T;
@@ -291,6 +295,7 @@ double Gpt::forward(const Batch& batch, bool training, int64_t* correct) {
 }
 
 std::vector<float> Gpt::logits(const int32_t* tokens, int B, int T) {
+  check_batch(B, T);  // before reading B * T tokens
   const int64_t rows = static_cast<int64_t>(B) * T;
   const Tensor ids = Tensor::empty({std::max<int64_t>(rows, 0)}, MemCategory::activations, DType::i32);
   const HostCopy staged(ids, /*load=*/false);

@@ -119,6 +119,8 @@ class Gpt : public Model {
   int vocab() const { return V_; }
 
  private:
+  /// Throws Error unless 1 <= B <= max_batch and 1 <= T <= context.
+  void check_batch(int B, int T) const;
   /// training: stochastic depth applies (set_dropped_blocks).
   void run_forward(const int32_t* tokens, int B, int T, bool training);
   std::unique_ptr<Embedding> wte_, wpe_;

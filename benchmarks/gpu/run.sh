@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# GPU check of the CUDA backend, for a machine with an NVIDIA GPU: configures and builds with
-# -DSUBDP_CUDA=ON into build-gpu, runs the GPU tests (subdp_gpu_tests), then every GPU
-# benchmark present (benchmarks/gpu/bench_*, each run as `bench BUILD_DIR OUT_DIR`). Logs and
-# summary.md go to OUT_DIR; the whole run keeps within a budget of 8 minutes, and what it
-# skipped (and why) is printed at the end. At most 8 files land in OUT_DIR.
+# GPU check of the CUDA backend, for a machine with an NVIDIA GPU. With gpu_bundle/bundle.tar.xz
+# present (scripts/gpu_bundle.sh, made on a machine with our packages: the GPU machine has none
+# of them) it unpacks that prebuilt binary and its libraries; otherwise it configures and
+# builds with -DSUBDP_CUDA=ON into build-gpu. Then it runs the GPU tests (subdp_gpu_tests: every
+# kernel and a training step of every model and regime against the CPU backend) and every GPU
+# benchmark present (benchmarks/gpu/bench_*, each run as `bench BIN_DIR OUT_DIR`, BIN_DIR
+# holding subdp). Logs and summary.md go to OUT_DIR; the whole run keeps within a budget of 8
+# minutes, and what it skipped (and why) is printed at the end.
 #
 # Usage: benchmarks/gpu/run.sh [OUT_DIR]      (default: $OUT)
 # Environment: SUBDP_GPU_BUDGET_S (480), SUBDP_GPU_BUILD (<repo>/build-gpu),
@@ -70,31 +73,42 @@ else
   skip_step device "nvidia-smi not found"
 fi
 
-# 2. Configure and build (Ninja when present).
-GEN=()
-command -v ninja >/dev/null && GEN=(-G Ninja)
-[ -f "$BUILD/CMakeCache.txt" ] && GEN=()  # an existing build dir keeps its generator
-run_step configure configure.log cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" -DSUBDP_CUDA=ON \
-  -DCMAKE_BUILD_TYPE=Release "-DSUBDP_CUDA_ARCHITECTURES=$ARCHS"
-CONFIGURED=$STEP_RC
+# 2. The binaries: the bundle when present, else configure and build (Ninja when present).
 BENCHES=()
-for b in "$ROOT"/benchmarks/gpu/bench_*; do
+for b in "$ROOT"/benchmarks/gpu/bench_*.sh; do
   [ -x "$b" ] && BENCHES+=("$b")
 done
-TARGETS=(subdp_gpu_tests)
-[ ${#BENCHES[@]} -gt 0 ] && TARGETS+=(subdp)
-if [ "$CONFIGURED" -eq 0 ]; then
-  run_step build build.log cmake --build "$BUILD" -j "$JOBS" --target "${TARGETS[@]}"
+BUNDLE=$ROOT/gpu_bundle/bundle.tar.xz
+if [ -f "$BUNDLE" ]; then
+  UNPACKED=${TMPDIR:-/tmp}/subdp-gpu-bundle
+  rm -rf "$UNPACKED" && mkdir -p "$UNPACKED"
+  run_step unpack build.log tar -C "$UNPACKED" -xJf "$BUNDLE"
   BUILT=$STEP_RC
+  BIN=$UNPACKED/bin
+  GPU_TESTS=$BIN/subdp_gpu_tests
+  export LD_LIBRARY_PATH="$UNPACKED/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 else
-  skip_step build "configure failed (missing packages? see configure.log)"
-  BUILT=1
+  GEN=()
+  command -v ninja >/dev/null && GEN=(-G Ninja)
+  [ -f "$BUILD/CMakeCache.txt" ] && GEN=()  # an existing build dir keeps its generator
+  run_step configure configure.log cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" -DSUBDP_CUDA=ON \
+    -DCMAKE_BUILD_TYPE=Release "-DSUBDP_CUDA_ARCHITECTURES=$ARCHS"
+  CONFIGURED=$STEP_RC
+  if [ "$CONFIGURED" -eq 0 ]; then
+    run_step build build.log cmake --build "$BUILD" -j "$JOBS" --target subdp_gpu_tests subdp
+    BUILT=$STEP_RC
+  else
+    skip_step build "configure failed (missing packages? make gpu_bundle/ with scripts/gpu_bundle.sh)"
+    BUILT=1
+  fi
+  BIN=$BUILD
+  GPU_TESTS=$BUILD/tests/gpu/subdp_gpu_tests
 fi
 
 # 3. GPU tests.
 TESTS_LINE="-"
 if [ "$BUILT" -eq 0 ]; then
-  run_step gpu_tests gpu_tests.log "$BUILD/tests/gpu/subdp_gpu_tests" \
+  run_step gpu_tests gpu_tests.log "$GPU_TESTS" \
     "--gtest_output=xml:$OUT_DIR/gpu_tests.xml"
   TESTS_LINE=$(grep -oE "^\[ +(PASSED|FAILED|SKIPPED) +\] [0-9]+ tests?" "$OUT_DIR/gpu_tests.log" |
     sed -E 's/[][]//g; s/ +/ /g; s/^ //' | paste -sd ',' -)
@@ -104,12 +118,12 @@ fi
 
 # 4. GPU benchmarks, when present.
 if [ ${#BENCHES[@]} -eq 0 ]; then
-  skip_step gpu_benchmarks "none present (benchmarks/gpu/bench_*)"
+  skip_step gpu_benchmarks "none present (benchmarks/gpu/bench_*.sh)"
 elif [ "$BUILT" -ne 0 ]; then
   skip_step gpu_benchmarks "nothing built"
 else
   for b in "${BENCHES[@]}"; do
-    run_step "$(basename "$b")" bench.log "$b" "$BUILD" "$OUT_DIR"
+    run_step "$(basename "$b" .sh)" bench.log "$b" "$BIN" "$OUT_DIR"
   done
 fi
 
@@ -119,8 +133,11 @@ fi
   echo
   echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ), commit: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
   echo "- device: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo none)"
-  echo "- CUDA architectures: $ARCHS, total time: $(($(date +%s) - START)) s of ${BUDGET} s"
+  echo "- binaries: $([ -f "$BUNDLE" ] && echo "gpu_bundle (prebuilt)" || echo "built here ($ARCHS)"), total time: $(($(date +%s) - START)) s of ${BUDGET} s"
   echo "- GPU tests: ${TESTS_LINE}"
+  for csv in train.csv memory.csv gpt2.csv; do
+    [ -f "$OUT_DIR/$csv" ] && { echo; echo "$csv:"; echo '```'; cat "$OUT_DIR/$csv"; echo '```'; }
+  done
   echo
   echo "| step | status | seconds | log |"
   echo "| --- | --- | --- | --- |"

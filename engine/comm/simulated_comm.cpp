@@ -50,9 +50,11 @@ class SimulatedCommunicator : public Communicator {
   std::string backend() const override { return "simulated"; }
 
  private:
-  template <class T>
-  void scale(T* data, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) data[i] *= static_cast<T>(size_);
+  // Float buffers are backend memory (gradient buckets): scaled by the backend, on the device
+  // where there is one. Doubles are host values (metrics).
+  void scale(float* data, int64_t n) { ::subdp::backend().scale(data, static_cast<float>(size_), n); }
+  void scale(double* data, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) data[i] *= static_cast<double>(size_);
   }
   int rank_, size_;
 };

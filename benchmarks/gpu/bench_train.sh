@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# GPU bench 1 (benchmarks/gpu/run.sh runs it as `bench_train.sh BIN_DIR OUT_DIR`): the CUDA
+# backend trains. (a) The GPT of configs/gpt_brown.toml's shape on tests/parity/gpt_text.txt,
+# 20 steps on cuda and on cpu: the losses of the two backends, step by step (float32: they
+# agree to rounding, not bit for bit). (b) Device memory at W = 8 through --simulate-rank 0/8
+# for DP and forward / backward masking at block and neuron level (keep 0.5), next to
+# `subdp plan` (which sizes the CPU backend's workspaces). Writes train.csv and memory.csv.
+set -euo pipefail
+BIN=$1
+OUT=$2
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+nvidia-smi >/dev/null 2>&1 || { echo "no NVIDIA GPU: skipped"; exit 77; }
+CFG=$ROOT/configs/gpt_brown.toml
+DATA="--set data.path=$ROOT/tests/parity/gpt_text.txt --set data.val_fraction=0.1"
+COMMON="$DATA --set train.steps=20 --set train.eval_every=1000000 --set train.eval_batches=2 --set log.every=1"
+for dev in cuda cpu; do
+  "$BIN/subdp" train "$CFG" $COMMON --set device.type=$dev --set train.threads=8 \
+    --set log.metrics_file="$OUT/train-$dev.jsonl" > "$OUT/train-$dev.txt"
+done
+python3 - "$OUT" <<'PY'
+import json, sys
+out = sys.argv[1]
+runs = {d: [json.loads(l) for l in open(f"{out}/train-{d}.jsonl") if l.strip()] for d in ("cuda", "cpu")}
+with open(f"{out}/train.csv", "w") as f:
+    f.write("step,loss_cuda,loss_cpu,rel_diff,step_s_cuda,step_s_cpu\n")
+    worst = 0.0
+    for a, b in zip(runs["cuda"], runs["cpu"]):
+        rel = abs(a["loss"] - b["loss"]) / abs(b["loss"])
+        worst = max(worst, rel)
+        f.write(f"{a['step']},{a['loss']:.7g},{b['loss']:.7g},{rel:.3g},{a.get('step_time_s', '')},{b.get('step_time_s', '')}\n")
+print(f"train: {len(runs['cuda'])} steps, largest relative loss difference cuda vs cpu {worst:.3g}")
+PY
+echo "regime,measured_peak_bytes,planned_peak_bytes,ratio" > "$OUT/memory.csv"
+for regime in "none block" "forward block" "backward block" "forward neuron" "backward neuron"; do
+  set -- $regime
+  args="--set parallel.subnetworks=8 --set mask.regime=$1 --set mask.granularity=$2 --set mask.keep=0.5"
+  [[ $1 == none ]] && args="--set parallel.subnetworks=1"
+  measured=$("$BIN/subdp" train "$CFG" $DATA --set train.steps=2 --set train.eval_every=1000000 \
+    --set train.eval_batches=1 --set device.type=cuda $args --simulate-rank 0/8 | sed -n 's/^final.*peak_bytes=\([0-9]*\).*/\1/p')
+  planned=$("$BIN/subdp" plan "$CFG" --world 8 $args | awk '/^  subnetwork 0 / {print $(NF-2); exit} /^  plain DP/ {print $NF; exit}')
+  echo "$1-$2,$measured,$planned,$(python3 -c "print(round($measured / max(1, int('${planned:-0}' or 0)), 3))")" >> "$OUT/memory.csv"
+done
+cat "$OUT/train.csv" | tail -3
+cat "$OUT/memory.csv"

@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""PyTorch peer of the GPT-2 small throughput bench (benchmarks/gpu/bench_gpt2.sh): the same
+model as subdp's GPT (pre-LN blocks, GELU tanh, tied embedding head, no dropout, no biases
+folded away), AdamW, random tokens, measured in tokens per second after warm-up, in float32,
+bf16 autocast (eager) and bf16 autocast under torch.compile. Prints one CSV row per mode:
+mode,tokens_per_s,step_s,params.
+
+Usage: torch_gpt2.py --batch B --context T --steps N [--modes fp32,bf16,compile]
+"""
+import argparse
+import math
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, c, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(c), nn.LayerNorm(c)
+        self.qkv, self.proj = nn.Linear(c, 3 * c), nn.Linear(c, c)
+        self.fc, self.fc2 = nn.Linear(c, 4 * c), nn.Linear(4 * c, c)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, C)
+        x = x + self.proj(y)
+        return x + self.fc2(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab, context, width, heads, depth):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab, width), nn.Embedding(context, width)
+        self.blocks = nn.ModuleList(Block(width, heads) for _ in range(depth))
+        self.lnf = nn.LayerNorm(width)
+
+    def forward(self, idx, targets):
+        pos = torch.arange(idx.shape[1], device=idx.device)
+        x = self.wte(idx) + self.wpe(pos)
+        for b in self.blocks:
+            x = b(x)
+        logits = self.lnf(x) @ self.wte.weight.t()
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), targets.view(-1))
+
+
+def measure(mode, args):
+    torch.manual_seed(0)
+    model = GPT(args.vocab, args.context, args.width, args.heads, args.depth).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    step_fn = model
+    if mode == "compile":
+        step_fn = torch.compile(model)
+    bf16 = mode in ("bf16", "compile")
+    x = torch.randint(0, args.vocab, (args.batch, args.context), device="cuda")
+    y = torch.randint(0, args.vocab, (args.batch, args.context), device="cuda")
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+            loss = step_fn(x, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    for _ in range(3):  # warm-up (and compilation)
+        step()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(args.steps):
+        step()
+    torch.cuda.synchronize()
+    dt = (time.perf_counter() - t0) / args.steps
+    params = sum(p.numel() for p in model.parameters())
+    print(f"torch-{mode},{args.batch * args.context / dt:.1f},{dt:.5f},{params}", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--context", type=int, default=1024)
+    ap.add_argument("--vocab", type=int, default=50304)
+    ap.add_argument("--width", type=int, default=768)
+    ap.add_argument("--heads", type=int, default=12)
+    ap.add_argument("--depth", type=int, default=12)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--modes", default="fp32,bf16,compile")
+    args = ap.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32, as subdp's cuBLAS calls
+    for mode in args.modes.split(","):
+        measure(mode, args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Prepares gpu_bundle/ (git-ignored) for benchmarks/gpu/run.sh on the GPU machine, which has the
+# CUDA toolkit (cudart, cuBLAS, NCCL), PyTorch and an Ubuntu glibc (>= 2.36) but none of our
+# Debian packages: a Release build for Hopper (sm_90) with portable CPU code (x86-64-v3), the
+# subdp binary and the GPU tests, and every shared library they load that is neither the C
+# runtime nor CUDA's (OpenBLAS, libgomp, Open MPI, fmt, zlib, ...), packed as
+# gpu_bundle/bundle.tar.xz. With --check, proves the bundle complete: runs its binary's CPU path
+# in a minimal Debian chroot (debootstrap --variant=minbase) that has none of our packages,
+# with only the CUDA runtime libraries added (the GPU machine has them).
+# Usage: scripts/gpu_bundle.sh [--check]      (set-up: scripts/setup.sh; --check needs root)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=$root/gpu_bundle
+build=${SUBDP_GPU_BUILD_DIR:-$root/build-gpu}
+stage=$out/stage
+
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DSUBDP_CUDA=ON -DSUBDP_MARCH=x86-64-v3 \
+  -DSUBDP_CUDA_ARCHITECTURES=90-real >/dev/null
+cmake --build "$build" -j"$(nproc)" --target subdp subdp_gpu_tests
+
+rm -rf "$stage" && mkdir -p "$stage/bin" "$stage/lib"
+cp "$build/subdp" "$build/tests/gpu/subdp_gpu_tests" "$stage/bin/"
+# Libraries to carry: what ldd resolves, less the C runtime (the machine's own glibc and
+# libstdc++ are newer) and CUDA's (the machine's toolkit).
+system='^(linux-vdso|ld-linux|libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s)\.'
+cuda='^(libcudart|libcublas|libcublasLt|libnccl|libcudnn)'
+for bin in "$stage"/bin/*; do
+  ldd "$bin" | awk '/=> \// {print $1, $3}' | while read -r name path; do
+    [[ $name =~ $system || $name =~ $cuda ]] && continue
+    cp -L "$path" "$stage/lib/$name"
+  done
+done
+tar -C "$stage" -cJf "$out/bundle.tar.xz" bin lib
+echo "gpu_bundle: $(du -b "$out/bundle.tar.xz" | cut -f1) bytes packed ($(du -sb "$stage" | cut -f1) unpacked):" \
+  "$(ls "$stage/lib" | tr '\n' ' ')"
+
+[[ ${1:-} == --check ]] || exit 0
+# The completeness check: a minimal Debian with nothing of ours, the bundle, CUDA's runtime.
+chroot_dir=${SUBDP_CHECK_CHROOT:-/tmp/subdp-bundle-chroot}
+if [[ ! -x $chroot_dir/bin/sh ]]; then
+  command -v debootstrap >/dev/null || apt-get install -y debootstrap >/dev/null
+  debootstrap --variant=minbase bookworm "$chroot_dir" http://deb.debian.org/debian >/dev/null
+fi
+rm -rf "$chroot_dir/opt/subdp" && mkdir -p "$chroot_dir/opt/subdp/cuda" "$chroot_dir/opt/subdp/data"
+tar -C "$chroot_dir/opt/subdp" -xJf "$out/bundle.tar.xz"
+cudalib=/usr/local/cuda/lib64
+for name in libcudart.so.13 libcublas.so.13 libcublasLt.so.13; do cp -L "$cudalib/$name" "$chroot_dir/opt/subdp/cuda/"; done
+cp -L "$(ldconfig -p | awk '/libnccl.so.2 /{print $NF; exit}')" "$chroot_dir/opt/subdp/cuda/" 2>/dev/null ||
+  cp -L /usr/local/cuda/lib64/libnccl.so.2 "$chroot_dir/opt/subdp/cuda/" 2>/dev/null || true
+cp "$root/tests/parity/gpt_text.txt" "$chroot_dir/opt/subdp/data/"
+cat > "$chroot_dir/opt/subdp/gpt.toml" <<TOML
+[model]
+name = "gpt"
+context = 32
+width = 32
+heads = 4
+depth = 2
+[data]
+name = "text"
+path = "/opt/subdp/data/gpt_text.txt"
+[train]
+steps = 3
+batch_size = 2
+threads = 1
+eval_batches = 1
+[optim]
+name = "adamw"
+lr = 0.001
+TOML
+env="LD_LIBRARY_PATH=/opt/subdp/lib:/opt/subdp/cuda"
+chroot "$chroot_dir" /usr/bin/env $env /opt/subdp/bin/subdp version
+chroot "$chroot_dir" /usr/bin/env $env /opt/subdp/bin/subdp train /opt/subdp/gpt.toml | tail -1
+chroot "$chroot_dir" /usr/bin/env $env /opt/subdp/bin/subdp_gpu_tests --gtest_brief=1 | tail -2 || true
+if chroot "$chroot_dir" /usr/bin/env $env /opt/subdp/bin/subdp train /opt/subdp/gpt.toml \
+  --set device.type=cuda 2>&1 | grep -q "no CUDA device was found"; then
+  echo "gpu_bundle --check: ok (the bundle runs in a chroot without our packages; cuda: no device here)"
+else
+  echo "gpu_bundle --check: FAIL: device.type=cuda did not report the missing device" && exit 1
+fi
