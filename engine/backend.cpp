@@ -57,4 +57,13 @@ std::unique_ptr<Backend> make_backend(const std::string& device_type) {
 #endif
 }
 
+std::unique_ptr<Backend> make_planning_backend(const std::string& device_type) {
+  if (device_type != "cuda") return make_backend(device_type);
+#ifdef SUBDP_WITH_CUDA
+  return make_cuda_backend(/*planning=*/true);
+#else
+  throw Error("[device] type = \"cuda\": this build has no CUDA backend (nvcc was not found), so it cannot size one");
+#endif
+}
+
 }  // namespace subdp

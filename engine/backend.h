@@ -39,6 +39,9 @@ class Backend {
   /// backends have nothing to do; the fenced test device opens its pool to the host.
   virtual void open_for_collective() = 0;
   virtual void close_for_collective() = 0;
+  /// Bytes the device itself reports in use (CUDA: total - free, every allocation of the
+  /// process and the driver's own); -1 where there is no such figure (host memory).
+  virtual int64_t device_used_bytes() { return -1; }
 
   // ---- GEMM (kernels/cpu/gemm.h): C (M, N) = alpha op(A) op(B) + beta C, row-major.
   virtual void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
@@ -138,8 +141,14 @@ std::unique_ptr<Backend> make_backend(const std::string& device_type);
 /// The CPU backend (kernels/cpu: OpenBLAS, OpenMP, Winograd / channels-last convolutions).
 std::unique_ptr<Backend> make_cpu_backend();
 
-/// The CUDA backend (kernels/cuda: one GPU, float32, cuBLAS), in CUDA builds only.
-std::unique_ptr<Backend> make_cuda_backend();
+/// The CUDA backend (kernels/cuda: one GPU, float32, cuBLAS), in CUDA builds only. With
+/// `planning`, a backend that touches no device and allocates nothing: it answers the
+/// workspace sizes for `subdp plan`'s dry runs (Backend operations throw).
+std::unique_ptr<Backend> make_cuda_backend(bool planning = false);
+
+/// The backend whose sizes `subdp plan` predicts with: make_backend's, except that "cuda"
+/// needs no device (make_cuda_backend(true)). Throws for "cuda" in a build without nvcc.
+std::unique_ptr<Backend> make_planning_backend(const std::string& device_type);
 
 /// The fenced test device (kernels/fenced): the CPU kernels on a pool that host code cannot
 /// touch (mapped PROT_NONE except while a backend operation or a collective runs), so a

@@ -308,6 +308,7 @@ void Trainer::log_step(double loss, double acc, double lr, double step_s, double
                         {"bytes_allreduced", bytes}, {"flops", flops}, {"mem_current", memory_json(mem.current)},
                         {"mem_peak", memory_json(mem.peak)}, {"mem_total_current", mem.total_current},
                         {"mem_total_peak", mem.total_peak}, {"peak_rss", process_peak_rss_bytes()}};
+    if (const int64_t used = backend().device_used_bytes(); used >= 0) j["device_used_bytes"] = used;
     if (!pending_alignment_.is_null()) j["alignment"] = pending_alignment_;
     metrics_ << j.dump() << "\n";
   }

@@ -236,7 +236,7 @@ Gpt::Gpt(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t s
   scratch_.dln = activation(rows, C_);
   scratch_.ln_out = activation(rows, C_);
   scratch_.work = shared_;
-  scratch_.attn.bind(shared_, rows, width, T_, omp_get_max_threads());
+  scratch_.attn.bind(shared_, rows, width, T_, C_ / c.heads, omp_get_max_threads());
 }
 
 void Gpt::set_dropped_blocks(const std::vector<char>& dropped, const std::vector<char>& dense, float scale) {

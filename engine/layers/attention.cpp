@@ -10,14 +10,17 @@
 
 namespace subdp {
 
-void AttentionScratch::allocate(int64_t rows, int64_t Ck, int T, int thread_slots) {
-  bind(Tensor::empty({rows * 4 * Ck}, MemCategory::activations), rows, Ck, T, thread_slots);
+void AttentionScratch::allocate(int64_t rows, int64_t Ck, int T, int head_dim, int thread_slots) {
+  bind(Tensor::empty({rows * 4 * Ck}, MemCategory::activations), rows, Ck, T, head_dim, thread_slots);
 }
 
-void AttentionScratch::bind(const Tensor& area, int64_t rows, int64_t Ck, int T, int thread_slots) {
+void AttentionScratch::bind(const Tensor& area, int64_t rows, int64_t Ck, int T, int head_dim, int thread_slots) {
   grads = area.slice0(0, rows * 4 * Ck);
   slots = std::max(1, thread_slots);
-  ws = Tensor::empty({backend().attention_workspace_floats({1, T, 1, 1}, slots)}, MemCategory::workspace);
+  // The largest call: every row, every local head (the CPU's figure depends on T and the slots
+  // only; a GPU's on the whole shape).
+  const AttentionShape largest{static_cast<int>(rows / T), T, static_cast<int>(Ck / head_dim), head_dim};
+  ws = Tensor::empty({backend().attention_workspace_floats(largest, slots)}, MemCategory::workspace);
 }
 
 CausalSelfAttention::CausalSelfAttention(ParamSet& ps, const std::string& prefix, int C, int heads, int T,

@@ -23,12 +23,12 @@ struct AttentionScratch {
   Tensor ws;     // attention_workspace_floats: per thread slot the probabilities (forward and
                  // backward) and their gradient (backward), (T, T) each
   int slots = 1;
-  /// Allocates dy and dqkv for rows = B*T rows of width Ck (activations) and the workspace
-  /// for `slots` threads.
-  void allocate(int64_t rows, int64_t Ck, int T, int slots);
+  /// Allocates dy and dqkv for rows = B*T rows of width Ck = heads * head_dim (activations) and
+  /// the backend's workspace for that shape and `slots` threads.
+  void allocate(int64_t rows, int64_t Ck, int T, int head_dim, int slots);
   /// Places dy and dqkv in the first 4 * rows * Ck floats of `area` (flat, a scratch the
   /// model reuses outside attention backward) and allocates only the workspace.
-  void bind(const Tensor& area, int64_t rows, int64_t Ck, int T, int slots);
+  void bind(const Tensor& area, int64_t rows, int64_t Ck, int T, int head_dim, int slots);
 };
 
 class CausalSelfAttention {

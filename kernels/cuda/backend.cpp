@@ -57,14 +57,30 @@ class CudaMemory final : public DeviceMemory {
   cuda::ArenaAllocator arena_;
 };
 
+/// The memory of a planning backend: dry runs count bytes and never allocate.
+class PlanningMemory final : public DeviceMemory {
+ public:
+  void* allocate(size_t bytes) override {
+    throw Error(fmt::format("the CUDA planning backend allocates nothing ({} bytes asked)", bytes));
+  }
+  void deallocate(void*, size_t) override {}
+  bool host_accessible() const override { return false; }
+};
+
 class CudaBackend final : public Backend {
  public:
-  CudaBackend() {
+  explicit CudaBackend(bool planning) {
+    if (planning) {  // sizes only: no device is touched
+      memory_ = std::make_shared<PlanningMemory>();
+      return;
+    }
     CUDA_CHECK(cudaSetDevice(0));
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     memory_ = std::make_shared<CudaMemory>(pool_bytes());
   }
-  ~CudaBackend() override { cudaStreamDestroy(stream_); }
+  ~CudaBackend() override {
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
 
   std::string name() const override { return "cuda"; }
   std::string describe() const override {
@@ -85,6 +101,11 @@ class CudaBackend final : public Backend {
   // A collective's library reads the buffers on its own stream: finish ours first.
   void open_for_collective() override { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
   void close_for_collective() override {}
+  int64_t device_used_bytes() override {
+    size_t free_bytes = 0, total = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    return static_cast<int64_t>(total - free_bytes);
+  }
 
   void sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
              float beta, float* C, int ldc) override {
@@ -280,12 +301,12 @@ class CudaBackend final : public Backend {
   }
 
   cudaStream_t stream_ = nullptr;
-  std::shared_ptr<CudaMemory> memory_;
+  std::shared_ptr<DeviceMemory> memory_;
   Tensor scratch_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<CudaBackend>(); }
+std::unique_ptr<Backend> make_cuda_backend(bool planning) { return std::make_unique<CudaBackend>(planning); }
 
 }  // namespace subdp

@@ -90,7 +90,7 @@ void check_attention(const SubnetMask& mask, int head_layer, float head_scale) {
   Tensor x = random_tensor({rows, C}, 1.f, 21), r = random_tensor({rows, C}, 1.f, 22);
   Tensor out = Tensor::zeros({rows, C}, MemCategory::activations), dx = Tensor::zeros({rows, C}, MemCategory::activations);
   AttentionScratch scratch;
-  scratch.allocate(rows, C, T, 4);
+  scratch.allocate(rows, C, T, C / H, 4);
   auto loss = [&] {
     attn.forward(x.f32(), out.f32(), B, T, scratch);
     return dot(out.f32(), r.f32(), out.numel());
@@ -141,7 +141,7 @@ TEST(Attention, CausalRowsIgnoreTheFuture) {
   Tensor x = random_tensor({T, C}, 1.f, 3);
   Tensor a = Tensor::zeros({T, C}, MemCategory::activations), b = Tensor::zeros({T, C}, MemCategory::activations);
   AttentionScratch scratch;
-  scratch.allocate(T, C, T, 1);
+  scratch.allocate(T, C, T, C / H, 1);
   attn.forward(x.f32(), a.f32(), B, T, scratch);
   for (int c = 0; c < C; ++c) x.f32()[(T - 1) * C + c] += 1.f;
   attn.forward(x.f32(), b.f32(), B, T, scratch);

@@ -107,6 +107,7 @@ int run_plan(const Config& config, int world, double budget_bytes) {
   // Workspace scales with threads: predict for W ranks sharing this host's cores.
   const long cores = sysconf(_SC_NPROCESSORS_ONLN);
   const int threads = config.train.threads > 0 ? config.train.threads : std::max<int>(1, static_cast<int>(cores / world));
+  set_backend(make_planning_backend(config.device.type));  // device.type decides the workspaces
   backend().configure(threads, winograd_tile_side(config.train));
   std::printf("%s", plan.describe(units).c_str());
   std::printf("threads per rank: %d\n", threads);
