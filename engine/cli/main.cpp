@@ -124,7 +124,9 @@ int run(int argc, char** argv) {
   add_config_args(plan, a);
   plan->add_option("--world", a.world, "world size W (default: MPI world size or S)")
       ->check(CLI::Range(0, 1 << 20));
-  plan->add_option("--budget", a.budget, "per-rank memory budget, e.g. 512MiB, 2GiB, 1.5GB")
+  plan->add_option("--budget", a.budget,
+                   "per-rank memory budget, e.g. 512MiB, 2GiB, 1.5GB: prints the largest batch and keep ratio that "
+                   "fit, and every regime with ZeRO-1 / recompute that fits at the configured batch, smallest first")
       ->type_name("BYTES")
       ->check(CLI::Validator(check_bytes, ""));
 

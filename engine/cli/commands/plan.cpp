@@ -1,5 +1,6 @@
 // run_plan: prints the subnetwork plan and the predicted per-rank bytes by category for the
 // configured regime next to plain DP, and with a budget, what fits per regime.
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -62,10 +63,56 @@ int largest_batch(Config c, int world, double budget) {
   return lo;
 }
 
+/// Every regime (DP, and with S > 1 forward / backward masking at block and neuron level at the
+/// configured keep) with every memory baseline (ZeRO-1, block recompute, both) at the configured
+/// batch: the combinations that fit the budget, smallest first, and the smallest of all.
+void answer_combinations(const Config& config, int world, double budget) {
+  struct Option {
+    std::string name;
+    int64_t bytes;
+  };
+  std::vector<Option> fits;
+  const int S = config.parallel.subnetworks;
+  const int64_t dp = worst_rank(as_dp(config), world);
+  std::vector<std::pair<std::string, Config>> bases = {{"dp", as_dp(config)}};
+  for (const char* regime : {"forward", "backward"})
+    for (const char* gran : {"block", "neuron"}) {
+      if (S == 1) break;
+      Config c = as_dp(config);
+      c.parallel.subnetworks = S;
+      c.mask = config.mask;
+      c.mask.regime = regime;
+      c.mask.granularity = gran;
+      bases.push_back({std::string(regime[0] == 'f' ? "fwd-" : "bwd-") + gran, c});
+    }
+  for (const auto& [base, c0] : bases)
+    for (const bool zero1 : {false, true})
+      for (const bool recompute : {false, true}) {
+        Config c = c0;
+        c.parallel.shard = zero1 ? "optimizer" : "none";
+        c.train.recompute = recompute ? "blocks" : "none";
+        const std::string name = base + (zero1 ? "+zero1" : "") + (recompute ? "+recompute" : "");
+        try {
+          const int64_t bytes = worst_rank(c, world);
+          if (bytes <= budget) fits.push_back({name, bytes});
+        } catch (const Error&) {  // not available for this model (no blocks, no neuron units)
+        }
+      }
+  std::sort(fits.begin(), fits.end(), [](const Option& a, const Option& b) { return a.bytes < b.bytes; });
+  std::printf("  combinations that fit at batch/rank %d (regime + ZeRO-1 / recompute, smallest first):\n",
+              config.train.batch_size);
+  if (fits.empty()) std::printf("    none\n");
+  for (const Option& o : fits)
+    std::printf("    %-32s %12lld bytes  (%.2fx DP)\n", o.name.c_str(), static_cast<long long>(o.bytes),
+                static_cast<double>(o.bytes) / std::max<int64_t>(1, dp));
+  if (!fits.empty()) std::printf("  smallest footprint: %s\n", fits.front().name.c_str());
+}
+
 void answer_budget(const Config& config, int world, double budget) {
   const int S = config.parallel.subnetworks;
   std::printf("\nbudget %.0f bytes per rank (world W=%d, S=%d):\n", budget, world, S);
   std::printf("  %-24s largest batch/rank that fits: %d\n", "plain DP", largest_batch(as_dp(config), world, budget));
+  answer_combinations(config, world, budget);
   if (S == 1) return;
   for (const char* regime : {"forward", "backward"})
     for (const char* gran : {"block", "neuron"}) {
