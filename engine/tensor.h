@@ -16,7 +16,6 @@
 namespace subdp {
 
 enum class DType { f32, bf16, i32, u8 };
-enum class Device { cpu, cuda };
 
 /// Size of one element of dtype in bytes.
 size_t dtype_size(DType t);
