@@ -25,6 +25,11 @@ cp "$build/subdp" "$build/tests/gpu/subdp_gpu_tests" "$stage/bin/"
 system='^(linux-vdso|ld-linux|libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s)\.'
 cuda='^(libcudart|libcublas|libcublasLt|libnccl|libcudnn)'
 for bin in "$stage"/bin/*; do
+  if ldd "$bin" | grep -q "not found"; then
+    echo "gpu_bundle: $bin needs libraries this machine lacks:" >&2
+    ldd "$bin" | grep "not found" >&2
+    exit 1
+  fi
   ldd "$bin" | awk '/=> \// {print $1, $3}' | while read -r name path; do
     [[ $name =~ $system || $name =~ $cuda ]] && continue
     cp -L "$path" "$stage/lib/$name"
@@ -36,17 +41,25 @@ echo "gpu_bundle: $(du -b "$out/bundle.tar.xz" | cut -f1) bytes packed ($(du -sb
 
 [[ ${1:-} == --check ]] || exit 0
 # The completeness check: a minimal Debian with nothing of ours, the bundle, CUDA's runtime.
-chroot_dir=${SUBDP_CHECK_CHROOT:-/tmp/subdp-bundle-chroot}
-if [[ ! -x $chroot_dir/bin/sh ]]; then
-  command -v debootstrap >/dev/null || apt-get install -y debootstrap >/dev/null
+# The chroot lives in the git-ignored bundle folder (not a guessable /tmp path) and is reused
+# only when its debootstrap finished (the marker file).
+chroot_dir=${SUBDP_CHECK_CHROOT:-$out/chroot}
+if [[ ! -f $chroot_dir/.subdp-debootstrap-done ]]; then
+  command -v debootstrap >/dev/null ||
+    { echo "gpu_bundle --check: needs debootstrap (apt-get install debootstrap) and root" >&2; exit 1; }
+  rm -rf "$chroot_dir"
   debootstrap --variant=minbase bookworm "$chroot_dir" http://deb.debian.org/debian >/dev/null
+  touch "$chroot_dir/.subdp-debootstrap-done"
 fi
 rm -rf "$chroot_dir/opt/subdp" && mkdir -p "$chroot_dir/opt/subdp/cuda" "$chroot_dir/opt/subdp/data"
 tar -C "$chroot_dir/opt/subdp" -xJf "$out/bundle.tar.xz"
-cudalib=/usr/local/cuda/lib64
-for name in libcudart.so.13 libcublas.so.13 libcublasLt.so.13; do cp -L "$cudalib/$name" "$chroot_dir/opt/subdp/cuda/"; done
-cp -L "$(ldconfig -p | awk '/libnccl.so.2 /{print $NF; exit}')" "$chroot_dir/opt/subdp/cuda/" 2>/dev/null ||
-  cp -L /usr/local/cuda/lib64/libnccl.so.2 "$chroot_dir/opt/subdp/cuda/" 2>/dev/null || true
+# The CUDA runtime libraries the binaries load (the GPU machine's toolkit has them), found by
+# ldd rather than by soname, so any CUDA major version works.
+for bin in "$stage"/bin/*; do
+  ldd "$bin" | awk '/=> \// {print $1, $3}' | while read -r name path; do
+    [[ $name =~ $cuda ]] && cp -L "$path" "$chroot_dir/opt/subdp/cuda/$name"
+  done
+done
 cp "$root/tests/parity/gpt_text.txt" "$chroot_dir/opt/subdp/data/"
 cat > "$chroot_dir/opt/subdp/gpt.toml" <<TOML
 [model]

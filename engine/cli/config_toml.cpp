@@ -384,7 +384,8 @@ void check_cross(const Config& c, const std::string& path) {
   // device.type = "cuda" is checked when the run picks its backend (make_backend): "no CUDA
   // device was found" on a machine without one, rather than a config error.
   SUBDP_CHECK(c.device.precision == "fp32",
-              "{}: [device] precision = \"{}\": the CPU backend computes in fp32 only; use \"fp32\"", path,
+              "{}: [device] precision = \"{}\": every backend computes in fp32 (bf16 is not implemented yet); use "
+              "\"fp32\"", path,
               c.device.precision);
 }
 

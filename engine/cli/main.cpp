@@ -60,9 +60,17 @@ std::string check_simulate_rank(const std::string& s) {
   return "";
 }
 
+/// A memory budget: a byte count of at least 1 byte and at most 1 EB, decimal (no hex).
+double parse_budget(const std::string& s) {
+  SUBDP_CHECK(s.find_first_of("xX") == std::string::npos, "invalid byte count '{}': decimal only", s);
+  const double bytes = parse_bytes(s);
+  SUBDP_CHECK(bytes >= 1 && bytes <= 1e18, "invalid budget '{}': expected 1 byte to 1 EB per rank", s);
+  return bytes;
+}
+
 std::string check_bytes(const std::string& s) {
   try {
-    parse_bytes(s);
+    parse_budget(s);
     return "";
   } catch (const subdp::Error& e) {
     return e.what();
@@ -174,7 +182,7 @@ int run(int argc, char** argv) {
   subdp::Config config = subdp::load_config(a.config, a.overrides);
   if (*train) return subdp::run_train(config, a.train);
   if (*parity) return subdp::run_parity_dump(config, parity_out, parity_steps);
-  if (*plan) return subdp::run_plan(config, a.world, a.budget.empty() ? 0.0 : parse_bytes(a.budget));
+  if (*plan) return subdp::run_plan(config, a.world, a.budget.empty() ? 0.0 : parse_budget(a.budget));
   return 2;
 }
 

@@ -20,8 +20,9 @@ size_t pool_capacity() {
   if (env == nullptr || *env == '\0') return size_t{16} << 30;
   char* end = nullptr;
   const double gb = std::strtod(env, &end);
-  SUBDP_CHECK(end != env && *end == '\0' && gb > 0 && gb <= 1024,
-              "SUBDP_FENCED_POOL_GB = \"{}\": expected a size in GiB in (0, 1024]", env);
+  const bool decimal = std::string(env).find_first_of("xXpP") == std::string::npos;
+  SUBDP_CHECK(decimal && end != env && *end == '\0' && gb >= 0.001 && gb <= 1024,
+              "SUBDP_FENCED_POOL_GB = \"{}\": expected a decimal size in GiB in [0.001, 1024]", env);
   return static_cast<size_t>(gb * double(size_t{1} << 30));
 }
 

@@ -82,8 +82,9 @@ void install_handler() {
 Pool::Pool(size_t capacity) : capacity_(round_up(capacity, kHuge)) {
   // Reserve one huge page more than needed, so that the pool can start on a 2 MiB boundary.
   void* p = mmap(nullptr, capacity_ + kHuge, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  SUBDP_CHECK(p != MAP_FAILED, "fenced device: reserving {} bytes of address space failed: {}", capacity_,
-              std::strerror(errno));
+  SUBDP_CHECK(p != MAP_FAILED,
+              "fenced device: reserving {} bytes of address space failed: {} (a smaller SUBDP_FENCED_POOL_GB, or a "
+              "higher ulimit -v)", capacity_, std::strerror(errno));
   mapping_ = static_cast<char*>(p);
   base_ = mapping_ + (round_up(reinterpret_cast<uintptr_t>(p), kHuge) - reinterpret_cast<uintptr_t>(p));
   madvise(base_, capacity_, MADV_HUGEPAGE);  // advice only: without THP the pool works, more slowly

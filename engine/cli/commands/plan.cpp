@@ -48,20 +48,26 @@ int64_t worst_rank(const Config& c, int world) {
   return worst;
 }
 
-// Largest per-rank batch (powers of two and the steps between) whose worst rank fits.
+constexpr int kMaxBatchSearched = 1 << 17;
+
+// Largest per-rank batch (powers of two and the steps between) whose worst rank fits, up to
+// kMaxBatchSearched.
 int largest_batch(Config c, int world, double budget) {
   int lo = 0, hi = 1;
   auto fits = [&](int b) {
     c.train.batch_size = b;
     return worst_rank(c, world) <= budget;
   };
-  while (hi <= (1 << 16) && fits(hi)) lo = hi, hi *= 2;
+  while (hi <= kMaxBatchSearched && fits(hi)) lo = hi, hi *= 2;
+  if (lo == kMaxBatchSearched) return lo;  // the search's limit: at least this
   while (hi - lo > 1) {
     const int mid = (lo + hi) / 2;
     (fits(mid) ? lo : hi) = mid;
   }
   return lo;
 }
+
+constexpr int kMaxCombinationS = 64;
 
 /// Every regime (DP, and with S > 1 forward / backward masking at block and neuron level at the
 /// configured keep) with every memory baseline (ZeRO-1, block recompute, both) at the configured
@@ -73,6 +79,11 @@ void answer_combinations(const Config& config, int world, double budget) {
   };
   std::vector<Option> fits;
   const int S = config.parallel.subnetworks;
+  if (S > kMaxCombinationS) {  // each combination plans S subnetworks: minutes beyond this
+    std::printf("  combinations with ZeRO-1 / recompute: not listed for S > %d (each needs S dry runs); plan one "
+                "with --set parallel.shard=optimizer --set train.recompute=blocks\n", kMaxCombinationS);
+    return;
+  }
   const int64_t dp = worst_rank(as_dp(config), world);
   std::vector<std::pair<std::string, Config>> bases = {{"dp", as_dp(config)}};
   for (const char* regime : {"forward", "backward"})
@@ -108,10 +119,14 @@ void answer_combinations(const Config& config, int world, double budget) {
   if (!fits.empty()) std::printf("  smallest footprint: %s\n", fits.front().name.c_str());
 }
 
+std::string batch_text(int batch) {
+  return batch >= kMaxBatchSearched ? fmt::format("{} or more (the search's limit)", batch) : std::to_string(batch);
+}
+
 void answer_budget(const Config& config, int world, double budget) {
   const int S = config.parallel.subnetworks;
   std::printf("\nbudget %.0f bytes per rank (world W=%d, S=%d):\n", budget, world, S);
-  std::printf("  %-24s largest batch/rank that fits: %d\n", "plain DP", largest_batch(as_dp(config), world, budget));
+  std::printf("  %-24s largest batch/rank that fits: %s\n", "plain DP", batch_text(largest_batch(as_dp(config), world, budget)).c_str());
   answer_combinations(config, world, budget);
   if (S == 1) return;
   for (const char* regime : {"forward", "backward"})
@@ -135,7 +150,7 @@ void answer_budget(const Config& config, int world, double budget) {
       c.mask.keep = config.mask.keep;
       std::string batch = "-";
       try {
-        batch = std::to_string(largest_batch(c, world, budget));
+        batch = batch_text(largest_batch(c, world, budget));
       } catch (const Error&) {
       }
       std::printf("  %-8s %-7s largest keep ratio that fits: %-10s largest batch/rank at keep %.4g: %s\n", regime,

@@ -94,11 +94,12 @@ int run_sample(const std::string& checkpoint, const std::string& prompt, int tok
   for (int32_t t : ids) SUBDP_CHECK(t < model.vocab(), "prompt byte {} is >= model.vocab = {}", t, model.vocab());
   std::fwrite(prompt.data(), 1, prompt.size(), stdout);
   std::fflush(stdout);
-  const int T = model.context(), V = model.vocab();
+  // The output is bytes: a vocab beyond 256 (padding) is never drawn from.
+  const int T = model.context(), V = model.vocab(), bytes = std::min(V, 256);
   for (int i = 0; i < tokens; ++i) {
     const int len = std::min<int>(T, static_cast<int>(ids.size()));  // crop to the context
     const std::vector<float> logits = model.logits(ids.data() + ids.size() - len, 1, len);  // (len, V)
-    const int next = next_token(logits.data() + static_cast<int64_t>(len - 1) * V, V, temperature, top_k,
+    const int next = next_token(logits.data() + static_cast<int64_t>(len - 1) * V, bytes, temperature, top_k,
                                 mix64(seed) ^ static_cast<uint64_t>(i));
     ids.push_back(next);
     std::fputc(next, stdout);

@@ -14,11 +14,11 @@ namespace {
 
 std::unique_ptr<Communicator> make_world(const ParallelConfig& p) {
   if (p.backend == "local") return make_local_communicator();
-  // The NCCL communicator (kernels/cuda/nccl_comm) reduces device buffers: it needs the CUDA
-  // backend, which is not wired to the layers yet.
+  // The NCCL communicator (kernels/cuda/nccl_comm) is built and tested on its own but not
+  // wired to the trainer yet (holder-group communicators, the backend's stream).
   if (p.backend == "nccl")
-    throw Error("parallel.backend = \"nccl\": NCCL reduces GPU buffers and needs device.type = \"cuda\", whose "
-                "backend is not wired to the layers yet; use \"mpi\" (or \"auto\")");
+    throw Error("parallel.backend = \"nccl\": the NCCL communicator is not wired to the trainer yet; use \"mpi\" "
+                "(or \"auto\"), and with device.type = \"cuda\" one rank or --simulate-rank w/W");
   if (p.backend == "mpi" || launched_by_mpi()) return make_mpi_world(p.collective_timeout_s);
   return make_local_communicator();
 }
