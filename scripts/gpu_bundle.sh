@@ -57,7 +57,7 @@ tar -C "$chroot_dir/opt/subdp" -xJf "$out/bundle.tar.xz"
 # ldd rather than by soname, so any CUDA major version works.
 for bin in "$stage"/bin/*; do
   ldd "$bin" | awk '/=> \// {print $1, $3}' | while read -r name path; do
-    [[ $name =~ $cuda ]] && cp -L "$path" "$chroot_dir/opt/subdp/cuda/$name"
+    if [[ $name =~ $cuda ]]; then cp -L "$path" "$chroot_dir/opt/subdp/cuda/$name"; fi
   done
 done
 cp "$root/tests/parity/gpt_text.txt" "$chroot_dir/opt/subdp/data/"
