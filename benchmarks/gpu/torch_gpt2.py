@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch peer of the GPT-2 small throughput bench (benchmarks/gpu/bench_gpt2.sh): the same
+"""PyTorch peer of the GPT-2 small throughput bench (benchmarks/gpu/bench_2_gpt2.sh): the same
 model as subdp's GPT (pre-LN blocks, GELU tanh, tied embedding head, no dropout, no biases
 folded away), AdamW, random tokens, measured in tokens per second after warm-up, in float32,
 bf16 autocast (eager) and bf16 autocast under torch.compile. Prints one CSV row per mode:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU bench 2 (`bench_gpt2.sh BIN_DIR OUT_DIR`): GPT-2 small (12 blocks, width 768, 12 heads,
+# GPU bench 2 (`bench_2_gpt2.sh BIN_DIR OUT_DIR`): GPT-2 small (12 blocks, width 768, 12 heads,
 # context 1024, vocabulary 50304, AdamW) on random tokens: subdp's CUDA backend (float32: bf16
 # is not implemented yet) in tokens/s and model FLOP utilisation, next to PyTorch training the
 # same model in the same run (torch_gpt2.py: fp32, bf16 autocast eager, bf16 torch.compile).

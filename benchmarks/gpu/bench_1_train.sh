@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU bench 1 (benchmarks/gpu/run.sh runs it as `bench_train.sh BIN_DIR OUT_DIR`): the CUDA
+# GPU bench 1 (benchmarks/gpu/run.sh runs it as `bench_1_train.sh BIN_DIR OUT_DIR`): the CUDA
 # backend trains. (a) The GPT of configs/gpt_brown.toml's shape on tests/parity/gpt_text.txt,
 # 20 steps on cuda and on cpu: the losses of the two backends, step by step (float32: they
 # agree to rounding, not bit for bit). (b) Device memory at W = 8 through --simulate-rank 0/8
