@@ -35,8 +35,8 @@ class Backend {
   virtual void copy_bytes(void* dst, const void* src, size_t bytes) = 0;
   virtual void zero(void* dst, size_t bytes) = 0;
   /// Around a collective on backend memory (the communicators' libraries read and write it):
-  /// nests, each open closed once. The CPU (host memory) and CUDA (NCCL runs on the device)
-  /// backends have nothing to do; the fenced test device opens its pool to the host.
+  /// nests, each open closed once. The CPU backend (host memory) has nothing to do, the CUDA
+  /// backend finishes its stream's work first, the fenced test device opens its pool.
   virtual void open_for_collective() = 0;
   virtual void close_for_collective() = 0;
   /// Bytes the device itself reports in use (CUDA: total - free, every allocation of the

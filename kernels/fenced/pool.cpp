@@ -84,7 +84,8 @@ Pool::Pool(size_t capacity) : capacity_(round_up(capacity, kHuge)) {
   void* p = mmap(nullptr, capacity_ + kHuge, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   SUBDP_CHECK(p != MAP_FAILED,
               "fenced device: reserving {} bytes of address space failed: {} (a smaller SUBDP_FENCED_POOL_GB, or a "
-              "higher ulimit -v)", capacity_, std::strerror(errno));
+              "higher ulimit -v)",
+              capacity_, std::strerror(errno));
   mapping_ = static_cast<char*>(p);
   base_ = mapping_ + (round_up(reinterpret_cast<uintptr_t>(p), kHuge) - reinterpret_cast<uintptr_t>(p));
   madvise(base_, capacity_, MADV_HUGEPAGE);  // advice only: without THP the pool works, more slowly
@@ -114,10 +115,10 @@ void* Pool::allocate(size_t bytes) {
     return base_ + offset;
   }
   if (top_ + size > capacity_)
-    throw Error(
-        fmt::format("fenced device: out of memory allocating {} bytes ({} of {} bytes in use; set "
-                    "SUBDP_FENCED_POOL_GB for a larger pool)",
-                    bytes, top_, capacity_));
+    throw Error(fmt::format(
+        "fenced device: out of memory allocating {} bytes (pool of {} bytes, earlier blocks reach byte {}; set "
+        "SUBDP_FENCED_POOL_GB for a larger pool)",
+        bytes, capacity_, top_));
   const size_t offset = top_, old_span = span();
   top_ += size;
   if (depth_ > 0) protect(base_ + old_span, span() - old_span, true);  // the rest of the span is open too
