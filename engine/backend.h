@@ -27,6 +27,9 @@ class Backend {
   // ---- memory: where Tensor::empty allocates, and the transfers (synchronous: the
   // destination is ready on return). Host code reaches backend memory only through these.
   virtual std::shared_ptr<DeviceMemory> memory() = 0;
+  /// Host memory for staging buffers (Tensor::host_empty: batches): page-locked on CUDA, so
+  /// that uploads run by DMA at full bus speed; plain host memory elsewhere.
+  virtual std::shared_ptr<DeviceMemory> staging_memory() { return host_memory(); }
   /// Host → backend memory, `bytes` bytes.
   virtual void to_device(void* dst, const void* src, size_t bytes) = 0;
   /// Backend memory → host, `bytes` bytes.

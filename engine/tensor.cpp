@@ -76,7 +76,7 @@ Tensor Tensor::empty(const Shape& shape, MemCategory category, DType dtype) {
 }
 
 Tensor Tensor::host_empty(const Shape& shape, MemCategory category, DType dtype) {
-  return allocate(shape, category, dtype, host_memory());
+  return allocate(shape, category, dtype, backend().staging_memory());
 }
 
 Tensor Tensor::zeros(const Shape& shape, MemCategory category, DType dtype) {

@@ -60,7 +60,8 @@ class Tensor {
   static Tensor empty(const Shape& shape, MemCategory category, DType dtype = DType::f32);
   /// Allocates and zero-fills (in backend memory).
   static Tensor zeros(const Shape& shape, MemCategory category, DType dtype = DType::f32);
-  /// Allocates uninitialised host memory (tracked): staging buffers for batches.
+  /// Allocates uninitialised host memory (tracked; the backend's staging memory, page-locked on
+  /// CUDA): staging buffers for batches.
   static Tensor host_empty(const Shape& shape, MemCategory category, DType dtype = DType::f32);
 
   bool defined() const { return storage_ != nullptr; }

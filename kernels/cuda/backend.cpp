@@ -57,6 +57,19 @@ class CudaMemory final : public DeviceMemory {
   cuda::ArenaAllocator arena_;
 };
 
+/// Page-locked host memory (cudaMallocHost) for staging buffers: host code reads and writes it,
+/// and copies from it to the device run by DMA.
+class PinnedMemory final : public DeviceMemory {
+ public:
+  void* allocate(size_t bytes) override {
+    void* p = nullptr;
+    CUDA_CHECK(cudaMallocHost(&p, bytes == 0 ? 64 : bytes));
+    return p;
+  }
+  void deallocate(void* p, size_t) override { cudaFreeHost(p); }  // at exit: nobody to tell
+  bool host_accessible() const override { return true; }
+};
+
 /// The memory of a planning backend: dry runs count bytes and never allocate.
 class PlanningMemory final : public DeviceMemory {
  public:
@@ -77,6 +90,7 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaSetDevice(0));
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     memory_ = std::make_shared<CudaMemory>(pool_bytes());
+    staging_ = std::make_shared<PinnedMemory>();
   }
   ~CudaBackend() override {
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
@@ -92,6 +106,7 @@ class CudaBackend final : public Backend {
   void configure(int, int) override {}
 
   std::shared_ptr<DeviceMemory> memory() override { return memory_; }
+  std::shared_ptr<DeviceMemory> staging_memory() override { return staging_ ? staging_ : host_memory(); }
   void to_device(void* dst, const void* src, size_t bytes) override { copy_sync(dst, src, bytes); }
   void to_host(void* dst, const void* src, size_t bytes) override { copy_sync(dst, src, bytes); }
   void copy_bytes(void* dst, const void* src, size_t bytes) override {
@@ -302,6 +317,7 @@ class CudaBackend final : public Backend {
 
   cudaStream_t stream_ = nullptr;
   std::shared_ptr<DeviceMemory> memory_;
+  std::shared_ptr<DeviceMemory> staging_;  // pinned; null in planning mode (plain host memory)
   Tensor scratch_;
 };
 
