@@ -2,6 +2,7 @@
 #include "engine/device_memory.h"
 
 #include <cstdlib>
+#include <string>
 
 #include "engine/error.h"
 
@@ -26,6 +27,17 @@ class HostMemory final : public DeviceMemory {
 std::shared_ptr<DeviceMemory> host_memory() {
   static const std::shared_ptr<DeviceMemory> memory = std::make_shared<HostMemory>();
   return memory;
+}
+
+std::optional<size_t> pool_bytes_from_env(const char* name) {
+  const char* env = std::getenv(name);
+  if (env == nullptr || *env == '\0') return std::nullopt;
+  char* end = nullptr;
+  const double gib = std::strtod(env, &end);
+  const bool decimal = std::string(env).find_first_of("xXpP") == std::string::npos;  // strtod reads hex
+  SUBDP_CHECK(decimal && end != env && *end == '\0' && gib >= 0.001 && gib <= 1024,
+              "{} = \"{}\": expected a decimal size in GiB in [0.001, 1024]", name, env);
+  return static_cast<size_t>(gib * double(size_t{1} << 30));
 }
 
 }  // namespace subdp

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstddef>
 #include <memory>
+#include <optional>
 
 namespace subdp {
 
@@ -21,5 +22,10 @@ class DeviceMemory {
 
 /// Plain host memory (aligned_alloc): the CPU backend's memory and every staging buffer.
 std::shared_ptr<DeviceMemory> host_memory();
+
+/// A device pool size from the environment variable `name` (a decimal number of GiB in
+/// [0.001, 1024]), in bytes; nullopt when it is unset or empty. Throws Error naming the
+/// variable and its value otherwise (hex, trailing text, out of range).
+std::optional<size_t> pool_bytes_from_env(const char* name);
 
 }  // namespace subdp

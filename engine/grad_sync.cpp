@@ -2,7 +2,6 @@
 #include "engine/grad_sync.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "engine/backend.h"
 #include "engine/error.h"

@@ -21,8 +21,10 @@
 namespace {
 
 /// "1000", "1.5GB", "512MiB", "2 GiB", "64k" -> bytes. Decimal (kB, MB, GB, TB) and
-/// binary (KiB, MiB, GiB, TiB) units; a bare K/M/G/T is binary. Throws subdp::Error.
+/// binary (KiB, MiB, GiB, TiB) units; a bare K/M/G/T is binary; decimal digits only (std::stod
+/// would read hex). Throws subdp::Error.
 double parse_bytes(const std::string& text) {
+  SUBDP_CHECK(text.find_first_of("xX") == std::string::npos, "invalid byte count '{}': decimal only", text);
   size_t pos = 0;
   double value = 0;
   try {
@@ -60,9 +62,8 @@ std::string check_simulate_rank(const std::string& s) {
   return "";
 }
 
-/// A memory budget: a byte count of at least 1 byte and at most 1 EB, decimal (no hex).
+/// A memory budget: a byte count of at least 1 byte and at most 1 EB.
 double parse_budget(const std::string& s) {
-  SUBDP_CHECK(s.find_first_of("xX") == std::string::npos, "invalid byte count '{}': decimal only", s);
   const double bytes = parse_bytes(s);
   SUBDP_CHECK(bytes >= 1 && bytes <= 1e18, "invalid budget '{}': expected 1 byte to 1 EB per rank", s);
   return bytes;

@@ -8,13 +8,13 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/device_memory.h"
 #include "engine/error.h"
 #include "engine/tensor.h"
 #include "kernels/cuda/backend_kernels.h"
@@ -28,13 +28,7 @@ namespace {
 
 /// Bytes of the device reservation: SUBDP_CUDA_POOL_GB GiB, else 90 % of the free memory.
 size_t pool_bytes() {
-  if (const char* env = std::getenv("SUBDP_CUDA_POOL_GB"); env != nullptr && *env != '\0') {
-    char* end = nullptr;
-    const double gb = std::strtod(env, &end);
-    SUBDP_CHECK(end != env && *end == '\0' && gb > 0, "SUBDP_CUDA_POOL_GB = \"{}\": expected a size in GiB > 0",
-                env);
-    return static_cast<size_t>(gb * double(size_t{1} << 30));
-  }
+  if (const auto bytes = pool_bytes_from_env("SUBDP_CUDA_POOL_GB")) return *bytes;
   size_t free_bytes = 0, total = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
   return free_bytes / 10 * 9;

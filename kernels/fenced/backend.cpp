@@ -2,12 +2,10 @@
 // Pool that host code cannot touch outside backend operations and collectives. The trainer's
 // tests run on it so that every missing host <-> device transfer faults on a machine without
 // a GPU, at its line, instead of on the first GPU the engine meets.
-#include "kernels/cpu/backend.h"
-
-#include <cstdlib>
 #include <string>
 
-#include "engine/error.h"
+#include "engine/device_memory.h"
+#include "kernels/cpu/backend.h"
 #include "kernels/fenced/pool.h"
 
 namespace subdp {
@@ -15,16 +13,7 @@ namespace subdp {
 namespace {
 
 /// Pool size: SUBDP_FENCED_POOL_GB GiB of address space (default 16; only touched pages cost).
-size_t pool_capacity() {
-  const char* env = std::getenv("SUBDP_FENCED_POOL_GB");
-  if (env == nullptr || *env == '\0') return size_t{16} << 30;
-  char* end = nullptr;
-  const double gb = std::strtod(env, &end);
-  const bool decimal = std::string(env).find_first_of("xXpP") == std::string::npos;
-  SUBDP_CHECK(decimal && end != env && *end == '\0' && gb >= 0.001 && gb <= 1024,
-              "SUBDP_FENCED_POOL_GB = \"{}\": expected a decimal size in GiB in [0.001, 1024]", env);
-  return static_cast<size_t>(gb * double(size_t{1} << 30));
-}
+size_t pool_capacity() { return pool_bytes_from_env("SUBDP_FENCED_POOL_GB").value_or(size_t{16} << 30); }
 
 /// The fenced device's access policy for cpu::CpuBackend: every operation opens the pool.
 class FencedAccess {
