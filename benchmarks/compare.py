@@ -26,7 +26,8 @@ block with probability 1 - keep per step, S = 1). A regime written `name@k` (e.g
 outside the --keep cross product. A regime written `name+recompute` (dp+recompute,
 fwd-block+recompute) adds train.recompute = "blocks" (activations recomputed block by block
 in the backward pass, GPT); `name+zero1` adds parallel.shard = "optimizer" (ZeRO-1);
-modifiers combine (fwd-block+zero1+recompute). Keep values whose coverage keep*S is not whole are
+`name+redealK` adds mask.redeal_every = K (the plan re-dealt every K steps, e.g.
+fwd-block+redeal50); modifiers combine (fwd-block+zero1+recompute). Keep values whose coverage keep*S is not whole are
 skipped, and so are granularities the model refuses (the MLP has no blocks), with a note.
 A failing run stops the comparison with a non-zero exit naming the run and its command.
 
@@ -66,7 +67,16 @@ REGIMES = {  # name -> (mask.regime, mask.granularity)
 WHOLE_MODEL = ("dp", "stoch-depth")
 # Composable memory baselines: a regime written name+modifier (e.g. dp+recompute,
 # fwd-block+recompute) adds the modifier's overrides to the base regime's.
-MODIFIERS = {"recompute": ["train.recompute=blocks"], "zero1": ["parallel.shard=optimizer"]}
+MODIFIERS = {"recompute": ["train.recompute=blocks"], "zero1": ["parallel.shard=optimizer"], "redealK": None}
+
+
+def modifier_sets(mod):
+    """The config overrides of one modifier, or None when unknown. redealK (K a whole number
+    >= 1, e.g. redeal50) re-deals the plan every K steps (mask.redeal_every = K)."""
+    m = re.fullmatch(r"redeal([1-9][0-9]*)", mod)
+    if m:
+        return [f"mask.redeal_every={m.group(1)}"]
+    return MODIFIERS.get(mod)
 EVAL_RE = re.compile(r"^eval step (\d+) epoch ([\d.]+): full model test_loss (\S+) test_acc (\S+)"
                      r"(?: bits_per_\w+ \S+)?(?: \| subnetworks \(own share\) loss (\S+) acc (\S+))?")
 FINAL_RE = re.compile(r"^final step=(\d+) train_loss=(\S+) test_loss=(\S+) test_acc=(\S+) peak_bytes=(\d+) "
@@ -118,7 +128,7 @@ def plan_runs(regimes, keeps, S):
     for item in regimes:
         name, _, at = item.partition("@")
         base, *mods = name.split("+")
-        if base not in REGIMES or any(m not in MODIFIERS for m in mods):
+        if base not in REGIMES or any(modifier_sets(m) is None for m in mods):
             raise SystemExit(f"compare.py: unknown regime '{name}' (expected one of {', '.join(REGIMES)}, optionally "
                              f"+{' +'.join(MODIFIERS)}; name@keep for one run)")
         for k in ([float(at)] if at else keeps):
@@ -134,7 +144,7 @@ def run_sets(regime, keep, S, steps, eval_every, metrics):
     subnets = 1 if base in WHOLE_MODEL else S
     return [f"train.steps={steps}", "train.epochs=0", f"parallel.subnetworks={subnets}", f"mask.regime={mregime}",
             f"mask.granularity={gran}", f"mask.keep={fmt_keep(keep)}", f"log.metrics_file={metrics}",
-            f"train.eval_every={eval_every}"] + [s for m in mods for s in MODIFIERS[m]]
+            f"train.eval_every={eval_every}"] + [s for m in mods for s in modifier_sets(m)]
 
 
 def with_sets(cmd, sets):

@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 
+#include "engine/data/dataset.h"
 #include "engine/error.h"
 
 namespace subdp {
@@ -39,39 +41,74 @@ std::vector<FullTensorSpec> full_specs(const ModelConfig& config) {
   return specs;
 }
 
+namespace {
+
+// The tensor of p that k names: its value (k = -1) or optimizer state k (undefined when this
+// rank holds no state for p).
+Tensor tensor_of(Param& p, Optimizer* opt, const std::map<const Param*, size_t>& opt_index, int k) {
+  if (k < 0) return p.value;
+  return opt_index.count(&p) ? *opt->state(opt_index.at(&p))[k] : Tensor();
+}
+
+// Calls fn(full_offset, src + local offset, len) for every run of `src` (p's tensor k, on the
+// host) that this rank contributes to the full model: each element comes from exactly one
+// rank, the owner of its holder group (dense tensors: rank 0), or under ZeRO-1 the holder
+// whose shard holds that state element.
+void for_each_owned_run(const Param& p, const float* src, int k, Optimizer* opt,
+                        const std::map<const Param*, size_t>& opt_index, const GradientSync& sync, int rank,
+                        const std::function<void(int64_t, const float*, int64_t)>& fn) {
+  if (!src) return;
+  if (k >= 0 && opt->sharded()) {
+    for (const StateRun& r : opt->state_runs(opt_index.at(&p)))
+      for (int64_t t = 0; t < r.len; ++t) fn(full_offset_of_grad(p, r.grad_off + t), src + r.state_off + t, 1);
+    return;
+  }
+  const bool block_held = p.grad.defined() || !p.trainable;
+  for_each_value_run_at(p, [&](int64_t lo, int64_t fo, int64_t len, int pos) {
+    const bool unit_held = p.unit.layer < 0 || pos < p.mask->kept;
+    const int owner = sync.owner_of_group(sync.group_of(p, pos));
+    if (!unit_held || owner != rank || (k >= 0 && !block_held)) return;
+    fn(fo, k < 0 ? src + lo : src + grad_offset_of(p, lo, pos), len);
+  });
+}
+
+// Calls fn(local_offset, full_offset, len) for every run of p's tensor k that this rank
+// stores: every local value (k = -1), the kept prefix of the state, or its shard pieces.
+void for_each_stored_run(const Param& p, int k, Optimizer* opt, const std::map<const Param*, size_t>& opt_index,
+                         const std::function<void(int64_t, int64_t, int64_t)>& fn) {
+  if (k >= 0 && opt->sharded()) {
+    for (const StateRun& r : opt->state_runs(opt_index.at(&p)))
+      for (int64_t t = 0; t < r.len; ++t) fn(r.state_off + t, full_offset_of_grad(p, r.grad_off + t), 1);
+    return;
+  }
+  for_each_value_run_at(p, [&](int64_t lo, int64_t fo, int64_t len, int pos) {
+    if (k < 0) fn(lo, fo, len);
+    else if (p.unit.layer < 0 || pos < p.mask->kept) fn(grad_offset_of(p, lo, pos), fo, len);
+  });
+}
+
+int states_of(const FullTensorSpec& spec, const Optimizer* opt) { return opt && spec.trainable ? opt->num_states() : 0; }
+
+}  // namespace
+
 std::vector<NamedTensor> gather_full(Model& model, Optimizer* opt, const GradientSync& sync, Communicator& world,
                                      const std::vector<FullTensorSpec>& specs, bool to_all) {
   auto local = by_name(model);
   const auto opt_index = optimizer_index(model, opt);
-  const int states = opt ? opt->num_states() : 0;
   std::vector<NamedTensor> out;
   const int rank = world.rank();
   for (const auto& spec : specs) {
-    for (int k = -1; k < (spec.trainable ? states : 0); ++k) {
+    for (int k = -1; k < states_of(spec, opt); ++k) {
       // k = -1: values; k >= 0: optimizer state k.
       std::vector<float> full(shape_numel(spec.shape), 0.f);
       auto it = local.find(spec.name);
       if (it != local.end()) {
-        const Param& p = *it->second;
-        const bool block_held = p.grad.defined() || !p.trainable;
         // The tensor's elements on the host (its own memory on a host backend).
-        const HostCopy host(k < 0 ? p.value : opt_index.count(&p) ? *opt->state(opt_index.at(&p))[k] : Tensor());
-        const float* src = host.f32();
-        if (src && k >= 0 && opt->sharded()) {
-          // ZeRO-1: each state element lives on exactly one holder, the owner of its shard.
-          for (const StateRun& r : opt->state_runs(opt_index.at(&p)))
-            for (int64_t t = 0; t < r.len; ++t) full[full_offset_of_grad(p, r.grad_off + t)] = src[r.state_off + t];
-          src = nullptr;
-        }
-        for_each_value_run_at(p, [&](int64_t lo, int64_t fo, int64_t len, int pos) {
-          if (!src) return;
-          const bool unit_held = p.unit.layer < 0 || pos < p.mask->kept;
-          const int owner = sync.owner_of_group(sync.group_of(p, pos));
-          const bool writes = unit_held && owner == rank && (k < 0 || block_held);
-          if (!writes) return;
-          const float* from = k < 0 ? src + lo : src + grad_offset_of(p, lo, pos);
-          std::memcpy(full.data() + fo, from, sizeof(float) * len);
-        });
+        const HostCopy host(tensor_of(*it->second, opt, opt_index, k));
+        for_each_owned_run(*it->second, host.f32(), k, opt, opt_index, sync, rank,
+                           [&](int64_t fo, const float* src, int64_t len) {
+                             std::memcpy(full.data() + fo, src, sizeof(float) * len);
+                           });
       }
       world.reduce_sum(full.data(), full.data(), static_cast<int64_t>(full.size()), 0);
       if (to_all) world.broadcast(full.data(), static_cast<int64_t>(sizeof(float) * full.size()), 0);
@@ -88,8 +125,7 @@ void scatter_full(Model& model, Optimizer* opt, Communicator& world, const std::
   auto local = by_name(model);
   const auto opt_index = optimizer_index(model, opt);
   for (const auto& spec : specs) {
-    const int states = opt && spec.trainable ? opt->num_states() : 0;
-    for (int k = -1; k < states; ++k) {
+    for (int k = -1; k < states_of(spec, opt); ++k) {
       const std::string name = k < 0 ? spec.name : spec.name + "::" + std::to_string(k);
       // Rank 0's tensors were checked against the specs by load_checkpoint_for; a gap here
       // is a bug, and the flag keeps every rank out of the broadcast that would hang.
@@ -107,21 +143,101 @@ void scatter_full(Model& model, Optimizer* opt, Communicator& world, const std::
       if (it == local.end()) continue;
       Param& p = *it->second;
       if (k >= 0 && !opt_index.count(&p)) continue;  // this rank holds no state for it
-      const HostCopy host(k < 0 ? p.value : *opt->state(opt_index.at(&p))[k]);
+      const HostCopy host(tensor_of(p, opt, opt_index, k));
       float* dst = host.f32();
-      if (k >= 0 && opt->sharded()) {  // ZeRO-1: this rank's shard pieces only
-        for (const StateRun& r : opt->state_runs(opt_index.at(&p)))
-          for (int64_t t = 0; t < r.len; ++t) dst[r.state_off + t] = buf[full_offset_of_grad(p, r.grad_off + t)];
-      } else {
-        for_each_value_run_at(p, [&](int64_t lo, int64_t fo, int64_t len, int pos) {
-          if (k < 0) std::memcpy(dst + lo, buf.data() + fo, sizeof(float) * len);
-          else if (p.unit.layer < 0 || pos < p.mask->kept)
-            std::memcpy(dst + grad_offset_of(p, lo, pos), buf.data() + fo, sizeof(float) * len);
-        });
-      }
+      for_each_stored_run(p, k, opt, opt_index, [&](int64_t lo, int64_t fo, int64_t len) {
+        std::memcpy(dst + lo, buf.data() + fo, sizeof(float) * len);
+      });
       host.store();
     }
   }
+}
+
+int64_t OwnedSlices::bytes() const {
+  int64_t b = 0;
+  for (const auto& t : tensors)
+    b += static_cast<int64_t>(t.values.size() * sizeof(float) + (t.full_off.size() + t.len.size()) * sizeof(int64_t));
+  return b;
+}
+
+uint64_t OwnedSlices::checksum() const {
+  uint64_t sum = 0;
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    const Runs& r = tensors[t];
+    for (size_t i = 0, v = 0; i < r.len.size(); ++i)
+      for (int64_t e = 0; e < r.len[i]; ++e, ++v) {
+        uint32_t bits;
+        std::memcpy(&bits, &r.values[v], sizeof(bits));
+        sum += mix64(mix64((static_cast<uint64_t>(t) << 40) + static_cast<uint64_t>(r.full_off[i] + e)) ^ bits);
+      }
+  }
+  return sum;
+}
+
+OwnedSlices copy_owned_slices(Model& model, Optimizer* opt, const GradientSync& sync, Communicator& world,
+                              const std::vector<FullTensorSpec>& specs) {
+  auto local = by_name(model);
+  const auto opt_index = optimizer_index(model, opt);
+  OwnedSlices out;
+  for (const auto& spec : specs)
+    for (int k = -1; k < states_of(spec, opt); ++k) {
+      OwnedSlices::Runs& runs = out.tensors.emplace_back();
+      auto it = local.find(spec.name);
+      if (it == local.end()) continue;
+      const HostCopy host(tensor_of(*it->second, opt, opt_index, k));
+      for_each_owned_run(*it->second, host.f32(), k, opt, opt_index, sync, world.rank(),
+                         [&](int64_t fo, const float* src, int64_t len) {
+                           if (!runs.len.empty() && runs.full_off.back() + runs.len.back() == fo) {
+                             runs.len.back() += len;  // ZeRO-1 state comes element by element
+                           } else {
+                             runs.full_off.push_back(fo);
+                             runs.len.push_back(len);
+                           }
+                           runs.values.insert(runs.values.end(), src, src + len);
+                         });
+    }
+  return out;
+}
+
+int64_t scatter_owned_slices(Model& model, Optimizer* opt, Communicator& world,
+                             const std::vector<FullTensorSpec>& specs, const OwnedSlices& slices,
+                             int64_t window_values) {
+  SUBDP_ASSERT(window_values > 0);
+  auto local = by_name(model);
+  const auto opt_index = optimizer_index(model, opt);
+  int64_t sent = 0;
+  size_t t = 0;
+  std::vector<float> window;
+  for (const auto& spec : specs)
+    for (int k = -1; k < states_of(spec, opt); ++k, ++t) {
+      SUBDP_ASSERT(t < slices.tensors.size());
+      const OwnedSlices::Runs& mine = slices.tensors[t];
+      auto it = local.find(spec.name);
+      Param* p = it == local.end() ? nullptr : it->second;
+      const bool stores = p && (k < 0 || opt_index.count(p));
+      const HostCopy host(stores ? tensor_of(*p, opt, opt_index, k) : Tensor());
+      const int64_t numel = shape_numel(spec.shape);
+      for (int64_t lo = 0; lo < numel; lo += window_values) {
+        const int64_t hi = std::min(numel, lo + window_values);
+        // -0.0 is the identity of float addition (x + -0.0 == x bit for bit, +0.0 included),
+        // so the sum of the one owner's value and everyone else's filler is that value.
+        window.assign(hi - lo, -0.f);
+        for (size_t r = 0, v = 0; r < mine.len.size(); v += mine.len[r++]) {
+          const int64_t a = std::max(lo, mine.full_off[r]), b = std::min(hi, mine.full_off[r] + mine.len[r]);
+          if (a < b) std::memcpy(window.data() + (a - lo), mine.values.data() + v + (a - mine.full_off[r]), sizeof(float) * (b - a));
+        }
+        world.reduce_sum(window.data(), window.data(), hi - lo, 0);
+        world.broadcast(window.data(), static_cast<int64_t>(sizeof(float) * (hi - lo)), 0);
+        sent += 2 * static_cast<int64_t>(sizeof(float)) * (hi - lo);
+        if (!stores) continue;
+        for_each_stored_run(*p, k, opt, opt_index, [&](int64_t dst, int64_t fo, int64_t len) {
+          const int64_t a = std::max(lo, fo), b = std::min(hi, fo + len);
+          if (a < b) std::memcpy(host.f32() + dst + (a - fo), window.data() + (a - lo), sizeof(float) * (b - a));
+        });
+      }
+      if (stores) host.store();
+    }
+  return sent;
 }
 
 }  // namespace subdp

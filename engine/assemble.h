@@ -32,4 +32,33 @@ std::vector<NamedTensor> gather_full(Model& model, Optimizer* opt, const Gradien
 void scatter_full(Model& model, Optimizer* opt, Communicator& world, const std::vector<FullTensorSpec>& specs,
                   const std::vector<NamedTensor>& full);
 
+/// One rank's share of the full model, in host memory: for each tensor of `specs` and each
+/// optimizer state of it (values first, then states 0..n-1), the runs of elements that this
+/// rank owns, the ones gather_full takes from it (each element is owned by exactly one rank).
+struct OwnedSlices {
+  struct Runs {
+    std::vector<int64_t> full_off, len;  // full-model flat offsets and lengths, in elements
+    std::vector<float> values;           // the runs' elements, one after another
+  };
+  std::vector<Runs> tensors;
+  /// Host bytes held (values and offsets).
+  int64_t bytes() const;
+  /// Order-free checksum of (tensor, full offset, value bits) over the elements held; summed
+  /// (mod 2^64) over every rank it covers the whole model and optimizer state once.
+  uint64_t checksum() const;
+};
+
+/// Copies this rank's owned elements of `model` and `opt` to the host (no communication).
+OwnedSlices copy_owned_slices(Model& model, Optimizer* opt, const GradientSync& sync, Communicator& world,
+                              const std::vector<FullTensorSpec>& specs);
+
+/// Collective: fills every slice that `model` (and `opt`) stores from the owners' `slices`,
+/// taken under any plan of the same model and optimizer. Each tensor moves in windows of at
+/// most window_values float32 elements (a reduce to rank 0 and a broadcast, host buffers), so
+/// the transient memory is one window. Exact bit for bit: the non-owners contribute -0.0.
+/// Returns the payload bytes this rank sent and received (2 x 4 bytes per element).
+int64_t scatter_owned_slices(Model& model, Optimizer* opt, Communicator& world,
+                             const std::vector<FullTensorSpec>& specs, const OwnedSlices& slices,
+                             int64_t window_values);
+
 }  // namespace subdp

@@ -82,6 +82,7 @@ struct MaskConfig {
   uint64_t seed = 0;                  // plan seed
   std::string scale = "inverse_keep"; // inverse_keep, none
   std::vector<int> pinned;            // block indices always kept (block level)
+  int64_t redeal_every = 0;           // steps between re-deals of the plan (deal d: seed + d); 0 = never
 };
 
 /// [device]

@@ -2,6 +2,7 @@
 // per category. Every tensor allocation in the engine goes through it, so the
 // per-rank footprint of a regime is measured, not estimated.
 #pragma once
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <string>
@@ -43,6 +44,29 @@ class MemoryTracker {
   /// evaluation copy of the full model on rank 0, which is outside the training footprint.
   bool paused() const { return paused_; }
   void set_paused(bool p) { paused_ = p; }
+
+  /// Runs f() and returns the peak of the total bytes while it ran (from the current value);
+  /// the run's own peaks afterwards are as if nothing had been reset.
+  template <class F>
+  int64_t peak_during(F&& f) {
+    const MemStats before = stats_;
+    reset_peaks();
+    struct Merge {
+      MemStats& stats;
+      const MemStats& before;
+      ~Merge() {
+        for (int c = 0; c < kNumMemCategories; ++c) stats.peak[c] = std::max(stats.peak[c], before.peak[c]);
+        stats.total_peak = std::max(stats.total_peak, before.total_peak);
+      }
+    };
+    int64_t during = 0;
+    {
+      Merge merge{stats_, before};
+      f();
+      during = stats_.total_peak;
+    }
+    return during;
+  }
 
   /// Runs build() in dry-run mode on a zeroed tracker and returns the bytes it allocated
   /// (current and peak per category); the real counters are restored afterwards.

@@ -65,13 +65,7 @@ Trainer::Trainer(const Config& config, std::unique_ptr<Communicator> world, cons
   units_ = model_units(config_.model);
   plan_ = make_plan(units_, config_.mask, layout_.S);
   check_layout_agreement();
-  const SubnetMask mask = make_subnet_mask(plan_, units_, layout_.subnet(), config_.mask.scale == "inverse_keep");
-  model_ = make_model(config_.model, mask, config_.train.batch_size, config_.train.seed,
-                      config_.train.recompute == "blocks");
-  sync_ = std::make_unique<GradientSync>(*world_, layout_, plan_, model_->params().all(), config_.parallel.bucket_mb,
-                                         config_.parallel.shard == "optimizer");
-  optimizer_ = make_optimizer(config_.optim, model_->params().trainable(),
-                              sync_->sharded() ? &sync_->shard_pieces() : nullptr);
+  build_local_model();
   data_ = make_data_source(config_, layout_.rank, layout_.world);
   batch_ = data_->make_batch();
   Config dp = config_;
@@ -94,6 +88,16 @@ Trainer::Trainer(const Config& config, std::unique_ptr<Communicator> world, cons
     SUBDP_CHECK(metrics_.good(), "log.metrics_file: cannot write {}", path);
   }
   if (!config_.checkpoint.resume.empty()) resume();
+}
+
+void Trainer::build_local_model() {
+  const SubnetMask mask = make_subnet_mask(plan_, units_, layout_.subnet(), config_.mask.scale == "inverse_keep");
+  model_ = make_model(config_.model, mask, config_.train.batch_size, config_.train.seed,
+                      config_.train.recompute == "blocks");
+  sync_ = std::make_unique<GradientSync>(*world_, layout_, plan_, model_->params().all(), config_.parallel.bucket_mb,
+                                         config_.parallel.shard == "optimizer");
+  optimizer_ = make_optimizer(config_.optim, model_->params().trainable(),
+                              sync_->sharded() ? &sync_->shard_pieces() : nullptr);
 }
 
 void Trainer::check_layout_agreement() {
@@ -164,6 +168,7 @@ int Trainer::run() {
 
 void Trainer::train_step(int64_t epoch, int64_t in_epoch) {
   const auto t0 = Clock::now();
+  if (config_.mask.redeal_every > 0 && step_ / config_.mask.redeal_every != deal_) redeal(step_ / config_.mask.redeal_every);
   data_->train_batch(epoch, in_epoch, batch_);
   if (config_.mask.regime == "stochastic") draw_dropped_blocks();
   model_->zero_grad();
@@ -310,9 +315,11 @@ void Trainer::log_step(double loss, double acc, double lr, double step_s, double
                         {"mem_total_peak", mem.total_peak}, {"peak_rss", process_peak_rss_bytes()}};
     if (const int64_t used = backend().device_used_bytes(); used >= 0) j["device_used_bytes"] = used;
     if (!pending_alignment_.is_null()) j["alignment"] = pending_alignment_;
+    if (!pending_redeal_.is_null()) j["redeal"] = pending_redeal_;
     metrics_ << j.dump() << "\n";
   }
   pending_alignment_ = nullptr;
+  pending_redeal_ = nullptr;
   window_loss_ += loss;
   window_acc_ += acc;
   window_examples_ += batch_.n;

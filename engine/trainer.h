@@ -35,6 +35,13 @@ class Trainer {
   int run();
 
  private:
+  /// Builds model_, sync_ and optimizer_ for plan_ (collective: holder-group communicators).
+  void build_local_model();
+  /// The plan of deal d (mask.redeal_every): the configured plan with seed mask.seed + d.
+  SubnetworkPlan plan_of_deal(int64_t deal) const;
+  /// Collective: moves every slice and its optimizer state to its holders under the plan of
+  /// `deal`; the old model is freed before the new one is built (trainer_redeal.cpp).
+  void redeal(int64_t deal);
   void check_layout_agreement();
   void train_step(int64_t epoch, int64_t step_in_epoch);
   /// Stochastic depth: this step's dropped blocks, passed to the model.
@@ -91,6 +98,8 @@ class Trainer {
   int64_t window_n_ = 0, window_examples_ = 0;
   double window_time_ = 0;
   nlohmann::json pending_alignment_;  // measured this step, written with its metrics line
+  nlohmann::json pending_redeal_;     // a re-deal before this step: written with its metrics line
+  int64_t deal_ = 0;                  // the plan in use is that of deal deal_ (mask.redeal_every)
   double last_train_loss_ = std::nan("");  // NaN until a step runs (a resume at the last step runs none)
   std::chrono::steady_clock::time_point start_;
 };

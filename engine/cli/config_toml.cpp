@@ -112,6 +112,7 @@ std::vector<Field> fields(Config& c) {
       {"mask", "seed", &k.seed, at_least(0)},
       {"mask", "scale", &k.scale, one_of({"inverse_keep", "none"})},
       {"mask", "pinned", &k.pinned, at_least(0)},
+      {"mask", "redeal_every", &k.redeal_every, at_least(0)},
       {"device", "type", &v.type, one_of({"cpu", "cuda", "fenced"})},
       {"device", "precision", &v.precision, one_of({"fp32", "bf16"})},
       {"checkpoint", "dir", &ck.dir, any()},
@@ -374,6 +375,12 @@ void check_cross(const Config& c, const std::string& path) {
               "{}: [log] alignment_every = {}: gradient alignment compares a subnetwork with the full model; it "
               "needs [mask] regime = \"forward\" or \"backward\" (got \"{}\")", path, c.log.alignment_every,
               c.mask.regime);
+  SUBDP_CHECK(c.mask.redeal_every == 0 || ((c.mask.regime == "forward" || c.mask.regime == "backward") &&
+                                            c.parallel.subnetworks > 1 && c.mask.keep < 1),
+              "{}: [mask] redeal_every = {}: re-dealing moves slices between the holders of a subnetwork plan; it "
+              "needs [mask] regime = \"forward\" or \"backward\" with keep < 1 and [parallel] subnetworks > 1 "
+              "(got regime \"{}\", keep {}, subnetworks {})", path, c.mask.redeal_every, c.mask.regime, c.mask.keep,
+              c.parallel.subnetworks);
   SUBDP_CHECK(c.parallel.shard == "none" || c.parallel.shard == "optimizer",
               "{}: [parallel] shard = \"{}\": sharded gradients (ZeRO-2) and parameters (FSDP) are not implemented "
               "yet; use \"optimizer\" (ZeRO-1) or \"none\"", path, c.parallel.shard);
