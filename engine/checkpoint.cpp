@@ -110,14 +110,15 @@ void load_checkpoint(const std::string& path, CheckpointInfo& info, std::vector<
   for (const auto& t : optimizer) check_finite((dir / "optimizer.safetensors").string(), t);
 }
 
-std::string resolve_checkpoint(const std::string& resume, const std::string& dir) {
+std::string resolve_checkpoint(const std::string& resume, const std::string& dir, LoadedCheckpoint* loaded) {
   if (resume != "auto") return resume;
   auto all = complete_checkpoints(dir);
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
     try {
-      CheckpointInfo info;
-      std::vector<NamedTensor> m, o;
-      load_checkpoint(it->string(), info, m, o);
+      LoadedCheckpoint c;
+      load_checkpoint(it->string(), c.info, c.model, c.optimizer);
+      c.loaded = true;
+      if (loaded) *loaded = std::move(c);
       return it->string();
     } catch (const Error& e) {
       std::cerr << "subdp: warning: skipping damaged checkpoint: " << e.what() << "\n";  // CRC, inf/NaN, ...

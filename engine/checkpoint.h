@@ -43,10 +43,19 @@ std::string save_checkpoint(const std::string& dir, const CheckpointInfo& info,
                             const std::vector<NamedTensor>& model, const std::vector<NamedTensor>& optimizer,
                             int keep_last);
 
+/// A checkpoint read by resolve_checkpoint while it looked for an intact one.
+struct LoadedCheckpoint {
+  bool loaded = false;
+  CheckpointInfo info;
+  std::vector<NamedTensor> model, optimizer;
+};
+
 /// Resolves `resume` ("auto" = newest complete checkpoint in dir, damaged ones skipped with a
 /// warning on stderr; otherwise a checkpoint directory). Returns "" when auto finds none;
 /// throws when dir holds checkpoints but every one is damaged (a fresh start would overwrite them).
-std::string resolve_checkpoint(const std::string& resume, const std::string& dir);
+/// With `loaded`, "auto" hands over the checkpoint it read and verified, so that it is not read
+/// twice (loaded->loaded stays false for a path, which is not read here).
+std::string resolve_checkpoint(const std::string& resume, const std::string& dir, LoadedCheckpoint* loaded = nullptr);
 
 /// Reads and verifies a checkpoint (manifest, CRCs of every file, every value read finite).
 /// read_optimizer = false leaves `optimizer` empty: the optimizer file is CRC-checked but
@@ -61,6 +70,13 @@ void load_checkpoint(const std::string& path, CheckpointInfo& info, std::vector<
 void load_checkpoint_for(const std::string& path, const std::string& model_name,
                          const std::vector<FullTensorSpec>& specs, int optimizer_states, OptimizerLoad policy,
                          CheckpointInfo& info, std::vector<NamedTensor>& model, std::vector<NamedTensor>& optimizer);
+
+/// The checks of load_checkpoint_for on a checkpoint already read (with the optimizer state
+/// when policy is require): model name, then check_checkpoint_tensors.
+void check_checkpoint_for(const std::string& path, const std::string& model_name,
+                          const std::vector<FullTensorSpec>& specs, int optimizer_states, OptimizerLoad policy,
+                          const CheckpointInfo& info, const std::vector<NamedTensor>& model,
+                          std::vector<NamedTensor>& optimizer);
 
 /// Checks checkpoint tensors against the model's specs: every spec present with its shape
 /// and no other tensor; with OptimizerLoad::require, "<name>::k" for every trainable spec

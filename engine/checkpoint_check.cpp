@@ -64,6 +64,13 @@ void load_checkpoint_for(const std::string& path, const std::string& model_name,
                          const std::vector<FullTensorSpec>& specs, int optimizer_states, OptimizerLoad policy,
                          CheckpointInfo& info, std::vector<NamedTensor>& model, std::vector<NamedTensor>& optimizer) {
   load_checkpoint(path, info, model, optimizer, policy == OptimizerLoad::require);
+  check_checkpoint_for(path, model_name, specs, optimizer_states, policy, info, model, optimizer);
+}
+
+void check_checkpoint_for(const std::string& path, const std::string& model_name,
+                          const std::vector<FullTensorSpec>& specs, int optimizer_states, OptimizerLoad policy,
+                          const CheckpointInfo& info, const std::vector<NamedTensor>& model,
+                          std::vector<NamedTensor>& optimizer) {
   SUBDP_CHECK(info.model_name == model_name, "{}: checkpoint of model \"{}\", config says \"{}\"", path,
               info.model_name, model_name);
   check_checkpoint_tensors(path, specs, optimizer_states, policy, model, optimizer);

@@ -185,9 +185,17 @@ void Trainer::resume() {
   const OptimizerLoad policy = config_.checkpoint.reset_optimizer ? OptimizerLoad::reset : OptimizerLoad::require;
   if (layout_.rank == 0) {
     try {
-      const std::string path = resolve_checkpoint(config_.checkpoint.resume, config_.checkpoint.dir);
-      if (!path.empty()) {
+      LoadedCheckpoint read;  // "auto" verifies the checkpoint it picks by reading it: use that read
+      const std::string path = resolve_checkpoint(config_.checkpoint.resume, config_.checkpoint.dir, &read);
+      if (read.loaded) {
+        info = read.info;
+        full = std::move(read.model);
+        opt = std::move(read.optimizer);
+        check_checkpoint_for(path, config_.model.name, specs_, optimizer_->num_states(), policy, info, full, opt);
+      } else if (!path.empty()) {
         load_checkpoint_for(path, config_.model.name, specs_, optimizer_->num_states(), policy, info, full, opt);
+      }
+      if (!path.empty()) {
         std::error_code ec;
         in_own_dir = !config_.checkpoint.dir.empty() &&
                      std::filesystem::equivalent(std::filesystem::path(path).parent_path(), config_.checkpoint.dir, ec);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "engine/cli/commands.h"
+#include "engine/comm/communicator.h"
 #include "engine/config.h"
 #include "engine/error.h"
 
@@ -183,7 +184,13 @@ int run(int argc, char** argv) {
   subdp::Config config = subdp::load_config(a.config, a.overrides);
   if (*train) return subdp::run_train(config, a.train);
   if (*parity) return subdp::run_parity_dump(config, parity_out, parity_steps);
-  if (*plan) return subdp::run_plan(config, a.world, a.budget.empty() ? 0.0 : parse_budget(a.budget));
+  if (*plan) {
+    // Under mpirun the plan needs no collective: rank 0 prints it for the launcher's world.
+    const subdp::LauncherLayout launched = subdp::launcher_layout();
+    if (launched.rank != 0) return 0;
+    const int world = a.world > 0 ? a.world : launched.size > 1 ? launched.size : 0;
+    return subdp::run_plan(config, world, a.budget.empty() ? 0.0 : parse_budget(a.budget));
+  }
   return 2;
 }
 

@@ -64,6 +64,13 @@ std::unique_ptr<Communicator> make_simulated_communicator(int rank, int size);
 /// True when this process was started by an MPI launcher (mpirun, srun).
 bool launched_by_mpi();
 
+/// World size and rank that an MPI launcher gave this process, read from its environment
+/// (Open MPI, PMI, Slurm) without initialising MPI: {1, 0} when none did.
+struct LauncherLayout {
+  int size = 1, rank = 0;
+};
+LauncherLayout launcher_layout();
+
 /// Initialises MPI (once) and returns the world communicator. Errors name the MPI call.
 /// A collective that waits longer than collective_timeout_s ends the process (watchdog).
 std::unique_ptr<Communicator> make_mpi_world(double collective_timeout_s);

@@ -151,6 +151,19 @@ bool launched_by_mpi() {
   return false;
 }
 
+LauncherLayout launcher_layout() {
+  // Pairs of (size, rank) variables: Open MPI, PMI (MPICH, Intel MPI), Slurm.
+  const std::pair<const char*, const char*> vars[] = {
+      {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"}, {"PMI_SIZE", "PMI_RANK"}, {"SLURM_NTASKS", "SLURM_PROCID"}};
+  for (const auto& [size, rank] : vars) {
+    const char* s = std::getenv(size);
+    const char* r = std::getenv(rank);
+    if (s && r && std::atoi(s) >= 1 && std::atoi(r) >= 0 && std::atoi(r) < std::atoi(s))
+      return {std::atoi(s), std::atoi(r)};
+  }
+  return {};
+}
+
 std::unique_ptr<Communicator> make_mpi_world(double collective_timeout_s) {
   int initialized = 0;
   MPI_CHECK(MPI_Initialized(&initialized));

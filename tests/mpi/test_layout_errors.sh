@@ -29,3 +29,14 @@ if [[ ! -e /dev/nvidiactl ]]; then
   expect_error "\[device\] type = \"cuda\": no CUDA device was found" 1 "$SUBDP" train "$WORK/mlp.toml" \
     --set device.type=cuda
 fi
+# Commands that run the full model on one process refuse masking instead of ignoring it.
+expect_error "parity-dump runs the full model on one process" 1 "$SUBDP" parity-dump "$WORK/gpt.toml" "$WORK/pd" \
+  --set parallel.subnetworks=2 --set mask.regime=forward --set mask.keep=0.5
+run_ranks 1 train "$WORK/gpt.toml" --set checkpoint.dir="$WORK/sample-ckpt" >/dev/null
+expect_error "sample runs the checkpoint's assembled full model" 1 "$SUBDP" sample "$WORK/sample-ckpt" --tokens 4 \
+  --set mask.regime=forward
+# `subdp plan` under mpirun: rank 0 alone prints the plan, for the launcher's world size.
+out=$(run_ranks 2 plan "$WORK/gpt.toml" --set parallel.subnetworks=2 --set mask.regime=forward --set mask.keep=0.5)
+[[ $(grep -c '^plan:' <<<"$out") == 1 && $(grep -c 'plain DP (W=2)' <<<"$out") == 1 ]] ||
+  { echo "FAIL: plan under mpirun -np 2 should print one plan for W=2:"; echo "$out"; exit 1; }
+echo "ok: plan under mpirun prints one plan for the launcher's world"

@@ -66,10 +66,14 @@ int next_token(const float* logits, int V, double temperature, int top_k, uint64
 int run_sample(const std::string& checkpoint, const std::string& prompt, int tokens, double temperature, int top_k,
                uint64_t seed, const std::vector<std::string>& overrides) {
   SUBDP_CHECK(tokens >= 0, "--tokens {} must be >= 0", tokens);
-  for (const std::string& o : overrides)  // --set trims the key, so leading blanks do not hide it
-    SUBDP_CHECK(o.compare(std::min(o.size(), o.find_first_not_of(" \t")), 6, "model.") != 0,
-                "--set {}: the checkpoint's weights fix the [model] table; override other keys only (e.g. "
-                "train.threads)", o);
+  for (const std::string& o : overrides) {  // --set trims the key, so leading blanks do not hide it
+    const std::string key = o.substr(std::min(o.size(), o.find_first_not_of(" \t")));
+    SUBDP_CHECK(key.rfind("model.", 0) != 0, "--set {}: the checkpoint's weights fix the [model] table; override "
+                "other keys only (e.g. train.threads)", o);
+    SUBDP_CHECK(key.rfind("mask.", 0) != 0 && key.rfind("parallel.", 0) != 0,
+                "--set {}: sample runs the checkpoint's assembled full model on one process, so [mask] and [parallel] "
+                "do not apply; override other keys only (e.g. train.threads)", o);
+  }
   const std::string path = checkpoint_path(checkpoint);
   CheckpointInfo info;
   std::vector<NamedTensor> tensors, optimizer;
