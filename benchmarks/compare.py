@@ -121,6 +121,9 @@ def plan_runs(regimes, keeps, S):
         if not whole and (abs(c - round(c)) > 1e-9 or round(c) < 1):
             notes.append(f"skipped {name} keep {fmt_keep(keep)}: keep * S = {c:g} is not a whole number >= 1 (S = {S})")
             return
+        if keep == 1 and any(m.startswith("redeal") for m in name.split("+")[1:]):
+            notes.append(f"skipped {name} keep 1: every subnetwork is the whole model, there is nothing to re-deal")
+            return
         if (name, keep) not in seen:
             seen.add((name, keep))
             runs.append((f"{name}-k{fmt_keep(keep)}", name, keep))
@@ -131,6 +134,9 @@ def plan_runs(regimes, keeps, S):
         if base not in REGIMES or any(modifier_sets(m) is None for m in mods):
             raise SystemExit(f"compare.py: unknown regime '{name}' (expected one of {', '.join(REGIMES)}, optionally "
                              f"+{' +'.join(MODIFIERS)}; name@keep for one run)")
+        if base in WHOLE_MODEL and any(m.startswith("redeal") for m in mods):
+            raise SystemExit(f"compare.py: regime '{name}': {base} has no subnetwork plan to re-deal (redealK applies "
+                             f"to fwd-/bwd- regimes)")
         for k in ([float(at)] if at else keeps):
             if not 0 < k <= 1:
                 raise SystemExit(f"compare.py: keep {k:g} for {name} is not in (0, 1]")
@@ -297,6 +303,12 @@ def summarize(name, regime, keep, ranks, evals, final, plan, wall):
         "test_loss": last_eval.get("test_loss", final["test_loss"]), "test_acc": last_eval.get("test_acc", final["test_acc"]),
         "subnet_acc": last_eval.get("subnet_acc", math.nan), "engine_peak": final["peak_bytes"],
         "time_s": final["time_s"], "wall_s": wall,
+        # Re-deals (mask.redeal_every): how many, their seconds (slowest rank, summed) and MB
+        # moved per rank (inside the step times above; not in the all-reduced bytes).
+        "redeals": sum(1 for row in ranks[0] if "redeal" in row),
+        "redeal_s": sum(max(rows[i]["redeal"]["seconds"] for rows in ranks)
+                        for i in range(steps) if "redeal" in ranks[0][i]),
+        "redeal_mb": sum(row["redeal"]["bytes_moved"] for row in ranks[0] if "redeal" in row) / 1e6,
     }
 
 
@@ -349,7 +361,7 @@ def budget_table(summaries):
     """One row per run over its seeds: its budget (steps, training FLOPs per rank) and quality
     as mean +- standard deviation."""
     head = ["run", "seeds", "steps", "GFLOP/rank", "peak MiB", "step s", "train loss", "test loss", "test acc",
-            "subnet acc", "wall s"]
+            "subnet acc", "wall s", "re-deals (s, MB/rank)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     by_base = {}
     for s in summaries:
@@ -359,9 +371,18 @@ def budget_table(summaries):
                  f"{max(r['total'] for r in runs) / MIB:.2f}", f"{sum(r['step_s'] for r in runs) / len(runs):.3f}",
                  mean_std([r["train_loss"] for r in runs]), mean_std([r["test_loss"] for r in runs]),
                  mean_std([r["test_acc"] for r in runs]), mean_std([r["subnet_acc"] for r in runs]),
-                 f"{sum(r['wall_s'] for r in runs) / len(runs):.0f}"]
+                 f"{sum(r['wall_s'] for r in runs) / len(runs):.0f}", redeal_cell(runs)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def redeal_cell(runs):
+    """'n (s, MB)' per run, means over seeds; '-' without re-dealing."""
+    if not runs[0]["redeals"]:
+        return "-"
+    n = len(runs)
+    return (f"{sum(r['redeals'] for r in runs) / n:g} ({sum(r['redeal_s'] for r in runs) / n:.2f} s, "
+            f"{sum(r['redeal_mb'] for r in runs) / n:.1f} MB)")
 
 
 def write_csvs(out, runs_data):

@@ -160,42 +160,74 @@ int64_t OwnedSlices::bytes() const {
   return b;
 }
 
+namespace {
+
+// One element's share of an OwnedSlices checksum: (tensor index, full offset, value bits).
+uint64_t element_hash(size_t tensor, int64_t full_off, float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  return mix64(mix64((static_cast<uint64_t>(tensor) << 40) + static_cast<uint64_t>(full_off)) ^ bits);
+}
+
+// Calls fn(t, full_offset, src, len) for every run this rank owns, t indexing (spec, state)
+// as OwnedSlices::tensors does; src points into a host copy valid during the call.
+void for_each_owned(Model& model, Optimizer* opt, const GradientSync& sync, int rank,
+                    const std::vector<FullTensorSpec>& specs,
+                    const std::function<void(size_t, int64_t, const float*, int64_t)>& fn) {
+  auto local = by_name(model);
+  const auto opt_index = optimizer_index(model, opt);
+  size_t t = 0;
+  for (const auto& spec : specs)
+    for (int k = -1; k < states_of(spec, opt); ++k, ++t) {
+      auto it = local.find(spec.name);
+      if (it == local.end()) continue;
+      const HostCopy host(tensor_of(*it->second, opt, opt_index, k));
+      for_each_owned_run(*it->second, host.f32(), k, opt, opt_index, sync, rank,
+                         [&](int64_t fo, const float* src, int64_t len) { fn(t, fo, src, len); });
+    }
+}
+
+size_t owned_tensor_count(const Optimizer* opt, const std::vector<FullTensorSpec>& specs) {
+  size_t n = 0;
+  for (const auto& spec : specs) n += 1 + states_of(spec, opt);
+  return n;
+}
+
+}  // namespace
+
 uint64_t OwnedSlices::checksum() const {
   uint64_t sum = 0;
   for (size_t t = 0; t < tensors.size(); ++t) {
     const Runs& r = tensors[t];
     for (size_t i = 0, v = 0; i < r.len.size(); ++i)
-      for (int64_t e = 0; e < r.len[i]; ++e, ++v) {
-        uint32_t bits;
-        std::memcpy(&bits, &r.values[v], sizeof(bits));
-        sum += mix64(mix64((static_cast<uint64_t>(t) << 40) + static_cast<uint64_t>(r.full_off[i] + e)) ^ bits);
-      }
+      for (int64_t e = 0; e < r.len[i]; ++e, ++v) sum += element_hash(t, r.full_off[i] + e, r.values[v]);
   }
+  return sum;
+}
+
+uint64_t owned_checksum(Model& model, Optimizer* opt, const GradientSync& sync, Communicator& world,
+                        const std::vector<FullTensorSpec>& specs) {
+  uint64_t sum = 0;
+  for_each_owned(model, opt, sync, world.rank(), specs, [&](size_t t, int64_t fo, const float* src, int64_t len) {
+    for (int64_t e = 0; e < len; ++e) sum += element_hash(t, fo + e, src[e]);
+  });
   return sum;
 }
 
 OwnedSlices copy_owned_slices(Model& model, Optimizer* opt, const GradientSync& sync, Communicator& world,
                               const std::vector<FullTensorSpec>& specs) {
-  auto local = by_name(model);
-  const auto opt_index = optimizer_index(model, opt);
   OwnedSlices out;
-  for (const auto& spec : specs)
-    for (int k = -1; k < states_of(spec, opt); ++k) {
-      OwnedSlices::Runs& runs = out.tensors.emplace_back();
-      auto it = local.find(spec.name);
-      if (it == local.end()) continue;
-      const HostCopy host(tensor_of(*it->second, opt, opt_index, k));
-      for_each_owned_run(*it->second, host.f32(), k, opt, opt_index, sync, world.rank(),
-                         [&](int64_t fo, const float* src, int64_t len) {
-                           if (!runs.len.empty() && runs.full_off.back() + runs.len.back() == fo) {
-                             runs.len.back() += len;  // ZeRO-1 state comes element by element
-                           } else {
-                             runs.full_off.push_back(fo);
-                             runs.len.push_back(len);
-                           }
-                           runs.values.insert(runs.values.end(), src, src + len);
-                         });
+  out.tensors.resize(owned_tensor_count(opt, specs));
+  for_each_owned(model, opt, sync, world.rank(), specs, [&](size_t t, int64_t fo, const float* src, int64_t len) {
+    OwnedSlices::Runs& runs = out.tensors[t];
+    if (!runs.len.empty() && runs.full_off.back() + runs.len.back() == fo) {
+      runs.len.back() += len;  // ZeRO-1 state comes element by element
+    } else {
+      runs.full_off.push_back(fo);
+      runs.len.push_back(len);
     }
+    runs.values.insert(runs.values.end(), src, src + len);
+  });
   return out;
 }
 

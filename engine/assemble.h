@@ -52,6 +52,10 @@ struct OwnedSlices {
 OwnedSlices copy_owned_slices(Model& model, Optimizer* opt, const GradientSync& sync, Communicator& world,
                               const std::vector<FullTensorSpec>& specs);
 
+/// The checksum OwnedSlices::checksum would give for copy_owned_slices(...), without the copy.
+uint64_t owned_checksum(Model& model, Optimizer* opt, const GradientSync& sync, Communicator& world,
+                        const std::vector<FullTensorSpec>& specs);
+
 /// Collective: fills every slice that `model` (and `opt`) stores from the owners' `slices`,
 /// taken under any plan of the same model and optimizer. Each tensor moves in windows of at
 /// most window_values float32 elements (a reduce to rank 0 and a broadcast, host buffers), so

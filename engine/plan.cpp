@@ -160,6 +160,11 @@ uint64_t SubnetworkPlan::hash() const {
   return h;
 }
 
+uint64_t deal_seed(uint64_t seed, int64_t deal) {
+  if (deal == 0) return seed;
+  return mix64(mix64(seed ^ 0x6a09e667f3bcc909ULL) + static_cast<uint64_t>(deal)) & ((uint64_t{1} << 53) - 1);
+}
+
 bool stochastic_drop(uint64_t seed, int rank, int64_t step, int block, double keep) {
   uint64_t h = mix64(seed ^ 0x5d0c4a57e0b1c3f9ULL);
   for (uint64_t v : {static_cast<uint64_t>(rank), static_cast<uint64_t>(step), static_cast<uint64_t>(block)})

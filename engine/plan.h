@@ -73,6 +73,10 @@ struct SubnetworkPlan {
 /// Block level deals each stage separately, rotated by the offset of its first position.
 SubnetworkPlan make_plan(const ModelUnits& units, const MaskConfig& mask, int S);
 
+/// Plan seed of deal d (mask.redeal_every): `seed` itself for deal 0, else a hash of (seed, d)
+/// below 2^53, so that runs of seeds s and s + 1 never share a plan sequence.
+uint64_t deal_seed(uint64_t seed, int64_t deal);
+
 /// Stochastic depth (mask.regime = "stochastic"): true when rank `rank` drops block `block`
 /// at optimizer step `step` (0-based). A counter-based draw u in [0, 1) from (seed, rank,
 /// step, block), dropped when u >= keep: each block with probability 1 - keep, independently

@@ -18,6 +18,7 @@
 #include "engine/comm/communicator.h"
 #include "engine/config.h"
 #include "engine/error.h"
+#include "engine/plan.h"
 
 namespace {
 
@@ -85,6 +86,7 @@ struct Args {
   subdp::TrainOptions train;
   int world = 0;
   std::string budget;
+  long long deal = 0;
 };
 
 void add_config_args(CLI::App* cmd, Args& a) {
@@ -139,6 +141,11 @@ int run(int argc, char** argv) {
                    "fit, and every regime with ZeRO-1 / recompute that fits at the configured batch, smallest first")
       ->type_name("BYTES")
       ->check(CLI::Validator(check_bytes, ""));
+  plan->add_option("--deal", a.deal,
+                   "print the plan of re-deal D (mask.redeal_every: the plan in use from step D*K + 1), drawn from "
+                   "its plan seed; default 0, the configured plan")
+      ->type_name("D")
+      ->check(CLI::Range(0LL, 1LL << 50));
 
   CLI::App* compare = app.add_subcommand(
       "compare", "compare DP and the masking regimes (runs benchmarks/compare.py; `subdp compare --help` for its options)");
@@ -181,14 +188,23 @@ int run(int argc, char** argv) {
   if (*version) return subdp::run_version();
   if (*compare) return exec_compare(compare->remaining());
   if (*sample) return subdp::run_sample(s.checkpoint, s.prompt, s.tokens, s.temperature, s.top_k, s.seed, a.overrides);
+  // Under mpirun the plan needs no collective: rank 0 alone reads the config and prints the plan
+  // for the launcher's world size; the other ranks exit quietly.
+  if (*plan && subdp::launcher_layout().rank != 0) return 0;
   subdp::Config config = subdp::load_config(a.config, a.overrides);
   if (*train) return subdp::run_train(config, a.train);
   if (*parity) return subdp::run_parity_dump(config, parity_out, parity_steps);
   if (*plan) {
-    // Under mpirun the plan needs no collective: rank 0 prints it for the launcher's world.
     const subdp::LauncherLayout launched = subdp::launcher_layout();
-    if (launched.rank != 0) return 0;
     const int world = a.world > 0 ? a.world : launched.size > 1 ? launched.size : 0;
+    SUBDP_CHECK(world == 0 || a.world > 0 || world % config.parallel.subnetworks == 0,
+                "the launcher's world size {} (mpirun -np) is not a multiple of parallel.subnetworks = {}; give "
+                "--world or launch a multiple", world, config.parallel.subnetworks);
+    if (a.deal > 0) {
+      config.mask.seed = subdp::deal_seed(config.mask.seed, a.deal);
+      std::printf("deal %lld (mask.redeal_every): plan seed %llu\n", a.deal,
+                  static_cast<unsigned long long>(config.mask.seed));
+    }
     return subdp::run_plan(config, world, a.budget.empty() ? 0.0 : parse_budget(a.budget));
   }
   return 2;

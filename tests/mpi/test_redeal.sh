@@ -1,38 +1,50 @@
 #!/usr/bin/env bash
 # Mask re-dealing (mask.redeal_every = K, issue 25): every K steps the plan is redrawn from
-# seed mask.seed + deal and every slice with its optimizer state moves to its new holders.
-# - A run that re-deals at step 3 equals, bit for bit (losses on every rank, final model and
-#   optimizer tensors), a run checkpointed at step 3 and resumed under the next seed's plan:
+# deal d's seed (subdp plan --deal d) and every slice with its optimizer state moves to its
+# new holders.
+# - A run that re-deals after step 3 equals, bit for bit (losses on every rank, final model and
+#   optimizer tensors), a run checkpointed at step 3 and resumed under deal 1's seed:
 #   the move loses nothing. GPT forward block (4 ranks), GPT forward neuron + ZeRO-1 (4 ranks),
 #   MLP backward neuron (4 ranks), ResNet forward block with its BatchNorm buffers (2 ranks).
 #   The ZeRO-1 case moves its tensors in windows of 1 KiB (parallel.bucket_mb = 0.001).
-# - Each re-deal's checksums of every value and moment agree, its device peak stays within
-#   the training peak plus one parallel.bucket_mb message, and it moved bytes.
-# - Re-dealing to the same plan (seeds s and s + 1 that draw the same plan) is a no-op.
+# - Each re-deal's checksums of every value and moment agree on every rank, its device peak
+#   stays within the largest rank's training peak plus one parallel.bucket_mb message, and it
+#   moved bytes.
+# - Re-dealing to the same plan (a seed whose deal 1 draws its deal 0 plan) moves nothing and
+#   changes nothing.
 # - Resume inside a re-dealing run (under deal 0 before a re-deal, under deal 1 after it)
 #   continues bit for bit.
 source "$(dirname "$0")/common.sh"
 masked() { echo --set parallel.subnetworks=2 --set mask.regime=$1 --set mask.granularity=$2 --set mask.keep=0.5; }
 for model in mlp resnet gpt; do sed -i 's/^steps = .*/steps = 6/' "$WORK/$model.toml"; done
 
-check_redeal_metrics() {  # $1 metrics file, $2 tag: checksums, memory and bytes of each re-deal
-  /usr/bin/python3 - "$1" "$2" <<'PY'
+check_redeal_metrics() {  # $1 tag, $2... every rank's metrics: checksums, memory and bytes of each re-deal
+  /usr/bin/python3 - "$@" <<'PY'
 import json, sys
-path, tag = sys.argv[1:]
-deals = [json.loads(l)["redeal"] for l in open(path) if '"redeal"' in l]
-if not deals:
-    sys.exit(f"FAIL {tag}: no re-deal in {path}")
+tag, paths = sys.argv[1], sys.argv[2:]
+deals = [[json.loads(l)["redeal"] for l in open(p) if '"redeal"' in l] for p in paths]
+if not all(deals) or len({len(d) for d in deals}) != 1:
+    sys.exit(f"FAIL {tag}: re-deal records missing on some rank: {[len(d) for d in deals]}")
 bucket = 25 * 1048576  # parallel.bucket_mb's default
-for d in deals:
-    if d["checksum_before"] != d["checksum_after"]:
-        sys.exit(f"FAIL {tag}: checksums {d['checksum_before']} != {d['checksum_after']}")
-    if d["peak_bytes"] > d["training_peak_bytes"] + bucket:
-        sys.exit(f"FAIL {tag}: re-deal peak {d['peak_bytes']} > training peak {d['training_peak_bytes']} + one message")
-    if d["bytes_moved"] <= 0:
-        sys.exit(f"FAIL {tag}: no bytes moved")
-print(f"ok: {tag}: {len(deals)} re-deal(s), checksums equal, peak {deals[0]['peak_bytes']} <= training peak "
-      f"{deals[0]['training_peak_bytes']}, {deals[0]['bytes_moved']} bytes moved")
+for i in range(len(deals[0])):
+    # Holders of a bigger subnetwork may come to a rank: the bound is the largest rank's.
+    largest = max(d[i]["training_peak_bytes"] for d in deals)
+    for r, d in enumerate(deals):
+        d = d[i]
+        if d["unchanged"] or d["checksum_before"] != d["checksum_after"] or d["bytes_moved"] <= 0:
+            sys.exit(f"FAIL {tag} rank {r}: re-deal {d}")
+        if d["peak_bytes"] > largest + bucket:
+            sys.exit(f"FAIL {tag} rank {r}: re-deal peak {d['peak_bytes']} > largest training peak {largest} + one message")
+d = deals[0][0]
+print(f"ok: {tag}: {len(deals[0])} re-deal(s) on {len(paths)} ranks, checksums equal, rank 0 peak {d['peak_bytes']} "
+      f"<= largest training peak {max(x[0]['training_peak_bytes'] for x in deals)}, {d['bytes_moved']} bytes moved")
 PY
+}
+# seed_of_deal D ARGS...: the plan seed that re-deal D draws (subdp plan --deal).
+seed_of_deal() {
+  local d=$1
+  shift
+  "$SUBDP" plan "$@" --deal "$d" | sed -n 's/^deal [0-9]* (mask.redeal_every): plan seed \([0-9]*\)$/\1/p'
 }
 
 cases=(
@@ -49,19 +61,20 @@ for c in "${cases[@]}"; do
     --set checkpoint.every=2 --set log.metrics_file="$WORK/$tag-a-{rank}.jsonl" >/dev/null
   run_ranks $np train "$WORK/$model.toml" "${args[@]}" --set checkpoint.dir="$WORK/$tag-b" --set checkpoint.every=3 \
     --set log.metrics_file="$WORK/$tag-b-{rank}.jsonl" >/dev/null
-  run_ranks $np train "$WORK/$model.toml" "${args[@]}" --set mask.seed=1 --set checkpoint.resume="$WORK/$tag-b/step-00000003" \
+  seed1=$(seed_of_deal 1 "$WORK/$model.toml" --world $np "${args[@]}")
+  [[ -n $seed1 ]] || { echo "FAIL: subdp plan --deal 1 printed no plan seed"; exit 1; }
+  run_ranks $np train "$WORK/$model.toml" "${args[@]}" --set mask.seed=$seed1 --set checkpoint.resume="$WORK/$tag-b/step-00000003" \
     --set checkpoint.dir="$WORK/$tag-c" --set log.metrics_file="$WORK/$tag-c-{rank}.jsonl" >/dev/null
   for ((r = 0; r < np; ++r)); do
     $CHECK same-tail "$WORK/$tag-a-$r.jsonl" "$WORK/$tag-c-$r.jsonl" >/dev/null ||
-      { echo "FAIL: $tag rank $r: the re-dealt run's losses differ from the resume under seed 1"; exit 1; }
-    check_redeal_metrics "$WORK/$tag-a-$r.jsonl" "$tag rank $r" >/dev/null
+      { echo "FAIL: $tag rank $r: the re-dealt run's losses differ from the resume under deal 1's seed"; exit 1; }
   done
   for f in model optimizer; do
     $CHECK tensors-close "$WORK/$tag-a/step-00000006/$f.safetensors" "$WORK/$tag-c/step-00000006/$f.safetensors" 0 \
-      >/dev/null || { echo "FAIL: $tag: final $f tensors differ from the resume under seed 1"; exit 1; }
+      >/dev/null || { echo "FAIL: $tag: final $f tensors differ from the resume under deal 1's seed"; exit 1; }
   done
-  check_redeal_metrics "$WORK/$tag-a-0.jsonl" "$tag rank 0"
-  echo "ok: $tag: re-dealing at step 3 = checkpoint + resume under the next plan, bit for bit"
+  check_redeal_metrics "$tag" "$WORK/$tag-a-"*.jsonl
+  echo "ok: $tag: re-dealing after step 3 = checkpoint + resume under deal 1's plan (seed $seed1), bit for bit"
   # Resume inside the re-dealing run: before the re-deal (step 2) and after it (step 4).
   for at in 2 4; do
     run_ranks $np train "$WORK/$model.toml" "${args[@]}" --set mask.redeal_every=3 \
@@ -75,18 +88,19 @@ for c in "${cases[@]}"; do
   echo "ok: $tag: resumes at steps 2 and 4 of the re-dealing run continue bit for bit"
 done
 
-# Same plan: the first seed s whose plan equals that of s + 1 (block level, S = 2, 4 blocks).
-plan_of() { "$SUBDP" plan "$WORK/gpt.toml" --world 4 $(masked forward block) --set mask.seed=$1 | grep '^  subnetwork'; }
+# Same plan: the first seed s whose deal 1 draws its deal 0's plan (block level, S = 2, 4 blocks).
+plan_of() { "$SUBDP" plan "$WORK/gpt.toml" --world 4 $(masked forward block) --set mask.seed=$1 --deal $2 | grep '^  subnetwork'; }
 seed=-1
 for s in $(seq 0 200); do
-  if [[ "$(plan_of $s)" == "$(plan_of $((s + 1)))" ]]; then seed=$s; break; fi
+  if [[ "$(plan_of $s 0)" == "$(plan_of $s 1)" ]]; then seed=$s; break; fi
 done
-[[ $seed -ge 0 ]] || { echo "FAIL: no seed in 0..200 draws the same plan as the next one"; exit 1; }
+[[ $seed -ge 0 ]] || { echo "FAIL: no seed in 0..200 draws the same plan at deals 0 and 1"; exit 1; }
 for every in 0 3; do
   run_ranks 4 train "$WORK/gpt.toml" $(masked forward block) --set mask.seed=$seed --set mask.redeal_every=$every \
     --set checkpoint.dir="$WORK/same-$every" --set log.metrics_file="$WORK/same-$every-{rank}.jsonl" >/dev/null
 done
-grep -q '"unchanged":true' "$WORK/same-3-0.jsonl" || { echo "FAIL: the re-deal of seed $seed is not reported unchanged"; exit 1; }
+grep -q '"bytes_moved":0,.*"unchanged":true' "$WORK/same-3-0.jsonl" ||
+  { echo "FAIL: the re-deal of seed $seed is not reported unchanged, with nothing moved"; exit 1; }
 for r in 0 1 2 3; do
   $CHECK same-losses "$WORK/same-0-$r.jsonl" "$WORK/same-3-$r.jsonl" >/dev/null ||
     { echo "FAIL: re-dealing to the same plan changed rank $r's losses"; exit 1; }
@@ -95,7 +109,7 @@ for f in model optimizer; do
   $CHECK tensors-close "$WORK/same-0/step-00000006/$f.safetensors" "$WORK/same-3/step-00000006/$f.safetensors" 0 \
     >/dev/null || { echo "FAIL: re-dealing to the same plan changed the final $f tensors"; exit 1; }
 done
-echo "ok: re-dealing to the same plan (seeds $seed and $((seed + 1))) is a no-op, bit for bit"
+echo "ok: re-dealing to the same plan (seed $seed, deals 0 and 1) moves nothing and changes nothing, bit for bit"
 
 # Errors: re-dealing needs a masked regime with S > 1.
 if out=$("$SUBDP" train "$WORK/gpt.toml" --set mask.redeal_every=5 2>&1); then

@@ -33,10 +33,12 @@ NamedTensor as_float(const std::string& name, const Tensor& t, int64_t n_rows) {
 int run_parity_dump(const Config& config, const std::string& out_dir, int steps) {
   // The dump is the full model on one process, what the PyTorch twin computes; masking would
   // be silently ignored, so a masked config is refused.
-  SUBDP_CHECK(config.mask.regime == "none" && config.parallel.subnetworks == 1,
+  SUBDP_CHECK(config.mask.regime == "none",
               "parity-dump runs the full model on one process (the PyTorch twin's computation): [mask] regime = \"{}\" "
-              "and [parallel] subnetworks = {} would be ignored; use --set mask.regime=none --set "
-              "parallel.subnetworks=1", config.mask.regime, config.parallel.subnetworks);
+              "would be ignored; use --set mask.regime=none", config.mask.regime);
+  SUBDP_CHECK(config.parallel.subnetworks == 1,
+              "parity-dump runs the full model on one process (the PyTorch twin's computation): [parallel] subnetworks "
+              "= {} would be ignored; use --set parallel.subnetworks=1", config.parallel.subnetworks);
   set_backend(make_backend(config.device.type));
   backend().configure(config.train.threads > 0 ? config.train.threads : 1, winograd_tile_side(config.train));
   std::filesystem::create_directories(out_dir);
