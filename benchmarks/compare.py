@@ -404,7 +404,9 @@ def parse_args(argv):
     p.add_argument("--world", type=int, default=4, help="ranks W (default 4)")
     p.add_argument("--subnetworks", type=int, default=0, help="S for the masked runs (default: W)")
     p.add_argument("--regimes", default="dp,fwd-block,bwd-block,fwd-neuron,bwd-neuron",
-                   help="comma list of dp, fwd-block, bwd-block, fwd-neuron, bwd-neuron; name@k = one run at keep k")
+                   help="comma list of dp, fwd-block, bwd-block, fwd-neuron, bwd-neuron, stoch-depth, each optionally "
+                        "with modifiers +recompute, +zero1, +redealK (e.g. fwd-block+zero1+redeal50); name@k = one run "
+                        "at keep k (details below)")
     p.add_argument("--keep", default="0.75,0.5,0.25", help="comma list of keep ratios (default 0.75,0.5,0.25)")
     p.add_argument("--steps", type=int, required=True,
                    help="optimizer steps per run (--match steps), or DP's steps whose budget the runs match")
