@@ -87,7 +87,9 @@ void for_each_stored_run(const Param& p, int k, Optimizer* opt, const std::map<c
   });
 }
 
-int states_of(const FullTensorSpec& spec, const Optimizer* opt) { return opt && spec.trainable ? opt->num_states() : 0; }
+int states_of(const FullTensorSpec& spec, const Optimizer* opt) {
+  return opt && spec.trainable ? opt->num_states() : 0;
+}
 
 }  // namespace
 
@@ -256,7 +258,8 @@ int64_t scatter_owned_slices(Model& model, Optimizer* opt, Communicator& world,
         window.assign(hi - lo, -0.f);
         for (size_t r = 0, v = 0; r < mine.len.size(); v += mine.len[r++]) {
           const int64_t a = std::max(lo, mine.full_off[r]), b = std::min(hi, mine.full_off[r] + mine.len[r]);
-          if (a < b) std::memcpy(window.data() + (a - lo), mine.values.data() + v + (a - mine.full_off[r]), sizeof(float) * (b - a));
+          if (a < b)
+            std::memcpy(window.data() + (a - lo), mine.values.data() + v + (a - mine.full_off[r]), sizeof(float) * (b - a));
         }
         world.reduce_sum(window.data(), window.data(), hi - lo, 0);
         world.broadcast(window.data(), static_cast<int64_t>(sizeof(float) * (hi - lo)), 0);

@@ -168,7 +168,7 @@ int Trainer::run() {
 
 void Trainer::train_step(int64_t epoch, int64_t in_epoch) {
   const auto t0 = Clock::now();
-  if (config_.mask.redeal_every > 0 && step_ / config_.mask.redeal_every != deal_) redeal(step_ / config_.mask.redeal_every);
+  if (const int64_t k = config_.mask.redeal_every; k > 0 && step_ / k != deal_) redeal(step_ / k);
   data_->train_batch(epoch, in_epoch, batch_);
   if (config_.mask.regime == "stochastic") draw_dropped_blocks();
   model_->zero_grad();
