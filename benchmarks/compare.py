@@ -67,7 +67,7 @@ REGIMES = {  # name -> (mask.regime, mask.granularity)
 WHOLE_MODEL = ("dp", "stoch-depth")
 # Composable memory baselines: a regime written name+modifier (e.g. dp+recompute,
 # fwd-block+recompute) adds the modifier's overrides to the base regime's.
-MODIFIERS = {"recompute": ["train.recompute=blocks"], "zero1": ["parallel.shard=optimizer"], "redealK": None}
+MODIFIERS = {"recompute": ["train.recompute=blocks"], "zero1": ["parallel.shard=optimizer"]}
 
 
 def modifier_sets(mod):
@@ -133,7 +133,7 @@ def plan_runs(regimes, keeps, S):
         base, *mods = name.split("+")
         if base not in REGIMES or any(modifier_sets(m) is None for m in mods):
             raise SystemExit(f"compare.py: unknown regime '{name}' (expected one of {', '.join(REGIMES)}, optionally "
-                             f"+{' +'.join(MODIFIERS)}; name@keep for one run)")
+                             f"+{' +'.join([*MODIFIERS, 'redealK'])}; name@keep for one run)")
         if base in WHOLE_MODEL and any(m.startswith("redeal") for m in mods):
             raise SystemExit(f"compare.py: regime '{name}': {base} has no subnetwork plan to re-deal (redealK applies "
                              f"to fwd-/bwd- regimes)")

@@ -31,7 +31,7 @@ def layout_sets(layout, keep, world):
     regime, gran = compare.REGIMES[base]
     subnets = 1 if base in compare.WHOLE_MODEL else world
     return [f"parallel.subnetworks={subnets}", f"mask.regime={regime}", f"mask.granularity={gran}",
-            f"mask.keep={keep if base != 'dp' else 1}"] + [s for m in mods for s in compare.MODIFIERS[m]]
+            f"mask.keep={keep if base != 'dp' else 1}"] + [s for m in mods for s in compare.modifier_sets(m)]
 
 
 def measure(binary, config, sets, world, steps):

@@ -37,6 +37,9 @@ class Trainer {
  private:
   /// Builds model_, sync_ and optimizer_ for plan_ (collective: holder-group communicators).
   void build_local_model();
+  /// Frees model_, sync_ and optimizer_, then builds them for `plan` (collective): the device
+  /// never holds two models. The optimizer starts at step 0 with zero state.
+  void replace_plan(SubnetworkPlan plan);
   /// The plan of deal d (mask.redeal_every): the configured plan with seed mask.seed + d.
   SubnetworkPlan plan_of_deal(int64_t deal) const;
   /// Collective: moves every slice and its optimizer state to its holders under the plan of

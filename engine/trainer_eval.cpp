@@ -221,11 +221,7 @@ void Trainer::resume() {
   if (const int64_t k = config_.mask.redeal_every; k > 0 && header[0] / k != deal_) {
     // The checkpoint was taken under a later deal's plan: build that layout, then load into it.
     deal_ = header[0] / k;
-    optimizer_.reset();
-    sync_.reset();
-    model_.reset();
-    plan_ = plan_of_deal(deal_);
-    build_local_model();
+    replace_plan(plan_of_deal(deal_));
   }
   for (auto& t : opt) full.push_back(std::move(t));
   scatter_full(*model_, reset ? nullptr : optimizer_.get(), *world_, specs_, full);

@@ -27,6 +27,14 @@ uint64_t world_checksum_of(Communicator& world, uint64_t mine) {
 
 }  // namespace
 
+void Trainer::replace_plan(SubnetworkPlan plan) {
+  optimizer_.reset();  // free the old model before the new one is allocated
+  sync_.reset();       // (it refers to plan_, which changes below)
+  model_.reset();
+  plan_ = std::move(plan);
+  build_local_model();
+}
+
 SubnetworkPlan Trainer::plan_of_deal(int64_t deal) const {
   MaskConfig mask = config_.mask;
   mask.seed = deal_seed(config_.mask.seed, deal);
@@ -35,6 +43,7 @@ SubnetworkPlan Trainer::plan_of_deal(int64_t deal) const {
 
 void Trainer::redeal(int64_t deal) {
   const auto t0 = std::chrono::steady_clock::now();
+  const uint64_t seed = deal_seed(config_.mask.seed, deal);
   SubnetworkPlan next = plan_of_deal(deal);
   const bool unchanged = next.hash() == plan_.hash();
   const int64_t training_peak = MemoryTracker::global().stats().total_peak;
@@ -48,11 +57,7 @@ void Trainer::redeal(int64_t deal) {
     // Clamped before the cast, as the gradient buckets: a huge bucket_mb is one window per tensor.
     const double window = std::min(config_.parallel.bucket_mb * 1048576.0 / sizeof(float), 1e15);
     peak = MemoryTracker::global().peak_during([&] {
-      optimizer_.reset();  // free the old model before the new one is allocated
-      sync_.reset();
-      model_.reset();
-      plan_ = std::move(next);
-      build_local_model();
+      replace_plan(std::move(next));
       optimizer_->set_steps_taken(steps_taken);
       moved = scatter_owned_slices(*model_, optimizer_.get(), *world_, specs_, owned,
                                    std::max<int64_t>(1, static_cast<int64_t>(window)));
@@ -66,7 +71,7 @@ void Trainer::redeal(int64_t deal) {
   }
   deal_ = deal;
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  nlohmann::json record = {{"deal", deal}, {"plan_seed", deal_seed(config_.mask.seed, deal)},
+  nlohmann::json record = {{"deal", deal}, {"plan_seed", seed},
                            {"plan_hash", fmt::format("{:016x}", plan_.hash())}, {"unchanged", unchanged},
                            {"seconds", seconds}, {"bytes_moved", moved}, {"host_staged_bytes", staged},
                            {"peak_bytes", peak}, {"training_peak_bytes", training_peak},
@@ -85,7 +90,7 @@ void Trainer::redeal(int64_t deal) {
     std::printf("before step %lld: masks re-dealt (deal %lld, plan seed %llu%s): %.1f MiB moved per rank in %.2fs "
                 "(slowest rank); device peak %.1f MiB, training peak %.1f MiB (largest ranks)\n",
                 static_cast<long long>(step_ + 1), static_cast<long long>(deal),
-                static_cast<unsigned long long>(deal_seed(config_.mask.seed, deal)),
+                static_cast<unsigned long long>(seed),
                 unchanged ? ", plan unchanged: nothing moved" : "", moved / 1048576.0, largest[2],
                 largest[0] / 1048576.0, largest[1] / 1048576.0);
 }

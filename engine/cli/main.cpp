@@ -190,12 +190,12 @@ int run(int argc, char** argv) {
   if (*sample) return subdp::run_sample(s.checkpoint, s.prompt, s.tokens, s.temperature, s.top_k, s.seed, a.overrides);
   // Under mpirun the plan needs no collective: rank 0 alone reads the config and prints the plan
   // for the launcher's world size; the other ranks exit quietly.
-  if (*plan && subdp::launcher_layout().rank != 0) return 0;
+  const subdp::LauncherLayout launched = subdp::launcher_layout();
+  if (*plan && launched.rank != 0) return 0;
   subdp::Config config = subdp::load_config(a.config, a.overrides);
   if (*train) return subdp::run_train(config, a.train);
   if (*parity) return subdp::run_parity_dump(config, parity_out, parity_steps);
   if (*plan) {
-    const subdp::LauncherLayout launched = subdp::launcher_layout();
     const int world = a.world > 0 ? a.world : launched.size > 1 ? launched.size : 0;
     SUBDP_CHECK(world == 0 || a.world > 0 || world % config.parallel.subnetworks == 0,
                 "the launcher's world size {} (mpirun -np) is not a multiple of parallel.subnetworks = {}; give "

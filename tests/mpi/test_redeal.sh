@@ -40,6 +40,14 @@ print(f"ok: {tag}: {len(deals[0])} re-deal(s) on {len(paths)} ranks, checksums e
       f"<= largest training peak {max(x[0]['training_peak_bytes'] for x in deals)}, {d['bytes_moved']} bytes moved")
 PY
 }
+# same_final_tensors A B WHAT: the step-6 model and optimizer tensors of checkpoint dirs A and B
+# are bit-identical, else FAIL naming WHAT.
+same_final_tensors() {
+  for f in model optimizer; do
+    $CHECK tensors-close "$1/step-00000006/$f.safetensors" "$2/step-00000006/$f.safetensors" 0 >/dev/null ||
+      { echo "FAIL: $3: the final $f tensors differ"; exit 1; }
+  done
+}
 # seed_of_deal D ARGS...: the plan seed that re-deal D draws (subdp plan --deal).
 seed_of_deal() {
   local d=$1
@@ -69,10 +77,7 @@ for c in "${cases[@]}"; do
     $CHECK same-tail "$WORK/$tag-a-$r.jsonl" "$WORK/$tag-c-$r.jsonl" >/dev/null ||
       { echo "FAIL: $tag rank $r: the re-dealt run's losses differ from the resume under deal 1's seed"; exit 1; }
   done
-  for f in model optimizer; do
-    $CHECK tensors-close "$WORK/$tag-a/step-00000006/$f.safetensors" "$WORK/$tag-c/step-00000006/$f.safetensors" 0 \
-      >/dev/null || { echo "FAIL: $tag: final $f tensors differ from the resume under deal 1's seed"; exit 1; }
-  done
+  same_final_tensors "$WORK/$tag-a" "$WORK/$tag-c" "$tag, re-dealt against resumed under deal 1's seed"
   check_redeal_metrics "$tag" "$WORK/$tag-a-"*.jsonl
   echo "ok: $tag: re-dealing after step 3 = checkpoint + resume under deal 1's plan (seed $seed1), bit for bit"
   # Resume inside the re-dealing run: before the re-deal (step 2) and after it (step 4).
@@ -105,10 +110,7 @@ for r in 0 1 2 3; do
   $CHECK same-losses "$WORK/same-0-$r.jsonl" "$WORK/same-3-$r.jsonl" >/dev/null ||
     { echo "FAIL: re-dealing to the same plan changed rank $r's losses"; exit 1; }
 done
-for f in model optimizer; do
-  $CHECK tensors-close "$WORK/same-0/step-00000006/$f.safetensors" "$WORK/same-3/step-00000006/$f.safetensors" 0 \
-    >/dev/null || { echo "FAIL: re-dealing to the same plan changed the final $f tensors"; exit 1; }
-done
+same_final_tensors "$WORK/same-0" "$WORK/same-3" "re-dealing to the same plan"
 echo "ok: re-dealing to the same plan (seed $seed, deals 0 and 1) moves nothing and changes nothing, bit for bit"
 
 # Errors: re-dealing needs a masked regime with S > 1.
