@@ -23,9 +23,12 @@ MemStats predict_rank_memory(const Config& c, int world, int rank) {
   Layout layout{world, S, rank};
   return MemoryTracker::global().measure([&] {
     auto comm = make_simulated_communicator(rank, world);
+    const Sharding sharding = sharding_of(c.parallel.shard);
     auto model = make_model(c.model, make_subnet_mask(plan, units, layout.subnet(), c.mask.scale == "inverse_keep"),
-                            c.train.batch_size, c.train.seed, c.train.recompute == "blocks");
-    GradientSync sync(*comm, layout, plan, model->params().all(), c.parallel.bucket_mb, c.parallel.shard == "optimizer");
+                            c.train.batch_size, c.train.seed, c.train.recompute == "blocks",
+                            sharding == Sharding::gradients ? GradLayout::block_shared : GradLayout::per_param);
+    GradientSync sync(*comm, layout, plan, model->params().all(), c.parallel.bucket_mb, sharding,
+                      static_cast<int>(units.blocks.size()));
     auto opt = make_optimizer(c.optim, model->params().trainable(), sync.sharded() ? &sync.shard_pieces() : nullptr);
     Batch batch = allocate_batch(c);
   });

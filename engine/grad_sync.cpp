@@ -15,12 +15,22 @@ std::vector<int> Layout::ranks_of(const std::vector<int>& subnets) const {
   return out;
 }
 
+Sharding sharding_of(const std::string& shard) {
+  if (shard == "none") return Sharding::none;
+  if (shard == "optimizer") return Sharding::optimizer;
+  if (shard == "gradients") return Sharding::gradients;
+  throw Error(fmt::format("parallel.shard = \"{}\": expected none, optimizer or gradients", shard));
+}
+
 GradientSync::GradientSync(Communicator& world, const Layout& layout, const SubnetworkPlan& plan,
-                           std::vector<Param*> params, double bucket_mb, bool shard_optimizer)
-    : world_(world), layout_(layout), plan_(plan), params_(std::move(params)), shard_(shard_optimizer) {
+                           std::vector<Param*> params, double bucket_mb, Sharding sharding, int blocks)
+    : world_(world), layout_(layout), plan_(plan), params_(std::move(params)), sharding_(sharding) {
+  if (sharding_ == Sharding::gradients) blocks_ = blocks;
+  for (const Param* p : params_) SUBDP_ASSERT(p->block < blocks_ || sharding_ != Sharding::gradients);
+  next_block_ = blocks_ - 1;
   std::vector<int> everyone(layout.world);
   for (int w = 0; w < layout.world; ++w) everyone[w] = w;
-  buckets_.push_back({-1, everyone, &world_, {}, 0});
+  std::vector<Bucket> per_group{{-1, -1, everyone, &world_, {}, 0}};
   // One communicator per distinct holder group, created in group order on every rank.
   for (size_t g = 0; g < plan.groups.size(); ++g) {
     Bucket b;
@@ -32,8 +42,14 @@ GradientSync::GradientSync(Communicator& world, const Layout& layout, const Subn
       group_comms_.push_back(world_.subgroup(b.ranks));
       b.comm = group_comms_.back().get();
     }
-    buckets_.push_back(b);
+    per_group.push_back(b);
   }
+  // The same groups once per phase (ZeRO-2: each block, descending; then the rest).
+  for (int phase = blocks_ - 1; phase >= -1; --phase)
+    for (Bucket b : per_group) {
+      b.phase = phase;
+      buckets_.push_back(b);
+    }
   for (Param* p : params_) add_param(*p);
   int64_t largest = 0;
   for (auto& b : buckets_) largest = std::max(largest, b.elems);
@@ -53,9 +69,15 @@ GradientSync::GradientSync(Communicator& world, const Layout& layout, const Subn
     }
     broadcast_chunk_ = std::min(most, bucket_elems_);
   }
-  if (layout.world > 1)
+  // ZeRO-2 on one rank still moves each block's gradient into its shard through the buffer.
+  if (layout.world > 1 || sharding_ == Sharding::gradients)
     comm_buffer_ = Tensor::empty({std::max(std::min(largest, bucket_elems_), broadcast_chunk_)}, MemCategory::comm);
-  if (shard_) collect_shard_pieces();
+  if (sharded()) collect_shard_pieces();
+}
+
+size_t GradientSync::bucket_index(int phase, int group) const {
+  const size_t slot = phase < 0 ? blocks_ : blocks_ - 1 - phase;
+  return slot * (plan_.groups.size() + 1) + static_cast<size_t>(group + 1);
 }
 
 int64_t GradientSync::chunk_cap(const Bucket&) const {
@@ -63,7 +85,7 @@ int64_t GradientSync::chunk_cap(const Bucket&) const {
   // at least min(its largest bucket, bucket_elems_) and at most bucket_elems_ floats, so a
   // bucket of at most bucket_elems_ goes out whole everywhere and a larger one is cut at
   // bucket_elems_ everywhere.
-  return layout_.world > 1 ? std::min(comm_buffer_.numel(), bucket_elems_) : bucket_elems_;
+  return comm_buffer_.defined() ? std::min(comm_buffer_.numel(), bucket_elems_) : bucket_elems_;
 }
 
 std::pair<int64_t, int64_t> GradientSync::my_segment(const Bucket& b, int64_t filled) const {
@@ -96,13 +118,27 @@ void GradientSync::collect_shard_pieces() {
   // it holds, as pieces of parameters (trainable ones; buffers are averaged, not updated).
   for (auto& b : buckets_) {
     if (!reduces(b)) continue;
+    b.first_piece = shard_pieces_.size();
     for_each_chunk(b.runs, chunk_cap(b), [&](const std::vector<BucketRun>& pieces, int64_t filled) {
       for_each_in_segment(b, pieces, filled, [&](const BucketRun& r, int64_t from, int64_t to, int64_t) {
         if (r.param && r.param->trainable)
           shard_pieces_.push_back({r.param, r.data + from - r.param->grad.f32(), r.value + from - r.param->value.f32(),
-                                   to - from});
+                                   to - from, r.data + from});
       });
     });
+  }
+  // ZeRO-1, and ZeRO-2 outside blocks (gradients held for the whole step): averaged in place.
+  // ZeRO-2 inside blocks: into the shard-gradient tensor, as the next block reuses the buffer.
+  auto in_block = [&](const ShardPiece& piece) { return sharding_ == Sharding::gradients && piece.param->block >= 0; };
+  int64_t n = 0;
+  for (const ShardPiece& piece : shard_pieces_) n += in_block(piece) ? piece.len : 0;
+  if (n == 0) return;
+  shard_grads_ = Tensor::zeros({n}, MemCategory::grads);
+  n = 0;
+  for (ShardPiece& piece : shard_pieces_) {
+    if (!in_block(piece)) continue;
+    piece.grad = shard_grads_.f32() + n;
+    n += piece.len;
   }
 }
 
@@ -120,7 +156,9 @@ void GradientSync::add_param(Param& p) {
   // Trainable: the held gradient runs. Buffers: the same runs, over values.
   // A run: `len` floats at data (a gradient, or a buffer's value) and at value.
   auto add_run = [&](float* data, float* value, int64_t len, int pos) {
-    Bucket& b = buckets_[group_of(p, pos) + 1];
+    // ZeRO-2: a block's gradients in its own phase; running statistics after the backward.
+    const int phase = sharding_ == Sharding::gradients && p.trainable ? p.block : -1;
+    Bucket& b = buckets_[bucket_index(phase, group_of(p, pos))];
     SUBDP_ASSERT(b.comm != nullptr || b.group >= 0);
     BucketRun* last = b.runs.empty() ? nullptr : &b.runs.back();
     if (last && last->param == &p && last->data + last->len == data && last->value + last->len == value)
@@ -200,13 +238,18 @@ void GradientSync::reduce_scatter_bucket(Bucket& b) {
   Communicator* comm = b.group < 0 ? &world_ : b.comm;
   float* buf = comm_buffer_.f32();
   const float scale = 1.f / static_cast<float>(b.ranks.size());
+  // This bucket's shard pieces, in collect_shard_pieces' order: where each averaged segment goes.
+  auto piece = shard_pieces_.begin() + static_cast<std::ptrdiff_t>(b.first_piece);
   for_each_chunk(b.runs, chunk_cap(b), [&](const std::vector<BucketRun>& pieces, int64_t filled) {
     pack(pieces, buf);
     comm->reduce_scatter_sum(buf, segment_counts(filled, static_cast<int64_t>(b.ranks.size())));
-    bytes_ += filled / 2 * static_cast<int64_t>(sizeof(float));  // with the all-gather: an all-reduce's
-    // Only this rank's segment is averaged.
+    if (layout_.world > 1) bytes_ += filled / 2 * static_cast<int64_t>(sizeof(float));  // + all-gather: all-reduce's
+    // Only this rank's segment is averaged: gradients into their shard pieces, running
+    // statistics back into their values.
     for_each_in_segment(b, pieces, filled, [&](const BucketRun& r, int64_t from, int64_t to, int64_t at) {
-      backend().scale_copy(buf + at + from, scale, r.data + from, to - from);
+      const bool gradient = r.param && r.param->trainable;
+      SUBDP_ASSERT(!gradient || (piece != shard_pieces_.end() && piece->len == to - from));
+      backend().scale_copy(buf + at + from, scale, gradient ? (piece++)->grad : r.data + from, to - from);
     });
   });
 }
@@ -230,7 +273,7 @@ void GradientSync::gather_bucket_values(Bucket& b) {
 }
 
 void GradientSync::gather_values() {
-  if (!shard_ || layout_.world == 1) return;
+  if (!sharded() || layout_.world == 1) return;
   for (auto& b : buckets_) {
     if (!reduces(b)) continue;
     gather_bucket_values(b);
@@ -239,7 +282,7 @@ void GradientSync::gather_values() {
 
 void GradientSync::reduce_bucket(Bucket& b) {
   if (!reduces(b)) return;
-  if (shard_) return reduce_scatter_bucket(b);
+  if (sharded()) return reduce_scatter_bucket(b);
   Communicator* comm = b.group < 0 ? &world_ : b.comm;
   through_buffer(b.runs, chunk_cap(b), 1.f / static_cast<float>(b.ranks.size()), [&](float* buf, int64_t n) {
     comm->allreduce_sum(buf, n);
@@ -248,8 +291,19 @@ void GradientSync::reduce_bucket(Bucket& b) {
 }
 
 void GradientSync::average() {
-  if (layout_.world == 1) return;
-  for (auto& b : buckets_) reduce_bucket(b);  // fixed global order: world, then groups by id
+  SUBDP_ASSERT(next_block_ == -1);  // ZeRO-2: every block was reduced in this backward pass
+  if (layout_.world == 1 && sharding_ != Sharding::gradients) return;
+  // Fixed global order: world, then groups by id (ZeRO-2: the phase after the blocks').
+  for (size_t i = bucket_index(-1, -1); i < buckets_.size(); ++i) reduce_bucket(buckets_[i]);
+}
+
+void GradientSync::reduce_block(int block) {
+  if (sharding_ != Sharding::gradients) return;
+  if (block == blocks_ - 1) next_block_ = block;  // a new backward pass
+  SUBDP_CHECK(block == next_block_, "internal error: ZeRO-2 expected block {}'s gradients, got block {}'s",
+              next_block_, block);
+  --next_block_;
+  for (size_t i = bucket_index(block, -1); i < bucket_index(block - 1, -1); ++i) reduce_bucket(buckets_[i]);
 }
 
 int64_t GradientSync::elements_per_step() const {
@@ -260,7 +314,7 @@ int64_t GradientSync::elements_per_step() const {
 }
 
 int GradientSync::owner_of_group(int group) const {
-  return group < 0 ? 0 : buckets_.at(group + 1).ranks.front();
+  return group < 0 ? 0 : buckets_.at(bucket_index(-1, group)).ranks.front();
 }
 
 std::vector<BucketRun> GradientSync::unit_value_runs(int g) const {

@@ -32,21 +32,38 @@ struct BucketRun {
   Param* param = nullptr;  // owner of the run (gradient runs), nullptr for value-only runs
 };
 
-/// A piece of this rank's optimizer shard (parallel.shard = "optimizer", ZeRO-1): `len`
-/// values of `param` at `value_off` of its value, whose averaged gradient is at `grad_off`
-/// of its gradient after GradientSync::average().
+/// A piece of this rank's optimizer shard (parallel.shard = "optimizer" or "gradients"):
+/// `len` values of `param` at `value_off` of its value, at `grad_off` of its gradient
+/// layout. Its averaged gradient is at `grad` once reduced: inside the parameter's gradient
+/// under ZeRO-1 and, under ZeRO-2, for parameters outside blocks; in GradientSync's
+/// shard-gradient tensor for a block's parameters under ZeRO-2 (their gradient buffer is
+/// the next block's by then).
 struct ShardPiece {
   Param* param;
   int64_t grad_off, value_off, len;
+  float* grad = nullptr;
 };
+
+/// parallel.shard: what is split over each slice's holders (Rajbhandari et al. 2020).
+enum class Sharding {
+  none,       // all-reduce every gradient; every holder updates every slice it holds
+  optimizer,  // ZeRO-1: reduce-scatter, each holder updates its shard, all-gather the values
+  gradients,  // ZeRO-2: ZeRO-1 with each block reduce-scattered right after its backward and
+              // only this rank's shard of its gradient kept (GradLayout::block_shared)
+};
+
+/// Sharding named by parallel.shard ("none", "optimizer", "gradients"). Errors name the key.
+Sharding sharding_of(const std::string& shard);
 
 /// Everything averaged over one communicator.
 struct Bucket {
   int group = -1;                  // plan group id, -1 = world
+  int phase = -1;                  // ZeRO-2: the block whose gradients it holds; -1 = after the backward pass
   std::vector<int> ranks;          // world ranks holding it
   Communicator* comm = nullptr;    // nullptr when this rank is not a member
   std::vector<BucketRun> runs;     // this rank's pieces (members only)
   int64_t elems = 0;
+  size_t first_piece = 0;          // sharded: index of its first piece in the shard pieces
 };
 
 class GradientSync {
@@ -54,22 +71,30 @@ class GradientSync {
   /// Creates one communicator per distinct holder group (collective over world: every
   /// rank must construct it with the same plan). bucket_mb (MiB) bounds one message and the
   /// communication buffer.
-  /// shard_optimizer (parallel.shard = "optimizer", ZeRO-1, Rajbhandari et al. 2020): every
-  /// bucket is split evenly over its holders, chunk by chunk of at most bucket_mb; average()
-  /// reduce-scatters instead of all-reducing, and gather_values() all-gathers the values the
-  /// holders updated on their shards.
+  /// Sharded (ZeRO-1 / ZeRO-2, Rajbhandari et al. 2020): every bucket is split evenly over
+  /// its holders, chunk by chunk of at most bucket_mb; gradients are reduce-scattered instead
+  /// of all-reduced, and gather_values() all-gathers the values the holders updated on their
+  /// shards. Sharding::gradients keeps one bucket per (block, holder group), reduced by
+  /// reduce_block(b) during the backward pass for each of the model's `blocks` residual
+  /// blocks (held or not); it needs the model's gradients laid out with
+  /// GradLayout::block_shared and allocates the shard-gradient tensor (category grads).
   GradientSync(Communicator& world, const Layout& layout, const SubnetworkPlan& plan,
-               std::vector<Param*> params, double bucket_mb, bool shard_optimizer = false);
-  /// Averages gradients and running statistics over their holders. Sharded: only this
+               std::vector<Param*> params, double bucket_mb, Sharding sharding = Sharding::none, int blocks = 0);
+  /// Averages gradients and running statistics over their holders (ZeRO-2: what no block's
+  /// reduce_block took: parameters outside blocks, running statistics). Sharded: only this
   /// rank's shard of each bucket is averaged (the rest of its gradients are stale).
   void average();
+  /// ZeRO-2, after block b's backward (Model::set_block_backward_hook), b descending on every
+  /// rank: reduce-scatters block b's gradients over their holder groups into this rank's
+  /// shard pieces. The block's gradient buffer may be reused once it returns. No-op otherwise.
+  void reduce_block(int b);
   /// Sharded only, after the optimizer step: every holder receives every shard's updated
   /// values (one all-gather per chunk, in the all-reduces' order).
   void gather_values();
   /// Sharded: this rank's shard pieces of trainable gradients (the optimizer updates these
   /// only), in bucket order. Empty when not sharded.
   const std::vector<ShardPiece>& shard_pieces() const { return shard_pieces_; }
-  bool sharded() const { return shard_; }
+  bool sharded() const { return sharding_ != Sharding::none; }
   /// Backward masking: owners broadcast updated unit values (one collective per group, or
   /// per bucket_mb of it), through the all-reduce buffer, which is free once average() ends.
   void broadcast_unit_values();
@@ -110,6 +135,9 @@ class GradientSync {
   /// True when this rank averages bucket b: the world's, or a group's it holds, non-empty.
   bool reduces(const Bucket& b) const { return (b.group < 0 || b.comm != nullptr) && b.elems > 0; }
   void collect_shard_pieces();
+  /// Index in buckets_ of (phase, group): phases in reduction order (ZeRO-2: blocks
+  /// descending, then -1; otherwise -1 alone), each with the world then groups by id.
+  size_t bucket_index(int phase, int group) const;
   void reduce_scatter_bucket(Bucket& b);
   void gather_bucket_values(Bucket& b);
   Communicator& world_;
@@ -117,7 +145,8 @@ class GradientSync {
   const SubnetworkPlan& plan_;
   std::vector<Param*> params_;
   std::vector<std::unique_ptr<Communicator>> group_comms_;
-  std::vector<Bucket> buckets_;  // index 0: world; then group g at index g + 1
+  std::vector<Bucket> buckets_;  // by bucket_index: per phase, the world's, then group g's at g + 1
+  int blocks_ = 0;               // phases before the last: blocks 0 .. blocks_ - 1 (ZeRO-2)
   // Packs the gradient all-reduces and, after the optimizer step, the owner broadcasts:
   // min(bucket_mb, largest bucket or broadcast group) floats, one buffer for both.
   Tensor comm_buffer_;
@@ -125,8 +154,10 @@ class GradientSync {
   int64_t bucket_elems_;
   int64_t broadcast_chunk_ = 0;  // floats per broadcast message, the same on every rank
   int64_t bytes_ = 0;
-  bool shard_ = false;
+  Sharding sharding_ = Sharding::none;
   std::vector<ShardPiece> shard_pieces_;
+  Tensor shard_grads_;  // ZeRO-2: the averaged gradient of every shard piece inside a block, in order
+  int next_block_ = -1;  // ZeRO-2: the block reduce_block expects next (checks the order)
 };
 
 }  // namespace subdp

@@ -12,20 +12,29 @@ namespace subdp {
 namespace {
 
 /// Per-parameter state, updated run by run. Unsharded, the state is shaped like the
-/// gradient and the runs are its spans (for_each_grad_span); sharded (ZeRO-1), the state of
-/// a parameter holds its shard pieces only, one after another.
+/// gradient and the runs are its spans (for_each_grad_span); sharded (ZeRO-1 / ZeRO-2), the
+/// state of a parameter holds its shard pieces only, one after another, and each run reads
+/// its averaged gradient where its piece says (ShardPiece::grad).
 class StatefulOptimizer : public Optimizer {
  public:
   StatefulOptimizer(std::vector<Param*> params, int states, const std::vector<ShardPiece>* shard)
       : params_(std::move(params)), states_(states), sharded_(shard != nullptr) {
     for (Param* p : params_) {
       std::vector<StateRun> runs;
+      std::vector<const float*> grads;
       int64_t n = 0;
       if (shard) {
         for (const ShardPiece& piece : *shard)
-          if (piece.param == p) runs.push_back({piece.value_off, piece.grad_off, n, piece.len}), n += piece.len;
+          if (piece.param == p) {
+            runs.push_back({piece.value_off, piece.grad_off, n, piece.len});
+            grads.push_back(piece.grad);
+            n += piece.len;
+          }
       } else {
-        for_each_grad_span(*p, [&](int64_t vo, int64_t go, int64_t len) { runs.push_back({vo, go, go, len}); });
+        for_each_grad_span(*p, [&](int64_t vo, int64_t go, int64_t len) {
+          runs.push_back({vo, go, go, len});
+          grads.push_back(p->grad.f32() + go);
+        });
         n = p->grad.numel();
       }
       std::vector<Tensor> s;
@@ -33,6 +42,7 @@ class StatefulOptimizer : public Optimizer {
         s.push_back(shard ? Tensor::zeros({n}, MemCategory::optimizer) : Tensor::zeros(p->grad.shape(), MemCategory::optimizer));
       state_.push_back(std::move(s));
       runs_.push_back(std::move(runs));
+      grads_.push_back(std::move(grads));
     }
   }
   std::vector<Tensor*> state(size_t i) override {
@@ -57,6 +67,7 @@ class StatefulOptimizer : public Optimizer {
   std::vector<Param*> params_;
   std::vector<std::vector<Tensor>> state_;
   std::vector<std::vector<StateRun>> runs_;
+  std::vector<std::vector<const float*>> grads_;  // per parameter, per run: its gradient
   int states_;
   bool sharded_;
   int64_t t_ = 0;
@@ -75,12 +86,13 @@ class Sgd : public StatefulOptimizer {
     nonfinite_ = -1;
     for (size_t i = 0; i < params_.size(); ++i) {
       float* w = params_[i]->value.f32();
-      const float* g = params_[i]->grad.f32();
       float* buf = state_[i].empty() ? nullptr : state_[i][0].f32();
       int64_t bad = 0;
-      for (const StateRun& r : runs_[i])
-        bad += backend().sgd_update(w + r.value_off, g + r.grad_off, buf ? buf + r.state_off : nullptr, r.len, flr,
+      for (size_t k = 0; k < runs_[i].size(); ++k) {
+        const StateRun& r = runs_[i][k];
+        bad += backend().sgd_update(w + r.value_off, grads_[i][k], buf ? buf + r.state_off : nullptr, r.len, flr,
                                     mu, wd, c_.nesterov, first);
+      }
       note_update(i, bad);
     }
     ++t_;
@@ -107,13 +119,14 @@ class AdamW : public StatefulOptimizer {
     nonfinite_ = -1;
     for (size_t i = 0; i < params_.size(); ++i) {
       float* w = params_[i]->value.f32();
-      const float* g = params_[i]->grad.f32();
       float* m = state_[i][0].f32();
       float* v = state_[i][1].f32();
       int64_t bad = 0;
-      for (const StateRun& r : runs_[i])
-        bad += backend().adamw_update(w + r.value_off, g + r.grad_off, m + r.state_off, v + r.state_off, r.len,
+      for (size_t k = 0; k < runs_[i].size(); ++k) {
+        const StateRun& r = runs_[i][k];
+        bad += backend().adamw_update(w + r.value_off, grads_[i][k], m + r.state_off, v + r.state_off, r.len,
                                       step_size, bc2_sqrt, decay, eps, fb1, fb2);
+      }
       note_update(i, bad);
     }
   }

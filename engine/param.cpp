@@ -2,6 +2,7 @@
 #include "engine/param.h"
 
 #include <cmath>
+#include <map>
 
 #include "engine/data/dataset.h"
 #include "engine/error.h"
@@ -64,8 +65,9 @@ Param& ParamSet::add(const std::string& name, const Shape& full_shape, InitSpec 
     if (mask_.forward_masked()) local[unit.axis] = grad_shape[unit.axis];
   }
   p.value = Tensor::empty(local, MemCategory::params);
-  const bool block_trained = block < 0 || mask_.block_kept.at(block);
-  if (trainable && block_trained) p.grad = Tensor::zeros(grad_shape, MemCategory::grads);
+  p.grad_shape = grad_shape;
+  p.trained = trainable && (block < 0 || mask_.block_kept.at(block));
+  if (p.trained && (grads_ == GradLayout::per_param || block < 0)) p.grad = Tensor::zeros(grad_shape, MemCategory::grads);
   params_.push_back(std::move(p));
   Param& ref = params_.back();
   if (MemoryTracker::global().dry_run()) return ref;
@@ -91,6 +93,28 @@ std::vector<Param*> ParamSet::buffers() {
   for (auto& p : params_)
     if (!p.trainable) out.push_back(&p);
   return out;
+}
+
+void ParamSet::allocate_block_gradients() {
+  // Each block's gradients at offsets from 0 of one buffer (64-byte aligned runs), so the
+  // buffer is the largest block's gradient, not the sum over blocks.
+  if (grads_ != GradLayout::block_shared || block_grads_.defined()) return;
+  constexpr int64_t kAlign = 16;
+  std::map<int, int64_t> block_elems;
+  for (Param& p : params_)
+    if (p.trained && p.block >= 0) block_elems[p.block] += (shape_numel(p.grad_shape) + kAlign - 1) / kAlign * kAlign;
+  int64_t largest = 0;
+  for (const auto& [b, n] : block_elems) largest = std::max(largest, n);
+  if (largest == 0) return;
+  block_grads_ = Tensor::zeros({largest}, MemCategory::grads);
+  std::map<int, int64_t> next;  // per block: its next free offset in the shared buffer
+  for (Param& p : params_) {
+    if (!p.trained || p.block < 0) continue;
+    const int64_t n = shape_numel(p.grad_shape);
+    int64_t& at = next[p.block];
+    p.grad = block_grads_.slice0(at, at + n).view(p.grad_shape);
+    at += (n + kAlign - 1) / kAlign * kAlign;
+  }
 }
 
 std::vector<Param*> ParamSet::all() {

@@ -63,6 +63,8 @@ struct Param {
   Shape full_shape;
   Tensor value;      // local values, (kept prefix along unit axis when forward masked)
   Tensor grad;       // kept prefix along unit axis; undefined when this rank holds no gradient
+  Shape grad_shape;  // the gradient's shape when trained (set by ParamSet::add, before allocation)
+  bool trained = false;  // this rank holds a gradient for it (trainable, in a block it keeps)
   UnitRef unit;
   const LayerMask* mask = nullptr;  // for unit.layer >= 0
   int block = -1;    // residual block whose branch holds it, -1 = outside any branch
@@ -77,13 +79,28 @@ struct Param {
   int64_t outer() const;
 };
 
+/// How a model's gradients are laid out in memory.
+enum class GradLayout {
+  per_param,     // one zeroed tensor per trained parameter, held for the whole step
+  block_shared,  // parameters inside residual blocks share one buffer sized for the largest
+                 // block's gradient (parallel.shard = "gradients", ZeRO-2): a block's gradient
+                 // lives only from its backward until GradientSync::reduce_block has taken
+                 // this rank's shard of it; parameters outside blocks keep their own tensors
+};
+
 /// Owns a model's parameters with stable addresses, in creation order (identical on every rank).
 class ParamSet {
  public:
-  ParamSet(const SubnetMask& mask, uint64_t seed) : mask_(mask), seed_(seed) {}
-  /// Creates a parameter: local shape from the mask, gradient only where this rank trains it.
+  ParamSet(const SubnetMask& mask, uint64_t seed, GradLayout grads = GradLayout::per_param)
+      : mask_(mask), seed_(seed), grads_(grads) {}
+  /// Creates a parameter: local shape from the mask, a zeroed gradient where this rank trains
+  /// it (under GradLayout::block_shared, for a block's parameter: by allocate_block_gradients).
   Param& add(const std::string& name, const Shape& full_shape, InitSpec init, UnitRef unit = {},
              int block = -1, bool trainable = true);
+  /// GradLayout::block_shared: allocates the buffer the blocks' gradients share and points
+  /// each block parameter's gradient into it, once every parameter exists (make_model calls
+  /// it; a no-op for GradLayout::per_param).
+  void allocate_block_gradients();
   std::vector<Param*> trainable();
   std::vector<Param*> buffers();
   std::vector<Param*> all();
@@ -92,7 +109,9 @@ class ParamSet {
  private:
   const SubnetMask& mask_;
   uint64_t seed_;
+  GradLayout grads_;
   std::deque<Param> params_;
+  Tensor block_grads_;  // GradLayout::block_shared: the buffer the blocks' gradients share
 };
 
 /// Calls fn(local_offset, full_offset, length) for every contiguous run of the local value

@@ -92,12 +92,37 @@ Trainer::Trainer(const Config& config, std::unique_ptr<Communicator> world, cons
 
 void Trainer::build_local_model() {
   const SubnetMask mask = make_subnet_mask(plan_, units_, layout_.subnet(), config_.mask.scale == "inverse_keep");
+  const Sharding sharding = sharding_of(config_.parallel.shard);
+  const bool zero2 = sharding == Sharding::gradients;
   model_ = make_model(config_.model, mask, config_.train.batch_size, config_.train.seed,
-                      config_.train.recompute == "blocks");
+                      config_.train.recompute == "blocks", zero2 ? GradLayout::block_shared : GradLayout::per_param);
   sync_ = std::make_unique<GradientSync>(*world_, layout_, plan_, model_->params().all(), config_.parallel.bucket_mb,
-                                         config_.parallel.shard == "optimizer");
+                                         sharding, static_cast<int>(units_.blocks.size()));
   optimizer_ = make_optimizer(config_.optim, model_->params().trainable(),
                               sync_->sharded() ? &sync_->shard_pieces() : nullptr);
+  block_params_.clear();
+  if (!zero2) return;
+  for (Param* p : model_->params().trainable()) {
+    if (!p->grad.defined() || p->block < 0) continue;
+    if (static_cast<int>(block_params_.size()) <= p->block) block_params_.resize(p->block + 1);
+    block_params_[p->block].push_back(p);
+  }
+  model_->set_block_backward_hook([this](int b) { reduce_block_gradients(b); });
+}
+
+void Trainer::reduce_block_gradients(int b) {
+  static const std::vector<Param*> none;
+  const auto& params = b < static_cast<int>(block_params_.size()) ? block_params_[b] : none;
+  for (Param* p : params) {
+    if (!blocks_finite_ || backend().all_finite(p->grad.f32(), p->grad.numel())) continue;
+    std::fprintf(stderr, "subdp: rank %d: non-finite gradient in %s at step %lld\n", layout_.rank, p->name.c_str(),
+                 static_cast<long long>(step_ + 1));
+    blocks_finite_ = false;  // reduced all the same: every holder takes part in the collective
+  }
+  const auto t = Clock::now();
+  sync_->reduce_block(b);
+  backward_comm_s_ += seconds_since(t);
+  for (Param* p : params) p->grad.zero_();
 }
 
 void Trainer::check_layout_agreement() {
@@ -172,6 +197,9 @@ void Trainer::train_step(int64_t epoch, int64_t in_epoch) {
   data_->train_batch(epoch, in_epoch, batch_);
   if (config_.mask.regime == "stochastic") draw_dropped_blocks();
   model_->zero_grad();
+  sync_->take_bytes();  // ZeRO-2 sends inside the backward pass: count from here
+  blocks_finite_ = true;
+  backward_comm_s_ = 0;
   FlopCounter::take();
   int64_t correct = 0;
   const double loss = model_->forward(batch_, true, &correct);
@@ -199,9 +227,8 @@ void Trainer::train_step(int64_t epoch, int64_t in_epoch) {
   }
   skipped_in_a_row_ = 0;
   const auto tc = Clock::now();
-  sync_->take_bytes();
   sync_->average();
-  double comm_s = seconds_since(tc);
+  double comm_s = backward_comm_s_ + seconds_since(tc);
   if (config_.optim.grad_clip > 0) clip_gradients();
   const double lr = learning_rate(config_.optim, base_lr_, step_, total_steps_);
   optimizer_->step(lr);
@@ -235,8 +262,11 @@ void Trainer::draw_dropped_blocks() {
 }
 
 bool Trainer::gradients_finite() {
+  if (!blocks_finite_) return false;
+  const bool zero2 = config_.parallel.shard == "gradients";  // blocks: checked by reduce_block_gradients
   for (Param* p : model_->params().trainable()) {
-    if (!p->grad.defined() || backend().all_finite(p->grad.f32(), p->grad.numel())) continue;
+    if (!p->grad.defined() || (zero2 && p->block >= 0)) continue;
+    if (backend().all_finite(p->grad.f32(), p->grad.numel())) continue;
     std::fprintf(stderr, "subdp: rank %d: non-finite gradient in %s at step %lld\n", layout_.rank, p->name.c_str(),
                  static_cast<long long>(step_ + 1));  // 1-based, as the progress lines and metrics
     return false;
@@ -278,8 +308,7 @@ void Trainer::clip_gradients() {
   // Global norm over distinct slices: each slice counted once, by the owner of its group
   // (sharded: by the holder whose shard it is, the only one with its averaged gradient).
   double sq = 0;
-  for (const ShardPiece& piece : sync_->shard_pieces())
-    sq += backend().sum_squares(piece.param->grad.f32() + piece.grad_off, piece.len);
+  for (const ShardPiece& piece : sync_->shard_pieces()) sq += backend().sum_squares(piece.grad, piece.len);
   for (Param* p : sync_->sharded() ? std::vector<Param*>{} : model_->params().trainable()) {
     if (!p->grad.defined()) continue;
     const float* g = p->grad.f32();
@@ -300,7 +329,8 @@ void Trainer::clip_gradients() {
   const double norm = std::sqrt(sq);
   if (norm <= config_.optim.grad_clip) return;
   const float factor = static_cast<float>(config_.optim.grad_clip / (norm + 1e-6));
-  for (Param* p : model_->params().trainable())
+  for (const ShardPiece& piece : sync_->shard_pieces()) backend().scale(piece.grad, factor, piece.len);
+  for (Param* p : sync_->sharded() ? std::vector<Param*>{} : model_->params().trainable())
     if (p->grad.defined()) backend().scale(p->grad.f32(), factor, p->grad.numel());
 }
 

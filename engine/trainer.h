@@ -49,7 +49,13 @@ class Trainer {
   void train_step(int64_t epoch, int64_t step_in_epoch);
   /// Stochastic depth: this step's dropped blocks, passed to the model.
   void draw_dropped_blocks();
+  /// Checks this rank's gradients (ZeRO-2: those outside blocks; the blocks' were checked by
+  /// reduce_block_gradients), naming the first non-finite one on stderr.
   bool gradients_finite();
+  /// ZeRO-2, after block b's backward: checks its gradients, reduce-scatters them into this
+  /// rank's shard (GradientSync::reduce_block), then zeroes them for the next block, which
+  /// shares their buffer (GradLayout::block_shared).
+  void reduce_block_gradients(int b);
   /// Collective: stops every rank when the last optimizer update left a non-finite value.
   void check_updated_values();
   void clip_gradients();
@@ -100,6 +106,9 @@ class Trainer {
   double window_loss_ = 0, window_acc_ = 0;
   int64_t window_n_ = 0, window_examples_ = 0;
   double window_time_ = 0;
+  std::vector<std::vector<Param*>> block_params_;  // ZeRO-2: block b's trained parameters
+  bool blocks_finite_ = true;     // ZeRO-2: every block's gradient was finite in this step
+  double backward_comm_s_ = 0;    // ZeRO-2: seconds of this step's reduce-scatters inside the backward pass
   nlohmann::json pending_alignment_;  // measured this step, written with its metrics line
   nlohmann::json pending_redeal_;     // a re-deal before this step: written with its metrics line
   int64_t deal_ = 0;                  // the plan in use is that of deal deal_ (mask.redeal_every)

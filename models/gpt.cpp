@@ -52,8 +52,8 @@ ModelUnits gpt_units(const ModelConfig& c) {
 }
 
 std::unique_ptr<Model> make_gpt(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed,
-                                bool recompute_blocks) {
-  return std::make_unique<Gpt>(c, mask, max_batch, seed, recompute_blocks);
+                                bool recompute_blocks, GradLayout grads) {
+  return std::make_unique<Gpt>(c, mask, max_batch, seed, recompute_blocks, grads);
 }
 
 BlockActivations BlockActivations::allocate(int64_t rows, int64_t C, int64_t H) {
@@ -139,7 +139,8 @@ TransformerBlock::TransformerBlock(ParamSet& ps, const SubnetMask& mask, const M
   fc_pre_ = stored(kept ? &kept->fc_pre : nullptr, fc_->out());
   fc_act_ = in_scratch(fc_->out());
   const Param& w2 = *fc2_->weight;
-  fc2_grad_cols_ = !w2.grad.defined() ? 0 : w2.unit.layer >= 0 ? w2.grad_extent() : fc2_->in();
+  // Under GradLayout::block_shared a block's gradients are allocated after construction.
+  fc2_grad_cols_ = !w2.trained ? 0 : w2.unit.layer >= 0 ? w2.grad_shape.at(w2.unit.axis) : fc2_->in();
   out_ = activation(max_rows, C_);
 }
 
@@ -200,8 +201,9 @@ void TransformerBlock::backward(const float* x, float* dres, int B, int T, GptSc
   ln1_->backward(x, dln, dres, rows);  // dres += ...: now d(x)
 }
 
-Gpt::Gpt(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed, bool recompute_blocks)
-    : Model(mask, seed), recompute_(recompute_blocks), T_(c.context), V_(c.vocab), C_(c.width), max_batch_(max_batch) {
+Gpt::Gpt(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed, bool recompute_blocks,
+         GradLayout grads)
+    : Model(mask, seed, grads), recompute_(recompute_blocks), T_(c.context), V_(c.vocab), C_(c.width), max_batch_(max_batch) {
   gpt_units(c);  // validates the sizes
   const int64_t rows = static_cast<int64_t>(max_batch) * T_;
   wte_ = std::make_unique<Embedding>(params_, "wte", V_, C_, kGpt2Weight);
@@ -327,6 +329,7 @@ void Gpt::backward() {
     // every other block's is rebuilt from its input by the same arithmetic (bit for bit).
     if (recompute_ && static_cast<int>(b) != last_run_) blocks_[b]->forward(block_in_[b], B_, Tcur_, scratch_);
     blocks_[b]->backward(block_in_[b], dres, B_, Tcur_, scratch_);
+    block_backward_done(static_cast<int>(b));
   }
   wte_->backward(tokens_, dres, rows);
   wpe_->backward(pos_ids_.i32(), dres, rows);

@@ -40,13 +40,16 @@ ModelUnits model_units(const ModelConfig& c) {
 }
 
 std::unique_ptr<Model> make_model(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed,
-                                  bool recompute_blocks) {
+                                  bool recompute_blocks, GradLayout grads) {
   SUBDP_CHECK(!recompute_blocks || c.name != "mlp", "train.recompute = \"blocks\": model.name = \"mlp\" has no "
               "blocks (use resnet or gpt)");
-  if (c.name == "mlp") return std::make_unique<Mlp>(c, mask, max_batch, seed);
-  if (c.name == "resnet") return std::make_unique<ResNet>(c, mask, max_batch, seed, recompute_blocks);
-  if (c.name == "gpt") return make_gpt(c, mask, max_batch, seed, recompute_blocks);
-  throw Error(fmt::format("model.name = \"{}\": expected mlp, resnet or gpt", c.name));
+  std::unique_ptr<Model> model;
+  if (c.name == "mlp") model = std::make_unique<Mlp>(c, mask, max_batch, seed);  // no blocks: every layout per parameter
+  else if (c.name == "resnet") model = std::make_unique<ResNet>(c, mask, max_batch, seed, recompute_blocks, grads);
+  else if (c.name == "gpt") model = make_gpt(c, mask, max_batch, seed, recompute_blocks, grads);
+  else throw Error(fmt::format("model.name = \"{}\": expected mlp, resnet or gpt", c.name));
+  model->params().allocate_block_gradients();
+  return model;
 }
 
 }  // namespace subdp

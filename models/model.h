@@ -1,6 +1,7 @@
 // Model interface: a sequence of residual blocks (or layers) with a dense stem and head,
 // explicit forward and backward, parameters built for one subnetwork mask.
 #pragma once
+#include <functional>
 #include <memory>
 
 #include "engine/config.h"
@@ -32,7 +33,8 @@ class BatchNorm2d;
 /// A trainable model on one rank. Activations are allocated once for `max_batch`.
 class Model {
  public:
-  Model(const SubnetMask& mask, uint64_t seed) : mask_(mask), params_(mask_, seed) {}
+  Model(const SubnetMask& mask, uint64_t seed, GradLayout grads = GradLayout::per_param)
+      : mask_(mask), params_(mask_, seed, grads) {}
   virtual ~Model() = default;
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -57,14 +59,26 @@ class Model {
   /// Evaluation forwards run every block unscaled. Errors for a model without blocks.
   virtual void set_dropped_blocks(const std::vector<char>& dropped, const std::vector<char>& dense, float scale);
 
+  /// Called with b after block b's backward (b descending, every block of the model, dropped
+  /// or absent ones included, so every rank calls it the same number of times in the same
+  /// order): block b's parameter gradients are final then. ZeRO-2 reduces them there.
+  void set_block_backward_hook(std::function<void(int)> hook) { block_hook_ = std::move(hook); }
+
   ParamSet& params() { return params_; }
   const SubnetMask& mask() const { return mask_; }
   /// Zeroes every held gradient.
   void zero_grad();
 
  protected:
+  /// Models call it after each block's backward (set_block_backward_hook).
+  void block_backward_done(int b) const {
+    if (block_hook_) block_hook_(b);
+  }
   SubnetMask mask_;
   ParamSet params_;
+
+ private:
+  std::function<void(int)> block_hook_;
 };
 
 /// Maskable units of the model the config describes (no allocation). Errors name the key.
@@ -73,8 +87,9 @@ ModelUnits model_units(const ModelConfig& config);
 /// Builds the local model for `mask` with activations for `max_batch` examples.
 /// recompute_blocks (train.recompute = "blocks"): the blocks share one set of activations
 /// and each block's is recomputed from its input in the backward pass (ResNet and GPT; the
-/// MLP has no blocks and refuses it).
+/// MLP has no blocks and refuses it). `grads`: how the gradients are laid out (GradLayout).
 std::unique_ptr<Model> make_model(const ModelConfig& config, const SubnetMask& mask, int max_batch,
-                                  uint64_t seed, bool recompute_blocks = false);
+                                  uint64_t seed, bool recompute_blocks = false,
+                                  GradLayout grads = GradLayout::per_param);
 
 }  // namespace subdp

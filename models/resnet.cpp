@@ -182,8 +182,9 @@ std::vector<BatchNorm2d*> ResNet::batchnorms() {
   return out;
 }
 
-ResNet::ResNet(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed, bool recompute_blocks)
-    : Model(mask, seed), recompute_(recompute_blocks), head_(max_batch, c.classes), C_in_(c.in_channels),
+ResNet::ResNet(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed, bool recompute_blocks,
+               GradLayout grads)
+    : Model(mask, seed, grads), recompute_(recompute_blocks), head_(max_batch, c.classes), C_in_(c.in_channels),
       H_(c.image_size), W_(c.image_size) {
   const int N = max_batch, w0 = c.widths.at(0);
   stem_conv_ = std::make_unique<Conv2d>(params_, "stem.0", C_in_, w0, 3, 1, 1);
@@ -268,13 +269,17 @@ void ResNet::backward() {
   backend().relu_backward(last_out_, g, last_out_, n_last, false);
   for (size_t b = blocks_.size(); b-- > 0;) {
     BasicBlock& blk = *blocks_[b];
-    if (blk.identity()) continue;  // its output buffer is its input's: the gradient is in place
+    if (blk.identity()) {  // its output buffer is its input's: the gradient is in place
+      block_backward_done(static_cast<int>(b));
+      continue;
+    }
     // Recompute: the shared set holds the last computing block's activations; every other
     // block's is rebuilt from its input, bit for bit.
     if (recompute_ && blk.computes_branch() && static_cast<int>(b) != last_branch_)
       blk.recompute(block_in_[b], N, scratch_);
     blk.backward(block_in_[b], g, N, scratch_);  // g: d(x) (N, cin, H, W)
     backend().relu_backward(block_in_[b], g, block_in_[b], blk.in_elems(N), false);
+    block_backward_done(static_cast<int>(b));
   }
   float* dh = stem_h_.f32();  // (N, w0, H, W): d(stem BN output), the ReLU mask applied
   float* ws = scratch_.workspace.f32();

@@ -79,3 +79,18 @@ for f in ('model', 'optimizer'):
 " || { echo "FAIL: $d holds a non-finite value"; exit 1; }
 done
 echo "ok: $(grep -m1 -oE "non-finite value at step [0-9]+[^;]*" "$WORK/adam.log")"
+# ZeRO-2 checks each block's gradient inside the backward pass, before reduce-scattering it:
+# the GPT at lr 1e30 stops naming a block's tensor, with no checkpoint from that step on.
+rc=0
+run_ranks 2 train "$WORK/gpt.toml" --set parallel.shard=gradients --set optim.name=sgd --set optim.lr=1e30 \
+  --set optim.momentum=0 --set train.steps=6 --set checkpoint.dir="$WORK/zero2" --set checkpoint.every=1 \
+  >"$WORK/zero2.log" 2>&1 || rc=$?
+[[ $rc != 0 ]] || { echo "FAIL: a diverging ZeRO-2 run exited 0"; exit 1; }
+grep -Eq "rank [01]: non-finite gradient in blocks\.[0-9]+\.[a-z0-9_.]+ at step [0-9]+" "$WORK/zero2.log" ||
+  { echo "FAIL: ZeRO-2: no block tensor named in:"; grep subdp "$WORK/zero2.log" | tail -3; exit 1; }
+bad_step=$(grep -m1 -oE "non-finite gradient in [^ ]+ at step [0-9]+" "$WORK/zero2.log" | grep -oE "[0-9]+$")
+for d in "$WORK"/zero2/step-*; do
+  s=${d##*step-}
+  ((10#$s < bad_step)) || { echo "FAIL: ZeRO-2 checkpoint $d written at or after the bad step $bad_step"; exit 1; }
+done
+echo "ok: ZeRO-2 $(grep -m1 -oE "non-finite gradient in [^ ]+ at step [0-9]+" "$WORK/zero2.log")"

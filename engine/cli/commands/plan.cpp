@@ -30,6 +30,11 @@ void print_row(const std::string& label, const MemStats& m, int64_t dp_total) {
   std::printf("\n");
 }
 
+/// The combination-name suffix of parallel.shard (as benchmarks/compare.py spells modifiers).
+std::string shard_suffix(const std::string& shard) {
+  return shard == "optimizer" ? "+zero1" : shard == "gradients" ? "+zero2" : "";
+}
+
 /// Plain DP: no masking and no memory baseline (activation recompute) either.
 Config as_dp(Config c) {
   c.parallel.subnetworks = 1;
@@ -70,7 +75,7 @@ int largest_batch(Config c, int world, double budget) {
 constexpr int kMaxCombinationS = 64;
 
 /// Every regime (DP, and with S > 1 forward / backward masking at block and neuron level at the
-/// configured keep) with every memory baseline (ZeRO-1, block recompute, both) at the configured
+/// configured keep) with every memory baseline (ZeRO-1 or ZeRO-2, block recompute) at the configured
 /// batch: the combinations that fit the budget, smallest first, and the smallest of all.
 void answer_combinations(const Config& config, int world, double budget) {
   struct Option {
@@ -80,8 +85,8 @@ void answer_combinations(const Config& config, int world, double budget) {
   std::vector<Option> fits;
   const int S = config.parallel.subnetworks;
   if (S > kMaxCombinationS) {  // each combination plans S subnetworks: minutes beyond this
-    std::printf("  combinations with ZeRO-1 / recompute: not listed for S > %d (each needs S dry runs); plan one "
-                "with --set parallel.shard=optimizer --set train.recompute=blocks\n", kMaxCombinationS);
+    std::printf("  combinations with ZeRO-1 / ZeRO-2 / recompute: not listed for S > %d (each needs S dry runs); "
+                "plan one with --set parallel.shard=gradients --set train.recompute=blocks\n", kMaxCombinationS);
     return;
   }
   const int64_t dp = worst_rank(as_dp(config), world);
@@ -97,12 +102,12 @@ void answer_combinations(const Config& config, int world, double budget) {
       bases.push_back({std::string(regime[0] == 'f' ? "fwd-" : "bwd-") + gran, c});
     }
   for (const auto& [base, c0] : bases)
-    for (const bool zero1 : {false, true})
+    for (const char* shard : {"none", "optimizer", "gradients"})
       for (const bool recompute : {false, true}) {
         Config c = c0;
-        c.parallel.shard = zero1 ? "optimizer" : "none";
+        c.parallel.shard = shard;
         c.train.recompute = recompute ? "blocks" : "none";
-        const std::string name = base + (zero1 ? "+zero1" : "") + (recompute ? "+recompute" : "");
+        const std::string name = base + shard_suffix(shard) + (recompute ? "+recompute" : "");
         try {
           const int64_t bytes = worst_rank(c, world);
           if (bytes <= budget) fits.push_back({name, bytes});
@@ -110,7 +115,7 @@ void answer_combinations(const Config& config, int world, double budget) {
         }
       }
   std::sort(fits.begin(), fits.end(), [](const Option& a, const Option& b) { return a.bytes < b.bytes; });
-  std::printf("  combinations that fit at batch/rank %d (regime + ZeRO-1 / recompute, smallest first):\n",
+  std::printf("  combinations that fit at batch/rank %d (regime + ZeRO-1 / ZeRO-2 / recompute, smallest first):\n",
               config.train.batch_size);
   if (fits.empty()) std::printf("    none\n");
   for (const Option& o : fits)
@@ -179,7 +184,7 @@ int run_plan(const Config& config, int world, double budget_bytes) {
     for (int s = 0; s < S; ++s)
       print_row(fmt::format("subnetwork {} (ranks {}::{})", s, s, S), predict_rank_memory(config, world, s), dp.total_peak);
   else if (config.train.recompute != "none" || config.parallel.shard != "none")
-    print_row(fmt::format("dp{}{} (rank 0)", config.parallel.shard != "none" ? "+zero1" : "",
+    print_row(fmt::format("dp{}{} (rank 0)", shard_suffix(config.parallel.shard),
                           config.train.recompute != "none" ? "+recompute" : ""),
               predict_rank_memory(config, world, 0), dp.total_peak);
   print_row(fmt::format("plain DP (W={})", world), dp, 0);
