@@ -25,7 +25,9 @@ bwd-neuron, stoch-depth (stochastic depth: every rank holds the whole model and 
 block with probability 1 - keep per step, S = 1). A regime written `name@k` (e.g. fwd-block@0.25) is one extra run at keep k,
 outside the --keep cross product. A regime written `name+recompute` (dp+recompute,
 fwd-block+recompute) adds train.recompute = "blocks" (activations recomputed block by block
-in the backward pass, GPT); `name+zero1` adds parallel.shard = "optimizer" (ZeRO-1), `name+zero2` parallel.shard = "gradients" (ZeRO-2);
+in the backward pass, GPT); `name+zero1` adds parallel.shard = "optimizer" (ZeRO-1),
+`name+zero2` parallel.shard = "gradients" (ZeRO-2), `name+fsdp` parallel.shard = "parameters"
+(FSDP; not with bwd-*);
 `name+redealK` adds mask.redeal_every = K (the plan re-dealt every K steps, e.g.
 fwd-block+redeal50); modifiers combine (fwd-block+zero1+recompute). Keep values whose coverage keep*S is not whole are
 skipped, and so are granularities the model refuses (the MLP has no blocks), with a note.
@@ -68,7 +70,7 @@ WHOLE_MODEL = ("dp", "stoch-depth")
 # Composable memory baselines: a regime written name+modifier (e.g. dp+recompute,
 # fwd-block+recompute) adds the modifier's overrides to the base regime's.
 MODIFIERS = {"recompute": ["train.recompute=blocks"], "zero1": ["parallel.shard=optimizer"],
-             "zero2": ["parallel.shard=gradients"]}
+             "zero2": ["parallel.shard=gradients"], "fsdp": ["parallel.shard=parameters"]}
 
 
 def modifier_sets(mod):
@@ -406,7 +408,7 @@ def parse_args(argv):
     p.add_argument("--subnetworks", type=int, default=0, help="S for the masked runs (default: W)")
     p.add_argument("--regimes", default="dp,fwd-block,bwd-block,fwd-neuron,bwd-neuron",
                    help="comma list of dp, fwd-block, bwd-block, fwd-neuron, bwd-neuron, stoch-depth, each optionally "
-                        "with modifiers +recompute, +zero1, +zero2, +redealK (e.g. fwd-block+zero1+redeal50); name@k = one run "
+                        "with modifiers +recompute, +zero1, +zero2, +fsdp, +redealK (e.g. fwd-block+zero1+redeal50); name@k = one run "
                         "at keep k (details below)")
     p.add_argument("--keep", default="0.75,0.5,0.25", help="comma list of keep ratios (default 0.75,0.5,0.25)")
     p.add_argument("--steps", type=int, required=True,

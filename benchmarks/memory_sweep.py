@@ -6,7 +6,7 @@ in for) and predicted by `subdp plan`, side by side.
   /usr/bin/python3 benchmarks/memory_sweep.py configs/gpt_brown.toml --worlds 8,16 \\
       --layouts dp,dp+zero1,fwd-block+zero1+recompute --keep 0.5 --out OUT
 
-Layouts are compare.py's regime names with its modifiers (+zero1, +zero2, +recompute). For each
+Layouts are compare.py's regime names with its modifiers (+zero1, +zero2, +fsdp, +recompute). For each
 layout and W, rank 0 runs --steps steps (default 2) and the largest per-category peak of its
 metrics is compared with `subdp plan`'s row for that rank. Writes OUT/memory.csv and
 OUT/summary.md (peak by category in MiB, ratio to plain DP's planned peak, measured /

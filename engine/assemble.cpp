@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <optional>
 
 #include "engine/data/dataset.h"
 #include "engine/error.h"
@@ -43,23 +44,32 @@ std::vector<FullTensorSpec> full_specs(const ModelConfig& config) {
 
 namespace {
 
-// The tensor of p that k names: its value (k = -1) or optimizer state k (undefined when this
-// rank holds no state for p).
+// The tensor of p that k names: its value (k = -1; FSDP: its shard) or optimizer state k
+// (undefined when this rank holds no state for p).
 Tensor tensor_of(Param& p, Optimizer* opt, const std::map<const Param*, size_t>& opt_index, int k) {
-  if (k < 0) return p.value;
+  if (k < 0) return p.shard_value.defined() ? p.shard_value : p.value;
   return opt_index.count(&p) ? *opt->state(opt_index.at(&p))[k] : Tensor();
+}
+
+// The runs of p's tensor k when it is held as shard pieces (sharded optimizer state; FSDP's
+// value shard), else nothing.
+std::optional<std::vector<StateRun>> sharded_runs(const Param& p, int k, Optimizer* opt,
+                                                  const std::map<const Param*, size_t>& opt_index) {
+  if (k < 0) return p.shard_value.defined() ? std::optional(p.shard_runs) : std::nullopt;
+  if (!opt->sharded()) return std::nullopt;
+  return opt->state_runs(opt_index.at(&p));
 }
 
 // Calls fn(full_offset, src + local offset, len) for every run of `src` (p's tensor k, on the
 // host) that this rank contributes to the full model: each element comes from exactly one
 // rank, the owner of its holder group (dense tensors: rank 0), or under ZeRO-1 the holder
-// whose shard holds that state element.
+// whose shard holds that state element (FSDP: that value element too).
 void for_each_owned_run(const Param& p, const float* src, int k, Optimizer* opt,
                         const std::map<const Param*, size_t>& opt_index, const GradientSync& sync, int rank,
                         const std::function<void(int64_t, const float*, int64_t)>& fn) {
   if (!src) return;
-  if (k >= 0 && opt->sharded()) {
-    for (const StateRun& r : opt->state_runs(opt_index.at(&p)))
+  if (const auto runs = sharded_runs(p, k, opt, opt_index)) {
+    for (const StateRun& r : *runs)
       for (int64_t t = 0; t < r.len; ++t) fn(full_offset_of_grad(p, r.grad_off + t), src + r.state_off + t, 1);
     return;
   }
@@ -76,8 +86,8 @@ void for_each_owned_run(const Param& p, const float* src, int k, Optimizer* opt,
 // stores: every local value (k = -1), the kept prefix of the state, or its shard pieces.
 void for_each_stored_run(const Param& p, int k, Optimizer* opt, const std::map<const Param*, size_t>& opt_index,
                          const std::function<void(int64_t, int64_t, int64_t)>& fn) {
-  if (k >= 0 && opt->sharded()) {
-    for (const StateRun& r : opt->state_runs(opt_index.at(&p)))
+  if (const auto runs = sharded_runs(p, k, opt, opt_index)) {
+    for (const StateRun& r : *runs)
       for (int64_t t = 0; t < r.len; ++t) fn(r.state_off + t, full_offset_of_grad(p, r.grad_off + t), 1);
     return;
   }

@@ -26,7 +26,7 @@ MemStats predict_rank_memory(const Config& c, int world, int rank) {
     const Sharding sharding = sharding_of(c.parallel.shard);
     auto model = make_model(c.model, make_subnet_mask(plan, units, layout.subnet(), c.mask.scale == "inverse_keep"),
                             c.train.batch_size, c.train.seed, c.train.recompute == "blocks",
-                            sharding == Sharding::gradients ? GradLayout::block_shared : GradLayout::per_param);
+                            param_layout_of(sharding));
     GradientSync sync(*comm, layout, plan, model->params().all(), c.parallel.bucket_mb, sharding,
                       static_cast<int>(units.blocks.size()));
     auto opt = make_optimizer(c.optim, model->params().trainable(), sync.sharded() ? &sync.shard_pieces() : nullptr);

@@ -2,9 +2,11 @@
 #include "engine/grad_sync.h"
 
 #include <algorithm>
+#include <map>
 
 #include "engine/backend.h"
 #include "engine/error.h"
+#include "engine/memory.h"
 
 namespace subdp {
 
@@ -19,14 +21,21 @@ Sharding sharding_of(const std::string& shard) {
   if (shard == "none") return Sharding::none;
   if (shard == "optimizer") return Sharding::optimizer;
   if (shard == "gradients") return Sharding::gradients;
-  throw Error(fmt::format("parallel.shard = \"{}\": expected none, optimizer or gradients", shard));
+  if (shard == "parameters") return Sharding::parameters;
+  throw Error(fmt::format("parallel.shard = \"{}\": expected none, optimizer, gradients or parameters", shard));
+}
+
+ParamLayout param_layout_of(Sharding sharding) {
+  return sharding == Sharding::gradients    ? ParamLayout::shared_block_grads
+         : sharding == Sharding::parameters ? ParamLayout::shared_block_params
+                                            : ParamLayout::per_param;
 }
 
 GradientSync::GradientSync(Communicator& world, const Layout& layout, const SubnetworkPlan& plan,
                            std::vector<Param*> params, double bucket_mb, Sharding sharding, int blocks)
     : world_(world), layout_(layout), plan_(plan), params_(std::move(params)), sharding_(sharding) {
-  if (sharding_ == Sharding::gradients) blocks_ = blocks;
-  for (const Param* p : params_) SUBDP_ASSERT(p->block < blocks_ || sharding_ != Sharding::gradients);
+  if (shards_blocks()) blocks_ = blocks;
+  for (const Param* p : params_) SUBDP_ASSERT(p->block < blocks_ || !shards_blocks());
   next_block_ = blocks_ - 1;
   std::vector<int> everyone(layout.world);
   for (int w = 0; w < layout.world; ++w) everyone[w] = w;
@@ -56,6 +65,9 @@ GradientSync::GradientSync(Communicator& world, const Layout& layout, const Subn
   // Clamped before the cast: a huge bucket_mb means "one message per bucket", not overflow.
   const double elems = std::min(bucket_mb * (1 << 20) / sizeof(float), 1e15);
   bucket_elems_ = std::max<int64_t>(1, static_cast<int64_t>(elems));
+  // Sharded: a chunk of fewer floats than holders would give its every float to the last
+  // holder (segments floor(n*i/k)), piling the state of a tiny bucket_mb on one rank.
+  if (sharded()) bucket_elems_ = std::max<int64_t>(bucket_elems_, layout.world);
   if (owner_broadcasts()) {
     // Every rank holds every value under backward masking, so the groups' sizes, and with
     // them the broadcast chunks, agree across ranks.
@@ -69,8 +81,8 @@ GradientSync::GradientSync(Communicator& world, const Layout& layout, const Subn
     }
     broadcast_chunk_ = std::min(most, bucket_elems_);
   }
-  // ZeRO-2 on one rank still moves each block's gradient into its shard through the buffer.
-  if (layout.world > 1 || sharding_ == Sharding::gradients)
+  // ZeRO-2 and FSDP on one rank still move each block through the buffer, into its shard.
+  if (layout.world > 1 || shards_blocks())
     comm_buffer_ = Tensor::empty({std::max(std::min(largest, bucket_elems_), broadcast_chunk_)}, MemCategory::comm);
   if (sharded()) collect_shard_pieces();
 }
@@ -123,22 +135,57 @@ void GradientSync::collect_shard_pieces() {
       for_each_in_segment(b, pieces, filled, [&](const BucketRun& r, int64_t from, int64_t to, int64_t) {
         if (r.param && r.param->trainable)
           shard_pieces_.push_back({r.param, r.data + from - r.param->grad.f32(), r.value + from - r.param->value.f32(),
-                                   to - from, r.data + from});
+                                   to - from, r.data + from, r.value + from});
       });
     });
   }
   // ZeRO-1, and ZeRO-2 outside blocks (gradients held for the whole step): averaged in place.
   // ZeRO-2 inside blocks: into the shard-gradient tensor, as the next block reuses the buffer.
-  auto in_block = [&](const ShardPiece& piece) { return sharding_ == Sharding::gradients && piece.param->block >= 0; };
+  auto in_block = [&](const ShardPiece& piece) { return shards_blocks() && piece.param->block >= 0; };
   int64_t n = 0;
   for (const ShardPiece& piece : shard_pieces_) n += in_block(piece) ? piece.len : 0;
-  if (n == 0) return;
-  shard_grads_ = Tensor::zeros({n}, MemCategory::grads);
+  if (n > 0) shard_grads_ = Tensor::zeros({n}, MemCategory::grads);
   n = 0;
   for (ShardPiece& piece : shard_pieces_) {
     if (!in_block(piece)) continue;
     piece.grad = shard_grads_.f32() + n;
     n += piece.len;
+  }
+  if (sharding_ == Sharding::parameters) collect_shard_values();
+}
+
+void GradientSync::collect_shard_values() {
+  // FSDP: each block parameter's shard of its value, its pieces one after another (the
+  // layout of sharded optimizer state), is the only copy kept between steps.
+  // Every trained block parameter gets one, empty where this rank's segments miss it: its
+  // value is then nowhere else on this rank.
+  std::map<Param*, int64_t> len;
+  for (Param* p : params_)
+    if (p->trainable && p->grad.defined() && p->block >= 0) len[p] = 0;
+  for (const ShardPiece& piece : shard_pieces_)
+    if (piece.param->block >= 0) len[piece.param] += piece.len;
+  for (auto& [p, n] : len) {
+    p->shard_value = Tensor::empty({n}, MemCategory::params);
+    p->shard_runs.clear();
+  }
+  for (ShardPiece& piece : shard_pieces_) {
+    Param& p = *piece.param;
+    if (p.block < 0) continue;
+    const int64_t at = p.shard_runs.empty() ? 0 : p.shard_runs.back().state_off + p.shard_runs.back().len;
+    p.shard_runs.push_back({piece.value_off, piece.grad_off, at, piece.len});
+    piece.value = p.shard_value.f32() + at;
+  }
+}
+
+void GradientSync::initialise_shard_values(uint64_t seed) {
+  if (MemoryTracker::global().dry_run()) return;
+  for (Param* p : params_) {
+    if (!p->shard_value.defined()) continue;
+    HostCopy host(p->shard_value, /*load=*/false);
+    for (const StateRun& r : p->shard_runs)
+      for (int64_t t = 0; t < r.len; ++t)
+        host.f32()[r.state_off + t] = init_value(seed, p->name, full_offset_of_grad(*p, r.grad_off + t), p->init);
+    host.store();
   }
 }
 
@@ -157,7 +204,7 @@ void GradientSync::add_param(Param& p) {
   // A run: `len` floats at data (a gradient, or a buffer's value) and at value.
   auto add_run = [&](float* data, float* value, int64_t len, int pos) {
     // ZeRO-2: a block's gradients in its own phase; running statistics after the backward.
-    const int phase = sharding_ == Sharding::gradients && p.trainable ? p.block : -1;
+    const int phase = shards_blocks() && p.trainable ? p.block : -1;
     Bucket& b = buckets_[bucket_index(phase, group_of(p, pos))];
     SUBDP_ASSERT(b.comm != nullptr || b.group >= 0);
     BucketRun* last = b.runs.empty() ? nullptr : &b.runs.back();
@@ -257,13 +304,16 @@ void GradientSync::reduce_scatter_bucket(Bucket& b) {
 void GradientSync::gather_bucket_values(Bucket& b) {
   Communicator* comm = b.group < 0 ? &world_ : b.comm;
   float* buf = comm_buffer_.f32();
+  auto piece = shard_pieces_.begin() + static_cast<std::ptrdiff_t>(b.first_piece);
   for_each_chunk(b.runs, chunk_cap(b), [&](const std::vector<BucketRun>& pieces, int64_t filled) {
-    // This rank's updated values into its segment; every segment back into the values.
+    // This rank's updated values (its shard pieces; running statistics: in place) into its
+    // segment; every segment back into the values (FSDP: the buffer the blocks share).
     for_each_in_segment(b, pieces, filled, [&](const BucketRun& r, int64_t from, int64_t to, int64_t at) {
-      backend().copy(r.value + from, buf + at + from, to - from);
+      const bool trained = r.param && r.param->trainable;
+      backend().copy(trained ? (piece++)->value : r.value + from, buf + at + from, to - from);
     });
     comm->allgather_segments(buf, segment_counts(filled, static_cast<int64_t>(b.ranks.size())));
-    bytes_ += (filled - filled / 2) * static_cast<int64_t>(sizeof(float));
+    if (layout_.world > 1) bytes_ += (filled - filled / 2) * static_cast<int64_t>(sizeof(float));
     int64_t at = 0;
     for (const BucketRun& r : pieces) {
       backend().copy(buf + at, r.value, r.len);
@@ -272,9 +322,18 @@ void GradientSync::gather_bucket_values(Bucket& b) {
   });
 }
 
+void GradientSync::gather_block(int block) {
+  if (sharding_ != Sharding::parameters) return;
+  for (size_t i = bucket_index(block, -1); i < bucket_index(block - 1, -1); ++i)
+    if (reduces(buckets_[i])) gather_bucket_values(buckets_[i]);
+}
+
 void GradientSync::gather_values() {
   if (!sharded() || layout_.world == 1) return;
-  for (auto& b : buckets_) {
+  // FSDP: the blocks' values stay in their shards until gather_block.
+  const size_t first = sharding_ == Sharding::parameters ? bucket_index(-1, -1) : 0;
+  for (size_t i = first; i < buckets_.size(); ++i) {
+    Bucket& b = buckets_[i];
     if (!reduces(b)) continue;
     gather_bucket_values(b);
   }
@@ -292,13 +351,13 @@ void GradientSync::reduce_bucket(Bucket& b) {
 
 void GradientSync::average() {
   SUBDP_ASSERT(next_block_ == -1);  // ZeRO-2: every block was reduced in this backward pass
-  if (layout_.world == 1 && sharding_ != Sharding::gradients) return;
+  if (layout_.world == 1 && !shards_blocks()) return;
   // Fixed global order: world, then groups by id (ZeRO-2: the phase after the blocks').
   for (size_t i = bucket_index(-1, -1); i < buckets_.size(); ++i) reduce_bucket(buckets_[i]);
 }
 
 void GradientSync::reduce_block(int block) {
-  if (sharding_ != Sharding::gradients) return;
+  if (!shards_blocks()) return;
   if (block == blocks_ - 1) next_block_ = block;  // a new backward pass
   SUBDP_CHECK(block == next_block_, "internal error: ZeRO-2 expected block {}'s gradients, got block {}'s",
               next_block_, block);

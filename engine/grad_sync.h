@@ -42,6 +42,7 @@ struct ShardPiece {
   Param* param;
   int64_t grad_off, value_off, len;
   float* grad = nullptr;
+  float* value = nullptr;  // where the optimizer updates it: in the value, or (FSDP, a block's) in Param::shard_value
 };
 
 /// parallel.shard: what is split over each slice's holders (Rajbhandari et al. 2020).
@@ -49,11 +50,16 @@ enum class Sharding {
   none,       // all-reduce every gradient; every holder updates every slice it holds
   optimizer,  // ZeRO-1: reduce-scatter, each holder updates its shard, all-gather the values
   gradients,  // ZeRO-2: ZeRO-1 with each block reduce-scattered right after its backward and
-              // only this rank's shard of its gradient kept (GradLayout::block_shared)
+              // only this rank's shard of its gradient kept (ParamLayout::shared_block_grads)
+  parameters, // FSDP (ZeRO-3): ZeRO-2 with each block's values kept as this rank's shard only
+              // and all-gathered before the block's forward and backward (shared_block_params)
 };
 
-/// Sharding named by parallel.shard ("none", "optimizer", "gradients"). Errors name the key.
+/// Sharding named by parallel.shard ("none", "optimizer", "gradients", "parameters"). Errors
+/// name the key.
 Sharding sharding_of(const std::string& shard);
+/// The model layout a sharding needs.
+ParamLayout param_layout_of(Sharding sharding);
 
 /// Everything averaged over one communicator.
 struct Bucket {
@@ -77,7 +83,7 @@ class GradientSync {
   /// shards. Sharding::gradients keeps one bucket per (block, holder group), reduced by
   /// reduce_block(b) during the backward pass for each of the model's `blocks` residual
   /// blocks (held or not); it needs the model's gradients laid out with
-  /// GradLayout::block_shared and allocates the shard-gradient tensor (category grads).
+  /// ParamLayout::shared_block_grads and allocates the shard-gradient tensor (category grads).
   GradientSync(Communicator& world, const Layout& layout, const SubnetworkPlan& plan,
                std::vector<Param*> params, double bucket_mb, Sharding sharding = Sharding::none, int blocks = 0);
   /// Averages gradients and running statistics over their holders (ZeRO-2: what no block's
@@ -88,6 +94,13 @@ class GradientSync {
   /// rank: reduce-scatters block b's gradients over their holder groups into this rank's
   /// shard pieces. The block's gradient buffer may be reused once it returns. No-op otherwise.
   void reduce_block(int b);
+  /// FSDP, before block b's forward and before its backward (Model::set_block_hooks), on every
+  /// rank: all-gathers block b's values from the holders' shards into the buffer the blocks
+  /// share. No-op otherwise. A collective: every rank must run the same forwards.
+  void gather_block(int b);
+  /// FSDP: fills every block parameter's shard with its initial values (init_value, `seed`
+  /// as the model's ParamSet; the model leaves values in the shared buffer uninitialised).
+  void initialise_shard_values(uint64_t seed);
   /// Sharded only, after the optimizer step: every holder receives every shard's updated
   /// values (one all-gather per chunk, in the all-reduces' order).
   void gather_values();
@@ -95,6 +108,8 @@ class GradientSync {
   /// only), in bucket order. Empty when not sharded.
   const std::vector<ShardPiece>& shard_pieces() const { return shard_pieces_; }
   bool sharded() const { return sharding_ != Sharding::none; }
+  /// ZeRO-2 or FSDP: one bucket per (block, holder group), reduced during the backward pass.
+  bool shards_blocks() const { return sharding_ == Sharding::gradients || sharding_ == Sharding::parameters; }
   /// Backward masking: owners broadcast updated unit values (one collective per group, or
   /// per bucket_mb of it), through the all-reduce buffer, which is free once average() ends.
   void broadcast_unit_values();
@@ -135,6 +150,8 @@ class GradientSync {
   /// True when this rank averages bucket b: the world's, or a group's it holds, non-empty.
   bool reduces(const Bucket& b) const { return (b.group < 0 || b.comm != nullptr) && b.elems > 0; }
   void collect_shard_pieces();
+  /// FSDP: allocates each block parameter's Param::shard_value and points the pieces into it.
+  void collect_shard_values();
   /// Index in buckets_ of (phase, group): phases in reduction order (ZeRO-2: blocks
   /// descending, then -1; otherwise -1 alone), each with the world then groups by id.
   size_t bucket_index(int phase, int group) const;

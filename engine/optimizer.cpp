@@ -22,18 +22,21 @@ class StatefulOptimizer : public Optimizer {
     for (Param* p : params_) {
       std::vector<StateRun> runs;
       std::vector<const float*> grads;
+      std::vector<float*> values;
       int64_t n = 0;
       if (shard) {
         for (const ShardPiece& piece : *shard)
           if (piece.param == p) {
             runs.push_back({piece.value_off, piece.grad_off, n, piece.len});
             grads.push_back(piece.grad);
+            values.push_back(piece.value);
             n += piece.len;
           }
       } else {
         for_each_grad_span(*p, [&](int64_t vo, int64_t go, int64_t len) {
           runs.push_back({vo, go, go, len});
           grads.push_back(p->grad.f32() + go);
+          values.push_back(p->value.f32() + vo);
         });
         n = p->grad.numel();
       }
@@ -43,6 +46,7 @@ class StatefulOptimizer : public Optimizer {
       state_.push_back(std::move(s));
       runs_.push_back(std::move(runs));
       grads_.push_back(std::move(grads));
+      values_.push_back(std::move(values));
     }
   }
   std::vector<Tensor*> state(size_t i) override {
@@ -68,6 +72,7 @@ class StatefulOptimizer : public Optimizer {
   std::vector<std::vector<Tensor>> state_;
   std::vector<std::vector<StateRun>> runs_;
   std::vector<std::vector<const float*>> grads_;  // per parameter, per run: its gradient
+  std::vector<std::vector<float*>> values_;       // per parameter, per run: the values it updates
   int states_;
   bool sharded_;
   int64_t t_ = 0;
@@ -85,12 +90,11 @@ class Sgd : public StatefulOptimizer {
     const bool first = t_ == 0;
     nonfinite_ = -1;
     for (size_t i = 0; i < params_.size(); ++i) {
-      float* w = params_[i]->value.f32();
       float* buf = state_[i].empty() ? nullptr : state_[i][0].f32();
       int64_t bad = 0;
       for (size_t k = 0; k < runs_[i].size(); ++k) {
         const StateRun& r = runs_[i][k];
-        bad += backend().sgd_update(w + r.value_off, grads_[i][k], buf ? buf + r.state_off : nullptr, r.len, flr,
+        bad += backend().sgd_update(values_[i][k], grads_[i][k], buf ? buf + r.state_off : nullptr, r.len, flr,
                                     mu, wd, c_.nesterov, first);
       }
       note_update(i, bad);
@@ -118,13 +122,12 @@ class AdamW : public StatefulOptimizer {
     const float fb1 = static_cast<float>(b1), fb2 = static_cast<float>(b2);
     nonfinite_ = -1;
     for (size_t i = 0; i < params_.size(); ++i) {
-      float* w = params_[i]->value.f32();
       float* m = state_[i][0].f32();
       float* v = state_[i][1].f32();
       int64_t bad = 0;
       for (size_t k = 0; k < runs_[i].size(); ++k) {
         const StateRun& r = runs_[i][k];
-        bad += backend().adamw_update(w + r.value_off, grads_[i][k], m + r.state_off, v + r.state_off, r.len,
+        bad += backend().adamw_update(values_[i][k], grads_[i][k], m + r.state_off, v + r.state_off, r.len,
                                       step_size, bc2_sqrt, decay, eps, fb1, fb2);
       }
       note_update(i, bad);

@@ -12,12 +12,6 @@
 
 namespace subdp {
 
-/// One run of a parameter's update: `len` values at value_off, their gradient at grad_off,
-/// their optimizer state at state_off of each state tensor.
-struct StateRun {
-  int64_t value_off, grad_off, state_off, len;
-};
-
 class Optimizer {
  public:
   virtual ~Optimizer() = default;

@@ -38,13 +38,13 @@ SubnetMask full_mask(const ModelUnits& units) {
 
 int64_t Param::inner() const {
   int64_t n = 1;
-  for (int i = unit.axis + 1; i < value.ndim(); ++i) n *= value.dim(i);
+  for (size_t i = unit.axis + 1; i < local_shape.size(); ++i) n *= local_shape[i];
   return n;
 }
 
 int64_t Param::outer() const {
   int64_t n = 1;
-  for (int i = 0; i < unit.axis; ++i) n *= value.dim(i);
+  for (int i = 0; i < unit.axis; ++i) n *= local_shape.at(i);
   return n;
 }
 
@@ -64,10 +64,17 @@ Param& ParamSet::add(const std::string& name, const Shape& full_shape, InitSpec 
     grad_shape[unit.axis] = static_cast<int64_t>(p.mask->kept) * unit.unit_size;
     if (mask_.forward_masked()) local[unit.axis] = grad_shape[unit.axis];
   }
-  p.value = Tensor::empty(local, MemCategory::params);
+  p.local_shape = local;
   p.grad_shape = grad_shape;
   p.trained = trainable && (block < 0 || mask_.block_kept.at(block));
-  if (p.trained && (grads_ == GradLayout::per_param || block < 0)) p.grad = Tensor::zeros(grad_shape, MemCategory::grads);
+  const bool shared = layout_ != ParamLayout::per_param && p.trained && block >= 0;
+  if (p.trained && !shared) p.grad = Tensor::zeros(grad_shape, MemCategory::grads);
+  if (shares_value(p)) {
+    SUBDP_ASSERT(local == grad_shape);  // FSDP: DP or forward masking, where a rank stores what it trains
+    params_.push_back(std::move(p));
+    return params_.back();  // its value: allocate_shared_blocks; its initial shard: GradientSync
+  }
+  p.value = Tensor::empty(local, MemCategory::params);
   params_.push_back(std::move(p));
   Param& ref = params_.back();
   if (MemoryTracker::global().dry_run()) return ref;
@@ -95,25 +102,30 @@ std::vector<Param*> ParamSet::buffers() {
   return out;
 }
 
-void ParamSet::allocate_block_gradients() {
-  // Each block's gradients at offsets from 0 of one buffer (64-byte aligned runs), so the
-  // buffer is the largest block's gradient, not the sum over blocks.
-  if (grads_ != GradLayout::block_shared || block_grads_.defined()) return;
+void ParamSet::allocate_shared_blocks() {
+  // Each block's tensors at offsets from 0 of one buffer (64-byte aligned runs), so the
+  // buffer is the largest block's, not the sum over blocks. A value and its gradient have
+  // the same shape (trained parameters), so one set of offsets serves both buffers.
+  if (layout_ == ParamLayout::per_param || block_grads_.defined()) return;
   constexpr int64_t kAlign = 16;
+  auto padded = [](int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; };
   std::map<int, int64_t> block_elems;
   for (Param& p : params_)
-    if (p.trained && p.block >= 0) block_elems[p.block] += (shape_numel(p.grad_shape) + kAlign - 1) / kAlign * kAlign;
+    if (p.trained && p.block >= 0) block_elems[p.block] += padded(shape_numel(p.grad_shape));
   int64_t largest = 0;
   for (const auto& [b, n] : block_elems) largest = std::max(largest, n);
   if (largest == 0) return;
   block_grads_ = Tensor::zeros({largest}, MemCategory::grads);
-  std::map<int, int64_t> next;  // per block: its next free offset in the shared buffer
+  // Zeroed: under --simulate-rank the other ranks' segments of a gather never arrive.
+  if (layout_ == ParamLayout::shared_block_params) block_values_ = Tensor::zeros({largest}, MemCategory::params);
+  std::map<int, int64_t> next;  // per block: its next free offset in the shared buffers
   for (Param& p : params_) {
     if (!p.trained || p.block < 0) continue;
     const int64_t n = shape_numel(p.grad_shape);
     int64_t& at = next[p.block];
     p.grad = block_grads_.slice0(at, at + n).view(p.grad_shape);
-    at += (n + kAlign - 1) / kAlign * kAlign;
+    if (shares_value(p)) p.value = block_values_.slice0(at, at + n).view(p.grad_shape);
+    at += padded(n);
   }
 }
 

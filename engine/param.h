@@ -22,6 +22,13 @@ struct LayerMask {
   int units() const { return static_cast<int>(order.size()); }
 };
 
+/// One run of a parameter's sharded or updated elements: `len` values at value_off of its
+/// value, at grad_off of its gradient layout, at state_off of a state tensor laid out in
+/// runs (optimizer state; FSDP's Param::shard_value).
+struct StateRun {
+  int64_t value_off, grad_off, state_off, len;
+};
+
 /// Everything a model needs to build rank-local parameters for one subnetwork.
 struct SubnetMask {
   Regime regime = Regime::none;
@@ -63,15 +70,23 @@ struct Param {
   Shape full_shape;
   Tensor value;      // local values, (kept prefix along unit axis when forward masked)
   Tensor grad;       // kept prefix along unit axis; undefined when this rank holds no gradient
+  Shape local_shape; // the local value's shape, known before `value` is allocated (FSDP)
   Shape grad_shape;  // the gradient's shape when trained (set by ParamSet::add, before allocation)
   bool trained = false;  // this rank holds a gradient for it (trainable, in a block it keeps)
+  /// FSDP (ParamLayout::shared_block_params, a trained block parameter): this rank's shard of
+  /// the value, the only copy kept between steps, laid out as sharded optimizer state: pieces
+  /// one after another, mapped by shard_runs (state_off = offset in shard_value). `value` is
+  /// then a view into the buffer the blocks share, valid from the block's gather
+  /// (GradientSync::gather_block) until the next block's. Undefined otherwise.
+  Tensor shard_value;
+  std::vector<StateRun> shard_runs;
   UnitRef unit;
   const LayerMask* mask = nullptr;  // for unit.layer >= 0
   int block = -1;    // residual block whose branch holds it, -1 = outside any branch
   bool trainable = true;  // false for buffers (BatchNorm running statistics)
   InitSpec init;
 
-  int64_t value_extent() const { return value.dim(unit.axis); }
+  int64_t value_extent() const { return local_shape.at(unit.axis); }
   int64_t grad_extent() const { return grad.defined() ? grad.dim(unit.axis) : 0; }
   /// Elements per index of the unit axis (product of the trailing dimensions).
   int64_t inner() const;
@@ -79,28 +94,37 @@ struct Param {
   int64_t outer() const;
 };
 
-/// How a model's gradients are laid out in memory.
-enum class GradLayout {
-  per_param,     // one zeroed tensor per trained parameter, held for the whole step
-  block_shared,  // parameters inside residual blocks share one buffer sized for the largest
-                 // block's gradient (parallel.shard = "gradients", ZeRO-2): a block's gradient
-                 // lives only from its backward until GradientSync::reduce_block has taken
-                 // this rank's shard of it; parameters outside blocks keep their own tensors
+/// How a model's values and gradients are laid out in memory. Parameters outside blocks,
+/// and buffers, keep their own tensors in every layout.
+enum class ParamLayout {
+  per_param,            // a value and a zeroed gradient tensor per trained parameter
+  shared_block_grads,   // the gradients of trained parameters inside residual blocks share one
+                        // buffer sized for the largest block's (parallel.shard = "gradients",
+                        // ZeRO-2): a block's gradient lives from its backward until
+                        // GradientSync::reduce_block has taken this rank's shard of it
+  shared_block_params,  // the same, and their values share one buffer too (parallel.shard =
+                        // "parameters", FSDP): a block's values live from its gather until the
+                        // next block's; between steps only Param::shard_value holds them
 };
 
 /// Owns a model's parameters with stable addresses, in creation order (identical on every rank).
 class ParamSet {
  public:
-  ParamSet(const SubnetMask& mask, uint64_t seed, GradLayout grads = GradLayout::per_param)
-      : mask_(mask), seed_(seed), grads_(grads) {}
-  /// Creates a parameter: local shape from the mask, a zeroed gradient where this rank trains
-  /// it (under GradLayout::block_shared, for a block's parameter: by allocate_block_gradients).
+  ParamSet(const SubnetMask& mask, uint64_t seed, ParamLayout layout = ParamLayout::per_param)
+      : mask_(mask), seed_(seed), layout_(layout) {}
+  /// Creates a parameter: local shape from the mask, initialised values, a zeroed gradient
+  /// where this rank trains it. For a trained block parameter under a shared layout, the
+  /// shared tensors come from allocate_shared_blocks (FSDP: no value until then; its shard
+  /// is initialised by GradientSync).
   Param& add(const std::string& name, const Shape& full_shape, InitSpec init, UnitRef unit = {},
              int block = -1, bool trainable = true);
-  /// GradLayout::block_shared: allocates the buffer the blocks' gradients share and points
-  /// each block parameter's gradient into it, once every parameter exists (make_model calls
-  /// it; a no-op for GradLayout::per_param).
-  void allocate_block_gradients();
+  /// Shared layouts: allocates the buffers the blocks share (gradients; FSDP: values too)
+  /// and points each trained block parameter into them, once every parameter exists
+  /// (make_model calls it; a no-op for ParamLayout::per_param).
+  void allocate_shared_blocks();
+  ParamLayout layout() const { return layout_; }
+  /// The seed values are drawn from (init_value).
+  uint64_t seed() const { return seed_; }
   std::vector<Param*> trainable();
   std::vector<Param*> buffers();
   std::vector<Param*> all();
@@ -109,9 +133,14 @@ class ParamSet {
  private:
   const SubnetMask& mask_;
   uint64_t seed_;
-  GradLayout grads_;
+  /// True when p's value lives in the shared block buffer (FSDP, trained block parameter).
+  bool shares_value(const Param& p) const {
+    return layout_ == ParamLayout::shared_block_params && p.trained && p.block >= 0;
+  }
+  ParamLayout layout_;
   std::deque<Param> params_;
-  Tensor block_grads_;  // GradLayout::block_shared: the buffer the blocks' gradients share
+  Tensor block_grads_;   // shared layouts: the buffer the blocks' gradients share
+  Tensor block_values_;  // ParamLayout::shared_block_params: the buffer the blocks' values share
 };
 
 /// Calls fn(local_offset, full_offset, length) for every contiguous run of the local value

@@ -93,21 +93,30 @@ Trainer::Trainer(const Config& config, std::unique_ptr<Communicator> world, cons
 void Trainer::build_local_model() {
   const SubnetMask mask = make_subnet_mask(plan_, units_, layout_.subnet(), config_.mask.scale == "inverse_keep");
   const Sharding sharding = sharding_of(config_.parallel.shard);
-  const bool zero2 = sharding == Sharding::gradients;
   model_ = make_model(config_.model, mask, config_.train.batch_size, config_.train.seed,
-                      config_.train.recompute == "blocks", zero2 ? GradLayout::block_shared : GradLayout::per_param);
+                      config_.train.recompute == "blocks", param_layout_of(sharding));
   sync_ = std::make_unique<GradientSync>(*world_, layout_, plan_, model_->params().all(), config_.parallel.bucket_mb,
                                          sharding, static_cast<int>(units_.blocks.size()));
+  sync_->initialise_shard_values(config_.train.seed);  // FSDP: the shards hold the blocks' values
   optimizer_ = make_optimizer(config_.optim, model_->params().trainable(),
                               sync_->sharded() ? &sync_->shard_pieces() : nullptr);
   block_params_.clear();
-  if (!zero2) return;
+  if (!sync_->shards_blocks()) return;
   for (Param* p : model_->params().trainable()) {
     if (!p->grad.defined() || p->block < 0) continue;
     if (static_cast<int>(block_params_.size()) <= p->block) block_params_.resize(p->block + 1);
     block_params_[p->block].push_back(p);
   }
-  model_->set_block_backward_hook([this](int b) { reduce_block_gradients(b); });
+  BlockHooks hooks;
+  hooks.after_backward = [this](int b) { reduce_block_gradients(b); };
+  if (sharding == Sharding::parameters) hooks.before_forward = hooks.before_backward = [this](int b) { gather_block(b); };
+  model_->set_block_hooks(std::move(hooks));
+}
+
+void Trainer::gather_block(int b) {
+  const auto t = Clock::now();
+  sync_->gather_block(b);
+  hook_comm_s_ += seconds_since(t);
 }
 
 void Trainer::reduce_block_gradients(int b) {
@@ -121,7 +130,7 @@ void Trainer::reduce_block_gradients(int b) {
   }
   const auto t = Clock::now();
   sync_->reduce_block(b);
-  backward_comm_s_ += seconds_since(t);
+  hook_comm_s_ += seconds_since(t);
   for (Param* p : params) p->grad.zero_();
 }
 
@@ -149,6 +158,10 @@ int Trainer::run() {
                 data_->describe().c_str(), layout_.world, layout_.S, layout_.replicas(), backend().name().c_str(),
                 world_->backend().c_str(), threads_per_rank(config_.train.threads));
     std::printf("%s", plan_.describe(units_).c_str());
+    if (world_->backend() == "simulated" && sync_->sharded())
+      std::printf("note: --simulate-rank with parallel.shard = \"%s\": the other ranks' shards never arrive, so "
+                  "losses and accuracies mean nothing; memory and bytes are this rank's\n",
+                  config_.parallel.shard.c_str());
     print_memory_comparison();
     std::fflush(stdout);
   }
@@ -199,7 +212,7 @@ void Trainer::train_step(int64_t epoch, int64_t in_epoch) {
   model_->zero_grad();
   sync_->take_bytes();  // ZeRO-2 sends inside the backward pass: count from here
   blocks_finite_ = true;
-  backward_comm_s_ = 0;
+  hook_comm_s_ = 0;
   FlopCounter::take();
   int64_t correct = 0;
   const double loss = model_->forward(batch_, true, &correct);
@@ -228,7 +241,7 @@ void Trainer::train_step(int64_t epoch, int64_t in_epoch) {
   skipped_in_a_row_ = 0;
   const auto tc = Clock::now();
   sync_->average();
-  double comm_s = backward_comm_s_ + seconds_since(tc);
+  double comm_s = hook_comm_s_ + seconds_since(tc);
   if (config_.optim.grad_clip > 0) clip_gradients();
   const double lr = learning_rate(config_.optim, base_lr_, step_, total_steps_);
   optimizer_->step(lr);
@@ -263,9 +276,9 @@ void Trainer::draw_dropped_blocks() {
 
 bool Trainer::gradients_finite() {
   if (!blocks_finite_) return false;
-  const bool zero2 = config_.parallel.shard == "gradients";  // blocks: checked by reduce_block_gradients
   for (Param* p : model_->params().trainable()) {
-    if (!p->grad.defined() || (zero2 && p->block >= 0)) continue;
+    // ZeRO-2 and FSDP: the blocks' gradients were checked by reduce_block_gradients.
+    if (!p->grad.defined() || (sync_->shards_blocks() && p->block >= 0)) continue;
     if (backend().all_finite(p->grad.f32(), p->grad.numel())) continue;
     std::fprintf(stderr, "subdp: rank %d: non-finite gradient in %s at step %lld\n", layout_.rank, p->name.c_str(),
                  static_cast<long long>(step_ + 1));  // 1-based, as the progress lines and metrics
@@ -281,18 +294,26 @@ void Trainer::check_updated_values() {
   std::string mine;
   if (i >= 0) {
     const Param& p = *optimizer_->params()[i];
-    std::string where = locate_nonfinite(p, HostCopy(p.value).f32());
+    // A tensor laid out in runs (optimizer state; FSDP's value shard): its first non-finite element.
+    auto first_bad = [&](const Tensor& t, const std::vector<StateRun>& runs) -> std::string {
+      const HostCopy host(t);
+      for (const StateRun& r : runs) {
+        const float* s = host.f32() + r.state_off;
+        const int64_t bad = std::find_if(s, s + r.len, [](float x) { return !std::isfinite(x); }) - s;
+        if (bad < r.len) return describe_grad_element(p, r.grad_off + bad);
+      }
+      return "";
+    };
+    // FSDP keeps a block's values in its shard (the shared buffer holds another block's).
+    std::string where = p.shard_value.defined() ? first_bad(p.shard_value, p.shard_runs)
+                                                : locate_nonfinite(p, HostCopy(p.value).f32());
     if (!where.empty()) mine = fmt::format("tensor {}, {}", p.name, where);
     const auto states = optimizer_->state(i);
-    for (size_t k = 0; k < states.size() && mine.empty(); ++k)
-      for (const StateRun& r : optimizer_->state_runs(i)) {  // the state's own layout (sharded: pieces)
-        const HostCopy state(*states[k]);
-        const float* s = state.f32() + r.state_off;
-        const int64_t bad = std::find_if(s, s + r.len, [](float x) { return !std::isfinite(x); }) - s;
-        if (bad == r.len) continue;
-        mine = fmt::format("optimizer state {}::{}, {}", p.name, k, describe_grad_element(p, r.grad_off + bad));
-        break;
-      }
+    for (size_t k = 0; k < states.size() && mine.empty(); ++k) {
+      where = first_bad(*states[k], optimizer_->state_runs(i));  // the state's own layout (sharded: pieces)
+      if (!where.empty()) mine = fmt::format("optimizer state {}::{}, {}", p.name, k, where);
+    }
+    if (mine.empty()) mine = fmt::format("tensor {} or its optimizer state", p.name);  // counted, not found
   }
   double bad = mine.empty() ? 0 : 1;
   world_->allreduce_max(&bad, 1);
@@ -408,6 +429,13 @@ void Trainer::dump_local_values(const std::string& dir) {
   std::vector<NamedTensor> out;
   for (Param* p : model_->params().all()) {
     NamedTensor t{p->name, p->full_shape, std::vector<float>(shape_numel(p->full_shape), std::nanf(""))};
+    if (p->shard_value.defined()) {  // FSDP: a block's values live in this rank's shard only
+      const HostCopy host(p->shard_value);
+      for (const StateRun& r : p->shard_runs)
+        for (int64_t i = 0; i < r.len; ++i) t.data[full_offset_of_grad(*p, r.grad_off + i)] = host.f32()[r.state_off + i];
+      out.push_back(std::move(t));
+      continue;
+    }
     const HostCopy host(p->value);
     const float* v = host.f32();
     for_each_value_run(*p, [&](int64_t lo, int64_t fo, int64_t len) {

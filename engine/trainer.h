@@ -54,8 +54,10 @@ class Trainer {
   bool gradients_finite();
   /// ZeRO-2, after block b's backward: checks its gradients, reduce-scatters them into this
   /// rank's shard (GradientSync::reduce_block), then zeroes them for the next block, which
-  /// shares their buffer (GradLayout::block_shared).
+  /// shares their buffer (ParamLayout::shared_block_grads).
   void reduce_block_gradients(int b);
+  /// FSDP, before block b's forward and backward: all-gathers its values (GradientSync::gather_block).
+  void gather_block(int b);
   /// Collective: stops every rank when the last optimizer update left a non-finite value.
   void check_updated_values();
   void clip_gradients();
@@ -71,8 +73,10 @@ class Trainer {
   /// kRecalibrationBatches of this rank's own, or split over the world (across_world).
   void recalibrate_batchnorm(Model& model, bool across_world);
   static constexpr int kRecalibrationBatches = 32;
-  /// Loss and accuracy of `model` on test share share_rank of `shares` (no communication).
-  EvalResult evaluate(Model& model, int share_rank, int shares);
+  /// Loss and accuracy of `model` on test share share_rank of `shares` (no communication, but
+  /// for FSDP's gathers). `forwards`: at least this many forward passes; those beyond the
+  /// share's batches run on share 0's first batch and are not counted (FSDP: equal collectives).
+  EvalResult evaluate(Model& model, int share_rank, int shares, int64_t forwards = 0);
   /// Collective: every rank evaluates its share of the test split; all-reduced totals.
   EvalResult evaluate_shares(Model& model);
   void log_step(double loss, double acc, double lr, double step_s, double comm_s, int64_t flops, int64_t bytes);
@@ -106,9 +110,9 @@ class Trainer {
   double window_loss_ = 0, window_acc_ = 0;
   int64_t window_n_ = 0, window_examples_ = 0;
   double window_time_ = 0;
-  std::vector<std::vector<Param*>> block_params_;  // ZeRO-2: block b's trained parameters
-  bool blocks_finite_ = true;     // ZeRO-2: every block's gradient was finite in this step
-  double backward_comm_s_ = 0;    // ZeRO-2: seconds of this step's reduce-scatters inside the backward pass
+  std::vector<std::vector<Param*>> block_params_;  // ZeRO-2, FSDP: block b's trained parameters
+  bool blocks_finite_ = true;     // ZeRO-2, FSDP: every block's gradient was finite in this step
+  double hook_comm_s_ = 0;        // ZeRO-2, FSDP: seconds of this step's collectives inside forward and backward
   nlohmann::json pending_alignment_;  // measured this step, written with its metrics line
   nlohmann::json pending_redeal_;     // a re-deal before this step: written with its metrics line
   int64_t deal_ = 0;                  // the plan in use is that of deal deal_ (mask.redeal_every)

@@ -14,10 +14,12 @@
 
 namespace subdp {
 
-EvalResult Trainer::evaluate(Model& model, int share_rank, int shares) {
+EvalResult Trainer::evaluate(Model& model, int share_rank, int shares, int64_t forwards) {
   double loss_sum = 0;
   int64_t correct_sum = 0, positions = 0;
   const int64_t batches = data_->eval_batches(share_rank, shares);
+  if (forwards > batches) data_->eval_batch(0, 0, shares, batch_);  // share 0 has the most batches
+  for (int64_t i = batches; i < forwards; ++i) model.forward(batch_, false, nullptr);  // uncounted
   for (int64_t i = 0; i < batches; ++i) {
     data_->eval_batch(i, share_rank, shares, batch_);
     int64_t correct = 0;
@@ -34,7 +36,14 @@ EvalResult Trainer::evaluate(Model& model, int share_rank, int shares) {
 EvalResult Trainer::evaluate_shares(Model& model) {
   // Every rank evaluates its own share of the test split; the sums are all-reduced (under
   // --simulate-rank as if every rank had this rank's figures).
-  EvalResult own = evaluate(model, layout_.rank, layout_.world);
+  // FSDP gathers every block in each forward, a collective: every rank runs as many
+  // forwards as the rank with the most batches (the extra ones uncounted).
+  double forwards = 0;
+  if (model.gathers_blocks()) {
+    forwards = static_cast<double>(data_->eval_batches(layout_.rank, layout_.world));
+    world_->allreduce_max(&forwards, 1);
+  }
+  EvalResult own = evaluate(model, layout_.rank, layout_.world, static_cast<int64_t>(forwards));
   // A rank whose share is empty (fewer evaluation batches than ranks) adds nothing; its
   // loss is NaN, and NaN * 0 would poison every rank's sum.
   const double loss_sum = own.positions ? own.loss * own.positions : 0.0;

@@ -52,8 +52,8 @@ ModelUnits gpt_units(const ModelConfig& c) {
 }
 
 std::unique_ptr<Model> make_gpt(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed,
-                                bool recompute_blocks, GradLayout grads) {
-  return std::make_unique<Gpt>(c, mask, max_batch, seed, recompute_blocks, grads);
+                                bool recompute_blocks, ParamLayout layout) {
+  return std::make_unique<Gpt>(c, mask, max_batch, seed, recompute_blocks, layout);
 }
 
 BlockActivations BlockActivations::allocate(int64_t rows, int64_t C, int64_t H) {
@@ -139,7 +139,7 @@ TransformerBlock::TransformerBlock(ParamSet& ps, const SubnetMask& mask, const M
   fc_pre_ = stored(kept ? &kept->fc_pre : nullptr, fc_->out());
   fc_act_ = in_scratch(fc_->out());
   const Param& w2 = *fc2_->weight;
-  // Under GradLayout::block_shared a block's gradients are allocated after construction.
+  // Under ParamLayout::shared_block_grads a block's gradients are allocated after construction.
   fc2_grad_cols_ = !w2.trained ? 0 : w2.unit.layer >= 0 ? w2.grad_shape.at(w2.unit.axis) : fc2_->in();
   out_ = activation(max_rows, C_);
 }
@@ -202,8 +202,8 @@ void TransformerBlock::backward(const float* x, float* dres, int B, int T, GptSc
 }
 
 Gpt::Gpt(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed, bool recompute_blocks,
-         GradLayout grads)
-    : Model(mask, seed, grads), recompute_(recompute_blocks), T_(c.context), V_(c.vocab), C_(c.width), max_batch_(max_batch) {
+         ParamLayout layout)
+    : Model(mask, seed, layout), recompute_(recompute_blocks), T_(c.context), V_(c.vocab), C_(c.width), max_batch_(max_batch) {
   gpt_units(c);  // validates the sizes
   const int64_t rows = static_cast<int64_t>(max_batch) * T_;
   wte_ = std::make_unique<Embedding>(params_, "wte", V_, C_, kGpt2Weight);
@@ -277,6 +277,7 @@ void Gpt::run_forward(const int32_t* tokens, int B, int T, bool training) {
     TransformerBlock& blk = *blocks_[b];
     blk.set_step(stochastic && dropped_[b], stochastic && !dense_[b] ? drop_scale_ : 1.f);
     block_in_.push_back(x);
+    block_forward_starts(static_cast<int>(b));
     x = blk.forward(x, B, T, scratch_);
     if (blk.runs()) last_run_ = static_cast<int>(b);
   }
@@ -325,6 +326,7 @@ void Gpt::backward() {
   backend().fill(dres, 0.f, rows * C_);
   lnf_->backward(last_, dln, dres, rows);
   for (size_t b = blocks_.size(); b-- > 0;) {
+    block_backward_starts(static_cast<int>(b));
     // Recompute: the shared set holds the last computing block's state from the forward pass;
     // every other block's is rebuilt from its input by the same arithmetic (bit for bit).
     if (recompute_ && static_cast<int>(b) != last_run_) blocks_[b]->forward(block_in_[b], B_, Tcur_, scratch_);

@@ -29,7 +29,7 @@ namespace subdp {
 /// (block level). Errors name the [model] key (width not divisible by heads, ...).
 ModelUnits gpt_units(const ModelConfig& c);
 std::unique_ptr<Model> make_gpt(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed,
-                                bool recompute_blocks = false, GradLayout grads = GradLayout::per_param);
+                                bool recompute_blocks = false, ParamLayout layout = ParamLayout::per_param);
 
 /// What a block keeps from its forward pass for its backward, besides its output: mid
 /// (rows, C), fc_pre (rows, H), the attention area (rows, 4C: qkv, then the stored attention
@@ -105,7 +105,7 @@ class Gpt : public Model {
  public:
   /// recompute_blocks: train.recompute = "blocks" (BlockActivations).
   Gpt(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed, bool recompute_blocks = false,
-      GradLayout grads = GradLayout::per_param);
+      ParamLayout layout = ParamLayout::per_param);
   /// batch.x, batch.y: (B, T) int32 tokens and next tokens, T <= context.
   double forward(const Batch& batch, bool training, int64_t* correct) override;
   void backward() override;

@@ -40,15 +40,15 @@ ModelUnits model_units(const ModelConfig& c) {
 }
 
 std::unique_ptr<Model> make_model(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed,
-                                  bool recompute_blocks, GradLayout grads) {
+                                  bool recompute_blocks, ParamLayout layout) {
   SUBDP_CHECK(!recompute_blocks || c.name != "mlp", "train.recompute = \"blocks\": model.name = \"mlp\" has no "
               "blocks (use resnet or gpt)");
   std::unique_ptr<Model> model;
   if (c.name == "mlp") model = std::make_unique<Mlp>(c, mask, max_batch, seed);  // no blocks: every layout per parameter
-  else if (c.name == "resnet") model = std::make_unique<ResNet>(c, mask, max_batch, seed, recompute_blocks, grads);
-  else if (c.name == "gpt") model = make_gpt(c, mask, max_batch, seed, recompute_blocks, grads);
+  else if (c.name == "resnet") model = std::make_unique<ResNet>(c, mask, max_batch, seed, recompute_blocks, layout);
+  else if (c.name == "gpt") model = make_gpt(c, mask, max_batch, seed, recompute_blocks, layout);
   else throw Error(fmt::format("model.name = \"{}\": expected mlp, resnet or gpt", c.name));
-  model->params().allocate_block_gradients();
+  model->params().allocate_shared_blocks();
   return model;
 }
 

@@ -30,11 +30,20 @@ struct Batch {
 
 class BatchNorm2d;
 
+/// Calls a model makes around each residual block b (every block of the model, dropped or
+/// absent ones included, so every rank makes the same calls in the same order). Unset ones
+/// are skipped.
+struct BlockHooks {
+  std::function<void(int)> before_forward;   // b ascending, every forward (FSDP: gather b's values)
+  std::function<void(int)> before_backward;  // b descending, before any recompute (FSDP: gather again)
+  std::function<void(int)> after_backward;   // b descending: b's gradients are final (ZeRO-2, FSDP)
+};
+
 /// A trainable model on one rank. Activations are allocated once for `max_batch`.
 class Model {
  public:
-  Model(const SubnetMask& mask, uint64_t seed, GradLayout grads = GradLayout::per_param)
-      : mask_(mask), params_(mask_, seed, grads) {}
+  Model(const SubnetMask& mask, uint64_t seed, ParamLayout layout = ParamLayout::per_param)
+      : mask_(mask), params_(mask_, seed, layout) {}
   virtual ~Model() = default;
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -59,10 +68,10 @@ class Model {
   /// Evaluation forwards run every block unscaled. Errors for a model without blocks.
   virtual void set_dropped_blocks(const std::vector<char>& dropped, const std::vector<char>& dense, float scale);
 
-  /// Called with b after block b's backward (b descending, every block of the model, dropped
-  /// or absent ones included, so every rank calls it the same number of times in the same
-  /// order): block b's parameter gradients are final then. ZeRO-2 reduces them there.
-  void set_block_backward_hook(std::function<void(int)> hook) { block_hook_ = std::move(hook); }
+  /// The calls around each block (BlockHooks); the trainer sets them for ZeRO-2 and FSDP.
+  void set_block_hooks(BlockHooks hooks) { hooks_ = std::move(hooks); }
+  /// True when a forward pass gathers block values (FSDP): a collective on every rank.
+  bool gathers_blocks() const { return static_cast<bool>(hooks_.before_forward); }
 
   ParamSet& params() { return params_; }
   const SubnetMask& mask() const { return mask_; }
@@ -70,15 +79,21 @@ class Model {
   void zero_grad();
 
  protected:
-  /// Models call it after each block's backward (set_block_backward_hook).
+  /// Models call these around each block (BlockHooks).
+  void block_forward_starts(int b) const {
+    if (hooks_.before_forward) hooks_.before_forward(b);
+  }
+  void block_backward_starts(int b) const {
+    if (hooks_.before_backward) hooks_.before_backward(b);
+  }
   void block_backward_done(int b) const {
-    if (block_hook_) block_hook_(b);
+    if (hooks_.after_backward) hooks_.after_backward(b);
   }
   SubnetMask mask_;
   ParamSet params_;
 
  private:
-  std::function<void(int)> block_hook_;
+  BlockHooks hooks_;
 };
 
 /// Maskable units of the model the config describes (no allocation). Errors name the key.
@@ -87,9 +102,9 @@ ModelUnits model_units(const ModelConfig& config);
 /// Builds the local model for `mask` with activations for `max_batch` examples.
 /// recompute_blocks (train.recompute = "blocks"): the blocks share one set of activations
 /// and each block's is recomputed from its input in the backward pass (ResNet and GPT; the
-/// MLP has no blocks and refuses it). `grads`: how the gradients are laid out (GradLayout).
+/// MLP has no blocks and refuses it). `grads`: how the gradients are laid out (ParamLayout).
 std::unique_ptr<Model> make_model(const ModelConfig& config, const SubnetMask& mask, int max_batch,
                                   uint64_t seed, bool recompute_blocks = false,
-                                  GradLayout grads = GradLayout::per_param);
+                                  ParamLayout layout = ParamLayout::per_param);
 
 }  // namespace subdp

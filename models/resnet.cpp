@@ -183,8 +183,8 @@ std::vector<BatchNorm2d*> ResNet::batchnorms() {
 }
 
 ResNet::ResNet(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed, bool recompute_blocks,
-               GradLayout grads)
-    : Model(mask, seed, grads), recompute_(recompute_blocks), head_(max_batch, c.classes), C_in_(c.in_channels),
+               ParamLayout layout)
+    : Model(mask, seed, layout), recompute_(recompute_blocks), head_(max_batch, c.classes), C_in_(c.in_channels),
       H_(c.image_size), W_(c.image_size) {
   const int N = max_batch, w0 = c.widths.at(0);
   stem_conv_ = std::make_unique<Conv2d>(params_, "stem.0", C_in_, w0, 3, 1, 1);
@@ -248,6 +248,7 @@ double ResNet::forward(const Batch& batch, bool training, int64_t* correct) {
   for (size_t b = 0; b < blocks_.size(); ++b) {
     blocks_[b]->set_step(stochastic && dropped_[b], stochastic && !dense_[b] ? drop_scale_ : 1.f);
     block_in_.push_back(x);
+    block_forward_starts(static_cast<int>(b));
     x = blocks_[b]->forward(x, N, training, scratch_);
     if (blocks_[b]->computes_branch()) last_branch_ = static_cast<int>(b);
   }
@@ -269,6 +270,7 @@ void ResNet::backward() {
   backend().relu_backward(last_out_, g, last_out_, n_last, false);
   for (size_t b = blocks_.size(); b-- > 0;) {
     BasicBlock& blk = *blocks_[b];
+    block_backward_starts(static_cast<int>(b));
     if (blk.identity()) {  // its output buffer is its input's: the gradient is in place
       block_backward_done(static_cast<int>(b));
       continue;

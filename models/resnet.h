@@ -96,7 +96,7 @@ class ResNet : public Model {
  public:
   /// recompute_blocks: train.recompute = "blocks" (ResNetBlockActivations).
   ResNet(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed, bool recompute_blocks = false,
-         GradLayout grads = GradLayout::per_param);
+         ParamLayout layout = ParamLayout::per_param);
   double forward(const Batch& batch, bool training, int64_t* correct) override;
   void backward() override;
   const float* last_logits() const override { return head_.logits(); }

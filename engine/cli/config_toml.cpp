@@ -381,13 +381,14 @@ void check_cross(const Config& c, const std::string& path) {
               "needs [mask] regime = \"forward\" or \"backward\" with keep < 1 and [parallel] subnetworks > 1 "
               "(got regime \"{}\", keep {}, subnetworks {})", path, c.mask.redeal_every, c.mask.regime, c.mask.keep,
               c.parallel.subnetworks);
-  SUBDP_CHECK(c.parallel.shard != "parameters",
-              "{}: [parallel] shard = \"parameters\": sharded parameters (FSDP) are not implemented yet; use "
-              "\"gradients\" (ZeRO-2), \"optimizer\" (ZeRO-1) or \"none\"", path);
-  SUBDP_CHECK(c.log.alignment_every == 0 || c.parallel.shard != "gradients",
+  SUBDP_CHECK(c.parallel.shard != "parameters" || c.mask.regime != "backward",
+              "{}: [parallel] shard = \"parameters\" (FSDP) with [mask] regime = \"backward\": backward masking runs "
+              "every block's forward on every rank, so each rank would gather blocks it does not hold; FSDP composes "
+              "with \"none\", \"forward\" and \"stochastic\" (use shard = \"gradients\" with backward masking)", path);
+  SUBDP_CHECK(c.log.alignment_every == 0 || c.parallel.shard == "none" || c.parallel.shard == "optimizer",
               "{}: [log] alignment_every = {}: gradient alignment reads each block's whole gradient, which [parallel] "
-              "shard = \"gradients\" (ZeRO-2) frees block by block during the backward pass; use shard = "
-              "\"optimizer\" or \"none\" to measure alignment", path, c.log.alignment_every);
+              "shard = \"{}\" frees block by block during the backward pass; use shard = \"optimizer\" or "
+              "\"none\" to measure alignment", path, c.log.alignment_every, c.parallel.shard);
   SUBDP_CHECK(!c.checkpoint.reset_optimizer || !c.checkpoint.resume.empty(),
               "{}: [checkpoint] reset_optimizer = true: it applies to a resume; set [checkpoint] resume", path);
   SUBDP_CHECK(c.checkpoint.resume != "auto" || !c.checkpoint.dir.empty(),

@@ -39,7 +39,7 @@ CausalSelfAttention::CausalSelfAttention(ParamSet& ps, const std::string& prefix
     qkv_weight = &ps.add(prefix + ".qkv.weight", {3 * C, C}, weight_init, {}, block);
     qkv_bias = &ps.add(prefix + ".qkv.bias", {3 * C}, zero, {}, block);
   }
-  const int64_t Ck = qkv_weight->value.numel() / (3 * static_cast<int64_t>(C));  // local q width
+  const int64_t Ck = shape_numel(qkv_weight->local_shape) / (3 * static_cast<int64_t>(C));  // local q width
   local_heads_ = static_cast<int>(Ck / hd_);
   proj = std::make_unique<Linear>(ps, prefix + ".proj", C, C, true, UnitRef{},
                                   head_layer >= 0 ? UnitRef{head_layer, 1, hd_} : UnitRef{}, block,

@@ -14,7 +14,7 @@ class BatchNorm2d {
   /// gamma_init (1 as torch; 0 for a zero-initialised residual branch).
   BatchNorm2d(ParamSet& ps, const std::string& name, int channels, UnitRef units = {}, int block = -1,
               float gamma_init = 1.f);
-  int channels() const { return static_cast<int>(gamma->value.dim(0)); }
+  int channels() const { return static_cast<int>(gamma->local_shape.at(0)); }
   /// Allocates the per-channel batch statistics kept for backward (activations).
   void allocate_stats();
   /// y (N, C, HW) from x; training uses batch statistics and updates running stats. relu:

@@ -14,8 +14,8 @@ class Conv2d {
   Conv2d(ParamSet& ps, const std::string& name, int cin, int cout, int k, int stride, int pad,
          UnitRef out_units = {}, UnitRef in_units = {}, int block = -1);
 
-  int cin() const { return static_cast<int>(weight->value.dim(1)); }
-  int cout() const { return static_cast<int>(weight->value.dim(0)); }
+  int cin() const { return static_cast<int>(weight->local_shape.at(1)); }
+  int cout() const { return static_cast<int>(weight->local_shape.at(0)); }
   /// Geometry for an input of (N, cin, H, W).
   ConvShape shape(int N, int H, int W) const;
   /// Workspace floats needed for inputs of (N, cin, H, W).

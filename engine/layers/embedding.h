@@ -12,8 +12,8 @@ class Embedding {
  public:
   /// W (num, C), initialised per `init` (GPT-2: normal(0, 0.02)).
   Embedding(ParamSet& ps, const std::string& name, int64_t num, int64_t C, InitSpec init);
-  int64_t num() const { return weight->value.dim(0); }
-  int64_t channels() const { return weight->value.dim(1); }
+  int64_t num() const { return weight->local_shape.at(0); }
+  int64_t channels() const { return weight->local_shape.at(1); }
 
   /// y (rows, C) = W[ids[r]] (accumulate: y += W[ids[r]]). Throws subdp::Error on an id
   /// outside [0, num).

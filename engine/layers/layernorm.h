@@ -9,7 +9,7 @@ namespace subdp {
 class LayerNorm {
  public:
   LayerNorm(ParamSet& ps, const std::string& name, int C, int block = -1);
-  int channels() const { return static_cast<int>(gamma->value.dim(0)); }
+  int channels() const { return static_cast<int>(gamma->local_shape.at(0)); }
   /// Allocates (rows) mean / rstd kept for backward (activations).
   void allocate_stats(int64_t rows);
   /// Keeps the statistics in the first rows floats of `mean_area` / `rstd_area` instead

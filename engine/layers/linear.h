@@ -16,8 +16,8 @@ class Linear {
          UnitRef out_units = {}, UnitRef in_units = {}, int block = -1,
          const InitSpec* weight_init = nullptr, const InitSpec* bias_init = nullptr);
 
-  int64_t in() const { return weight->value.dim(1); }
-  int64_t out() const { return weight->value.dim(0); }
+  int64_t in() const { return weight->local_shape.at(1); }
+  int64_t out() const { return weight->local_shape.at(0); }
 
   /// y (rows, out) = x (rows, in) W^T + b.
   void forward(const float* x, float* y, int64_t rows) const;

@@ -193,7 +193,8 @@ TEST_F(LayerKernels, GlobalAvgPool) {
 Param make_param(const std::vector<float>& w) {
   Param p;
   p.name = "w";
-  p.full_shape = {static_cast<int64_t>(w.size())};
+  p.full_shape = p.local_shape = p.grad_shape = {static_cast<int64_t>(w.size())};
+  p.trained = true;
   p.value = Tensor::empty(p.full_shape, MemCategory::params);
   p.grad = Tensor::empty(p.full_shape, MemCategory::grads);
   std::copy(w.begin(), w.end(), p.value.f32());

@@ -37,6 +37,7 @@ while read -r name bytes; do
   [[ $name == *neuron* ]] && args="$args --set mask.granularity=neuron"
   [[ $name == *zero1* ]] && args="$args --set parallel.shard=optimizer"
   [[ $name == *zero2* ]] && args="$args --set parallel.shard=gradients"
+  [[ $name == *fsdp* ]] && args="$args --set parallel.shard=parameters"
   [[ $name == *recompute* ]] && args="$args --set train.recompute=blocks"
   got=$(peak $args)
   [[ $got == "$bytes" ]] || { echo "FAIL: $name: listed $bytes bytes, planned alone $got"; exit 1; }

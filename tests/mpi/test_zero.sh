@@ -2,17 +2,20 @@
 # ZeRO-1 (parallel.shard = "optimizer"): optimizer state split over each slice's holders,
 # gradients reduce-scattered, updated values all-gathered. ZeRO-2 (parallel.shard =
 # "gradients"): the same, with each block's gradients reduce-scattered right after its
-# backward and only this rank's shard kept. Checks, for both, on the MLP and the GPT:
+# backward and only this rank's shard kept. FSDP (parallel.shard = "parameters"): ZeRO-2 with
+# each block's values kept as this rank's shard and gathered before the block's forward and
+# backward (not with backward masking). Checks, for each, on the MLP and the GPT:
 # - 2 ranks: DP and forward block / neuron masking give the unsharded run's losses and final
 #   weights and optimizer state bit for bit (a sum of two addends has one order);
 # - 4 ranks (holder groups of 2 under S = 2): losses within 1e-6 relative of the unsharded
 #   run (MPI_Reduce_scatter may add the 4 contributions in another order than the
 #   all-reduce: float32 rounding, 2^-23 per addition, a few additions deep);
-# - the optimizer category shrinks to the shard (about 1/holders); under ZeRO-2 and DP the
-#   GPT's gradient category shrinks below ZeRO-1's (see the comment in the check; the MLP
-#   has no blocks, so nothing is freed early);
-#   the bytes per step equal the all-reduce's, the planner predicts the measured peaks,
-#   holders agree (invariant 5), and a resume from a sharded checkpoint continues bit for bit.
+# - the optimizer category shrinks to the shard (about 1/holders); under ZeRO-2 / FSDP and DP
+#   the GPT's gradient category shrinks below ZeRO-1's, and under FSDP its parameter category
+#   too (see the comments in the check; the MLP has no blocks, so nothing is freed early);
+# - the bytes per step equal the all-reduce's (FSDP: 1.5x for the blocks, see the check), the
+#   planner predicts the measured peaks, holders agree (invariant 5), and a resume from a
+#   sharded checkpoint continues bit for bit.
 source "$(dirname "$0")/common.sh"
 set_masked() { [[ $1 == dp ]] && return; echo --set parallel.subnetworks=2 --set mask.regime=$1 --set mask.granularity=$2 --set mask.keep=0.5; }
 for np in 2 4; do
@@ -20,11 +23,13 @@ for np in 2 4; do
     set -- $setting
     model=gpt; [[ $2 == neuron ]] && model=mlp
     tag=$model-$np-$1-$2
-    for sh in none optimizer gradients; do
+    shards="optimizer gradients"
+    [[ $1 != backward ]] && shards="$shards parameters"  # FSDP refuses backward masking
+    for sh in none $shards; do
       run_ranks $np train "$WORK/$model.toml" $(set_masked $1 $2) --set parallel.shard=$sh \
         --set log.metrics_file="$WORK/$tag-$sh-{rank}.jsonl" --set checkpoint.dir="$WORK/$tag-$sh" >/dev/null
     done
-    for sh in optimizer gradients; do
+    for sh in $shards; do
     "$SUBDP" plan "$WORK/$model.toml" --world $np $(set_masked $1 $2) --set parallel.shard=$sh >"$WORK/$tag-$sh.plan"
     for ((r = 0; r < np; ++r)); do
       if [[ $np == 2 ]]; then $CHECK same-losses "$WORK/$tag-none-$r.jsonl" "$WORK/$tag-$sh-$r.jsonl" >/dev/null
@@ -46,13 +51,21 @@ if not opt_b < limit * opt_a:
 # gradient) and this rank's shard of every block's: it saves sum(block) * (1 - 1/holders) -
 # largest block. Under DP the GPT's 4 blocks have 2 or 4 holders: below ZeRO-1. Masked, a
 # rank holds 2 blocks, with 1 or 2 holders: at best equal (the test GPT is too small).
-if shard == "gradients" and tag.startswith("gpt") and regime == "dp":
+if shard in ("gradients", "parameters") and tag.startswith("gpt") and regime == "dp":
     g1 = last(zero1)[-1]["mem_peak"]["grads"]
     if not b[-1]["mem_peak"]["grads"] < g1:
         sys.exit(f"FAIL {tag} rank {rank}: ZeRO-2 gradient bytes {b[-1]['mem_peak']['grads']} not below ZeRO-1's {g1}")
-if [r["bytes_allreduced"] for r in a] != [r["bytes_allreduced"] for r in b]:
+if shard == "parameters" and tag.startswith("gpt"):
+    # FSDP gathers each block before its forward and its backward: a block's bytes are 1.5x
+    # its all-reduce's, the rest 1x. The test GPT's 4 blocks hold 85 % of its floats: 1.42x.
+    ratio = b[-1]["bytes_allreduced"] / a[-1]["bytes_allreduced"]
+    if not 1.35 < ratio <= 1.5:
+        sys.exit(f"FAIL {tag} rank {rank}: FSDP bytes per step {ratio:.3f}x the all-reduce's, expected (1.35, 1.5]")
+    if regime == "dp" and not b[-1]["mem_peak"]["params"] < a[-1]["mem_peak"]["params"]:
+        sys.exit(f"FAIL {tag} rank {rank}: FSDP parameter bytes {b[-1]['mem_peak']['params']} not below {a[-1]['mem_peak']['params']}")
+elif [r["bytes_allreduced"] for r in a] != [r["bytes_allreduced"] for r in b]:
     sys.exit(f"FAIL {tag} {shard} rank {rank}: bytes per step {b[-1]['bytes_allreduced']} vs the all-reduce's {a[-1]['bytes_allreduced']}")
-suffix = "+zero1" if shard == "optimizer" else "+zero2"
+suffix = {"optimizer": "+zero1", "gradients": "+zero2", "parameters": "+fsdp"}[shard]
 label = f"dp{suffix} (rank 0)" if regime == "dp" else f"subnetwork {int(rank) % 2} "
 if regime != "dp" or rank == "0":
     row = next(l for l in open(plan) if l.strip().startswith(label))
@@ -63,7 +76,7 @@ if regime != "dp" or rank == "0":
         if pred != meas:
             sys.exit(f"FAIL {tag} {shard} rank {rank}: planner {pred} != measured {meas}")
 print(f"ok: {tag} {shard} rank {rank}: optimizer {opt_a} -> {opt_b} bytes, grads {a[-1]['mem_peak']['grads']} -> "
-      f"{b[-1]['mem_peak']['grads']}, bytes/step {b[-1]['bytes_allreduced']} unchanged")
+      f"{b[-1]['mem_peak']['grads']}, bytes/step {a[-1]['bytes_allreduced']} -> {b[-1]['bytes_allreduced']}")
 PY
     done
     if [[ $np == 2 ]]; then
@@ -77,30 +90,36 @@ PY
   done
 done
 # The ResNet (BatchNorm running statistics inside blocks, reduced after the backward pass;
-# dropped blocks that are the identity), 2 ranks, forward block masking: ZeRO-2 trains bit for
-# bit as the unsharded run, and the planner predicts its bytes.
+# dropped blocks that are the identity), 2 ranks, forward block masking: ZeRO-2 and FSDP train
+# bit for bit as the unsharded run (FSDP: its evaluations gather every block too), and the
+# planner predicts their bytes.
 res=(--set parallel.subnetworks=2 --set mask.regime=forward --set mask.keep=0.5)
-for sh in none gradients; do
-  run_ranks 2 train "$WORK/resnet.toml" "${res[@]}" --set parallel.shard=$sh \
-    --set log.metrics_file="$WORK/resnet-$sh-{rank}.jsonl" --set checkpoint.dir="$WORK/resnet-$sh" >/dev/null
+for sh in none gradients parameters; do
+  run_ranks 2 train "$WORK/resnet.toml" "${res[@]}" --set parallel.shard=$sh --set train.eval_every=2 \
+    --set log.metrics_file="$WORK/resnet-$sh-{rank}.jsonl" --set checkpoint.dir="$WORK/resnet-$sh" >"$WORK/resnet-$sh.out"
 done
-for r in 0 1; do $CHECK same-losses "$WORK/resnet-none-$r.jsonl" "$WORK/resnet-gradients-$r.jsonl" >/dev/null ||
-  { echo "FAIL: resnet ZeRO-2 rank $r: losses differ from the unsharded run"; exit 1; }; done
-$CHECK tensors-close "$(final_model "$WORK/resnet-none")" "$(final_model "$WORK/resnet-gradients")" 0 >/dev/null ||
-  { echo "FAIL: resnet ZeRO-2: final model tensors differ"; exit 1; }
-"$SUBDP" plan "$WORK/resnet.toml" --world 2 "${res[@]}" --set parallel.shard=gradients >"$WORK/resnet.plan"
-/usr/bin/python3 - "$WORK/resnet.plan" "$WORK/resnet-gradients-0.jsonl" <<'PY'
+for sh in gradients parameters; do
+  for r in 0 1; do $CHECK same-losses "$WORK/resnet-none-$r.jsonl" "$WORK/resnet-$sh-$r.jsonl" >/dev/null ||
+    { echo "FAIL: resnet $sh rank $r: losses differ from the unsharded run"; exit 1; }; done
+  $CHECK tensors-close "$(final_model "$WORK/resnet-none")" "$(final_model "$WORK/resnet-$sh")" 0 >/dev/null ||
+    { echo "FAIL: resnet $sh: final model tensors differ"; exit 1; }
+  diff <(grep "^eval" "$WORK/resnet-none.out") <(grep "^eval" "$WORK/resnet-$sh.out") >/dev/null ||
+    { echo "FAIL: resnet $sh: evaluations differ"; exit 1; }
+  "$SUBDP" plan "$WORK/resnet.toml" --world 2 "${res[@]}" --set parallel.shard=$sh >"$WORK/resnet-$sh.plan"
+  /usr/bin/python3 - "$WORK/resnet-$sh.plan" "$WORK/resnet-$sh-0.jsonl" "$sh" <<'PY'
 import json, sys
 row = next(l for l in open(sys.argv[1]) if l.strip().startswith("subnetwork 0 "))
 pred = [int(t) for t in row.replace("(", " ").replace(")", " ").split() if t.isdigit()][-7:-1]
 mem = json.loads(open(sys.argv[2]).readlines()[-1])["mem_peak"]
 meas = [mem[c] for c in ["params", "grads", "optimizer", "activations", "workspace", "comm"]]
-assert pred == meas, f"FAIL resnet ZeRO-2: planner {pred} != measured {meas}"
-print(f"ok: resnet ZeRO-2 bit for bit, planner = measured ({sum(meas)} bytes)")
+assert pred == meas, f"FAIL resnet {sys.argv[3]}: planner {pred} != measured {meas}"
+print(f"ok: resnet {sys.argv[3]} bit for bit, planner = measured ({sum(meas)} bytes)")
 PY
+done
 # Invariant 5 and resume, 4 ranks, backward block masking (holder groups of 2 and owner broadcasts).
-for sh in optimizer gradients; do
-  args=(--set parallel.subnetworks=2 --set mask.regime=backward --set mask.keep=0.5 --set parallel.shard=$sh)
+for sh in optimizer gradients parameters; do
+  regime=backward; [[ $sh == parameters ]] && regime=forward  # FSDP refuses backward masking
+  args=(--set parallel.subnetworks=2 --set mask.regime=$regime --set mask.keep=0.5 --set parallel.shard=$sh)
   mkdir -p "$WORK/dump-$sh"
   SUBDP_DUMP_LOCAL="$WORK/dump-$sh" run_ranks 4 train "$WORK/gpt.toml" "${args[@]}" >/dev/null
   $CHECK holders-identical "$WORK/dump-$sh"

@@ -32,7 +32,7 @@ void print_row(const std::string& label, const MemStats& m, int64_t dp_total) {
 
 /// The combination-name suffix of parallel.shard (as benchmarks/compare.py spells modifiers).
 std::string shard_suffix(const std::string& shard) {
-  return shard == "optimizer" ? "+zero1" : shard == "gradients" ? "+zero2" : "";
+  return shard == "optimizer" ? "+zero1" : shard == "gradients" ? "+zero2" : shard == "parameters" ? "+fsdp" : "";
 }
 
 /// Plain DP: no masking and no memory baseline (activation recompute) either.
@@ -75,7 +75,7 @@ int largest_batch(Config c, int world, double budget) {
 constexpr int kMaxCombinationS = 64;
 
 /// Every regime (DP, and with S > 1 forward / backward masking at block and neuron level at the
-/// configured keep) with every memory baseline (ZeRO-1 or ZeRO-2, block recompute) at the configured
+/// configured keep) with every memory baseline (ZeRO-1, ZeRO-2 or FSDP, block recompute) at the configured
 /// batch: the combinations that fit the budget, smallest first, and the smallest of all.
 void answer_combinations(const Config& config, int world, double budget) {
   struct Option {
@@ -85,7 +85,7 @@ void answer_combinations(const Config& config, int world, double budget) {
   std::vector<Option> fits;
   const int S = config.parallel.subnetworks;
   if (S > kMaxCombinationS) {  // each combination plans S subnetworks: minutes beyond this
-    std::printf("  combinations with ZeRO-1 / ZeRO-2 / recompute: not listed for S > %d (each needs S dry runs); "
+    std::printf("  combinations with ZeRO-1 / ZeRO-2 / FSDP / recompute: not listed for S > %d (each needs S dry runs); "
                 "plan one with --set parallel.shard=gradients --set train.recompute=blocks\n", kMaxCombinationS);
     return;
   }
@@ -102,9 +102,13 @@ void answer_combinations(const Config& config, int world, double budget) {
       bases.push_back({std::string(regime[0] == 'f' ? "fwd-" : "bwd-") + gran, c});
     }
   for (const auto& [base, c0] : bases)
-    for (const char* shard : {"none", "optimizer", "gradients"})
+    for (const char* shard : {"none", "optimizer", "gradients", "parameters"})
       for (const bool recompute : {false, true}) {
         Config c = c0;
+        // Refused by the config check: FSDP with backward masking, alignment with ZeRO-2 / FSDP.
+        if (c.mask.regime == "backward" && std::string(shard) == "parameters") continue;
+        if (c.log.alignment_every > 0 && (std::string(shard) == "gradients" || std::string(shard) == "parameters"))
+          continue;
         c.parallel.shard = shard;
         c.train.recompute = recompute ? "blocks" : "none";
         const std::string name = base + shard_suffix(shard) + (recompute ? "+recompute" : "");
@@ -115,7 +119,7 @@ void answer_combinations(const Config& config, int world, double budget) {
         }
       }
   std::sort(fits.begin(), fits.end(), [](const Option& a, const Option& b) { return a.bytes < b.bytes; });
-  std::printf("  combinations that fit at batch/rank %d (regime + ZeRO-1 / ZeRO-2 / recompute, smallest first):\n",
+  std::printf("  combinations that fit at batch/rank %d (regime + ZeRO-1 / ZeRO-2 / FSDP / recompute, smallest first):\n",
               config.train.batch_size);
   if (fits.empty()) std::printf("    none\n");
   for (const Option& o : fits)
