@@ -118,9 +118,9 @@ void GradientSync::for_each_in_segment(const Bucket& b, const std::vector<Bucket
   }
 }
 
-void GradientSync::pack(const std::vector<BucketRun>& pieces, float* buf) {
+void GradientSync::pack(const std::vector<BucketRun>& pieces, float* buf, bool values) {
   for (const BucketRun& r : pieces) {
-    backend().copy(r.data, buf, r.len);
+    backend().copy(values ? r.value : r.data, buf, r.len);
     buf += r.len;
   }
 }
@@ -305,7 +305,11 @@ void GradientSync::gather_bucket_values(Bucket& b) {
   Communicator* comm = b.group < 0 ? &world_ : b.comm;
   float* buf = comm_buffer_.f32();
   auto piece = shard_pieces_.begin() + static_cast<std::ptrdiff_t>(b.first_piece);
+  // --simulate-rank: the other ranks' segments never arrive; they keep the values in hand
+  // (not the buffer's stale contents, which may be anything, non-finite included).
+  const bool simulated = world_.backend() == "simulated";
   for_each_chunk(b.runs, chunk_cap(b), [&](const std::vector<BucketRun>& pieces, int64_t filled) {
+    if (simulated) pack(pieces, buf, /*values=*/true);
     // This rank's updated values (its shard pieces; running statistics: in place) into its
     // segment; every segment back into the values (FSDP: the buffer the blocks share).
     for_each_in_segment(b, pieces, filled, [&](const BucketRun& r, int64_t from, int64_t to, int64_t at) {

@@ -145,8 +145,8 @@ class GradientSync {
   /// the run; `at` its start in the chunk) that falls in this rank's segment of the chunk.
   template <class Fn>
   void for_each_in_segment(const Bucket& b, const std::vector<BucketRun>& pieces, int64_t filled, Fn&& fn) const;
-  /// Copies the chunk pieces' data, one after another, to buf.
-  static void pack(const std::vector<BucketRun>& pieces, float* buf);
+  /// Copies the chunk pieces' data (or their values), one after another, to buf.
+  static void pack(const std::vector<BucketRun>& pieces, float* buf, bool values = false);
   /// True when this rank averages bucket b: the world's, or a group's it holds, non-empty.
   bool reduces(const Bucket& b) const { return (b.group < 0 || b.comm != nullptr) && b.elems > 0; }
   void collect_shard_pieces();
