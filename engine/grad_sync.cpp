@@ -290,7 +290,9 @@ void GradientSync::reduce_scatter_bucket(Bucket& b) {
   for_each_chunk(b.runs, chunk_cap(b), [&](const std::vector<BucketRun>& pieces, int64_t filled) {
     pack(pieces, buf);
     comm->reduce_scatter_sum(buf, segment_counts(filled, static_cast<int64_t>(b.ranks.size())));
-    if (layout_.world > 1) bytes_ += filled / 2 * static_cast<int64_t>(sizeof(float));  // + all-gather: all-reduce's
+    // Half an all-reduce's payload (2 bytes a float, exact): with one all-gather, the
+    // all-reduce's; with FSDP's two, 1.5x.
+    if (layout_.world > 1) bytes_ += filled * static_cast<int64_t>(sizeof(float)) / 2;
     // Only this rank's segment is averaged: gradients into their shard pieces, running
     // statistics back into their values.
     for_each_in_segment(b, pieces, filled, [&](const BucketRun& r, int64_t from, int64_t to, int64_t at) {
@@ -317,7 +319,7 @@ void GradientSync::gather_bucket_values(Bucket& b) {
       backend().copy(trained ? (piece++)->value : r.value + from, buf + at + from, to - from);
     });
     comm->allgather_segments(buf, segment_counts(filled, static_cast<int64_t>(b.ranks.size())));
-    if (layout_.world > 1) bytes_ += (filled - filled / 2) * static_cast<int64_t>(sizeof(float));
+    if (layout_.world > 1) bytes_ += filled * static_cast<int64_t>(sizeof(float)) / 2;  // as the reduce-scatter
     int64_t at = 0;
     for (const BucketRun& r : pieces) {
       backend().copy(buf + at, r.value, r.len);
