@@ -122,9 +122,6 @@ class ParamSet {
   /// and points each trained block parameter into them, once every parameter exists
   /// (make_model calls it; a no-op for ParamLayout::per_param).
   void allocate_shared_blocks();
-  ParamLayout layout() const { return layout_; }
-  /// The seed values are drawn from (init_value).
-  uint64_t seed() const { return seed_; }
   std::vector<Param*> trainable();
   std::vector<Param*> buffers();
   std::vector<Param*> all();
