@@ -32,7 +32,7 @@ struct BucketRun {
   Param* param = nullptr;  // owner of the run (gradient runs), nullptr for value-only runs
 };
 
-/// A piece of this rank's optimizer shard (parallel.shard = "optimizer" or "gradients"):
+/// A piece of this rank's optimizer shard (parallel.shard other than "none"):
 /// `len` values of `param` at `value_off` of its value, at `grad_off` of its gradient
 /// layout. Its averaged gradient is at `grad` once reduced: inside the parameter's gradient
 /// under ZeRO-1 and, under ZeRO-2, for parameters outside blocks; in GradientSync's

@@ -12,9 +12,10 @@ namespace subdp {
 namespace {
 
 /// Per-parameter state, updated run by run. Unsharded, the state is shaped like the
-/// gradient and the runs are its spans (for_each_grad_span); sharded (ZeRO-1 / ZeRO-2), the
-/// state of a parameter holds its shard pieces only, one after another, and each run reads
-/// its averaged gradient where its piece says (ShardPiece::grad).
+/// gradient and the runs are its spans (for_each_grad_span); sharded (ZeRO-1 / ZeRO-2 / FSDP),
+/// the state of a parameter holds its shard pieces only, one after another, and each run
+/// reads its averaged gradient and updates its values where its piece says (ShardPiece::grad,
+/// ShardPiece::value).
 class StatefulOptimizer : public Optimizer {
  public:
   StatefulOptimizer(std::vector<Param*> params, int states, const std::vector<ShardPiece>* shard)

@@ -23,8 +23,8 @@ class Optimizer {
   /// Where parameter i's state sits: runs of (value, gradient, state) offsets. Unsharded:
   /// state_off == grad_off over the whole gradient.
   virtual std::vector<StateRun> state_runs(size_t i) const = 0;
-  /// True when the state holds this rank's shard pieces only (parallel.shard = "optimizer"
-  /// or "gradients").
+  /// True when the state holds this rank's shard pieces only (parallel.shard other than
+  /// "none").
   virtual bool sharded() const = 0;
   /// State tensors per parameter (SGD with momentum 1, without 0; AdamW 2), same on every rank.
   virtual int num_states() const = 0;
@@ -38,7 +38,7 @@ class Optimizer {
 };
 
 /// Builds the optimizer named in config.optim over `params` (held gradients only). With
-/// `shard` (GradientSync::shard_pieces, parallel.shard = "optimizer" or "gradients") it keeps
+/// `shard` (GradientSync::shard_pieces, parallel.shard other than "none") it keeps
 /// state for, and updates, those pieces only, reading their gradients at ShardPiece::grad.
 std::unique_ptr<Optimizer> make_optimizer(const OptimConfig& config, std::vector<Param*> params,
                                           const std::vector<ShardPiece>* shard = nullptr);

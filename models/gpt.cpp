@@ -139,7 +139,7 @@ TransformerBlock::TransformerBlock(ParamSet& ps, const SubnetMask& mask, const M
   fc_pre_ = stored(kept ? &kept->fc_pre : nullptr, fc_->out());
   fc_act_ = in_scratch(fc_->out());
   const Param& w2 = *fc2_->weight;
-  // Under ParamLayout::shared_block_grads a block's gradients are allocated after construction.
+  // Under a shared ParamLayout a block's gradients (and values) are allocated after construction.
   fc2_grad_cols_ = !w2.trained ? 0 : w2.unit.layer >= 0 ? w2.grad_shape.at(w2.unit.axis) : fc2_->in();
   out_ = activation(max_rows, C_);
 }

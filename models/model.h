@@ -102,7 +102,7 @@ ModelUnits model_units(const ModelConfig& config);
 /// Builds the local model for `mask` with activations for `max_batch` examples.
 /// recompute_blocks (train.recompute = "blocks"): the blocks share one set of activations
 /// and each block's is recomputed from its input in the backward pass (ResNet and GPT; the
-/// MLP has no blocks and refuses it). `grads`: how the gradients are laid out (ParamLayout).
+/// MLP has no blocks and refuses it). `layout`: how values and gradients are laid out (ParamLayout).
 std::unique_ptr<Model> make_model(const ModelConfig& config, const SubnetMask& mask, int max_batch,
                                   uint64_t seed, bool recompute_blocks = false,
                                   ParamLayout layout = ParamLayout::per_param);
