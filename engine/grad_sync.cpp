@@ -33,7 +33,8 @@ ParamLayout param_layout_of(Sharding sharding) {
 
 GradientSync::GradientSync(Communicator& world, const Layout& layout, const SubnetworkPlan& plan,
                            std::vector<Param*> params, double bucket_mb, Sharding sharding, int blocks)
-    : world_(world), layout_(layout), plan_(plan), params_(std::move(params)), sharding_(sharding) {
+    : world_(world), layout_(layout), plan_(plan), params_(std::move(params)), sharding_(sharding),
+      simulated_(world.backend() == "simulated") {
   if (shards_blocks()) blocks_ = blocks;
   for (const Param* p : params_) SUBDP_ASSERT(p->block < blocks_ || !shards_blocks());
   next_block_ = blocks_ - 1;
@@ -307,11 +308,10 @@ void GradientSync::gather_bucket_values(Bucket& b) {
   Communicator* comm = b.group < 0 ? &world_ : b.comm;
   float* buf = comm_buffer_.f32();
   auto piece = shard_pieces_.begin() + static_cast<std::ptrdiff_t>(b.first_piece);
-  // --simulate-rank: the other ranks' segments never arrive; they keep the values in hand
-  // (not the buffer's stale contents, which may be anything, non-finite included).
-  const bool simulated = world_.backend() == "simulated";
   for_each_chunk(b.runs, chunk_cap(b), [&](const std::vector<BucketRun>& pieces, int64_t filled) {
-    if (simulated) pack(pieces, buf, /*values=*/true);
+    // --simulate-rank: the other ranks' segments never arrive; they keep the values in hand
+    // (not the buffer's stale contents, which may be anything, non-finite included).
+    if (simulated_) pack(pieces, buf, /*values=*/true);
     // This rank's updated values (its shard pieces; running statistics: in place) into its
     // segment; every segment back into the values (FSDP: the buffer the blocks share).
     for_each_in_segment(b, pieces, filled, [&](const BucketRun& r, int64_t from, int64_t to, int64_t at) {

@@ -172,6 +172,7 @@ class GradientSync {
   int64_t broadcast_chunk_ = 0;  // floats per broadcast message, the same on every rank
   int64_t bytes_ = 0;
   Sharding sharding_ = Sharding::none;
+  bool simulated_ = false;  // --simulate-rank: gathers never receive the other ranks' segments
   std::vector<ShardPiece> shard_pieces_;
   Tensor shard_grads_;  // ZeRO-2: the averaged gradient of every shard piece inside a block, in order
   int next_block_ = -1;  // ZeRO-2: the block reduce_block expects next (checks the order)

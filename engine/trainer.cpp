@@ -122,12 +122,9 @@ void Trainer::gather_block(int b) {
 void Trainer::reduce_block_gradients(int b) {
   static const std::vector<Param*> none;
   const auto& params = b < static_cast<int>(block_params_.size()) ? block_params_[b] : none;
-  for (Param* p : params) {
-    if (!blocks_finite_ || backend().all_finite(p->grad.f32(), p->grad.numel())) continue;
-    std::fprintf(stderr, "subdp: rank %d: non-finite gradient in %s at step %lld\n", layout_.rank, p->name.c_str(),
-                 static_cast<long long>(step_ + 1));
-    blocks_finite_ = false;  // reduced all the same: every holder takes part in the collective
-  }
+  // Reduced all the same when not finite: every holder takes part in the collective.
+  for (Param* p : params)
+    if (blocks_finite_ && !gradient_finite(*p)) blocks_finite_ = false;
   const auto t = Clock::now();
   sync_->reduce_block(b);
   hook_comm_s_ += seconds_since(t);
@@ -279,12 +276,16 @@ bool Trainer::gradients_finite() {
   for (Param* p : model_->params().trainable()) {
     // ZeRO-2 and FSDP: the blocks' gradients were checked by reduce_block_gradients.
     if (!p->grad.defined() || (sync_->shards_blocks() && p->block >= 0)) continue;
-    if (backend().all_finite(p->grad.f32(), p->grad.numel())) continue;
-    std::fprintf(stderr, "subdp: rank %d: non-finite gradient in %s at step %lld\n", layout_.rank, p->name.c_str(),
-                 static_cast<long long>(step_ + 1));  // 1-based, as the progress lines and metrics
-    return false;
+    if (!gradient_finite(*p)) return false;
   }
   return true;
+}
+
+bool Trainer::gradient_finite(const Param& p) const {
+  if (backend().all_finite(p.grad.f32(), p.grad.numel())) return true;
+  std::fprintf(stderr, "subdp: rank %d: non-finite gradient in %s at step %lld\n", layout_.rank, p.name.c_str(),
+               static_cast<long long>(step_ + 1));  // 1-based, as the progress lines and metrics
+  return false;
 }
 
 void Trainer::check_updated_values() {

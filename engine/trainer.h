@@ -52,6 +52,8 @@ class Trainer {
   /// Checks this rank's gradients (ZeRO-2: those outside blocks; the blocks' were checked by
   /// reduce_block_gradients), naming the first non-finite one on stderr.
   bool gradients_finite();
+  /// True when p's gradient is finite; else names it on stderr (rank, tensor, 1-based step).
+  bool gradient_finite(const Param& p) const;
   /// ZeRO-2, after block b's backward: checks its gradients, reduce-scatters them into this
   /// rank's shard (GradientSync::reduce_block), then zeroes them for the next block, which
   /// shares their buffer (ParamLayout::shared_block_grads).
