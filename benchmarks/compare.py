@@ -11,6 +11,9 @@ every rank's per-step metrics (log.metrics_file) and the evaluation lines, and w
   OUT/steps.csv.gz    every step of every run and rank: every key of the metrics lines
                       (benchmarks/pack_metrics.py packs them; the per-run JSON lines are removed)
   OUT/evals.csv       every evaluation of every run (full model, and subnetworks' own share)
+  OUT/runs.csv        one row per run and seed: budget, steps, FLOPs, peak and predicted bytes,
+                      bytes all-reduced per step, step and wall time, losses and accuracies
+                      (benchmarks/protocol_table.py merges the folders of several budgets)
   OUT/memory.png      stacked peak bytes by category (largest rank) per run, MiB
   OUT/loss_vs_step.png, OUT/loss_vs_flops.png (training loss against cumulative FLOPs per
                       rank: the FLOP-matched comparison), OUT/eval.png
@@ -40,6 +43,11 @@ short calibration run of each regime (OUT/calibration/), each run's warm-up and 
 schedule stretched to its own length. --seeds N repeats every run with train.seed =
 mask.seed = 0..N-1: summary.md then opens with one row per run, quality as mean +- std,
 and the plots draw the mean with a band of one standard deviation.
+
+A table too long for one sitting: rerun the same command with --reuse (finished runs are
+kept while their command is unchanged, binary path included); --finished-only trains
+nothing and summarises what has finished, naming the rest. benchmarks/protocol.sh runs the
+protocol of issue 25 this way and benchmarks/protocol_table.py merges its budgets.
 """
 import argparse
 import csv
@@ -91,6 +99,10 @@ REFUSED_RE = re.compile(r'mask\.granularity = "(block|neuron)": (.*)')
 
 class Failure(Exception):
     pass
+
+
+class NotFinished(Exception):
+    """--finished-only: the run has no finished result with the same command."""
 
 
 def fnum(text):
@@ -220,6 +232,8 @@ def train(args, name, regime, keep, run_dir, steps, eval_every, extra=()):
             if json.load(f).get("command") == cmd:
                 print(f"[{name}] reusing the finished run in {run_dir}", flush=True)
                 return cmd, None
+    if args.finished_only:
+        raise NotFinished(name)
     for fname in os.listdir(run_dir):
         if fname.startswith("metrics-") or fname == "done.json":
             os.remove(os.path.join(run_dir, fname))
@@ -304,7 +318,8 @@ def summarize(name, regime, keep, ranks, evals, final, plan, wall):
         "bytes": sum(row["bytes_allreduced"] for rows in ranks for row in rows) / (steps * len(ranks)),
         "train_loss": train_loss, "train_loss_tail": tail, "engine_train_loss": final["train_loss"],
         "test_loss": last_eval.get("test_loss", final["test_loss"]), "test_acc": last_eval.get("test_acc", final["test_acc"]),
-        "subnet_acc": last_eval.get("subnet_acc", math.nan), "engine_peak": final["peak_bytes"],
+        "subnet_loss": last_eval.get("subnet_loss", math.nan), "subnet_acc": last_eval.get("subnet_acc", math.nan),
+        "engine_peak": final["peak_bytes"],
         "time_s": final["time_s"], "wall_s": wall,
         # Re-deals (mask.redeal_every): how many, their seconds (slowest rank, summed) and MB
         # moved per rank (inside the step times above; not in the all-reduced bytes).
@@ -388,13 +403,36 @@ def redeal_cell(runs):
             f"{sum(r['redeal_mb'] for r in runs) / n:.1f} MB)")
 
 
-def write_csvs(out, runs_data):
-    with open(os.path.join(out, "evals.csv"), "w", newline="") as f:
+# runs.csv: one row per run and seed, what summary.md's tables show, for scripts
+# (benchmarks/protocol_table.py). Units: bytes, seconds, FLOPs per rank; losses in nats.
+RUN_FIELDS = ["run", "base", "regime", "keep", "seed", "match", "steps", "flops_per_step", "flops_total",
+              "peak_bytes", "predicted_bytes", "bytes_per_step", "step_s", "comm_s", "wall_s", "train_loss",
+              "test_loss", "test_acc", "subnet_loss", "subnet_acc", "redeals", "redeal_s", "redeal_mb"]
+
+
+def run_row(s, match):
+    """One runs.csv row (RUN_FIELDS) of a summarize() result under budget `match`."""
+    row = {k: s[k] for k in ("run", "base", "regime", "keep", "seed", "steps", "step_s", "comm_s", "wall_s",
+                             "train_loss", "test_loss", "test_acc", "subnet_loss", "subnet_acc", "redeals",
+                             "redeal_s", "redeal_mb")}
+    row.update(match=match, flops_per_step=s["flops"], flops_total=s["flops"] * s["steps"], peak_bytes=s["total"],
+               predicted_bytes=s["predicted"], bytes_per_step=s["bytes"])
+    return row
+
+
+def write_csvs(a, runs_data, summaries):
+    """OUT/evals.csv (every evaluation) and OUT/runs.csv (every run and seed)."""
+    with open(os.path.join(a.out, "evals.csv"), "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["run", "step", "test_loss", "test_acc", "subnet_loss", "subnet_acc"])
         for d in runs_data:
             for e in d["evals"]:
                 w.writerow([d["name"], e["step"], e["test_loss"], e["test_acc"], e["subnet_loss"], e["subnet_acc"]])
+    with open(os.path.join(a.out, "runs.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=RUN_FIELDS)
+        w.writeheader()
+        for s in summaries:
+            w.writerow(run_row(s, a.match))
 
 
 # ---------------------------------------------------------------------------------------
@@ -433,10 +471,14 @@ def parse_args(argv):
                    help="launcher options (default '--oversubscribe --mca btl self,vader')")
     p.add_argument("--timeout", type=float, default=0, help="seconds allowed per training run; 0 = no limit")
     p.add_argument("--reuse", action="store_true", help="keep runs that already finished with the same command")
+    p.add_argument("--finished-only", action="store_true",
+                   help="train nothing: summarise the runs that already finished with the same command (implies "
+                        "--reuse) and name the others in summary.md; for a table built over several sessions")
     p.add_argument("--title", default="", help="plot title (default: the config's name)")
     p.add_argument("--verbose", action="store_true", help="echo every line of subdp train")
     a = p.parse_args(argv)
     a.binary = os.path.abspath(a.binary)
+    a.reuse = a.reuse or a.finished_only
     if not os.access(a.binary, os.X_OK):
         p.error(f"{a.binary} is not an executable (build it: cmake --build build --target subdp)")
     if not os.path.exists(a.config):
@@ -480,18 +522,29 @@ def calibrate(a, runs):
                                       os.path.join(run_dir, "metrics-{rank}.jsonl"))
         if run_plan(a.binary, a.config, a.world, sets, run_dir, "calibration/" + name)[1]:
             continue  # the model refuses it: run_all skips the run with a note
-        cmd, _ = train(a, "calibration/" + name, regime, keep, run_dir, a.calibration_steps, 10**9)
+        try:
+            cmd, _ = train(a, "calibration/" + name, regime, keep, run_dir, a.calibration_steps, 10**9)
+        except NotFinished:
+            if name == "dp":
+                raise Failure("--finished-only: DP's calibration run (the budget's reference) has not finished in "
+                              f"{run_dir}; run without --finished-only first")
+            costs[name] = None  # instances() leaves the regime out with a note
+            continue
         ranks, _, _ = read_run(name, run_dir, a.world, a.calibration_steps, cmd, a.out)
         costs[name] = budget.per_step_cost(ranks)
     return costs
 
 
-def instances(a, runs, costs):
+def instances(a, runs, costs, notes):
     """[(instance name, base run name, regime, keep, seed, steps, extra overrides)]: every run
-    once per seed, with the steps of its budget and its stretched schedule."""
+    once per seed, with the steps of its budget and its stretched schedule. A regime whose
+    calibration has not finished (cost None, --finished-only) is left out with a note."""
     warmup = config_value(a.config, a.set, "optim", "warmup_steps", 0)
     out = []
     for name, regime, keep in runs:
+        if name in costs and costs[name] is None:
+            notes.append(f"not run yet: {name} (its calibration run has not finished; --finished-only)")
+            continue
         steps = budget.matched_steps(a.match, a.steps, costs["dp"], costs[name]) if name in costs else a.steps
         extra = budget.schedule_sets(steps, a.steps, warmup)
         if a.alignment_every > 0 and REGIMES[regime.split("+")[0]][0] in ("forward", "backward"):
@@ -507,7 +560,7 @@ def run_all(a, runs, notes):
     """Plans and trains every run (each seed); returns (runs_data, summaries). Raises Failure."""
     costs = calibrate(a, runs) if a.match != "steps" else {}
     runs_data, summaries = [], []
-    for name, base, regime, keep, seed, steps, extra in instances(a, runs, costs):
+    for name, base, regime, keep, seed, steps, extra in instances(a, runs, costs, notes):
         run_dir = os.path.join(a.out, name)
         os.makedirs(run_dir, exist_ok=True)
         eval_every = -(-steps // a.evals)  # ceil: at most --evals evaluations per run
@@ -518,7 +571,12 @@ def run_all(a, runs, notes):
             notes.append(f"skipped {name}: the model refuses it ({refused})")
             print(f"[{name}] skipped: {refused}", flush=True)
             continue
-        cmd, wall = train(a, name, regime, keep, run_dir, steps, eval_every, extra)
+        try:
+            cmd, wall = train(a, name, regime, keep, run_dir, steps, eval_every, extra)
+        except NotFinished:
+            notes.append(f"not run yet: {name} ({steps} steps; --finished-only summarises finished runs only)")
+            print(f"[{name}] not finished: left out (--finished-only)", flush=True)
+            continue
         ranks, evals, final = read_run(name, run_dir, a.world, steps, cmd, a.out)
         if wall is None:
             with open(os.path.join(run_dir, "done.json")) as f:
@@ -553,7 +611,7 @@ def write_summary(a, summaries, notes):
     footer = ["", *[f"- {n}" for n in tab_notes + notes], "",
               "Run wall time (s, training and evaluation): " +
               ", ".join(f"{s['run']} {s['wall_s']:.0f}" for s in summaries) + f"; total {total_wall:.0f}.", "",
-              "Files: steps.csv.gz (every step and rank, every metrics key; benchmarks/pack_metrics.py), evals.csv, "
+              "Files: steps.csv.gz (every step and rank, every metrics key; benchmarks/pack_metrics.py), evals.csv, runs.csv, "
               "memory.png, loss_vs_step.png, loss_vs_flops.png, eval.png; per run: command.txt, plan.txt, stdout.txt.",
               ""]
     text = "\n".join(header) + "\n" + tab + "\n" + "\n".join(footer)
@@ -576,13 +634,13 @@ def main(argv=None):
     if not summaries:
         print("compare.py: error: no run was made" + "".join("\n  " + n for n in notes), file=sys.stderr)
         return 1
-    write_csvs(a.out, runs_data)
+    write_csvs(a, runs_data, summaries)
     pack_metrics.pack(a.out)
     plots(a.out, runs_data, summaries, a.title)
     text = write_summary(a, summaries, notes)
     print()
     print(text)
-    print(f"wrote {a.out}/summary.md, steps.csv.gz, evals.csv, memory.png, loss_vs_step.png, loss_vs_flops.png, eval.png "
+    print(f"wrote {a.out}/summary.md, steps.csv.gz, evals.csv, runs.csv, memory.png, loss_vs_step.png, loss_vs_flops.png, eval.png "
           f"({time.time() - t_start:.0f} s)")
     return 0
 

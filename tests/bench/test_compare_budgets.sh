@@ -3,6 +3,7 @@
 # count is DP's budget divided by its own FLOPs per step (the analytical ratio, from the
 # engine's counted FLOPs), its warm-up and cosine schedule are stretched to its own length
 # (the cosine reaches the configured minimum at its own last step, not DP's), and every run is repeated with 2 seeds summarised as mean +- std.
+# Then runs.csv, --finished-only and benchmarks/protocol_table.py (see the second half).
 source "$(dirname "$0")/../mpi/common.sh"
 /usr/bin/python3 "$ROOT/benchmarks/compare.py" "$WORK/gpt.toml" --binary "$SUBDP" --world 2 \
   --regimes dp,fwd-block --keep 0.5 --steps 6 --match flops --seeds 2 --out "$WORK/out" \
@@ -45,4 +46,47 @@ summary = open(out + "/summary.md").read()
 if "flops-matched" not in summary or "| dp | 2 | 6 |" not in summary or "+-" not in summary:
     sys.exit("FAIL: summary lacks the budget line or the mean +- std table")
 print("ok: seeds differ; summary states the budget and gives mean +- std per run")
+PY
+
+# runs.csv, --finished-only and the protocol table: a step-matched folder without DP, then a
+# --finished-only pass over the FLOP-matched folder asking for a regime never run (it must
+# train nothing and name it), then protocol_table.py merging both folders.
+/usr/bin/python3 "$ROOT/benchmarks/compare.py" "$WORK/gpt.toml" --binary "$SUBDP" --world 2 \
+  --regimes fwd-block --keep 0.5 --steps 6 --seeds 2 --out "$WORK/steps" >"$WORK/steps.log" 2>&1 ||
+  { tail -20 "$WORK/steps.log"; exit 1; }
+/usr/bin/python3 "$ROOT/benchmarks/compare.py" "$WORK/gpt.toml" --binary "$SUBDP" --world 2 \
+  --regimes dp,fwd-block,bwd-block --keep 0.5 --steps 6 --match flops --seeds 2 --out "$WORK/out" --finished-only \
+  --set optim.schedule=cosine --set optim.min_lr_ratio=0.1 --set optim.warmup_steps=2 >"$WORK/finished.log" 2>&1 ||
+  { tail -20 "$WORK/finished.log"; exit 1; }
+/usr/bin/python3 "$ROOT/benchmarks/protocol_table.py" "$WORK/steps" "$WORK/out" --out "$WORK/table" >/dev/null
+/usr/bin/python3 - "$WORK" <<'PY'
+import csv, math, os, statistics, sys
+work = sys.argv[1]
+rows = lambda path: list(csv.DictReader(open(path)))
+flops = rows(f"{work}/out/runs.csv")
+if sorted(r["run"] for r in flops) != ["dp-s0", "dp-s1", "fwd-block-k0.5-s0", "fwd-block-k0.5-s1"]:
+    sys.exit(f"FAIL: --finished-only summarised {[r['run'] for r in flops]}, not the four finished runs")
+if os.path.exists(f"{work}/out/bwd-block-k0.5-s0/done.json") or os.path.exists(f"{work}/out/calibration/bwd-block-k0.5/done.json"):
+    sys.exit("FAIL: --finished-only trained bwd-block")
+if "not run yet: bwd-block-k0.5" not in open(f"{work}/out/summary.md").read():
+    sys.exit("FAIL: summary.md does not name the run --finished-only left out")
+for r in flops:
+    if r["match"] != "flops" or abs(float(r["flops_total"]) - float(r["flops_per_step"]) * float(r["steps"])) > 1:
+        sys.exit(f"FAIL: runs.csv row {r}")
+table = {(r["run"], r["match"]): r for r in rows(f"{work}/table/table.csv")}
+if set(table) != {("dp", "flops"), ("dp", "steps"), ("fwd-block-k0.5", "flops"), ("fwd-block-k0.5", "steps")}:
+    sys.exit(f"FAIL: table rows {sorted(table)}")
+for match, folder in (("flops", "out"), ("steps", "steps")):
+    # Test loss: the seeds' accuracies can tie on this small model, their losses do not.
+    losses = [float(r["test_loss"]) for r in rows(f"{work}/{folder}/runs.csv") if r["base"] == "fwd-block-k0.5"]
+    got = table[("fwd-block-k0.5", match)]
+    if len(losses) != 2 or losses[0] == losses[1] or abs(float(got["test_loss"]) - statistics.fmean(losses)) > 1e-12 \
+            or abs(float(got["test_loss_std"]) - statistics.stdev(losses)) > 1e-12:
+        sys.exit(f"FAIL: {match} fwd-block test loss {got['test_loss']} +- {got['test_loss_std']}, runs {losses}")
+if table[("dp", "steps")]["test_acc"] != table[("dp", "flops")]["test_acc"]:
+    sys.exit("FAIL: the step-matched table does not take DP's runs from the FLOP-matched folder")
+md = open(f"{work}/table/table.md").read()
+if "DP under the step-matched budget" not in md or "within 1 DP std" not in md:
+    sys.exit("FAIL: table.md lacks the lent-DP note or the against-DP table")
+print("ok: runs.csv rows, --finished-only trains nothing new, protocol table means and stds from runs.csv")
 PY

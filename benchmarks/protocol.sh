@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The comparison protocol of issue 25 at its full scale, resumable across sessions:
+#   resnet: configs/resnet_fmnist.toml, W = 4, budget 3 epochs of DP (351 steps of 128 per rank)
+#   gpt:    configs/gpt_brown.toml,     W = 4, budget 600 steps of DP (batch 16 per rank)
+# DP, stochastic depth, forward and backward masking at block and neuron level at keep 0.5,
+# forward block at keep 0.25, FLOP-matched and step-matched, 3 seeds; forward block with the
+# plan re-dealt every 50 and 200 steps (FLOP-matched). Then benchmarks/protocol_table.py merges
+# both budgets into benchmarks/results/<model>_table/table.md.
+#
+# Usage: benchmarks/protocol.sh resnet|gpt [--finished-only]
+#   --finished-only  train nothing: summarise what has finished (compare.py --finished-only)
+# Environment: SUBDP_BINARY (default build/subdp). compare.py --reuse keeps a finished run
+# only when its command is unchanged, binary path included: point SUBDP_BINARY at a copy
+# (e.g. /tmp/exp/subdp-table) so that rebuilding build/ neither changes a running table nor
+# the commands recorded for the next session.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+model=${1:-}
+finished=()
+[[ ${2:-} == --finished-only ]] && finished=(--finished-only)
+binary=${SUBDP_BINARY:-$root/build/subdp}
+case $model in
+  resnet) config=configs/resnet_fmnist.toml; steps=351; stem=resnet_fmnist ;;
+  gpt) config=configs/gpt_brown.toml; steps=600; stem=gpt_brown; "$root/scripts/get_brown.sh" >/dev/null ;;
+  *) echo "usage: benchmarks/protocol.sh resnet|gpt [--finished-only]" >&2; exit 2 ;;
+esac
+cd "$root"
+results=$root/benchmarks/results
+common=(--world 4 --keep 0.5 --steps "$steps" --seeds 3 --evals 3 --reuse --binary "$binary"
+        --mpirun-args "--oversubscribe --bind-to none --mca btl self,vader" "${finished[@]}")
+masked=fwd-block,bwd-block,stoch-depth,fwd-neuron,bwd-neuron,fwd-block@0.25
+/usr/bin/python3 benchmarks/compare.py "$config" "${common[@]}" --match flops \
+  --regimes "dp,$masked,fwd-block+redeal50,fwd-block+redeal200" --out "$results/${stem}_table_flops"
+# DP trains its 351 / 600 steps under both budgets: protocol_table.py takes its runs from the
+# FLOP-matched folder.
+# Under --finished-only a budget with no finished run yet is left out of the table.
+/usr/bin/python3 benchmarks/compare.py "$config" "${common[@]}" --match steps \
+  --regimes "$masked" --out "$results/${stem}_table_steps" || [[ ${#finished[@]} -gt 0 ]]
+folders=()
+for budget in flops steps; do
+  if [[ -f $results/${stem}_table_$budget/runs.csv ]]; then folders+=("$results/${stem}_table_$budget"); fi
+done
+/usr/bin/python3 benchmarks/protocol_table.py "${folders[@]}" --out "$results/${stem}_table"
