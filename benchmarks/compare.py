@@ -511,18 +511,25 @@ def config_value(config, sets, table, key, default):
     return value
 
 
+def unfinished(a, run_dir):
+    """--finished-only and no finished run in run_dir: leave it out without making its folder."""
+    return a.finished_only and not os.path.exists(os.path.join(run_dir, "done.json"))
+
+
 def calibrate(a, runs):
     """{run name: per-step cost} for --match flops / time, from a short run of each regime
     (and of DP, the budget's reference, even when DP is not compared). Raises Failure."""
     costs = {}
     for name, regime, keep in [("dp", "dp", 1.0)] + [r for r in runs if r[0] != "dp"]:
         run_dir = os.path.join(a.out, "calibration", name)
-        os.makedirs(run_dir, exist_ok=True)
-        sets = list(a.set) + run_sets(regime, keep, a.subnetworks, a.calibration_steps, 10**9,
-                                      os.path.join(run_dir, "metrics-{rank}.jsonl"))
-        if run_plan(a.binary, a.config, a.world, sets, run_dir, "calibration/" + name)[1]:
-            continue  # the model refuses it: run_all skips the run with a note
         try:
+            if unfinished(a, run_dir):
+                raise NotFinished(name)
+            os.makedirs(run_dir, exist_ok=True)
+            sets = list(a.set) + run_sets(regime, keep, a.subnetworks, a.calibration_steps, 10**9,
+                                          os.path.join(run_dir, "metrics-{rank}.jsonl"))
+            if run_plan(a.binary, a.config, a.world, sets, run_dir, "calibration/" + name)[1]:
+                continue  # the model refuses it: run_all skips the run with a note
             cmd, _ = train(a, "calibration/" + name, regime, keep, run_dir, a.calibration_steps, 10**9)
         except NotFinished:
             if name == "dp":
@@ -562,16 +569,18 @@ def run_all(a, runs, notes):
     runs_data, summaries = [], []
     for name, base, regime, keep, seed, steps, extra in instances(a, runs, costs, notes):
         run_dir = os.path.join(a.out, name)
-        os.makedirs(run_dir, exist_ok=True)
         eval_every = -(-steps // a.evals)  # ceil: at most --evals evaluations per run
-        sets = list(a.set) + run_sets(regime, keep, a.subnetworks, steps, eval_every,
-                                      os.path.join(run_dir, "metrics-{rank}.jsonl")) + extra
-        plan, refused = run_plan(a.binary, a.config, a.world, sets, run_dir, name)
-        if refused:
-            notes.append(f"skipped {name}: the model refuses it ({refused})")
-            print(f"[{name}] skipped: {refused}", flush=True)
-            continue
         try:
+            if unfinished(a, run_dir):
+                raise NotFinished(name)
+            os.makedirs(run_dir, exist_ok=True)
+            sets = list(a.set) + run_sets(regime, keep, a.subnetworks, steps, eval_every,
+                                          os.path.join(run_dir, "metrics-{rank}.jsonl")) + extra
+            plan, refused = run_plan(a.binary, a.config, a.world, sets, run_dir, name)
+            if refused:
+                notes.append(f"skipped {name}: the model refuses it ({refused})")
+                print(f"[{name}] skipped: {refused}", flush=True)
+                continue
             cmd, wall = train(a, name, regime, keep, run_dir, steps, eval_every, extra)
         except NotFinished:
             notes.append(f"not run yet: {name} ({steps} steps; --finished-only summarises finished runs only)")

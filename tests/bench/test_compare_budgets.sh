@@ -66,8 +66,8 @@ rows = lambda path: list(csv.DictReader(open(path)))
 flops = rows(f"{work}/out/runs.csv")
 if sorted(r["run"] for r in flops) != ["dp-s0", "dp-s1", "fwd-block-k0.5-s0", "fwd-block-k0.5-s1"]:
     sys.exit(f"FAIL: --finished-only summarised {[r['run'] for r in flops]}, not the four finished runs")
-if os.path.exists(f"{work}/out/bwd-block-k0.5-s0/done.json") or os.path.exists(f"{work}/out/calibration/bwd-block-k0.5/done.json"):
-    sys.exit("FAIL: --finished-only trained bwd-block")
+if os.path.exists(f"{work}/out/bwd-block-k0.5-s0") or os.path.exists(f"{work}/out/calibration/bwd-block-k0.5"):
+    sys.exit("FAIL: --finished-only trained bwd-block or made its folders")
 if "not run yet: bwd-block-k0.5" not in open(f"{work}/out/summary.md").read():
     sys.exit("FAIL: summary.md does not name the run --finished-only left out")
 for r in flops:
