@@ -550,7 +550,8 @@ def instances(a, runs, costs, notes):
     out = []
     for name, regime, keep in runs:
         if name in costs and costs[name] is None:
-            notes.append(f"not run yet: {name} (its calibration run has not finished; --finished-only)")
+            notes.append(f"not run yet: {name} (no finished calibration run with this command, and "
+                         "--finished-only trains none)")
             continue
         steps = budget.matched_steps(a.match, a.steps, costs["dp"], costs[name]) if name in costs else a.steps
         extra = budget.schedule_sets(steps, a.steps, warmup)
@@ -583,7 +584,8 @@ def run_all(a, runs, notes):
                 continue
             cmd, wall = train(a, name, regime, keep, run_dir, steps, eval_every, extra)
         except NotFinished:
-            notes.append(f"not run yet: {name} ({steps} steps; --finished-only summarises finished runs only)")
+            notes.append(f"not run yet: {name} ({steps} steps; no finished run with this command, and "
+                         "--finished-only trains none)")
             print(f"[{name}] not finished: left out (--finished-only)", flush=True)
             continue
         ranks, evals, final = read_run(name, run_dir, a.world, steps, cmd, a.out)
