@@ -60,7 +60,7 @@ PY
   { tail -20 "$WORK/finished.log"; exit 1; }
 /usr/bin/python3 "$ROOT/benchmarks/protocol_table.py" "$WORK/steps" "$WORK/out" --out "$WORK/table" >/dev/null
 /usr/bin/python3 - "$WORK" <<'PY'
-import csv, math, os, statistics, sys
+import csv, os, statistics, sys
 work = sys.argv[1]
 rows = lambda path: list(csv.DictReader(open(path)))
 flops = rows(f"{work}/out/runs.csv")
