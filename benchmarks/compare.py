@@ -41,8 +41,8 @@ flops trains each run until its cumulative training FLOPs per rank reach DP's fo
 (the SDP paper's FLOP-matched protocol), time the same with measured step time, both from a
 short calibration run of each regime (OUT/calibration/), each run's warm-up and cosine
 schedule stretched to its own length. --seeds N repeats every run with train.seed =
-mask.seed = 0..N-1: summary.md then opens with one row per run, quality as mean +- std,
-and the plots draw the mean with a band of one standard deviation.
+mask.seed = 0..N-1, seed 0 of every run first: summary.md then opens with one row per run,
+quality as mean +- std, and the plots draw the mean with a band of one standard deviation.
 
 A table too long for one sitting: rerun the same command with --reuse (finished runs are
 kept while their command is unchanged, binary path included); --finished-only trains
@@ -461,7 +461,7 @@ def parse_args(argv):
                         "full model's per unit kind (alignment.png); default 0 = off")
     p.add_argument("--seeds", type=int, default=1,
                    help="repeat every run with seeds 0..N-1 (train.seed and mask.seed: weights, data order, plan); "
-                        "tables give mean and standard deviation, plots the mean with a band (default 1)")
+                        "tables give mean and standard deviation, plots the mean with a band; seed 0 of every run is trained first (default 1)")
     p.add_argument("--evals", type=int, default=4, help="evaluations per run, at most: train.eval_every = ceil(steps/evals) (default 4)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override for every run (repeatable)")
     p.add_argument("--out", default="", help="output folder (default runs/compare/<config name>)")
@@ -565,39 +565,49 @@ def instances(a, runs, costs, notes):
 
 
 def run_all(a, runs, notes):
-    """Plans and trains every run (each seed); returns (runs_data, summaries). Raises Failure."""
+    """Plans and trains every run (each seed); returns (runs_data, summaries) in regime order.
+    Trains seed-major (seed 0 of every run before seed 1 of any) so that a table cut short and
+    resumed with --reuse holds whole seeds first. Raises Failure."""
     costs = calibrate(a, runs) if a.match != "steps" else {}
-    runs_data, summaries = [], []
-    for name, base, regime, keep, seed, steps, extra in instances(a, runs, costs, notes):
-        run_dir = os.path.join(a.out, name)
-        eval_every = -(-steps // a.evals)  # ceil: at most --evals evaluations per run
-        try:
-            if unfinished(a, run_dir):
-                raise NotFinished(name)
-            os.makedirs(run_dir, exist_ok=True)
-            sets = list(a.set) + run_sets(regime, keep, a.subnetworks, steps, eval_every,
-                                          os.path.join(run_dir, "metrics-{rank}.jsonl")) + extra
-            plan, refused = run_plan(a.binary, a.config, a.world, sets, run_dir, name)
-            if refused:
-                notes.append(f"skipped {name}: the model refuses it ({refused})")
-                print(f"[{name}] skipped: {refused}", flush=True)
-                continue
-            cmd, wall = train(a, name, regime, keep, run_dir, steps, eval_every, extra)
-        except NotFinished:
-            notes.append(f"not run yet: {name} ({steps} steps; no finished run with this command, and "
-                         "--finished-only trains none)")
-            print(f"[{name}] not finished: left out (--finished-only)", flush=True)
-            continue
-        ranks, evals, final = read_run(name, run_dir, a.world, steps, cmd, a.out)
-        if wall is None:
-            with open(os.path.join(run_dir, "done.json")) as f:
-                wall = json.load(f).get("wall_s", math.nan)
-        runs_data.append({"name": name, "base": base, "regime": regime, "keep": keep, "ranks": ranks, "evals": evals})
-        s = summarize(name, regime, keep, ranks, evals, final, plan, wall)
-        s.update(base=base, seed=seed)
-        summaries.append(s)
-        print(f"[{name}] {steps} steps, done in {wall:.0f} s", flush=True)
-    return runs_data, summaries
+    todo = instances(a, runs, costs, notes)
+    done = {}
+    for i in sorted(range(len(todo)), key=lambda i: (todo[i][4], i)):
+        result = run_instance(a, *todo[i], notes)
+        if result:
+            done[i] = result
+    return [done[i][0] for i in sorted(done)], [done[i][1] for i in sorted(done)]
+
+
+def run_instance(a, name, base, regime, keep, seed, steps, extra, notes):
+    """Plans, trains (or reuses) and reads one run; (run data, summary), or None when the model
+    refuses it or it has not finished under --finished-only (with a note). Raises Failure."""
+    run_dir = os.path.join(a.out, name)
+    eval_every = -(-steps // a.evals)  # ceil: at most --evals evaluations per run
+    try:
+        if unfinished(a, run_dir):
+            raise NotFinished(name)
+        os.makedirs(run_dir, exist_ok=True)
+        sets = list(a.set) + run_sets(regime, keep, a.subnetworks, steps, eval_every,
+                                      os.path.join(run_dir, "metrics-{rank}.jsonl")) + extra
+        plan, refused = run_plan(a.binary, a.config, a.world, sets, run_dir, name)
+        if refused:
+            notes.append(f"skipped {name}: the model refuses it ({refused})")
+            print(f"[{name}] skipped: {refused}", flush=True)
+            return None
+        cmd, wall = train(a, name, regime, keep, run_dir, steps, eval_every, extra)
+    except NotFinished:
+        notes.append(f"not run yet: {name} ({steps} steps; no finished run with this command, and "
+                     "--finished-only trains none)")
+        print(f"[{name}] not finished: left out (--finished-only)", flush=True)
+        return None
+    ranks, evals, final = read_run(name, run_dir, a.world, steps, cmd, a.out)
+    if wall is None:
+        with open(os.path.join(run_dir, "done.json")) as f:
+            wall = json.load(f).get("wall_s", math.nan)
+    s = summarize(name, regime, keep, ranks, evals, final, plan, wall)
+    s.update(base=base, seed=seed)
+    print(f"[{name}] {steps} steps, done in {wall:.0f} s", flush=True)
+    return {"name": name, "base": base, "regime": regime, "keep": keep, "ranks": ranks, "evals": evals}, s
 
 
 def write_summary(a, summaries, notes):

@@ -3,7 +3,8 @@
 # count is DP's budget divided by its own FLOPs per step (the analytical ratio, from the
 # engine's counted FLOPs), its warm-up and cosine schedule are stretched to its own length
 # (the cosine reaches the configured minimum at its own last step, not DP's), and every run is repeated with 2 seeds summarised as mean +- std.
-# Then runs.csv, --finished-only and benchmarks/protocol_table.py (see the second half).
+# Seeds are trained seed-major and reported regime-major. Then runs.csv, --finished-only and
+# benchmarks/protocol_table.py (see the second half).
 source "$(dirname "$0")/../mpi/common.sh"
 /usr/bin/python3 "$ROOT/benchmarks/compare.py" "$WORK/gpt.toml" --binary "$SUBDP" --world 2 \
   --regimes dp,fwd-block --keep 0.5 --steps 6 --match flops --seeds 2 --out "$WORK/out" \
@@ -46,6 +47,13 @@ summary = open(out + "/summary.md").read()
 if "flops-matched" not in summary or "| dp | 2 | 6 |" not in summary or "+-" not in summary:
     sys.exit("FAIL: summary lacks the budget line or the mean +- std table")
 print("ok: seeds differ; summary states the budget and gives mean +- std per run")
+# Seed-major training (a table cut short holds whole seeds), regime-major reporting.
+import os, re
+log = open(os.path.dirname(out) + "/compare.log").read()
+trained = re.findall(r"^\[([\w.+@-]+)\] \S.* train ", log, re.M)
+if trained != ["dp-s0", "fwd-block-k0.5-s0", "dp-s1", "fwd-block-k0.5-s1"]:
+    sys.exit(f"FAIL: trained in the order {trained}, not seed 0 of every run first")
+print("ok: seed 0 of every run trained before seed 1")
 PY
 
 # runs.csv, --finished-only and the protocol table: a step-matched folder without DP, then a
@@ -64,8 +72,9 @@ import csv, os, statistics, sys
 work = sys.argv[1]
 rows = lambda path: list(csv.DictReader(open(path)))
 flops = rows(f"{work}/out/runs.csv")
-if sorted(r["run"] for r in flops) != ["dp-s0", "dp-s1", "fwd-block-k0.5-s0", "fwd-block-k0.5-s1"]:
-    sys.exit(f"FAIL: --finished-only summarised {[r['run'] for r in flops]}, not the four finished runs")
+if [r["run"] for r in flops] != ["dp-s0", "dp-s1", "fwd-block-k0.5-s0", "fwd-block-k0.5-s1"]:
+    sys.exit(f"FAIL: --finished-only summarised {[r['run'] for r in flops]}, not the four finished runs in "
+             "regime order")
 if os.path.exists(f"{work}/out/bwd-block-k0.5-s0") or os.path.exists(f"{work}/out/calibration/bwd-block-k0.5"):
     sys.exit("FAIL: --finished-only trained bwd-block or made its folders")
 if "not run yet: bwd-block-k0.5" not in open(f"{work}/out/summary.md").read():
