@@ -9,7 +9,8 @@ every rank's per-step metrics (log.metrics_file) and the evaluation lines, and w
                       total and ratio to DP, predicted vs measured, step time, FLOPs and bytes
                       all-reduced per step per rank, final train loss, final full-model eval
   OUT/steps.csv.gz    every step of every run and rank: every key of the metrics lines
-                      (benchmarks/pack_metrics.py packs them; the per-run JSON lines are removed)
+                      (benchmarks/pack_metrics.py packs them; the per-run JSON lines are removed,
+                      except those of runs not finished: no done.json)
   OUT/evals.csv       every evaluation of every run (full model, and subnetworks' own share)
   OUT/runs.csv        one row per run and seed: budget, steps, FLOPs, peak and predicted bytes,
                       bytes all-reduced per step, step and wall time, losses and accuracies
@@ -516,6 +517,14 @@ def unfinished(a, run_dir):
     return a.finished_only and not os.path.exists(os.path.join(run_dir, "done.json"))
 
 
+def unfinished_runs(out):
+    """Run folders under OUT (relative paths) that were started (command.txt) and have not
+    finished (no done.json): still training, perhaps by another compare.py on the same folder
+    (a --finished-only look at a table in progress), or failed. Their metrics are not packed."""
+    return {os.path.relpath(d, out) for d, _, files in os.walk(out)
+            if "command.txt" in files and "done.json" not in files}
+
+
 def calibrate(a, runs):
     """{run name: per-step cost} for --match flops / time, from a short run of each regime
     (and of DP, the budget's reference, even when DP is not compared). Raises Failure."""
@@ -656,7 +665,7 @@ def main(argv=None):
         print("compare.py: error: no run was made" + "".join("\n  " + n for n in notes), file=sys.stderr)
         return 1
     write_csvs(a, runs_data, summaries)
-    pack_metrics.pack(a.out)
+    pack_metrics.pack(a.out, skip=unfinished_runs(a.out))
     plots(a.out, runs_data, summaries, a.title)
     text = write_summary(a, summaries, notes)
     print()

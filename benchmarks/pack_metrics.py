@@ -98,9 +98,11 @@ def metrics_files(folder):
     return sorted(found)
 
 
-def pack(folder):
-    """Packs FOLDER's metrics files into FOLDER/steps.csv.gz; returns the rows added."""
-    files = metrics_files(folder)
+def pack(folder, skip=()):
+    """Packs FOLDER's metrics files into FOLDER/steps.csv.gz; returns the rows added.
+    skip: run folders (relative to FOLDER) left alone, files and packed rows: runs still being
+    written, whose metrics files must stay where their ranks append to them."""
+    files = [p for p in metrics_files(folder) if os.path.relpath(os.path.dirname(p), folder) not in skip]
     if not files:
         return 0
     runs = {os.path.relpath(os.path.dirname(p), folder) for p in files}

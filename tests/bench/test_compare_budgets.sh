@@ -4,7 +4,8 @@
 # engine's counted FLOPs), its warm-up and cosine schedule are stretched to its own length
 # (the cosine reaches the configured minimum at its own last step, not DP's), and every run is repeated with 2 seeds summarised as mean +- std.
 # Seeds are trained seed-major and reported regime-major. Then runs.csv, --finished-only and
-# benchmarks/protocol_table.py (see the second half).
+# benchmarks/protocol_table.py (see the second half), with a run still training in the same
+# folder whose metrics file must not be packed away.
 source "$(dirname "$0")/../mpi/common.sh"
 /usr/bin/python3 "$ROOT/benchmarks/compare.py" "$WORK/gpt.toml" --binary "$SUBDP" --world 2 \
   --regimes dp,fwd-block --keep 0.5 --steps 6 --match flops --seeds 2 --out "$WORK/out" \
@@ -62,14 +63,21 @@ PY
 /usr/bin/python3 "$ROOT/benchmarks/compare.py" "$WORK/gpt.toml" --binary "$SUBDP" --world 2 \
   --regimes fwd-block --keep 0.5 --steps 6 --seeds 2 --out "$WORK/steps" >"$WORK/steps.log" 2>&1 ||
   { tail -20 "$WORK/steps.log"; exit 1; }
+# A run still training in the same folder (started, no done.json) keeps its metrics file:
+# packing it would delete the file its ranks append to.
+mkdir -p "$WORK/out/fwd-block-k0.5-s9"
+echo "mpirun ... (still training)" >"$WORK/out/fwd-block-k0.5-s9/command.txt"
+echo '{"step": 1, "loss": 2.5}' >"$WORK/out/fwd-block-k0.5-s9/metrics-0.jsonl"
 /usr/bin/python3 "$ROOT/benchmarks/compare.py" "$WORK/gpt.toml" --binary "$SUBDP" --world 2 \
   --regimes dp,fwd-block,bwd-block --keep 0.5 --steps 6 --match flops --seeds 2 --out "$WORK/out" --finished-only \
   --set optim.schedule=cosine --set optim.min_lr_ratio=0.1 --set optim.warmup_steps=2 >"$WORK/finished.log" 2>&1 ||
   { tail -20 "$WORK/finished.log"; exit 1; }
 /usr/bin/python3 "$ROOT/benchmarks/protocol_table.py" "$WORK/steps" "$WORK/out" --out "$WORK/table" >/dev/null
-/usr/bin/python3 - "$WORK" <<'PY'
+/usr/bin/python3 - "$WORK" "$ROOT" <<'PY'
 import csv, os, statistics, sys
 work = sys.argv[1]
+sys.path.insert(0, sys.argv[2] + "/benchmarks")
+import pack_metrics
 rows = lambda path: list(csv.DictReader(open(path)))
 flops = rows(f"{work}/out/runs.csv")
 if [r["run"] for r in flops] != ["dp-s0", "dp-s1", "fwd-block-k0.5-s0", "fwd-block-k0.5-s1"]:
@@ -77,6 +85,11 @@ if [r["run"] for r in flops] != ["dp-s0", "dp-s1", "fwd-block-k0.5-s0", "fwd-blo
              "regime order")
 if os.path.exists(f"{work}/out/bwd-block-k0.5-s0") or os.path.exists(f"{work}/out/calibration/bwd-block-k0.5"):
     sys.exit("FAIL: --finished-only trained bwd-block or made its folders")
+if not os.path.exists(f"{work}/out/fwd-block-k0.5-s9/metrics-0.jsonl"):
+    sys.exit("FAIL: --finished-only packed (and removed) the metrics of a run still training")
+packed = {r["run"] for r in pack_metrics.read_rows(f"{work}/out")}
+if "fwd-block-k0.5-s9" in packed or "fwd-block-k0.5-s0" not in packed:
+    sys.exit(f"FAIL: steps.csv.gz holds the runs {sorted(packed)}")
 if "not run yet: bwd-block-k0.5" not in open(f"{work}/out/summary.md").read():
     sys.exit("FAIL: summary.md does not name the run --finished-only left out")
 for r in flops:
