@@ -100,8 +100,8 @@ def metrics_files(folder):
 
 def pack(folder, skip=()):
     """Packs FOLDER's metrics files into FOLDER/steps.csv.gz; returns the rows added.
-    skip: run folders (relative to FOLDER) left alone, files and packed rows: runs still being
-    written, whose metrics files must stay where their ranks append to them."""
+    skip: run folders (relative to FOLDER) whose metrics files and packed rows are left as
+    they are: runs still training, whose ranks append to those files."""
     files = [p for p in metrics_files(folder) if os.path.relpath(os.path.dirname(p), folder) not in skip]
     if not files:
         return 0
