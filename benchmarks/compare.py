@@ -13,7 +13,7 @@ every rank's per-step metrics (log.metrics_file) and the evaluation lines, and w
                       except those of runs not finished: no done.json)
   OUT/evals.csv       every evaluation of every run (full model, and subnetworks' own share)
   OUT/runs.csv        one row per run and seed: budget, steps, FLOPs, peak and predicted bytes,
-                      bytes all-reduced per step, step and wall time, losses and accuracies
+                      bytes all-reduced and broadcast per step, step and wall time, losses and accuracies
                       (benchmarks/protocol_table.py merges the folders of several budgets)
   OUT/memory.png      stacked peak bytes by category (largest rank) per run, MiB
   OUT/loss_vs_step.png, OUT/loss_vs_flops.png (training loss against cumulative FLOPs per
@@ -297,6 +297,15 @@ def read_run(name, run_dir, world, steps, cmd, out):
     return ranks, evals, final
 
 
+def broadcast_bytes(regime, ranks, steps):
+    """Owner-broadcast payload per step and rank (backward masking's updated unit values), bytes.
+    0 for the other regimes, which never broadcast; nan for a backward run whose binary
+    predates the bytes_broadcast metric."""
+    if not all("bytes_broadcast" in row for rows in ranks for row in rows):
+        return math.nan if regime.startswith("bwd") else 0.0
+    return sum(row["bytes_broadcast"] for rows in ranks for row in rows) / (steps * len(ranks))
+
+
 def summarize(name, regime, keep, ranks, evals, final, plan, wall):
     steps = len(ranks[0])
     peaks = [max(row["mem_total_peak"] for row in rows) for rows in ranks]
@@ -317,6 +326,7 @@ def summarize(name, regime, keep, ranks, evals, final, plan, wall):
         "step_s": sum(step_s) / len(step_s), "comm_s": sum(comm_s) / len(comm_s),
         "flops": sum(row["flops"] for rows in ranks for row in rows) / (steps * len(ranks)),
         "bytes": sum(row["bytes_allreduced"] for rows in ranks for row in rows) / (steps * len(ranks)),
+        "broadcast": broadcast_bytes(regime, ranks, steps),
         "train_loss": train_loss, "train_loss_tail": tail, "engine_train_loss": final["train_loss"],
         "test_loss": last_eval.get("test_loss", final["test_loss"]), "test_acc": last_eval.get("test_acc", final["test_acc"]),
         "subnet_loss": last_eval.get("subnet_loss", math.nan), "subnet_acc": last_eval.get("subnet_acc", math.nan),
@@ -342,26 +352,33 @@ def model_name(config, sets):
 
 def table(summaries, dp_total, dp_source):
     head = ["run", "regime", "keep", *[f"{c} MiB" for c in CATEGORIES], "total MiB", "vs DP", "predicted MiB",
-            "meas/pred", "step s", "GFLOP/step/rank", "MB allreduced/step/rank", "train loss", "test loss", "test acc", "subnet acc"]
+            "meas/pred", "step s", "GFLOP/step/rank", "MB allreduced/step/rank", "MB broadcast/step/rank", "train loss", "test loss", "test acc", "subnet acc"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for s in summaries:
         ratio = s["total"] / dp_total if dp_total else math.nan
         cells = [s["run"], s["regime"], "-" if s["regime"].startswith("dp") else fmt_keep(s["keep"]),
                  *[f"{s['mem'][c] / MIB:.2f}" for c in CATEGORIES], f"{s['total'] / MIB:.2f}", f"{ratio:.2f}x",
                  f"{s['predicted'] / MIB:.2f}", f"{s['total'] / s['predicted']:.3f}", f"{s['step_s']:.3f}",
-                 f"{s['flops'] / 1e9:.2f}", f"{s['bytes'] / 1e6:.2f}", f"{s['train_loss']:.4f}", f"{s['test_loss']:.4f}",
+                 f"{s['flops'] / 1e9:.2f}", f"{s['bytes'] / 1e6:.2f}", mb_cell(s["broadcast"]), f"{s['train_loss']:.4f}", f"{s['test_loss']:.4f}",
                  f"{s['test_acc']:.4f}", "-" if math.isnan(s["subnet_acc"]) else f"{s['subnet_acc']:.4f}"]
         lines.append("| " + " | ".join(cells) + " |")
     notes = [
         f"Memory: peak bytes per category of the rank with the largest total peak (MiB = 2^20 bytes); "
         f"'vs DP' divides that total by {dp_source}. 'predicted' is `subdp plan`'s largest subnetwork row; "
         f"'meas/pred' = measured / predicted total.",
-        "Step s: mean over steps 2..N of the slowest rank's step time. GFLOP and MB all-reduced: mean per step per rank.",
+        "Step s: mean over steps 2..N of the slowest rank's step time. GFLOP, MB all-reduced and MB broadcast "
+        "(backward masking's owners sending updated unit values): mean per step per rank; 'n/a': a binary older "
+        "than the bytes_broadcast metric.",
         f"Train loss: mean over all ranks of the last {summaries[0]['train_loss_tail'] if summaries else 0} steps. "
         "Test loss / acc: the full model assembled from the subnetworks, last evaluation on the held-out split; "
         "subnet acc: each rank's own subnetwork on its share of that split (the engine's 'subnetworks (own share)').",
     ]
     return "\n".join(lines), notes
+
+
+def mb_cell(nbytes):
+    """Bytes as MB with two decimals, 'n/a' for nan (not measured)."""
+    return "n/a" if math.isnan(nbytes) else f"{nbytes / 1e6:.2f}"
 
 
 def mean_std(values):
@@ -407,7 +424,7 @@ def redeal_cell(runs):
 # runs.csv: one row per run and seed, what summary.md's tables show, for scripts
 # (benchmarks/protocol_table.py). Units: bytes, seconds, FLOPs per rank; losses in nats.
 RUN_FIELDS = ["run", "base", "regime", "keep", "seed", "match", "steps", "flops_per_step", "flops_total",
-              "peak_bytes", "predicted_bytes", "bytes_per_step", "step_s", "comm_s", "wall_s", "train_loss",
+              "peak_bytes", "predicted_bytes", "bytes_per_step", "broadcast_bytes_per_step", "step_s", "comm_s", "wall_s", "train_loss",
               "test_loss", "test_acc", "subnet_loss", "subnet_acc", "redeals", "redeal_s", "redeal_mb"]
 
 
@@ -417,7 +434,7 @@ def run_row(s, match):
                              "train_loss", "test_loss", "test_acc", "subnet_loss", "subnet_acc", "redeals",
                              "redeal_s", "redeal_mb")}
     row.update(match=match, flops_per_step=s["flops"], flops_total=s["flops"] * s["steps"], peak_bytes=s["total"],
-               predicted_bytes=s["predicted"], bytes_per_step=s["bytes"])
+               predicted_bytes=s["predicted"], bytes_per_step=s["bytes"], broadcast_bytes_per_step=s["broadcast"])
     return row
 
 

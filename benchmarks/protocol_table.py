@@ -24,7 +24,7 @@ import sys
 
 MIB = 2 ** 20
 QUALITY = ("train_loss", "test_loss", "test_acc", "subnet_loss", "subnet_acc")
-MEANS = ("steps", "flops_total", "peak_bytes", "bytes_per_step", "step_s", "wall_s")
+MEANS = ("steps", "flops_total", "peak_bytes", "bytes_per_step", "broadcast_bytes_per_step", "step_s", "wall_s")
 
 
 def read_runs(folder):
@@ -79,8 +79,8 @@ def aggregate(match, base, rs):
     agg = {"run": base, "match": match, "seeds": len(rs)}
     for k in QUALITY:
         agg[k], agg[k + "_std"], _ = stats([r[k] for r in rs])
-    for k in MEANS:
-        agg[k] = stats([r[k] for r in rs])[0]
+    for k in MEANS:  # runs.csv of an older compare.py lacks broadcast_bytes_per_step: nan
+        agg[k] = stats([r.get(k, math.nan) for r in rs])[0]
     return agg
 
 
@@ -92,13 +92,15 @@ def cell(mean, std, digits=4):
 
 def main_table(aggs):
     head = ["run", "budget", "seeds", "steps", "GFLOP/rank", "test loss", "test acc", "subnet loss", "subnet acc",
-            "peak MiB", "MB/step/rank", "step s", "wall s"]
+            "peak MiB", "MB/step/rank", "MB bcast/step/rank", "step s", "wall s"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for g in aggs:
         cells = [g["run"], g["match"], str(g["seeds"]), f"{g['steps']:.0f}", f"{g['flops_total'] / 1e9:.1f}",
                  cell(g["test_loss"], g["test_loss_std"]), cell(g["test_acc"], g["test_acc_std"]),
                  cell(g["subnet_loss"], g["subnet_loss_std"]), cell(g["subnet_acc"], g["subnet_acc_std"]),
-                 f"{g['peak_bytes'] / MIB:.1f}", f"{g['bytes_per_step'] / 1e6:.2f}", f"{g['step_s']:.3f}",
+                 f"{g['peak_bytes'] / MIB:.1f}", f"{g['bytes_per_step'] / 1e6:.2f}",
+                 "n/a" if math.isnan(g["broadcast_bytes_per_step"]) else f"{g['broadcast_bytes_per_step'] / 1e6:.2f}",
+                 f"{g['step_s']:.3f}",
                  f"{g['wall_s']:.0f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
@@ -148,7 +150,9 @@ def main(argv=None):
             "Sources: " + ", ".join(f"`{f}`" for f in a.folders) + ". Budgets (compare.py --match): "
             + ", ".join(budgets) + ". Quality: mean +- sample standard deviation over seeds; test = the full model "
             "assembled from the subnetworks on the held-out split, subnet = each rank's subnetwork on its share. "
-            "Peak: the largest rank's measured peak (mean over seeds); MB/step/rank: bytes all-reduced; step s: "
+            "Peak: the largest rank's measured peak (mean over seeds); MB/step/rank: bytes all-reduced; MB bcast: "
+            "backward masking's owner broadcasts of updated unit values (mean over the seeds that measured it, "
+            "'n/a' where none did: binaries older than the metric); step s: "
             "the slowest rank's; wall s: one run's training and evaluation.", "",
             *main_table(aggs), "", "## Against DP under the same budget", "", *against_dp(aggs), "",
             "- 'within 1 DP std': |mean test acc - DP's| <= DP's sample standard deviation over its seeds. "

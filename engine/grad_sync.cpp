@@ -416,6 +416,7 @@ void GradientSync::broadcast_unit_values() {
     // Scale 1: the non-owners receive the owner's bits.
     through_buffer(value_runs_[g], broadcast_chunk_, 1.f, [&](float* buf, int64_t n) {
       world_.broadcast(buf, n * static_cast<int64_t>(sizeof(float)), owner);
+      broadcast_bytes_ += n * static_cast<int64_t>(sizeof(float));
     });
   }
 }

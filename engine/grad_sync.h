@@ -5,6 +5,7 @@
 // backward masking, the owner of each group sends the updated unit values to everyone.
 #pragma once
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "engine/comm/communicator.h"
@@ -114,11 +115,10 @@ class GradientSync {
   /// per bucket_mb of it), through the all-reduce buffer, which is free once average() ends.
   void broadcast_unit_values();
   /// Payload bytes this rank all-reduced (every communicator) since the last call.
-  int64_t take_bytes() {
-    const int64_t b = bytes_;
-    bytes_ = 0;
-    return b;
-  }
+  int64_t take_bytes() { return std::exchange(bytes_, 0); }
+  /// Payload bytes of the owner broadcasts (backward masking) since the last call: every
+  /// rank counts each message once, the owner that sends it and every rank that receives it.
+  int64_t take_broadcast_bytes() { return std::exchange(broadcast_bytes_, 0); }
   /// Float32 values this rank all-reduces per step (the analytical count of issue 3).
   int64_t elements_per_step() const;
   /// World group owner (lowest world rank) of each unit group; used by assembly.
@@ -171,6 +171,7 @@ class GradientSync {
   int64_t bucket_elems_;
   int64_t broadcast_chunk_ = 0;  // floats per broadcast message, the same on every rank
   int64_t bytes_ = 0;
+  int64_t broadcast_bytes_ = 0;
   Sharding sharding_ = Sharding::none;
   bool simulated_ = false;  // --simulate-rank: gathers never receive the other ranks' segments
   std::vector<ShardPiece> shard_pieces_;

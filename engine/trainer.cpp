@@ -208,6 +208,7 @@ void Trainer::train_step(int64_t epoch, int64_t in_epoch) {
   if (config_.mask.regime == "stochastic") draw_dropped_blocks();
   model_->zero_grad();
   sync_->take_bytes();  // ZeRO-2 sends inside the backward pass: count from here
+  sync_->take_broadcast_bytes();
   blocks_finite_ = true;
   hook_comm_s_ = 0;
   FlopCounter::take();
@@ -247,7 +248,7 @@ void Trainer::train_step(int64_t epoch, int64_t in_epoch) {
   sync_->gather_values();  // sharded: every holder receives the shards' updated values
   sync_->broadcast_unit_values();
   comm_s += seconds_since(tb);
-  const int64_t bytes = sync_->take_bytes();
+  const StepTraffic bytes{sync_->take_bytes(), sync_->take_broadcast_bytes()};
   ++step_;
   last_train_loss_ = loss;
   if (config_.log.alignment_every > 0 && step_ % config_.log.alignment_every == 0)
@@ -356,13 +357,14 @@ void Trainer::clip_gradients() {
     if (p->grad.defined()) backend().scale(p->grad.f32(), factor, p->grad.numel());
 }
 
-void Trainer::log_step(double loss, double acc, double lr, double step_s, double comm_s, int64_t flops, int64_t bytes) {
+void Trainer::log_step(double loss, double acc, double lr, double step_s, double comm_s, int64_t flops, StepTraffic bytes) {
   const MemStats& mem = MemoryTracker::global().stats();
   if (metrics_.is_open()) {
     nlohmann::json j = {{"step", step_}, {"epoch", static_cast<double>(step_) / steps_per_epoch_}, {"rank", layout_.rank},
                         {"subnetwork", layout_.subnet()}, {"loss", loss}, {"acc", acc}, {"lr", lr},
                         {"step_time_s", step_s}, {"compute_s", step_s - comm_s}, {"comm_s", comm_s},
-                        {"bytes_allreduced", bytes}, {"flops", flops}, {"mem_current", memory_json(mem.current)},
+                        {"bytes_allreduced", bytes.allreduced},
+                        {"bytes_broadcast", bytes.broadcast}, {"flops", flops}, {"mem_current", memory_json(mem.current)},
                         {"mem_peak", memory_json(mem.peak)}, {"mem_total_current", mem.total_current},
                         {"mem_total_peak", mem.total_peak}, {"peak_rss", process_peak_rss_bytes()}};
     if (const int64_t used = backend().device_used_bytes(); used >= 0) j["device_used_bytes"] = used;

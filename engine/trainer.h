@@ -81,7 +81,12 @@ class Trainer {
   EvalResult evaluate(Model& model, int share_rank, int shares, int64_t forwards = 0);
   /// Collective: every rank evaluates its share of the test split; all-reduced totals.
   EvalResult evaluate_shares(Model& model);
-  void log_step(double loss, double acc, double lr, double step_s, double comm_s, int64_t flops, int64_t bytes);
+  /// Bytes this rank moved in one step: all-reduce payload (reduce-scatter and all-gather
+  /// count half each) and owner-broadcast payload (backward masking).
+  struct StepTraffic {
+    int64_t allreduced = 0, broadcast = 0;
+  };
+  void log_step(double loss, double acc, double lr, double step_s, double comm_s, int64_t flops, StepTraffic bytes);
   void save(bool final);
   void resume();
   void print_memory_comparison();

@@ -61,7 +61,7 @@ PY
 # --finished-only pass over the FLOP-matched folder asking for a regime never run (it must
 # train nothing and name it), then protocol_table.py merging both folders.
 /usr/bin/python3 "$ROOT/benchmarks/compare.py" "$WORK/gpt.toml" --binary "$SUBDP" --world 2 \
-  --regimes fwd-block --keep 0.5 --steps 6 --seeds 2 --out "$WORK/steps" >"$WORK/steps.log" 2>&1 ||
+  --regimes fwd-block,bwd-block --keep 0.5 --steps 6 --seeds 2 --out "$WORK/steps" >"$WORK/steps.log" 2>&1 ||
   { tail -20 "$WORK/steps.log"; exit 1; }
 # A run still training in the same folder (started, no done.json) keeps its metrics file:
 # packing it would delete the file its ranks append to.
@@ -96,8 +96,15 @@ for r in flops:
     if r["match"] != "flops" or abs(float(r["flops_total"]) - float(r["flops_per_step"]) * float(r["steps"])) > 1:
         sys.exit(f"FAIL: runs.csv row {r}")
 table = {(r["run"], r["match"]): r for r in rows(f"{work}/table/table.csv")}
-if set(table) != {("dp", "flops"), ("dp", "steps"), ("fwd-block-k0.5", "flops"), ("fwd-block-k0.5", "steps")}:
+if set(table) != {("dp", "flops"), ("dp", "steps"), ("fwd-block-k0.5", "flops"), ("fwd-block-k0.5", "steps"),
+                  ("bwd-block-k0.5", "steps")}:
     sys.exit(f"FAIL: table rows {sorted(table)}")
+# Owner broadcasts: none outside backward masking; under it every block's values (12,704
+# floats a block of this GPT; no block is held by both subnetworks), each step, every rank.
+bcast = {r["run"]: float(r["broadcast_bytes_per_step"]) for r in rows(f"{work}/steps/runs.csv")}
+want = {"fwd-block-k0.5-s0": 0, "fwd-block-k0.5-s1": 0, "bwd-block-k0.5-s0": 4 * 4 * 12704, "bwd-block-k0.5-s1": 4 * 4 * 12704}
+if bcast != want or float(table[("bwd-block-k0.5", "steps")]["broadcast_bytes_per_step"]) != want["bwd-block-k0.5-s0"]:
+    sys.exit(f"FAIL: broadcast bytes per step {bcast}, expected {want}")
 for match, folder in (("flops", "out"), ("steps", "steps")):
     # Test loss: the seeds' accuracies can tie on this small model, their losses do not.
     losses = [float(r["test_loss"]) for r in rows(f"{work}/{folder}/runs.csv") if r["base"] == "fwd-block-k0.5"]

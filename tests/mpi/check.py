@@ -8,7 +8,8 @@ Usage:
   check.py tensors-close A B TOL            every tensor of two safetensors files within rel tol (0 = bit-identical)
   check.py holders-identical DIR            rank*.safetensors: wherever two ranks hold a value it is bit-identical
   check.py all-identical DIR                rank*.safetensors: every rank holds every value, all bit-identical
-  check.py bytes-per-step METRICS EXPECTED  every step all-reduced exactly EXPECTED bytes
+  check.py bytes-per-step METRICS EXPECTED [KEY]
+                                            every step's KEY (default bytes_allreduced) is exactly EXPECTED
   check.py same-peaks A B                   the last step's peak bytes equal in every memory category
 Exits 1 with a message on the first violation.
 """
@@ -108,13 +109,15 @@ def holders_identical(d, require_all=False):
     print(f"ok: {shared} values held by several ranks, all bit-identical")
 
 
-def bytes_per_step(path, expected):
+def bytes_per_step(path, expected, key="bytes_allreduced"):
     with open(path) as f:
         rows = [json.loads(line) for line in f if line.strip()]
+    if not rows:
+        fail(f"{path} has no steps")
     for r in rows:
-        if r["bytes_allreduced"] != expected:
-            fail(f"step {r['step']}: {r['bytes_allreduced']} bytes all-reduced, analytical count {expected}")
-    print(f"ok: {len(rows)} steps at {expected} bytes")
+        if r[key] != expected:
+            fail(f"step {r['step']}: {key} = {r[key]}, analytical count {expected}")
+    print(f"ok: {len(rows)} steps at {expected} bytes ({key})")
 
 
 def same_peaks(a, b):
@@ -148,7 +151,7 @@ if __name__ == "__main__":
     elif cmd == "all-identical":
         holders_identical(args[0], require_all=True)
     elif cmd == "bytes-per-step":
-        bytes_per_step(args[0], int(args[1]))
+        bytes_per_step(args[0], int(args[1]), *args[2:3])
     elif cmd == "same-peaks":
         same_peaks(*args)
     else:

@@ -1,13 +1,25 @@
 #!/usr/bin/env bash
 # The bytes all-reduced per step equal the analytical count: dense parameters plus the
-# kept units' parameters (and BatchNorm buffers), 4 bytes each.
+# kept units' parameters (and BatchNorm buffers), 4 bytes each; so do backward masking's
+# owner broadcasts (bytes_broadcast).
 source "$(dirname "$0")/common.sh"
 # MLP 784-96-64-10, neuron level, S = 4, keep 0.5: hidden0 has 96 units, each rank keeps 48.
 # Unit = fc1 row (784) + bias (1) + fc2 column (64); dense = fc2 bias (64) + fc3 (64*10 + 10).
 units=$((48 * (784 + 1 + 64))); dense=$((64 + 640 + 10))
 run_ranks 4 train "$WORK/mlp.toml" --set parallel.subnetworks=4 --set mask.regime=forward \
   --set mask.granularity=neuron --set mask.keep=0.5 --set log.metrics_file="$WORK/n-{rank}.jsonl" >/dev/null
-for r in 0 1 2 3; do $CHECK bytes-per-step "$WORK/n-$r.jsonl" $((4 * (units + dense))); done
+for r in 0 1 2 3; do
+  $CHECK bytes-per-step "$WORK/n-$r.jsonl" $((4 * (units + dense)))
+  $CHECK bytes-per-step "$WORK/n-$r.jsonl" 0 bytes_broadcast
+done
+# Backward masking all-reduces the same slices, then the owners broadcast every unit's updated
+# values (no unit is held by all four subnetworks at keep 0.5): 96 units on every rank.
+run_ranks 4 train "$WORK/mlp.toml" --set parallel.subnetworks=4 --set mask.regime=backward \
+  --set mask.granularity=neuron --set mask.keep=0.5 --set log.metrics_file="$WORK/bn-{rank}.jsonl" >/dev/null
+for r in 0 1 2 3; do
+  $CHECK bytes-per-step "$WORK/bn-$r.jsonl" $((4 * (units + dense)))
+  $CHECK bytes-per-step "$WORK/bn-$r.jsonl" $((4 * 96 * (784 + 1 + 64))) bytes_broadcast
+done
 # DP on 4 ranks: every parameter, once.
 all=$((784 * 96 + 96 + 96 * 64 + 64 + 640 + 10))
 run_ranks 4 train "$WORK/mlp.toml" --set log.metrics_file="$WORK/dp-{rank}.jsonl" >/dev/null
