@@ -64,6 +64,10 @@ class Backend {
   virtual void axpy(float alpha, const float* x, float* y, int64_t n) = 0;
   virtual void scale(float* x, float alpha, int64_t n) = 0;
   virtual void scale_copy(const float* x, float alpha, float* y, int64_t n) = 0;
+  /// y[r * ldy + c] = alpha * x[r * ldx + c], r < rows, c < cols (strides in floats); alpha 1
+  /// copies the bits. Packs and unpacks strided runs of communication buckets.
+  virtual void scale_copy_rows(const float* x, int64_t ldx, float alpha, float* y, int64_t ldy, int64_t rows,
+                               int64_t cols) = 0;
   virtual void copy_columns(const float* x, int64_t rows, int64_t width, int64_t cols, float* out) = 0;
   virtual double sum_squares(const float* x, int64_t n) = 0;
   virtual bool all_finite(const float* x, int64_t n) = 0;

@@ -113,6 +113,7 @@ void GradientSync::for_each_in_segment(const Bucket& b, const std::vector<Bucket
   const auto [lo, hi] = my_segment(b, filled);
   int64_t at = 0;
   for (const BucketRun& r : pieces) {
+    SUBDP_ASSERT(r.rows == 1);  // sharded buckets hold contiguous runs
     const int64_t from = std::max(lo, at) - at, to = std::min(hi, at + r.len) - at;
     if (from < to) fn(r, from, to, at);
     at += r.len;
@@ -121,8 +122,31 @@ void GradientSync::for_each_in_segment(const Bucket& b, const std::vector<Bucket
 
 void GradientSync::pack(const std::vector<BucketRun>& pieces, float* buf, bool values) {
   for (const BucketRun& r : pieces) {
-    backend().copy(values ? r.value : r.data, buf, r.len);
+    const float* from = values ? r.value : r.data;
+    if (r.rows == 1)
+      backend().copy(from, buf, r.len);
+    else
+      backend().scale_copy_rows(from, values ? r.value_ld : r.data_ld, 1.f, buf, r.width(), r.rows, r.width());
     buf += r.len;
+  }
+}
+
+void GradientSync::append_slice(const BucketRun& r, int64_t off, int64_t n, std::vector<BucketRun>& out) {
+  const int64_t w = r.width();
+  while (n > 0) {
+    const int64_t row = r.rows == 1 ? 0 : off / w, col = off - row * w;
+    float* data = r.data + row * r.data_ld + col;
+    float* value = r.value ? r.value + row * r.value_ld + col : nullptr;
+    // Whole rows of a strided run stay one strided run; a cut row (or a contiguous run) is contiguous.
+    const int64_t rows = r.rows > 1 && col == 0 ? n / w : 0;
+    if (rows > 1) {
+      out.push_back({data, rows * w, value, r.param, rows, r.data_ld, r.value_ld});
+    } else {
+      const int64_t take = std::min(n, r.rows == 1 ? n : w - col);
+      out.push_back({data, take, value, r.param});
+    }
+    off += out.back().len;
+    n -= out.back().len;
   }
 }
 
@@ -200,39 +224,55 @@ int GradientSync::group_of(const Param& p, int pos) const {
   return g;
 }
 
+void GradientSync::add_run(Param& p, const BucketRun& run, int pos) {
+  // ZeRO-2: a block's gradients in its own phase; running statistics after the backward.
+  const int phase = shards_blocks() && p.trainable ? p.block : -1;
+  Bucket& b = buckets_[bucket_index(phase, group_of(p, pos))];
+  SUBDP_ASSERT(b.comm != nullptr || b.group >= 0);
+  BucketRun* last = b.runs.empty() ? nullptr : &b.runs.back();
+  // Strided runs never merge: the order of a merged pair's floats would depend on this
+  // rank's unit positions, which differ between the holders.
+  if (last && last->param == &p && last->rows == 1 && run.rows == 1 && last->data + last->len == run.data &&
+      last->value + last->len == run.value)
+    last->len += run.len;
+  else
+    b.runs.push_back(run);
+  b.elems += run.len;
+}
+
 void GradientSync::add_param(Param& p) {
   // Trainable: the held gradient runs. Buffers: the same runs, over values.
-  // A run: `len` floats at data (a gradient, or a buffer's value) and at value.
-  auto add_run = [&](float* data, float* value, int64_t len, int pos) {
-    // ZeRO-2: a block's gradients in its own phase; running statistics after the backward.
-    const int phase = shards_blocks() && p.trainable ? p.block : -1;
-    Bucket& b = buckets_[bucket_index(phase, group_of(p, pos))];
-    SUBDP_ASSERT(b.comm != nullptr || b.group >= 0);
-    BucketRun* last = b.runs.empty() ? nullptr : &b.runs.back();
-    if (last && last->param == &p && last->data + last->len == data && last->value + last->len == value)
-      last->len += len;  // merge runs adjacent in both the gradient and the values
-    else
-      b.runs.push_back({data, len, value, &p});
-    b.elems += len;
-  };
   if (p.trainable) {
-    float* g = p.grad.defined() ? p.grad.f32() : nullptr;
+    if (!p.grad.defined()) return;
+    float* g = p.grad.f32();
     float* v = p.value.f32();
-    for_each_grad_run(p, [&](int64_t vo, int64_t go, int64_t len, int pos) { add_run(g + go, v + vo, len, pos); });
+    const int64_t outer = p.outer(), inner = p.inner(), us = p.unit.unit_size;
+    // Contiguous runs where a whole parameter shares one group (DP, block level: they merge
+    // into one) or units are whole rows.
+    const bool units_in_rows = p.unit.layer >= 0 && outer > 1 && plan_.granularity == Granularity::neuron && plan_.masked();
+    if (!units_in_rows || sharded()) {
+      for_each_grad_run(p, [&](int64_t vo, int64_t go, int64_t len, int pos) { add_run(p, {g + go, len, v + vo, &p}, pos); });
+      return;
+    }
+    // Unsharded, units inside rows: each kept unit's slice across the rows is one strided run
+    // (unit by unit, in the order of their positions, which all holders share).
+    const int64_t gld = p.grad_extent() * inner, vld = p.value_extent() * inner;
+    for (int64_t a = 0; a < p.grad_extent(); a += us)
+      add_run(p, {g + a * inner, outer * us * inner, v + a * inner, &p, outer, gld, vld}, static_cast<int>(a / us));
     return;
   }
   // Buffer held where its block is kept; unit-sliced buffers over the kept prefix.
   if (p.block >= 0 && plan_.granularity == Granularity::block && !plan_.keeps_block(layout_.subnet(), p.block)) return;
   float* v = p.value.f32();
   if (p.unit.layer < 0) {
-    add_run(v, v, p.value.numel(), -1);
+    add_run(p, {v, p.value.numel(), v, &p}, -1);
     return;
   }
   const int64_t outer = p.outer(), inner = p.inner(), ext = p.value_extent(), us = p.unit.unit_size;
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t a = 0; a < static_cast<int64_t>(p.mask->kept) * us; a += us) {
       float* at = v + (o * ext + a) * inner;
-      add_run(at, at, us * inner, static_cast<int>(a / us));
+      add_run(p, {at, us * inner, at, &p}, static_cast<int>(a / us));
     }
 }
 
@@ -248,7 +288,7 @@ void GradientSync::for_each_chunk(const std::vector<BucketRun>& runs, int64_t ca
     while (run < runs.size() && filled < cap) {
       const BucketRun& r = runs[run];
       const int64_t take = std::min(cap - filled, r.len - run_off);
-      pieces.push_back({r.data + run_off, take, r.value ? r.value + run_off : nullptr, r.param});
+      append_slice(r, run_off, take, pieces);
       filled += take;
       run_off += take;
       if (run_off == r.len) {
@@ -269,7 +309,10 @@ void GradientSync::through_buffer(const std::vector<BucketRun>& runs, int64_t ca
     collective(buf, filled);
     int64_t at = 0;
     for (const BucketRun& r : pieces) {
-      backend().scale_copy(buf + at, scale, r.data, r.len);
+      if (r.rows == 1)
+        backend().scale_copy(buf + at, scale, r.data, r.len);
+      else
+        backend().scale_copy_rows(buf + at, r.width(), scale, r.data, r.data_ld, r.rows, r.width());
       at += r.len;
     }
   });
@@ -396,9 +439,10 @@ std::vector<BucketRun> GradientSync::unit_value_runs(int g) const {
     std::vector<int> pos_of(m.units());
     for (int i = 0; i < m.units(); ++i) pos_of[m.order[i]] = i;
     const int64_t outer = p->outer(), inner = p->inner(), ext = p->value_extent(), us = p->unit.unit_size;
+    // One run per unit, its rows ext * inner floats apart (canonical order: unit, then row).
     for (int u = 0; u < m.units(); ++u) {
       if (plan_.unit_group[p->unit.layer][u] != g) continue;
-      for (int64_t o = 0; o < outer; ++o) runs.push_back({v + (o * ext + pos_of[u] * us) * inner, us * inner});
+      runs.push_back({v + pos_of[u] * us * inner, outer * us * inner, nullptr, nullptr, outer, ext * inner, 0});
     }
   }
   return runs;

@@ -23,14 +23,21 @@ struct Layout {
   std::vector<int> ranks_of(const std::vector<int>& subnets) const;
 };
 
-/// One contiguous run of a bucket: `len` floats at `data`. For a gradient run, `value` is
-/// the same run of the parameter's values (where the optimizer writes); for a buffer run
-/// (running statistics, averaged by value) value == data.
+/// One run of a bucket: `len` floats at `data`, contiguous, or (rows > 1) `rows` rows of
+/// len / rows floats, row r at data + r * data_ld, packed row after row. A strided run is one
+/// unit's slice across a weight's outer rows (a neuron of an MLP down-projection is one float
+/// per row): one copy per unit instead of one per row. For a gradient run, `value` is the same
+/// run of the parameter's values (where the optimizer writes; its rows value_ld apart); for a
+/// buffer run (running statistics, averaged by value) value == data. Sharded buckets hold
+/// contiguous runs only (their shard pieces are contiguous).
 struct BucketRun {
   float* data;
   int64_t len;
   float* value = nullptr;
   Param* param = nullptr;  // owner of the run (gradient runs), nullptr for value-only runs
+  int64_t rows = 1;
+  int64_t data_ld = 0, value_ld = 0;  // floats between rows (rows > 1)
+  int64_t width() const { return len / rows; }
 };
 
 /// A piece of this rank's optimizer shard (parallel.shard other than "none"):
@@ -147,6 +154,12 @@ class GradientSync {
   void for_each_in_segment(const Bucket& b, const std::vector<BucketRun>& pieces, int64_t filled, Fn&& fn) const;
   /// Copies the chunk pieces' data (or their values), one after another, to buf.
   static void pack(const std::vector<BucketRun>& pieces, float* buf, bool values = false);
+  /// Floats [off, off + n) of run r, in its order, appended to out as runs: a strided run's
+  /// whole rows as one strided run, a row cut by the chunk as a contiguous one.
+  static void append_slice(const BucketRun& r, int64_t off, int64_t n, std::vector<BucketRun>& out);
+  /// Adds a run of p at unit position pos (-1 = none) to its bucket; a contiguous run that
+  /// follows the bucket's last one in both the gradient and the values extends it.
+  void add_run(Param& p, const BucketRun& run, int pos);
   /// True when this rank averages bucket b: the world's, or a group's it holds, non-empty.
   bool reduces(const Bucket& b) const { return (b.group < 0 || b.comm != nullptr) && b.elems > 0; }
   void collect_shard_pieces();

@@ -112,6 +112,11 @@ class CpuBackend final : public Backend {
     auto in = access_.open();
     cpu::scale(x, alpha, n);
   }
+  void scale_copy_rows(const float* x, int64_t ldx, float alpha, float* y, int64_t ldy, int64_t rows,
+                       int64_t cols) override {
+    auto in = access_.open();
+    cpu::scale_copy_rows(x, ldx, alpha, y, ldy, rows, cols);
+  }
   void copy_columns(const float* x, int64_t rows, int64_t width, int64_t cols, float* out) override {
     auto in = access_.open();
     cpu::copy_columns(x, rows, width, cols, out);

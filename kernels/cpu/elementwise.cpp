@@ -84,6 +84,27 @@ void scale_copy(const float* x, float alpha, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] * alpha;
 }
 
+void scale_copy_rows(const float* x, int64_t ldx, float alpha, float* y, int64_t ldy, int64_t rows, int64_t cols) {
+  auto row = [=](int64_t r) {
+    const float* xr = x + r * ldx;
+    float* yr = y + r * ldy;
+    if (alpha == 1.f) {
+      std::memcpy(yr, xr, sizeof(float) * cols);
+      return;
+    }
+#pragma omp simd
+    for (int64_t c = 0; c < cols; ++c) yr[c] = xr[c] * alpha;
+  };
+  // Below 64 Ki floats serial, without entering libgomp (see scale_copy): a unit's slice is
+  // often one float per row.
+  if (rows * cols < (1 << 16)) {
+    for (int64_t r = 0; r < rows; ++r) row(r);
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) row(r);
+}
+
 void copy_columns(const float* x, int64_t rows, int64_t width, int64_t cols, float* out) {
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) std::memcpy(out + r * cols, x + r * width, sizeof(float) * cols);

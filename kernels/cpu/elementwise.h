@@ -23,6 +23,10 @@ void axpy(float alpha, const float* x, float* y, int64_t n);
 void scale(float* x, float alpha, int64_t n);
 /// y = x * alpha (the unpacking of a reduced communication buffer).
 void scale_copy(const float* x, float alpha, float* y, int64_t n);
+/// y[r * ldy + c] = x[r * ldx + c] * alpha for r < rows, c < cols (strides in floats): a
+/// strided run of a communication bucket (a unit's slice across a weight's rows), packed
+/// (alpha 1: the bits copied) or unpacked.
+void scale_copy_rows(const float* x, int64_t ldx, float alpha, float* y, int64_t ldy, int64_t rows, int64_t cols);
 /// out (rows, cols) = the first cols columns of x (rows, width).
 void copy_columns(const float* x, int64_t rows, int64_t width, int64_t cols, float* out);
 /// Sum of x (double accumulator).

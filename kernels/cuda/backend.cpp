@@ -144,6 +144,16 @@ class CudaBackend final : public Backend {
   void scale_copy(const float* x, float alpha, float* y, int64_t n) override {
     cuda::scale_copy(x, alpha, y, n, stream_);
   }
+  void scale_copy_rows(const float* x, int64_t ldx, float alpha, float* y, int64_t ldy, int64_t rows,
+                       int64_t cols) override {
+    if (rows <= 0 || cols <= 0) return;
+    if (alpha == 1.f) {  // one copy engine call, the bits unchanged
+      CUDA_CHECK(cudaMemcpy2DAsync(y, sizeof(float) * ldy, x, sizeof(float) * ldx, sizeof(float) * cols, rows,
+                                   cudaMemcpyDeviceToDevice, stream_));
+      return;
+    }
+    cuda::scale_copy_rows(x, ldx, alpha, y, ldy, rows, cols, stream_);
+  }
   void copy_columns(const float* x, int64_t rows, int64_t width, int64_t cols, float* out) override {
     if (rows <= 0 || cols <= 0) return;
     CUDA_CHECK(cudaMemcpy2DAsync(out, sizeof(float) * cols, x, sizeof(float) * width, sizeof(float) * cols, rows,

@@ -22,6 +22,15 @@ __global__ void scale_copy_kernel(const float* x, float alpha, float* y, int64_t
   for (int64_t i = grid_first(); i < n; i += grid_stride()) y[i] = x[i] * alpha;
 }
 
+__global__ void scale_copy_rows_kernel(const float* x, int64_t ldx, float alpha, float* y, int64_t ldy,
+                                       int64_t rows, int64_t cols) {
+  const int64_t n = rows * cols;
+  for (int64_t i = grid_first(); i < n; i += grid_stride()) {
+    const int64_t r = i / cols, c = i % cols;
+    y[r * ldy + c] = x[r * ldx + c] * alpha;
+  }
+}
+
 __global__ void layernorm_apply_kernel(const float* x, const float* gamma, const float* beta, const float* mean,
                                        const float* rstd, float* y, int64_t rows, int C) {
   const int64_t n = rows * C;
@@ -55,6 +64,13 @@ void fill(float* x, float value, int64_t n, cudaStream_t stream) {
 void scale_copy(const float* x, float alpha, float* y, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
   scale_copy_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, alpha, y, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void scale_copy_rows(const float* x, int64_t ldx, float alpha, float* y, int64_t ldy, int64_t rows, int64_t cols,
+                     cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return;
+  scale_copy_rows_kernel<<<blocks_for(rows * cols), kThreads, 0, stream>>>(x, ldx, alpha, y, ldy, rows, cols);
   CUDA_CHECK_LAUNCH();
 }
 

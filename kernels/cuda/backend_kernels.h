@@ -11,6 +11,9 @@ namespace subdp::cuda {
 void fill(float* x, float value, int64_t n, cudaStream_t stream);
 /// y (n) = x * alpha.
 void scale_copy(const float* x, float alpha, float* y, int64_t n, cudaStream_t stream);
+/// y[r * ldy + c] = x[r * ldx + c] * alpha, r < rows, c < cols (strides in floats).
+void scale_copy_rows(const float* x, int64_t ldx, float alpha, float* y, int64_t ldy, int64_t rows, int64_t cols,
+                     cudaStream_t stream);
 /// y (rows, C) = (x - mean[r]) * rstd[r] * gamma + beta: LayerNorm from saved statistics.
 void layernorm_apply(const float* x, const float* gamma, const float* beta, const float* mean, const float* rstd,
                      float* y, int64_t rows, int C, cudaStream_t stream);

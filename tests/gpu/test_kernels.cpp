@@ -3,9 +3,11 @@
 // (< 1e-2, CPU run on the bf16-rounded inputs).
 #include <gtest/gtest.h>
 
+#include "engine/backend.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/softmax.h"
+#include "kernels/cuda/backend_kernels.h"
 #include "kernels/cuda/kernels.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -55,6 +57,24 @@ TEST_F(Kernels, AddAxpyScale) {
   cuda::scale(db.get(), -1.9f, kN, stream);
   EXPECT_REL(dy.download(), y, kF32Tol);
   EXPECT_REL(db.download(), z, kF32Tol);
+}
+
+// Strided runs of communication buckets: 257 rows of 3 floats, 11 apart in x and 5 in y (the
+// floats between rows untouched); the kernel (alpha 0.25) and the backend's copy (alpha 1).
+TEST_F(Kernels, ScaleCopyRows) {
+  constexpr int64_t rows = 257, cols = 3, ldx = 11, ldy = 5;
+  const auto x = random_vec(rows * ldx, 31), y0 = random_vec(rows * ldy, 32);
+  for (float alpha : {0.25f, 1.f}) {
+    std::vector<float> y = y0;
+    cpu::scale_copy_rows(x.data(), ldx, alpha, y.data(), ldy, rows, cols);
+    Dev<float> dx(x), dy(y0);
+    if (alpha == 1.f)
+      make_backend("cuda")->scale_copy_rows(dx, ldx, alpha, dy, ldy, rows, cols);
+    else
+      cuda::scale_copy_rows(dx, ldx, alpha, dy, ldy, rows, cols, stream);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_REL(dy.download(), y, kF32Tol) << "alpha=" << alpha;
+  }
 }
 
 TEST_F(Kernels, BiasAddAndGrad) {

@@ -4,13 +4,15 @@
 # ranks a sum of two terms has one value in any order, so training must be bit-identical to
 # the default single-message buckets (losses and final weights), every rank must still hold
 # every value under backward masking, and the communication buffer must shrink to one
-# message. MLP (neuron level) and ResNet (block level), forward and backward masking, S = 2,
-# keep 0.5. Then W = 4, S = 2 under backward masking: replicas make every group communicator
+# message. MLP and GPT (neuron level) and ResNet (block level), forward and backward masking,
+# S = 2, keep 0.5. The neuron-level weights hold a unit inside each row (the MLP's fc2, the
+# GPT's MLP down-projection, 1 float a row; its attention projection, 8): their buckets cut
+# those strided runs between and inside rows. Then W = 4, S = 2 under backward masking: replicas make every group communicator
 # two ranks wide and the owner one of two holders; the world sums have four terms, whose
 # order MPI may choose by message size, so the weights are compared within 1e-5 there.
 source "$(dirname "$0")/common.sh"
 small=0.004
-for model in mlp resnet; do
+for model in mlp resnet gpt; do
   gran=neuron; [[ $model == resnet ]] && gran=block
   for regime in forward backward; do
     tag=$model-$regime
