@@ -9,6 +9,13 @@
 
 namespace subdp::cpu {
 
+namespace {
+// Floats below which a copy runs serially without entering libgomp: an OpenMP `if` clause
+// still allocates and frees a team (about 1 us a call), and gradient buckets copy neuron
+// slices of a single float millions of times a step.
+constexpr int64_t kParallelCopyMin = 1 << 16;
+}  // namespace
+
 void relu_forward(const float* x, float* y, int64_t n) {
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.f ? x[i] : 0.f;
@@ -72,10 +79,7 @@ void scale(float* x, float alpha, int64_t n) {
 }
 
 void scale_copy(const float* x, float alpha, float* y, int64_t n) {
-  // Gradient buckets unpack neuron slices one run at a time, runs of a single float included
-  // (millions per step on the GPT). An OpenMP `if` clause still enters libgomp, which
-  // allocates and frees a team (about 1 us), so short runs never reach the parallel loop.
-  if (n < (1 << 16)) {
+  if (n < kParallelCopyMin) {
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) y[i] = x[i] * alpha;
     return;
@@ -95,9 +99,7 @@ void scale_copy_rows(const float* x, int64_t ldx, float alpha, float* y, int64_t
 #pragma omp simd
     for (int64_t c = 0; c < cols; ++c) yr[c] = xr[c] * alpha;
   };
-  // Below 64 Ki floats serial, without entering libgomp (see scale_copy): a unit's slice is
-  // often one float per row.
-  if (rows * cols < (1 << 16)) {
+  if (rows * cols < kParallelCopyMin) {
     for (int64_t r = 0; r < rows; ++r) row(r);
     return;
   }
@@ -106,8 +108,7 @@ void scale_copy_rows(const float* x, int64_t ldx, float alpha, float* y, int64_t
 }
 
 void copy_columns(const float* x, int64_t rows, int64_t width, int64_t cols, float* out) {
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) std::memcpy(out + r * cols, x + r * width, sizeof(float) * cols);
+  scale_copy_rows(x, width, 1.f, out, cols, rows, cols);
 }
 
 // Reductions run serially: an OpenMP reduction combines partial sums in an

@@ -155,9 +155,7 @@ class CudaBackend final : public Backend {
     cuda::scale_copy_rows(x, ldx, alpha, y, ldy, rows, cols, stream_);
   }
   void copy_columns(const float* x, int64_t rows, int64_t width, int64_t cols, float* out) override {
-    if (rows <= 0 || cols <= 0) return;
-    CUDA_CHECK(cudaMemcpy2DAsync(out, sizeof(float) * cols, x, sizeof(float) * width, sizeof(float) * cols, rows,
-                                 cudaMemcpyDeviceToDevice, stream_));
+    scale_copy_rows(x, width, 1.f, out, cols, rows, cols);
   }
   double sum_squares(const float* x, int64_t n) override {
     double* out = scratch_doubles(1 + cuda::reduce_workspace_doubles());

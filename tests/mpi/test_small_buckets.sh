@@ -7,9 +7,10 @@
 # message. MLP and GPT (neuron level) and ResNet (block level), forward and backward masking,
 # S = 2, keep 0.5. The neuron-level weights hold a unit inside each row (the MLP's fc2, the
 # GPT's MLP down-projection, 1 float a row; its attention projection, 8): their buckets cut
-# those strided runs between and inside rows. Then W = 4, S = 2 under backward masking: replicas make every group communicator
-# two ranks wide and the owner one of two holders; the world sums have four terms, whose
-# order MPI may choose by message size, so the weights are compared within 1e-5 there.
+# those strided runs between and inside rows. Then W = 4, S = 2 under backward masking:
+# replicas make every group communicator two ranks wide and the owner one of two holders;
+# the world sums have four terms, whose order MPI may choose by message size, so the
+# weights are compared within 1e-5 there.
 source "$(dirname "$0")/common.sh"
 small=0.004
 for model in mlp resnet gpt; do
