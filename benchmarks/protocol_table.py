@@ -22,6 +22,8 @@ import os
 import statistics
 import sys
 
+from compare import mb_cell
+
 MIB = 2 ** 20
 QUALITY = ("train_loss", "test_loss", "test_acc", "subnet_loss", "subnet_acc")
 MEANS = ("steps", "flops_total", "peak_bytes", "bytes_per_step", "broadcast_bytes_per_step", "step_s", "wall_s")
@@ -99,7 +101,7 @@ def main_table(aggs):
                  cell(g["test_loss"], g["test_loss_std"]), cell(g["test_acc"], g["test_acc_std"]),
                  cell(g["subnet_loss"], g["subnet_loss_std"]), cell(g["subnet_acc"], g["subnet_acc_std"]),
                  f"{g['peak_bytes'] / MIB:.1f}", f"{g['bytes_per_step'] / 1e6:.2f}",
-                 "n/a" if math.isnan(g["broadcast_bytes_per_step"]) else f"{g['broadcast_bytes_per_step'] / 1e6:.2f}",
+                 mb_cell(g["broadcast_bytes_per_step"]),
                  f"{g['step_s']:.3f}",
                  f"{g['wall_s']:.0f}"]
         lines.append("| " + " | ".join(cells) + " |")

@@ -8,11 +8,18 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/device_memory.h"
 #include "kernels/shapes.h"
 
 namespace subdp {
+
+/// n floats from x, in backend memory.
+struct FloatSpan {
+  const float* x;
+  int64_t n;
+};
 
 class Backend {
  public:
@@ -70,6 +77,15 @@ class Backend {
                                int64_t cols) = 0;
   virtual void copy_columns(const float* x, int64_t rows, int64_t width, int64_t cols, float* out) = 0;
   virtual double sum_squares(const float* x, int64_t n) = 0;
+  /// Sum over spans of sum_squares(span): each span reduced on its own, the per-span doubles
+  /// added in span order, so the bits equal that loop. The CUDA backend reduces a batch of
+  /// spans per launch and reads each batch back once (gradient clipping at neuron level has
+  /// ~10^5 spans a step: one synchronising read-back each would cost seconds).
+  virtual double sum_squares_spans(const std::vector<FloatSpan>& spans) {
+    double total = 0;
+    for (const FloatSpan& s : spans) total += sum_squares(s.x, s.n);
+    return total;
+  }
   virtual bool all_finite(const float* x, int64_t n) = 0;
   virtual void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols) = 0;
   virtual void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols_used, int64_t ld) = 0;

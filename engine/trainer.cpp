@@ -330,8 +330,8 @@ void Trainer::check_updated_values() {
 void Trainer::clip_gradients() {
   // Global norm over distinct slices: each slice counted once, by the owner of its group
   // (sharded: by the holder whose shard it is, the only one with its averaged gradient).
-  double sq = 0;
-  for (const ShardPiece& piece : sync_->shard_pieces()) sq += backend().sum_squares(piece.grad, piece.len);
+  std::vector<FloatSpan> spans;
+  for (const ShardPiece& piece : sync_->shard_pieces()) spans.push_back({piece.grad, piece.len});
   for (Param* p : sync_->sharded() ? std::vector<Param*>{} : model_->params().trainable()) {
     if (!p->grad.defined()) continue;
     const float* g = p->grad.f32();
@@ -341,13 +341,14 @@ void Trainer::clip_gradients() {
     for_each_grad_run(*p, [&](int64_t, int64_t go, int64_t len, int pos) {
       if (sync_->owner_of_group(sync_->group_of(*p, pos)) != layout_.rank) return;
       if (go != end) {
-        if (end > begin) sq += backend().sum_squares(g + begin, end - begin);
+        if (end > begin) spans.push_back({g + begin, end - begin});
         begin = go;
       }
       end = go + len;
     });
-    if (end > begin) sq += backend().sum_squares(g + begin, end - begin);
+    if (end > begin) spans.push_back({g + begin, end - begin});
   }
+  double sq = backend().sum_squares_spans(spans);
   world_->allreduce_sum(&sq, 1);
   const double norm = std::sqrt(sq);
   if (norm <= config_.optim.grad_clip) return;

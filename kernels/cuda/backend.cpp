@@ -162,6 +162,39 @@ class CudaBackend final : public Backend {
     cuda::sum_squares(x, n, out, out + 1, stream_);
     return read_back<double>(out);
   }
+  static_assert(sizeof(cuda::SquareSpan) == 3 * sizeof(double), "span table counted in doubles");
+  double sum_squares_spans(const std::vector<FloatSpan>& spans) override {
+    // Batches bound the scratch (kSpanBatch * 4 doubles + the reduction's workspace) and cost
+    // one upload and one read-back each. Long spans take sum_squares' grid, the rest one
+    // block each in a single launch: the same bits per span as sum_squares.
+    constexpr int64_t kSpanBatch = 4096;
+    const int64_t ws_doubles = cuda::reduce_workspace_doubles();
+    double total = 0;
+    std::vector<cuda::SquareSpan> table;
+    std::vector<double> sums;
+    for (size_t first = 0; first < spans.size(); first += kSpanBatch) {
+      const int64_t count = std::min<int64_t>(kSpanBatch, static_cast<int64_t>(spans.size() - first));
+      double* out = scratch_doubles(count + ws_doubles + 3 * count);
+      double* ws = out + count;
+      auto* device_table = reinterpret_cast<cuda::SquareSpan*>(ws + ws_doubles);
+      table.clear();
+      for (int64_t k = 0; k < count; ++k) {
+        const FloatSpan& span = spans[first + k];
+        if (span.n > cuda::batch_span_max_floats())
+          cuda::sum_squares(span.x, span.n, out + k, ws, stream_);
+        else
+          table.push_back({span.x, span.n, k});
+      }
+      if (!table.empty()) {
+        to_device(device_table, table.data(), sizeof(cuda::SquareSpan) * table.size());
+        cuda::sum_squares_batch(device_table, static_cast<int>(table.size()), out, stream_);
+      }
+      sums.resize(count);
+      to_host(sums.data(), out, sizeof(double) * count);
+      for (double s : sums) total += s;
+    }
+    return total;
+  }
   bool all_finite(const float* x, int64_t n) override {
     int* out = reinterpret_cast<int*>(scratch_doubles(1));
     cuda::all_finite(x, n, out, stream_);

@@ -70,6 +70,18 @@ void sum(const bf16* x, int64_t n, double* out, double* ws, cudaStream_t stream)
 /// *out (one device double) = sum of x^2 (double partials).
 void sum_squares(const float* x, int64_t n, double* out, double* ws, cudaStream_t stream);
 void sum_squares(const bf16* x, int64_t n, double* out, double* ws, cudaStream_t stream);
+/// One span of sum_squares_batch: n floats from x (device), its sum of squares to out[slot].
+struct SquareSpan {
+  const float* x;
+  int64_t n;
+  int64_t slot;
+};
+/// Most floats a span of sum_squares_batch may hold: sum_squares reduces such a span with one
+/// block, so the batch, one block per span in the same order of additions, gives its bits.
+int64_t batch_span_max_floats();
+/// out[spans[k].slot] = sum of squares of span k, k < count; spans in device memory, each of
+/// at most batch_span_max_floats() floats. One launch for the whole batch.
+void sum_squares_batch(const SquareSpan* spans, int count, double* out, cudaStream_t stream);
 /// *out (one device int) = 1 when every element is finite, else 0.
 void all_finite(const float* x, int64_t n, int* out, cudaStream_t stream);
 void all_finite(const bf16* x, int64_t n, int* out, cudaStream_t stream);

@@ -52,6 +52,20 @@ void reduce(const T* x, int64_t n, double* out, double* ws, cudaStream_t s) {
   CUDA_CHECK_LAUNCH();
 }
 
+// One block per span, the loop and tree of partial_sum_kernel with a grid of one block; its
+// final pass adds zeros to that one partial, which leaves the bits as they are.
+__global__ void square_span_kernel(const SquareSpan* spans, double* out) {
+  __shared__ double shared[32];
+  const SquareSpan span = spans[blockIdx.x];
+  double acc = 0;
+  for (int64_t i = threadIdx.x; i < span.n; i += blockDim.x) {
+    const double v = span.x[i];
+    acc += v * v;
+  }
+  acc = block_sum(acc, shared);
+  if (threadIdx.x == 0) out[span.slot] = acc;
+}
+
 __global__ void set_int_kernel(int* out, int v) { *out = v; }
 
 // Every thread that meets a non-finite value stores 0: racing stores of one value are benign.
@@ -74,6 +88,13 @@ void finite(const T* x, int64_t n, int* out, cudaStream_t s) {
 }  // namespace
 
 int64_t reduce_workspace_doubles() { return kReduceBlocks; }
+int64_t batch_span_max_floats() { return kReduceThreads * 4; }  // reduce_blocks(n) == 1
+
+void sum_squares_batch(const SquareSpan* spans, int count, double* out, cudaStream_t s) {
+  if (count <= 0) return;
+  square_span_kernel<<<count, kReduceThreads, 0, s>>>(spans, out);
+  CUDA_CHECK_LAUNCH();
+}
 
 void sum(const float* x, int64_t n, double* out, double* ws, cudaStream_t s) { reduce<float, false>(x, n, out, ws, s); }
 void sum(const bf16* x, int64_t n, double* out, double* ws, cudaStream_t s) { reduce<bf16, false>(x, n, out, ws, s); }

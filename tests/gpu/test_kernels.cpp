@@ -117,6 +117,36 @@ TEST_F(Kernels, Reductions) {
   }
 }
 
+// Gradient clipping's norm over many spans (kernels/cuda/backend.cpp): 5,001 spans, so two
+// batches are read back; lengths 1 to 2,100 straddle the one-block limit, some of 30,000 and one
+// of 2 million take the two-pass grid. Bit for bit the loop over sum_squares, added in order.
+TEST_F(Kernels, SumSquaresSpansMatchPerSpanBits) {
+  const int64_t n = 1 << 21;
+  const auto x = random_vec(n, 41);
+  Dev<float> dx(x);
+  std::vector<FloatSpan> spans;
+  std::vector<int64_t> offsets;
+  for (int64_t k = 0, at = 0; k < 5000; ++k) {
+    const int64_t len = k % 997 == 0 ? 30000 + k : 1 + (k * 37) % 2100;
+    if (at + len > n) at = 0;
+    spans.push_back({dx.get() + at, len});
+    offsets.push_back(at);
+    at += len;
+  }
+  spans.push_back({dx.get(), n});
+  offsets.push_back(0);
+  auto backend = make_backend("cuda");
+  double loop = 0, host = 0;
+  for (size_t k = 0; k < spans.size(); ++k) {
+    loop += backend->sum_squares(spans[k].x, spans[k].n);
+    host += cpu::sum_squares(x.data() + offsets[k], spans[k].n);
+  }
+  const double batched = backend->sum_squares_spans(spans);
+  EXPECT_EQ(batched, loop);
+  EXPECT_NEAR(batched / host, 1.0, 1e-12);
+  EXPECT_EQ(backend->sum_squares_spans({}), 0.0);
+}
+
 TEST_F(Kernels, SoftmaxRows) {
   for (int V : {10, 257, 5000}) {
     const int64_t rows = 37;

@@ -11,6 +11,7 @@ Usage:
   check.py bytes-per-step METRICS EXPECTED [KEY]
                                             every step's KEY (default bytes_allreduced) is exactly EXPECTED
   check.py same-peaks A B                   the last step's peak bytes equal in every memory category
+  check.py model-distance A B EXPECTED TOL  Euclidean distance over every tensor of A and B equals EXPECTED (rel tol)
 Exits 1 with a message on the first violation.
 """
 import glob, json, os, sys
@@ -77,6 +78,16 @@ def tensors_close(a, b, tol):
             if err > tol:
                 fail(f"{k}: relative error {err} > {tol}")
     print(f"ok: {len(ta)} tensors {'bit-identical' if tol == 0 else f'within {tol}'}")
+
+
+def model_distance(a, b, expected, tol):
+    ta, tb = read_numpy(a), read_numpy(b)
+    if set(ta) != set(tb):
+        fail(f"tensor names differ: {sorted(set(ta) ^ set(tb))[:5]}")
+    d = float(np.sqrt(sum(np.sum((ta[k].astype(np.float64) - tb[k].astype(np.float64)) ** 2) for k in ta)))
+    if abs(d - expected) > tol * expected:
+        fail(f"the models are {d} apart, expected {expected} (relative tolerance {tol})")
+    print(f"ok: the models are {d} apart (expected {expected})")
 
 
 def rank_dumps(d):
@@ -152,6 +163,8 @@ if __name__ == "__main__":
         holders_identical(args[0], require_all=True)
     elif cmd == "bytes-per-step":
         bytes_per_step(args[0], int(args[1]), *args[2:3])
+    elif cmd == "model-distance":
+        model_distance(args[0], args[1], float(args[2]), float(args[3]))
     elif cmd == "same-peaks":
         same_peaks(*args)
     else:
