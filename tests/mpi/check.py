@@ -64,10 +64,16 @@ def mean_losses(single, tol, ranks):
     print(f"ok: {len(ls)} steps agree within {tol}")
 
 
-def tensors_close(a, b, tol):
+def same_named_tensors(a, b):
+    """The tensors of safetensors files A and B ({name: array} each), which must hold the same names."""
     ta, tb = read_numpy(a), read_numpy(b)
     if set(ta) != set(tb):
         fail(f"tensor names differ: {sorted(set(ta) ^ set(tb))[:5]}")
+    return ta, tb
+
+
+def tensors_close(a, b, tol):
+    ta, tb = same_named_tensors(a, b)
     for k in ta:
         x, y = ta[k].astype(np.float64), tb[k].astype(np.float64)
         if tol == 0:
@@ -81,9 +87,7 @@ def tensors_close(a, b, tol):
 
 
 def model_distance(a, b, expected, tol):
-    ta, tb = read_numpy(a), read_numpy(b)
-    if set(ta) != set(tb):
-        fail(f"tensor names differ: {sorted(set(ta) ^ set(tb))[:5]}")
+    ta, tb = same_named_tensors(a, b)
     d = float(np.sqrt(sum(np.sum((ta[k].astype(np.float64) - tb[k].astype(np.float64)) ** 2) for k in ta)))
     if abs(d - expected) > tol * expected:
         fail(f"the models are {d} apart, expected {expected} (relative tolerance {tol})")
