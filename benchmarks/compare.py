@@ -394,8 +394,8 @@ def mean_std(values):
 
 
 def budget_table(summaries):
-    """One row per run over its seeds: its budget (steps, training FLOPs per rank) and quality
-    as mean +- standard deviation."""
+    """One row per run over its seeds: its budget (steps, training FLOPs per rank: means over
+    the seeds, which differ for stochastic depth) and quality as mean +- standard deviation."""
     head = ["run", "seeds", "steps", "GFLOP/rank", "peak MiB", "step s", "train loss", "test loss", "test acc",
             "subnet acc", "wall s", "re-deals (s, MB/rank)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -403,7 +403,9 @@ def budget_table(summaries):
     for s in summaries:
         by_base.setdefault(s.get("base", s["run"]), []).append(s)
     for base, runs in by_base.items():
-        cells = [base, str(len(runs)), str(runs[0]["steps"]), f"{runs[0]['flops'] * runs[0]['steps'] / 1e9:.2f}",
+        n = len(runs)
+        cells = [base, str(n), f"{sum(r['steps'] for r in runs) / n:g}",
+                 f"{sum(r['flops'] * r['steps'] for r in runs) / n / 1e9:.2f}",
                  f"{max(r['total'] for r in runs) / MIB:.2f}", f"{sum(r['step_s'] for r in runs) / len(runs):.3f}",
                  mean_std([r["train_loss"] for r in runs]), mean_std([r["test_loss"] for r in runs]),
                  mean_std([r["test_acc"] for r in runs]), mean_std([r["subnet_acc"] for r in runs]),
