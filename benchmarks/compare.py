@@ -272,8 +272,7 @@ def read_run(name, run_dir, world, steps, cmd, out):
     for r in range(world):
         path = os.path.join(run_dir, f"metrics-{r}.jsonl")
         if os.path.exists(path):
-            with open(path) as f:
-                rows = [json.loads(line) for line in f if line.strip()]
+            rows = pack_metrics.read_records(path)
         else:  # a reused run whose metrics were packed into OUT/steps.csv.gz
             rows = pack_metrics.rows_of(out, os.path.relpath(run_dir, out), f"metrics-{r}.jsonl")
         if not rows:
@@ -503,8 +502,10 @@ def parse_args(argv):
         p.error(f"{a.binary} is not an executable (build it: cmake --build build --target subdp)")
     if not os.path.exists(a.config):
         p.error(f"config {a.config} not found")
-    if a.steps < 1 or a.world < 1 or a.evals < 1 or a.seeds < 1 or a.calibration_steps < 2:
-        p.error("--steps, --world, --evals and --seeds must be >= 1, --calibration-steps >= 2")
+    for name, value, least in (("--steps", a.steps, 1), ("--world", a.world, 1), ("--evals", a.evals, 1),
+                               ("--seeds", a.seeds, 1), ("--calibration-steps", a.calibration_steps, 2)):
+        if value < least:
+            p.error(f"{name} {value}: must be >= {least}")
     a.subnetworks = a.subnetworks or a.world
     if a.world % a.subnetworks:
         p.error(f"--subnetworks {a.subnetworks} does not divide --world {a.world}")
@@ -673,7 +674,14 @@ def main(argv=None):
     a = parse_args(argv)
     keeps = [float(k) for k in a.keep.split(",") if k]
     runs, notes = plan_runs([r for r in a.regimes.split(",") if r], keeps, a.subnetworks)
-    os.makedirs(a.out, exist_ok=True)
+    try:  # the folder of every output (summaries, plots, runs), checked before any run
+        os.makedirs(a.out, exist_ok=True)
+        probe = os.path.join(a.out, f".write-test.{os.getpid()}")
+        open(probe, "w").close()
+        os.remove(probe)
+    except OSError as e:
+        print(f"compare.py: error: --out {a.out}: cannot write there: {e}", file=sys.stderr)
+        return 1
     t_start = time.time()
     try:
         runs_data, summaries = run_all(a, runs, notes)

@@ -29,6 +29,23 @@ import sys
 PACKED = "steps.csv.gz"
 
 
+def read_records(path):
+    """The records of one log.metrics_file, one per step in step order: a line without its
+    newline (a run killed while writing it, by an engine older than whole-line writes) is
+    dropped, and a step logged twice (such an engine's resume appended after the
+    checkpoint's step) keeps its last record."""
+    with open(path) as f:
+        text = f.read()
+    lines = text.split("\n")
+    if lines and lines[-1].strip():
+        lines = lines[:-1]  # no newline: a half record
+    by_step = {}
+    for line in filter(str.strip, lines):
+        record = json.loads(line)
+        by_step[record.get("step")] = record
+    return [by_step[k] for k in sorted(by_step, key=lambda s: (s is None, s))]
+
+
 def flatten(obj, prefix=""):
     out = {}
     for k, v in obj.items():
@@ -112,11 +129,9 @@ def pack(folder, skip=()):
     for path in files:
         run = os.path.relpath(os.path.dirname(path), folder)
         key = (run, os.path.basename(path))
-        with open(path) as f:
-            for line in f:
-                if line.strip():
-                    rows.append({"run": run, "file": key[1], **flatten(json.loads(line))})
-                    added += 1
+        for record in read_records(path):
+            rows.append({"run": run, "file": key[1], **flatten(record)})
+            added += 1
     columns = ["run", "file"]
     for r in rows:
         columns += [k for k in r if k not in columns]

@@ -52,6 +52,9 @@ class Backend {
   /// Bytes the device itself reports in use (CUDA: total - free, every allocation of the
   /// process and the driver's own); -1 where there is no such figure (host memory).
   virtual int64_t device_used_bytes() { return -1; }
+  /// Bytes a new allocation can still get on the device; -1 for host memory (the CPU, the
+  /// fenced test device), which the trainer measures on the host instead.
+  virtual int64_t device_free_bytes() { return -1; }
 
   // ---- GEMM (kernels/cpu/gemm.h): C (M, N) = alpha op(A) op(B) + beta C, row-major.
   virtual void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,

@@ -4,9 +4,11 @@
 // renamed, so a crash never leaves a half checkpoint; the last K are kept.
 #pragma once
 #include <limits>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "engine/error.h"
 #include "engine/io/safetensors.h"
 
 namespace subdp {
@@ -36,12 +38,48 @@ enum class OptimizerLoad {
   reset,    // checkpoint.reset_optimizer = true: weights only, the optimizer starts from zero
 };
 
-/// Writes dir/step-<step>/ atomically and prunes to keep_last. Returns the checkpoint path.
-/// Errors: a non-finite value in any tensor (named, with its element), checked before any
-/// file is written, so a checkpoint never holds inf or NaN.
+/// A checkpoint whose files changed after they were written (CRC32 mismatch) or that holds
+/// inf / NaN: resume "auto" skips it for an older one. Any other failure to read a complete
+/// checkpoint (another format version, a manifest this engine cannot parse) is a plain Error,
+/// which stops "auto": such a checkpoint is neither skipped nor overwritten.
+class DamagedCheckpoint : public Error {
+ public:
+  using Error::Error;
+};
+
+/// What one run knows of the checkpoints in its folder, for pruning: those it wrote (or
+/// read and verified), and those it refused to delete (warned about once).
+struct CheckpointLedger {
+  std::set<std::string> trusted, refused;
+};
+
+/// Writes dir/step-<step>/ atomically and prunes to keep_last (prune_checkpoints). Returns
+/// the checkpoint path. Errors, checked before any file is written: a non-finite value in
+/// any tensor (named, with its element), so a checkpoint never holds inf or NaN; less free
+/// space in dir than the checkpoint's bytes (check_free_space). `ledger` (may be null) gains
+/// the new checkpoint. A checkpoint of the same step already in dir is replaced only when this
+/// run wrote it or it verifies; otherwise the save fails naming it (never destroyed unread).
 std::string save_checkpoint(const std::string& dir, const CheckpointInfo& info,
                             const std::vector<NamedTensor>& model, const std::vector<NamedTensor>& optimizer,
-                            int keep_last);
+                            int keep_last, CheckpointLedger* ledger = nullptr);
+
+/// Deletes the complete checkpoints of dir older than its newest keep_last, but only those in
+/// ledger.trusted or that verify now (this format, every CRC32 right), and never `newest` (the
+/// one just written, which a later step's checkpoint in the folder would otherwise outrank);
+/// any other is kept, with one warning on stderr naming it and why.
+void prune_checkpoints(const std::string& dir, int keep_last, CheckpointLedger& ledger, const std::string& newest);
+
+/// Bytes the safetensors files of a checkpoint of these tensors take (data, headers, manifest).
+int64_t checkpoint_bytes(const std::vector<NamedTensor>& model, const std::vector<NamedTensor>& optimizer);
+
+/// Throws when `free_bytes` (statvfs of dir) is less than `needed`, naming dir, both figures
+/// in MiB, and the room two checkpoints need (the previous one is kept until the new one is
+/// complete). `step` is the checkpoint's step, for the message.
+void check_free_space(const std::string& dir, int64_t step, int64_t needed, int64_t free_bytes);
+
+/// Bytes free to an unprivileged writer in the file system holding `path` (statvfs f_bavail);
+/// -1 when it cannot be asked.
+int64_t free_disk_bytes(const std::string& path);
 
 /// A checkpoint read by resolve_checkpoint while it looked for an intact one.
 struct LoadedCheckpoint {
@@ -52,7 +90,9 @@ struct LoadedCheckpoint {
 
 /// Resolves `resume` ("auto" = newest complete checkpoint in dir, damaged ones skipped with a
 /// warning on stderr; otherwise a checkpoint directory). Returns "" when auto finds none;
-/// throws when dir holds checkpoints but every one is damaged (a fresh start would overwrite them).
+/// throws when dir holds checkpoints but every one is damaged (a fresh start would overwrite
+/// them), and when a checkpoint it meets cannot be read for another reason (another format
+/// version, an unparsable manifest: see DamagedCheckpoint), naming it.
 /// With `loaded`, "auto" hands over the checkpoint it read and verified, so that it is not read
 /// twice (loaded->loaded stays false for a path, which is not read here).
 std::string resolve_checkpoint(const std::string& resume, const std::string& dir, LoadedCheckpoint* loaded = nullptr);

@@ -45,6 +45,9 @@ struct TrainConfig {
   std::string recompute = "none";  // none, or blocks: activations recomputed block by block in backward (GPT)
   int max_skipped_steps = 5;       // skip: at most this many consecutive skipped steps, then stop (non-zero)
   std::string winograd_tile = "2x2";  // 2x2 or 4x4: output tile of Winograd convolutions
+  // Signals that stop the run at the end of its step with a checkpoint (engine/stop_signals.h).
+  std::string stop_signals = "SIGTERM,SIGUSR1";
+  bool allow_overcommit = false;  // train even when the plan's bytes exceed the memory available
 };
 
 /// The Winograd output tile side train.winograd_tile asks for: 2 or 4.

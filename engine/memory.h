@@ -99,4 +99,13 @@ class MemoryTracker {
 /// Peak resident set size of this process in bytes (from getrusage).
 int64_t process_peak_rss_bytes();
 
+/// Bytes this host can still give processes: MemAvailable of /proc/meminfo, or less when the
+/// process's cgroup caps it (v2 memory.max - memory.current, v1 memory.limit_in_bytes -
+/// memory.usage_in_bytes). -1 when none of them can be read. `where` receives which bound it is.
+int64_t host_memory_available_bytes(std::string* where = nullptr);
+
+/// "" when `predicted` bytes fit in `available` (or either is unknown, < 0); else the refusal,
+/// naming both figures in GiB, `what` (where `available` comes from) and train.allow_overcommit.
+std::string memory_fit_error(int64_t predicted, int64_t available, const std::string& what);
+
 }  // namespace subdp

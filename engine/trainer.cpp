@@ -17,7 +17,9 @@
 #include "engine/data/dataset.h"
 #include "engine/error.h"
 #include "engine/footprint.h"
+#include "engine/io/metrics_file.h"
 #include "engine/layers/flops.h"
+#include "engine/stop_signals.h"
 
 namespace subdp {
 
@@ -26,12 +28,16 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+/// Ranks on this host (Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE; 1 outside mpirun).
+int local_ranks() {
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  return local ? std::max(1, std::atoi(local)) : 1;
+}
+
 int threads_per_rank(int configured) {
   if (configured > 0) return configured;
-  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  const int local_ranks = local ? std::max(1, std::atoi(local)) : 1;
   const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  return std::max<int>(1, static_cast<int>(cores / local_ranks));
+  return std::max<int>(1, static_cast<int>(cores / local_ranks()));
 }
 
 std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", bytes / 1048576.0); }
@@ -65,6 +71,8 @@ Trainer::Trainer(const Config& config, std::unique_ptr<Communicator> world, cons
   units_ = model_units(config_.model);
   plan_ = make_plan(units_, config_.mask, layout_.S);
   check_layout_agreement();
+  check_memory_budget();
+  prepare_outputs();
   build_local_model();
   data_ = make_data_source(config_, layout_.rank, layout_.world);
   batch_ = data_->make_batch();
@@ -79,15 +87,55 @@ Trainer::Trainer(const Config& config, std::unique_ptr<Communicator> world, cons
   steps_per_epoch_ = data_->steps_per_epoch();
   total_steps_ = config_.train.epochs > 0 ? config_.train.epochs * steps_per_epoch_ : config_.train.steps;
   base_lr_ = config_.optim.lr * (config_.optim.lr_scaling == "linear" ? layout_.world : 1);
-  if (!config_.log.metrics_file.empty()) {
-    const std::string path = metrics_path(config_.log.metrics_file, layout_.rank, layout_.world);
-    std::error_code ec;
-    const auto parent = std::filesystem::path(path).parent_path();
-    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-    metrics_.open(path, config_.checkpoint.resume.empty() ? std::ios::trunc : std::ios::app);
-    SUBDP_CHECK(metrics_.good(), "log.metrics_file: cannot write {}", path);
-  }
   if (!config_.checkpoint.resume.empty()) resume();
+  // After resume: the file keeps the steps up to the resumed one, so every step appears once.
+  if (!config_.log.metrics_file.empty())
+    metrics_.open(metrics_path(config_.log.metrics_file, layout_.rank, layout_.world), step_, "log.metrics_file");
+  install_stop_signals(parse_stop_signals(config_.train.stop_signals));
+}
+
+void Trainer::check_memory_budget() {
+  // Every rank measures before any rank allocates (the allgather orders it): no rank's model
+  // is counted against another's share of the host.
+  std::string error;
+  if (!config_.train.allow_overcommit) {
+    const int64_t predicted = predict_rank_memory(config_, layout_.world, layout_.rank).total_peak;
+    std::string where;
+    int64_t available = backend().device_free_bytes();
+    if (available >= 0) {
+      where = "free device memory";
+    } else {
+      available = host_memory_available_bytes(&where);
+      const int local = local_ranks();
+      if (available >= 0 && local > 1) {
+        available /= local;
+        where += fmt::format(", shared by {} ranks on this host", local);
+      }
+    }
+    error = memory_fit_error(predicted, available, where);
+  }
+  stop_on_any_error(world_->allgather(error));
+}
+
+void Trainer::prepare_outputs() {
+  // Every output is checked, on the ranks that write it, before anything is trained: a
+  // read-only folder must not cost a whole run. Rank 0 writes the checkpoints and holds
+  // checkpoint.dir's lock for the run.
+  std::string error;
+  try {
+    if (layout_.rank == 0 && !config_.checkpoint.dir.empty())
+      checkpoint_lock_ = std::make_unique<DirectoryLock>(config_.checkpoint.dir, "checkpoint.dir");
+    if (!config_.log.metrics_file.empty())
+      check_writable_file(metrics_path(config_.log.metrics_file, layout_.rank, layout_.world), "log.metrics_file");
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  stop_on_any_error(world_->allgather(error));
+}
+
+void Trainer::stop_on_any_error(const std::vector<std::string>& errors) const {
+  for (size_t r = 0; r < errors.size(); ++r)
+    SUBDP_CHECK(errors[r].empty(), "{}{}", errors[r], errors.size() > 1 ? fmt::format(" (on rank {})", r) : "");
 }
 
 void Trainer::build_local_model() {
@@ -179,6 +227,7 @@ int Trainer::run() {
     }
     if (!config_.checkpoint.dir.empty() && config_.checkpoint.every > 0 && step_ % config_.checkpoint.every == 0)
       save(false);
+    if (stop_signal_ != 0) return stop_for_signal();
   }
   if (!config_.checkpoint.dir.empty() && step_ != last_saved_step_) save(true);
   // Test hook (invariant 5): each rank writes its values in the full layout, NaN where unheld.
@@ -201,6 +250,23 @@ int Trainer::run() {
   return 0;
 }
 
+int Trainer::stop_for_signal() {
+  const bool saves = !config_.checkpoint.dir.empty();
+  if (saves && step_ != last_saved_step_) save(false);
+  if (prints_) {
+    if (saves)
+      std::printf("stopped by %s at step %lld of %lld: checkpoint in %s; run again with checkpoint.resume = \"auto\" "
+                  "to continue (exit status %d)\n", signal_name(stop_signal_).c_str(), static_cast<long long>(step_),
+                  static_cast<long long>(total_steps_), config_.checkpoint.dir.c_str(), kExitStopped);
+    else
+      std::printf("stopped by %s at step %lld of %lld: no checkpoint.dir, nothing saved (exit status %d)\n",
+                  signal_name(stop_signal_).c_str(), static_cast<long long>(step_),
+                  static_cast<long long>(total_steps_), 128 + stop_signal_);
+    std::fflush(stdout);
+  }
+  return saves ? kExitStopped : 128 + stop_signal_;
+}
+
 void Trainer::train_step(int64_t epoch, int64_t in_epoch) {
   const auto t0 = Clock::now();
   if (const int64_t k = config_.mask.redeal_every; k > 0 && step_ / k != deal_) redeal(step_ / k);
@@ -217,9 +283,12 @@ void Trainer::train_step(int64_t epoch, int64_t in_epoch) {
   model_->backward();
   const int64_t flops = FlopCounter::take();
   const bool finite = gradients_finite() && std::isfinite(loss);
-  double bad = finite ? 0 : 1;
-  world_->allreduce_max(&bad, 1);
-  if (bad > 0) {
+  // One all-reduce carries both flags: a non-finite value anywhere, and a stop signal on any
+  // rank (every rank then finishes this step and stops after it, at the same step).
+  double flags[2] = {finite ? 0.0 : 1.0, static_cast<double>(stop_signal_received())};
+  world_->allreduce_max(flags, 2);
+  stop_signal_ = static_cast<int>(flags[1]);
+  if (flags[0] > 0) {
     SUBDP_CHECK(config_.train.nonfinite == "skip", "non-finite loss or gradient at step {} (see the rank's message "
                 "above); stopping before the optimizer step, no checkpoint written over the last good one "
                 "(train.nonfinite = \"skip\" skips such steps instead)", step_ + 1);
@@ -371,7 +440,7 @@ void Trainer::log_step(double loss, double acc, double lr, double step_s, double
     if (const int64_t used = backend().device_used_bytes(); used >= 0) j["device_used_bytes"] = used;
     if (!pending_alignment_.is_null()) j["alignment"] = pending_alignment_;
     if (!pending_redeal_.is_null()) j["redeal"] = pending_redeal_;
-    metrics_ << j.dump() << "\n";
+    metrics_.write(j);
   }
   pending_alignment_ = nullptr;
   pending_redeal_ = nullptr;

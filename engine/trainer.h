@@ -9,9 +9,12 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/assemble.h"
+#include "engine/checkpoint.h"
 #include "engine/comm/communicator.h"
 #include "engine/data_source.h"
 #include "engine/grad_sync.h"
+#include "engine/io/dir_lock.h"
+#include "engine/io/metrics_file.h"
 #include "engine/optimizer.h"
 
 namespace subdp {
@@ -46,7 +49,19 @@ class Trainer {
   /// `deal`; the old model is freed before the new one is built (trainer_redeal.cpp).
   void redeal(int64_t deal);
   void check_layout_agreement();
+  /// Collective, before the model is built: refuses (every rank, with both figures) when the
+  /// plan's bytes for a rank exceed the memory available to it, unless train.allow_overcommit.
+  void check_memory_budget();
+  /// Collective, before the first step: locks checkpoint.dir (rank 0) and checks that every
+  /// output path can be created and written on the ranks that write it; errors name the key.
+  void prepare_outputs();
+  /// Throws the first non-empty message of an allgather (naming its rank when W > 1).
+  void stop_on_any_error(const std::vector<std::string>& errors) const;
   void train_step(int64_t epoch, int64_t step_in_epoch);
+  /// After a step in which some rank received a stop signal (every rank agrees through the
+  /// step's flag all-reduce): checkpoints (when checkpoint.dir is set), prints one line and
+  /// returns the exit status (kExitStopped, or 128 + the signal without a checkpoint.dir).
+  int stop_for_signal();
   /// Stochastic depth: this step's dropped blocks, passed to the model.
   void draw_dropped_blocks();
   /// Checks this rank's gradients (ZeRO-2: those outside blocks; the blocks' were checked by
@@ -106,7 +121,9 @@ class Trainer {
   std::unique_ptr<DataSource> data_;
   Batch batch_;
   std::vector<FullTensorSpec> specs_;
-  std::ofstream metrics_;
+  MetricsFile metrics_;
+  std::unique_ptr<DirectoryLock> checkpoint_lock_;  // rank 0 with checkpoint.dir: held for the run
+  CheckpointLedger checkpoints_;                    // rank 0: what keep_last may delete
   MemStats dp_footprint_;
   int64_t step_ = 0, total_steps_ = 0, steps_per_epoch_ = 0;
   int64_t last_saved_step_ = -1;
@@ -122,6 +139,7 @@ class Trainer {
   double hook_comm_s_ = 0;        // ZeRO-2, FSDP: seconds of this step's collectives inside forward and backward
   nlohmann::json pending_alignment_;  // measured this step, written with its metrics line
   nlohmann::json pending_redeal_;     // a re-deal before this step: written with its metrics line
+  int stop_signal_ = 0;               // a stop signal every rank has agreed on (0: none)
   int64_t deal_ = 0;                  // the plan in use is that of deal deal_ (mask.redeal_every)
   double last_train_loss_ = std::nan("");  // NaN until a step runs (a resume at the last step runs none)
   std::chrono::steady_clock::time_point start_;

@@ -177,10 +177,12 @@ void Trainer::save(bool final) {
     info.world = layout_.world;
     info.subnetworks = layout_.S;
     info.train_loss = last_train_loss_;
-    const std::string path = save_checkpoint(config_.checkpoint.dir, info, model, opt, config_.checkpoint.keep_last);
+    const std::string path =
+        save_checkpoint(config_.checkpoint.dir, info, model, opt, config_.checkpoint.keep_last, &checkpoints_);
     std::printf("checkpoint%s: %s\n", final ? " (final)" : "", path.c_str());
     std::fflush(stdout);
   }
+  metrics_.sync();  // every step up to the checkpoint's is on disk with it
   world_->barrier();
 }
 
@@ -205,6 +207,7 @@ void Trainer::resume() {
         load_checkpoint_for(path, config_.model.name, specs_, optimizer_->num_states(), policy, info, full, opt);
       }
       if (!path.empty()) {
+        checkpoints_.trusted.insert(path);  // read and verified: keep_last may prune it
         std::error_code ec;
         in_own_dir = !config_.checkpoint.dir.empty() &&
                      std::filesystem::equivalent(std::filesystem::path(path).parent_path(), config_.checkpoint.dir, ec);

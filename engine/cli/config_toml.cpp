@@ -9,6 +9,7 @@
 #include <cfloat>
 #include <climits>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <set>
@@ -19,6 +20,7 @@
 
 #include "engine/config.h"
 #include "engine/error.h"
+#include "engine/stop_signals.h"
 
 namespace subdp {
 namespace {
@@ -88,6 +90,8 @@ std::vector<Field> fields(Config& c) {
       {"train", "recompute", &t.recompute, one_of({"none", "blocks"})},
       {"train", "max_skipped_steps", &t.max_skipped_steps, between(0, 1000000)},
       {"train", "winograd_tile", &t.winograd_tile, one_of({"2x2", "4x4"})},
+      {"train", "stop_signals", &t.stop_signals, any()},
+      {"train", "allow_overcommit", &t.allow_overcommit, any()},
       {"optim", "name", &o.name, one_of({"sgd", "adamw"})},
       {"optim", "lr", &o.lr, above(0)},
       {"optim", "momentum", &o.momentum, range(0, 1, false, true)},
@@ -274,8 +278,11 @@ void read(const toml::node& n, double* out, const Rule& r, const Where& w) {
   if (!std::isfinite(v)) w.fail("must be finite");
   // The engine computes in float32: a value it cannot hold would overflow to inf or vanish.
   if (std::fabs(v) > FLT_MAX) w.fail("must be representable in float32 (|x| <= 3.4e38)");
-  if (v != 0 && std::fabs(v) < FLT_MIN) w.fail("must be 0 or representable in float32 (|x| >= 1.2e-38)");
+  // The rule first: a value it forbids is named with the rule (keep = 1e-45 is not "0 or ...").
   if (!satisfies(r, v)) w.fail(describe(r));
+  if (v != 0 && std::fabs(v) < FLT_MIN)
+    w.fail(satisfies(r, 0.0) ? "must be 0 or a normal float32 (|x| >= 1.2e-38)"
+                             : "must be a normal float32 (|x| >= 1.2e-38)");
   *out = v;
 }
 
@@ -367,9 +374,14 @@ void check_cross(const Config& c, const std::string& path) {
   if (c.mask.regime != "none" && c.mask.regime != "stochastic") {
     double cov = c.mask.keep * c.parallel.subnetworks;
     SUBDP_CHECK(std::fabs(cov - std::round(cov)) < 1e-9,
-                "{}: [mask] keep = {}: keep * subnetworks = {} * {} = {:g} must be a whole "
+                "{}: [mask] keep = {}: keep * subnetworks = {} * {} = {:.12g} must be a whole "
                 "number (coverage c = r * S)", path, c.mask.keep, c.mask.keep,
                 c.parallel.subnetworks, cov);
+  }
+  try {
+    parse_stop_signals(c.train.stop_signals);
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: {}", path, e.what()));
   }
   SUBDP_CHECK(c.log.alignment_every == 0 || (c.mask.regime == "forward" || c.mask.regime == "backward"),
               "{}: [log] alignment_every = {}: gradient alignment compares a subnetwork with the full model; it "
@@ -385,6 +397,11 @@ void check_cross(const Config& c, const std::string& path) {
               "{}: [parallel] shard = \"parameters\" (FSDP) with [mask] regime = \"backward\": backward masking runs "
               "every block's forward on every rank, so each rank would gather blocks it does not hold; FSDP composes "
               "with \"none\", \"forward\" and \"stochastic\" (use shard = \"gradients\" with backward masking)", path);
+  try {
+    parse_stop_signals(c.train.stop_signals);
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: {}", path, e.what()));
+  }
   SUBDP_CHECK(c.log.alignment_every == 0 || c.parallel.shard == "none" || c.parallel.shard == "optimizer",
               "{}: [log] alignment_every = {}: gradient alignment reads each block's whole gradient, which [parallel] "
               "shard = \"{}\" frees block by block during the backward pass; use shard = \"optimizer\" or "
@@ -504,6 +521,11 @@ Config parse_config(const std::string& text, const std::string& path,
 }
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::error_code ec;
+  SUBDP_CHECK(!std::filesystem::is_directory(path, ec), "{}: is a directory, not a config file (expected a TOML file)",
+              path);
+  SUBDP_CHECK(!std::filesystem::exists(path, ec) || std::filesystem::is_regular_file(path, ec),
+              "{}: not a regular file (expected a TOML file)", path);
   std::ifstream in(path, std::ios::binary);
   SUBDP_CHECK(in, "{}: cannot open config file", path);
   std::stringstream buf;

@@ -119,3 +119,25 @@ if "DP under the step-matched budget" not in md or "within 1 DP std" not in md:
     sys.exit("FAIL: table.md lacks the lent-DP note or the against-DP table")
 print("ok: runs.csv rows, --finished-only trains nothing new, protocol table means and stds from runs.csv")
 PY
+# Issue 39: a bad option is named with its value; an unwritable --out is refused before any
+# run; a metrics file cut by a crash (half line) or with a step logged twice reads as one
+# record per step.
+rc=0
+err=$(/usr/bin/python3 "$ROOT/benchmarks/compare.py" "$WORK/gpt.toml" --binary "$SUBDP" --steps 2 --seeds 0 2>&1) || rc=$?
+[[ $rc == 2 ]] && grep -qF -- "--seeds 0: must be >= 1" <<<"$err" || { echo "FAIL: --seeds 0 (rc $rc): $err"; exit 1; }
+echo x >"$WORK/in-the-way"
+rc=0
+err=$(/usr/bin/python3 "$ROOT/benchmarks/compare.py" "$WORK/gpt.toml" --binary "$SUBDP" --out "$WORK/in-the-way/out" \
+  --regimes dp --steps 2 2>&1) || rc=$?
+[[ $rc == 1 ]] && grep -qF -- "--out $WORK/in-the-way/out: cannot write there" <<<"$err" ||
+  { echo "FAIL: unwritable --out (rc $rc): $err"; exit 1; }
+printf '{"step": 1, "loss": 3}\n{"step": 2, "loss": 2}\n{"step": 2, "loss": 1}\n{"step": 3, "lo' >"$WORK/cut.jsonl"
+/usr/bin/python3 - "$ROOT" "$WORK/cut.jsonl" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[1] + "/benchmarks")
+import pack_metrics
+got = [(r["step"], r["loss"]) for r in pack_metrics.read_records(sys.argv[2])]
+if got != [(1, 3), (2, 1)]:
+    sys.exit(f"FAIL: read_records gave {got}")
+PY
+echo "ok: compare.py names the bad option, refuses an unwritable --out; metrics read one record per step"

@@ -254,6 +254,7 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"zero_init_mlp", S + "[model]\nzero_init_residual = true\n", {}, {"[model] zero_init_residual = true", "no residual branches"}},
         ErrorCase{"width_heads", S + "[model]\nwidth = 100\nheads = 8\n", {}, {"[model] width = 100", "divisible by heads = 8"}},
         ErrorCase{"coverage", S + "[parallel]\nsubnetworks = 4\n[mask]\nregime = \"forward\"\nkeep = 0.3\n", {}, {"[mask] keep", "whole number"}},
+        ErrorCase{"coverage_product_unrounded", S + "[parallel]\nsubnetworks = 3\n[mask]\nregime = \"forward\"\nkeep = 0.6666667\n", {}, {"0.6666667 * 3 = 2.0000001 must be a whole number"}},
         ErrorCase{"resume_auto_no_dir", S + "[checkpoint]\nresume = \"auto\"\n", {}, {"[checkpoint] resume", "dir"}},
         ErrorCase{"invalid_toml", S + "batch_size = = 3\n", {}, {"configs/x.toml:3", "invalid TOML"}},
         ErrorCase{"override_unknown_key", S, {"train.bach_size=3"}, {"--set train.bach_size=3", "unknown key train.bach_size", "did you mean 'batch_size'"}},
@@ -265,6 +266,29 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"override_huge_int", S, {"train.batch_size=99999999999999999999"}, {"train.batch_size", "99999999999999999999", "64-bit range"}},
         ErrorCase{"override_enum", S, {"mask.regime=sideways"}, {"[mask] regime = \"sideways\"", "none, forward, backward"}}),
     [](const ::testing::TestParamInfo<ErrorCase>& info) { return std::string(info.param.name); });
+
+TEST(Config, ADirectoryOrDeviceIsNotAConfigFile) {
+  for (const std::string path : {::testing::TempDir(), std::string("/dev/null")}) {
+    try {
+      load_config(path, {});
+      FAIL() << "accepted " << path;
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(path), std::string::npos) << msg;
+      EXPECT_NE(msg.find("not a"), std::string::npos) << msg;
+    }
+  }
+}
+
+TEST(Config, ASubnormalKeepIsNotCalledZeroOrValid) {
+  // keep must be in (0, 1]: the float32 message must not offer 0 as a way out.
+  const std::string msg = error_of(S + "[mask]\nkeep = 1e-45\n");
+  EXPECT_NE(msg.find("[mask] keep"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("normal float32"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("must be 0"), std::string::npos) << msg;
+  // A key that allows 0 still says so.
+  EXPECT_NE(error_of(S + "[optim]\nweight_decay = 1e-45\n").find("must be 0 or a normal float32"), std::string::npos);
+}
 
 }  // namespace
 }  // namespace subdp

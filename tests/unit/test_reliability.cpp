@@ -17,6 +17,7 @@
 #include "engine/checkpoint.h"
 #include "engine/config_diff.h"
 #include "engine/error.h"
+#include "tests/unit/error_of.h"
 #include "engine/optimizer.h"
 #include "engine/param.h"
 #include "engine/plan.h"
@@ -25,14 +26,7 @@
 namespace subdp {
 namespace {
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using subdp::testing::error_of;
 
 /// An MLP whose hidden layer 0 (16 units) is masked forward at S = 4, keep 0.25: this rank
 /// (subnetwork 3) holds 4 of its units.
@@ -185,8 +179,16 @@ TEST(CheckpointTensors, NonFiniteValuesAreNeverWrittenNorLoaded) {
     e = manifest_error(edited);
     EXPECT_NE(e.find("manifest.json: \"step\" = "), std::string::npos) << e;
   }
-  // Every checkpoint damaged: "auto" refuses to start fresh over them.
+  // A manifest "auto" cannot read (no CRC listed) is not skipped as damaged: it stops, naming it.
   write_file_atomic((step2 / "manifest.json").string(), no_files.dump());
+  ::testing::internal::CaptureStderr();
+  e = error_of([&] { resolve_checkpoint("auto", dir.string()); });
+  ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(e.find("cannot read " + step2.string()), std::string::npos) << e;
+  // Every checkpoint damaged (CRC32 mismatches): "auto" refuses to start fresh over them.
+  nlohmann::json wrong_crc = good;
+  wrong_crc["files"]["model.safetensors"] = "00000000";
+  write_file_atomic((step2 / "manifest.json").string(), wrong_crc.dump());
   ::testing::internal::CaptureStderr();
   e = error_of([&] { resolve_checkpoint("auto", dir.string()); });
   ::testing::internal::GetCapturedStderr();

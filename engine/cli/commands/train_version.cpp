@@ -49,9 +49,10 @@ int run_train(const Config& config, const TrainOptions& options) {
               "measure one rank of the layout on one GPU", world->size(), world->size());
   const bool mpi = world->backend() == "mpi";
   const int rank = world->rank(), size = world->size();
+  int status = 0;
   try {
     Trainer trainer(config, std::move(world), options);
-    trainer.run();
+    status = trainer.run();
   } catch (const std::exception& e) {
     if (!mpi) throw;
     if (size == 1) {
@@ -65,7 +66,7 @@ int run_train(const Config& config, const TrainOptions& options) {
     abort_mpi(1);
   }
   if (mpi) finalize_mpi();
-  return 0;
+  return status;  // 0, or a stop signal's (engine/stop_signals.h)
 }
 
 int run_version() {

@@ -1,0 +1,197 @@
+// Issue 39's failing inputs that a unit test can hold: checkpoints of another format stop
+// resume "auto" and are never pruned; free space is checked before a checkpoint is written;
+// the metrics file holds whole lines and is cut back on resume; checkpoint.dir is locked;
+// the memory check's message; train.stop_signals.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/checkpoint.h"
+#include "engine/error.h"
+#include "tests/unit/error_of.h"
+#include "engine/io/dir_lock.h"
+#include "engine/io/metrics_file.h"
+#include "engine/io/safetensors.h"
+#include "engine/memory.h"
+#include "engine/stop_signals.h"
+
+namespace subdp {
+namespace {
+
+namespace fs = std::filesystem;
+
+using subdp::testing::error_of;
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+/// A fresh folder under the test temp dir.
+fs::path fresh_dir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+void save_step(const fs::path& dir, int64_t step, int keep_last, CheckpointLedger* ledger = nullptr) {
+  CheckpointInfo info;
+  info.step = step;
+  info.model_name = "mlp";
+  NamedTensor a{"a", {2, 3}, std::vector<float>(6, static_cast<float>(step))};
+  save_checkpoint(dir.string(), info, {a}, {}, keep_last, ledger);
+}
+
+void edit_manifest(const fs::path& checkpoint, const char* key, const nlohmann::json& value) {
+  std::ifstream in(checkpoint / "manifest.json");
+  nlohmann::json m = nlohmann::json::parse(in);
+  m[key] = value;
+  write_file_atomic((checkpoint / "manifest.json").string(), m.dump());
+}
+
+TEST(CheckpointFormats, AnotherFormatStopsAutoNamingIt) {
+  const fs::path dir = fresh_dir("subdp_test_format_ckpt");
+  save_step(dir, 1, 5);
+  save_step(dir, 2, 5);
+  const fs::path step2 = dir / "step-00000002";
+  edit_manifest(step2, "format", "subdp-checkpoint-v2");
+  ::testing::internal::CaptureStderr();
+  std::string e = error_of([&] { resolve_checkpoint("auto", dir.string()); });
+  const std::string warned = ::testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(contains(e, (step2 / "manifest.json").string())) << e;
+  EXPECT_TRUE(contains(e, "\"subdp-checkpoint-v2\"")) << e;
+  EXPECT_TRUE(contains(e, "reads \"subdp-checkpoint-v1\" only")) << e;
+  EXPECT_FALSE(contains(warned, "skipping")) << warned;
+  // A number where a string belongs: the key is named, not nlohmann's type_error.302.
+  edit_manifest(step2, "format", 2);
+  e = error_of([&] { resolve_checkpoint("auto", dir.string()); });
+  EXPECT_TRUE(contains(e, "\"format\" = 2: expected a string")) << e;
+  EXPECT_FALSE(contains(e, "type_error")) << e;
+  edit_manifest(step2, "format", "subdp-checkpoint-v1");
+  edit_manifest(step2, "world", "four");
+  e = error_of([&] { resolve_checkpoint("auto", dir.string()); });
+  EXPECT_TRUE(contains(e, "\"world\" = \"four\": expected a whole number")) << e;
+  fs::remove_all(dir);
+}
+
+TEST(CheckpointFormats, PruningDeletesOnlyWhatItWroteOrVerified) {
+  const fs::path dir = fresh_dir("subdp_test_prune_ckpt");
+  save_step(dir, 1, 9);
+  save_step(dir, 2, 9);
+  save_step(dir, 3, 9);
+  edit_manifest(dir / "step-00000002", "format", "subdp-checkpoint-v2");  // another version's
+  // step 3 damaged after it was written: this run did not write it, it cannot verify it.
+  std::ofstream(dir / "step-00000003" / "model.safetensors", std::ios::app) << "x";
+  CheckpointLedger ledger;
+  ::testing::internal::CaptureStderr();
+  save_step(dir, 4, 1, &ledger);
+  save_step(dir, 5, 1, &ledger);
+  const std::string warned = ::testing::internal::GetCapturedStderr();
+  EXPECT_FALSE(fs::exists(dir / "step-00000001"));  // verified now (format, CRCs): pruned
+  EXPECT_TRUE(fs::exists(dir / "step-00000002"));
+  EXPECT_TRUE(fs::exists(dir / "step-00000003"));
+  EXPECT_FALSE(fs::exists(dir / "step-00000004"));  // this run's own
+  EXPECT_TRUE(fs::exists(dir / "step-00000005"));
+  EXPECT_TRUE(contains(warned, "not deleting " + (dir / "step-00000002").string())) << warned;
+  EXPECT_TRUE(contains(warned, "not deleting " + (dir / "step-00000003").string())) << warned;
+  // Each warned about once, not at every save.
+  EXPECT_EQ(warned.find("step-00000002,"), warned.rfind("step-00000002,")) << warned;
+  fs::remove_all(dir);
+}
+
+TEST(CheckpointSpace, RefusedWithBothFiguresAndTheRoomForTwo) {
+  const std::string e = error_of([] { check_free_space("/data/ckpt", 40, 300 << 20, 200 << 20); });
+  EXPECT_TRUE(contains(e, "checkpoint.dir = \"/data/ckpt\"")) << e;
+  EXPECT_TRUE(contains(e, "step 40 needs 300.0 MiB")) << e;
+  EXPECT_TRUE(contains(e, "has 200.0 MiB free")) << e;
+  EXPECT_TRUE(contains(e, "room for two (600.0 MiB)")) << e;
+  EXPECT_EQ(error_of([] { check_free_space("/d", 1, 100, 100); }), "(no error)");
+  EXPECT_EQ(error_of([] { check_free_space("/d", 1, 100, -1); }), "(no error)");  // unknown: not refused
+  // The estimate covers the data of every tensor.
+  NamedTensor big{"w", {1000}, std::vector<float>(1000)};
+  EXPECT_GE(checkpoint_bytes({big}, {big}), 8000);
+}
+
+std::vector<int64_t> steps_in(const fs::path& path) {
+  std::ifstream in(path);
+  std::vector<int64_t> steps;
+  for (std::string line; std::getline(in, line);) steps.push_back(nlohmann::json::parse(line).at("step"));
+  return steps;
+}
+
+TEST(MetricsFile, ResumeCutsBackToTheStepAndDropsAHalfLine) {
+  const fs::path dir = fresh_dir("subdp_test_metrics");
+  const fs::path path = dir / "sub" / "m.jsonl";
+  {
+    MetricsFile f;
+    f.open(path.string(), 0, "log.metrics_file");
+    for (int64_t s = 1; s <= 5; ++s) f.write({{"step", s}, {"loss", 1.0 / s}});
+  }
+  std::ofstream(path, std::ios::app) << "{\"step\": 6, \"lo";  // a crash mid-line
+  {
+    MetricsFile f;
+    f.open(path.string(), 3, "log.metrics_file");  // resumed at step 3
+    f.write({{"step", 4}, {"loss", 0.0}});
+    f.sync();
+  }
+  EXPECT_EQ(steps_in(path), (std::vector<int64_t>{1, 2, 3, 4}));
+  {
+    MetricsFile f;
+    f.open(path.string(), 0, "log.metrics_file");  // a fresh start keeps nothing
+  }
+  EXPECT_TRUE(steps_in(path).empty());
+  const std::string e = error_of([&] { check_writable_file((dir / "sub").string(), "log.metrics_file"); });
+  EXPECT_TRUE(contains(e, "log.metrics_file = \"" + (dir / "sub").string() + "\": is a directory")) << e;
+  fs::remove_all(dir);
+}
+
+TEST(DirectoryLock, ASecondHolderIsRefusedNamingTheFirst) {
+  const fs::path dir = fresh_dir("subdp_test_lock") / "ckpt";
+  {
+    DirectoryLock first(dir.string(), "checkpoint.dir");
+    // flock conflicts between two open files even in one process: the second run's case.
+    const std::string e = error_of([&] { DirectoryLock second(dir.string(), "checkpoint.dir"); });
+    EXPECT_TRUE(contains(e, "checkpoint.dir = \"" + dir.string() + "\" is in use by another run")) << e;
+    EXPECT_TRUE(contains(e, "pid " + std::to_string(::getpid()))) << e;
+    EXPECT_TRUE(contains(e, "host ")) << e;
+  }
+  // Released with its holder; a lock file left by a dead run (no flock held) does not block.
+  std::ofstream(dir / "subdp.lock") << "host elsewhere pid 999999\n";
+  EXPECT_EQ(error_of([&] { DirectoryLock again(dir.string(), "checkpoint.dir"); }), "(no error)");
+  // A file in the way of the folder.
+  std::ofstream(dir.parent_path() / "file") << "x";
+  const std::string e = error_of([&] { DirectoryLock no((dir.parent_path() / "file" / "ckpt").string(), "checkpoint.dir"); });
+  EXPECT_TRUE(contains(e, "checkpoint.dir = \"")) << e;
+  EXPECT_TRUE(contains(e, "cannot create the folder")) << e;
+  fs::remove_all(dir.parent_path());
+}
+
+TEST(MemoryBudget, RefusalNamesBothFiguresAndTheOptIn) {
+  const std::string e = memory_fit_error(int64_t{84300} << 20, int64_t{23} << 30, "MemAvailable in /proc/meminfo");
+  EXPECT_TRUE(contains(e, "needs 82.32 GiB")) << e;
+  EXPECT_TRUE(contains(e, "only 23.00 GiB are available")) << e;
+  EXPECT_TRUE(contains(e, "MemAvailable")) << e;
+  EXPECT_TRUE(contains(e, "train.allow_overcommit = true")) << e;
+  EXPECT_EQ(memory_fit_error(100, 100, "x"), "");
+  EXPECT_EQ(memory_fit_error(100, -1, "x"), "");  // unknown: not refused
+  std::string where;
+  EXPECT_GT(host_memory_available_bytes(&where), 0);
+  EXPECT_FALSE(where.empty());
+}
+
+TEST(StopSignals, ParsedByNameWithTheKeyInErrors) {
+  EXPECT_EQ(parse_stop_signals("SIGTERM,USR1"), (std::vector<int>{SIGTERM, SIGUSR1}));
+  EXPECT_EQ(parse_stop_signals(" SIGUSR2 "), (std::vector<int>{SIGUSR2}));
+  EXPECT_TRUE(parse_stop_signals("").empty());
+  const std::string e = error_of([] { parse_stop_signals("SIGTERM,SIGKILL"); });
+  EXPECT_TRUE(contains(e, "[train] stop_signals")) << e;
+  EXPECT_TRUE(contains(e, "\"SIGKILL\"")) << e;
+  EXPECT_EQ(signal_name(SIGUSR1), "SIGUSR1");
+}
+
+}  // namespace
+}  // namespace subdp
