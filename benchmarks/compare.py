@@ -18,7 +18,15 @@ every rank's per-step metrics (log.metrics_file) and the evaluation lines, and w
   OUT/memory.png      stacked peak bytes by category (largest rank) per run, MiB
   OUT/loss_vs_step.png, OUT/loss_vs_flops.png (training loss against cumulative FLOPs per
                       rank: the FLOP-matched comparison), OUT/eval.png
-  OUT/<run>/          command.txt, plan.txt, stdout.txt, stderr.txt
+  OUT/<run>/          command.txt (the command, then "# <binary> built from commit C"), done.json
+                      (command, commit, wall_s), plan.txt, stdout.txt, stderr.txt
+
+Recorded commands name paths relative to the repository root (they ran from it; a --out
+outside the repository is written $OUT): the binary as build/subdp (or its path in the
+repository) even when --binary is a private copy elsewhere, with the commit it was built
+from: --binary-commit, else the file BINARY.commit beside a copy (write it when copying:
+git rev-parse HEAD > DIR/subdp-table.commit), else, for a binary inside the
+repository, `git rev-parse HEAD` (+"-dirty" with uncommitted changes), else "not recorded".
 
   /usr/bin/python3 benchmarks/compare.py configs/resnet_fmnist.toml --world 4 \\
       --regimes dp,fwd-block,bwd-block,fwd-neuron,bwd-neuron --keep 0.75,0.5,0.25 --steps 200 \\
@@ -46,7 +54,8 @@ mask.seed = 0..N-1, seed 0 of every run first: summary.md then opens with one ro
 quality as mean +- std, and the plots draw the mean with a band of one standard deviation.
 
 A table too long for one sitting: rerun the same command with --reuse (finished runs are
-kept while their command is unchanged, binary path included); --finished-only trains
+kept while their recorded command is unchanged; a reused run of another commit than the
+binary's is named in summary.md's notes); --finished-only trains
 nothing and summarises what has finished, naming the rest. benchmarks/protocol.sh runs the
 protocol of issue 25 this way and benchmarks/protocol_table.py merges its budgets.
 """
@@ -169,6 +178,53 @@ def run_sets(regime, keep, S, steps, eval_every, metrics):
             f"train.eval_every={eval_every}"] + [s for m in mods for s in modifier_sets(m)]
 
 
+def inside_root(path):
+    p = os.path.abspath(path)
+    return p == ROOT or p.startswith(ROOT + os.sep)
+
+
+def repo_path(path):
+    """A path as results record it: relative to the repository root when it lies inside."""
+    return os.path.relpath(os.path.abspath(path), ROOT) if inside_root(path) else path
+
+
+def binary_commit(binary, given=""):
+    """The commit a binary was built from: given, else BINARY.commit beside it, else HEAD of the
+    repository (+"-dirty" with uncommitted changes to tracked files) for a binary inside it, else
+    "not recorded"."""
+    if given:
+        return given
+    sidecar = binary + ".commit"
+    if os.path.exists(sidecar):
+        with open(sidecar) as f:
+            return f.read().strip() or "not recorded"
+    if not inside_root(binary):
+        return "not recorded"
+    try:
+        head = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return "not recorded"
+    return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def recorded(a, cmd):
+    """cmd as results record it: the binary as a.shown_binary, paths inside the repository
+    relative to its root, the output folder outside it as $OUT (no machine path)."""
+    out = a.out + os.sep
+    shown_out = repo_path(a.out) + os.sep if inside_root(a.out) else "$OUT/"
+    res = []
+    for arg in cmd:
+        if arg == a.binary:
+            res.append(a.shown_binary)
+        elif arg == a.config:
+            res.append(repo_path(arg))
+        else:
+            res.append(arg.replace(out, shown_out).replace(ROOT + os.sep, ""))
+    return res
+
+
 def with_sets(cmd, sets):
     for s in sets:
         cmd += ["--set", s]
@@ -200,11 +256,11 @@ def parse_plan(text):
     return {"rows": rows, "worst": worst, "dp": dp}
 
 
-def run_plan(binary, config, world, sets, run_dir, name):
-    cmd = with_sets([binary, "plan", config, "--world", str(world)], sets)
+def run_plan(a, sets, run_dir, name):
+    cmd = with_sets([a.binary, "plan", a.config, "--world", str(a.world)], sets)
     p = subprocess.run(cmd, capture_output=True, text=True)
     with open(os.path.join(run_dir, "plan.txt"), "w") as f:
-        f.write("$ " + shlex.join(cmd) + "\n" + p.stdout + p.stderr)
+        f.write("$ " + shlex.join(recorded(a, cmd)) + "\n" + p.stdout + p.stderr)
     if p.returncode != 0:
         refused = REFUSED_RE.search(p.stderr)
         if refused:
@@ -228,9 +284,10 @@ def train(args, name, regime, keep, run_dir, steps, eval_every, extra=()):
     cmd = with_sets(cmd, sets)
     stdout_path, stderr_path = os.path.join(run_dir, "stdout.txt"), os.path.join(run_dir, "stderr.txt")
     done = os.path.join(run_dir, "done.json")
+    shown = recorded(args, cmd)
     if args.reuse and os.path.exists(done):
         with open(done) as f:
-            if json.load(f).get("command") == cmd:
+            if json.load(f).get("command") == shown:
                 print(f"[{name}] reusing the finished run in {run_dir}", flush=True)
                 return cmd, None
     if args.finished_only:
@@ -239,7 +296,7 @@ def train(args, name, regime, keep, run_dir, steps, eval_every, extra=()):
         if fname.startswith("metrics-") or fname == "done.json":
             os.remove(os.path.join(run_dir, fname))
     with open(os.path.join(run_dir, "command.txt"), "w") as f:
-        f.write(shlex.join(cmd) + "\n")
+        f.write(shlex.join(shown) + f"\n# {args.shown_binary} built from commit {args.commit}\n")
     print(f"[{name}] {shlex.join(cmd)}", flush=True)
     t0 = time.time()
     with open(stdout_path, "w") as out, open(stderr_path, "w") as err:
@@ -263,7 +320,7 @@ def train(args, name, regime, keep, run_dir, steps, eval_every, extra=()):
         raise Failure(f"run '{name}' failed (exit {rc}) after {wall:.0f} s: {shlex.join(cmd)}\n"
                       f"  output in {run_dir}/stdout.txt and stderr.txt; last lines:\n    " + "\n    ".join(tail))
     with open(done, "w") as f:
-        json.dump({"command": cmd, "wall_s": wall}, f)
+        json.dump({"command": shown, "commit": args.commit, "wall_s": wall}, f)
     return cmd, wall
 
 
@@ -484,7 +541,11 @@ def parse_args(argv):
     p.add_argument("--evals", type=int, default=4, help="evaluations per run, at most: train.eval_every = ceil(steps/evals) (default 4)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override for every run (repeatable)")
     p.add_argument("--out", default="", help="output folder (default runs/compare/<config name>)")
-    p.add_argument("--binary", default=os.path.join(ROOT, "build", "subdp"), help="subdp executable")
+    p.add_argument("--binary", default=os.path.join(ROOT, "build", "subdp"),
+                   help="subdp executable (a copy outside the repository is recorded as build/subdp)")
+    p.add_argument("--binary-commit", default="",
+                   help="the commit --binary was built from (default: BINARY.commit beside it, else HEAD of the "
+                        "repository for a binary inside it, else 'not recorded')")
     p.add_argument("--mpirun", default="mpirun", help="MPI launcher (default mpirun)")
     p.add_argument("--mpirun-args", default="--oversubscribe --mca btl self,vader",
                    help="launcher options (default '--oversubscribe --mca btl self,vader')")
@@ -497,6 +558,8 @@ def parse_args(argv):
     p.add_argument("--verbose", action="store_true", help="echo every line of subdp train")
     a = p.parse_args(argv)
     a.binary = os.path.abspath(a.binary)
+    a.shown_binary = repo_path(a.binary) if inside_root(a.binary) else "build/subdp"
+    a.commit = binary_commit(a.binary, a.binary_commit)
     a.reuse = a.reuse or a.finished_only
     if not os.access(a.binary, os.X_OK):
         p.error(f"{a.binary} is not an executable (build it: cmake --build build --target subdp)")
@@ -557,7 +620,7 @@ def calibrate(a, runs):
             os.makedirs(run_dir, exist_ok=True)
             sets = list(a.set) + run_sets(regime, keep, a.subnetworks, a.calibration_steps, 10**9,
                                           os.path.join(run_dir, "metrics-{rank}.jsonl"))
-            if run_plan(a.binary, a.config, a.world, sets, run_dir, "calibration/" + name)[1]:
+            if run_plan(a, sets, run_dir, "calibration/" + name)[1]:
                 continue  # the model refuses it: run_all skips the run with a note
             cmd, _ = train(a, "calibration/" + name, regime, keep, run_dir, a.calibration_steps, 10**9)
         except NotFinished:
@@ -618,7 +681,7 @@ def run_instance(a, name, base, regime, keep, seed, steps, extra, notes):
         os.makedirs(run_dir, exist_ok=True)
         sets = list(a.set) + run_sets(regime, keep, a.subnetworks, steps, eval_every,
                                       os.path.join(run_dir, "metrics-{rank}.jsonl")) + extra
-        plan, refused = run_plan(a.binary, a.config, a.world, sets, run_dir, name)
+        plan, refused = run_plan(a, sets, run_dir, name)
         if refused:
             notes.append(f"skipped {name}: the model refuses it ({refused})")
             print(f"[{name}] skipped: {refused}", flush=True)
@@ -630,11 +693,15 @@ def run_instance(a, name, base, regime, keep, seed, steps, extra, notes):
         print(f"[{name}] not finished: left out (--finished-only)", flush=True)
         return None
     ranks, evals, final = read_run(name, run_dir, a.world, steps, cmd, a.out)
+    commit = a.commit
     if wall is None:
         with open(os.path.join(run_dir, "done.json")) as f:
-            wall = json.load(f).get("wall_s", math.nan)
+            done = json.load(f)
+        wall, commit = done.get("wall_s", math.nan), done.get("commit", "not recorded")
+        if commit != a.commit:
+            notes.append(f"reused {name}: made by the binary of commit {commit} (this one: {a.commit})")
     s = summarize(name, regime, keep, ranks, evals, final, plan, wall)
-    s.update(base=base, seed=seed)
+    s.update(base=base, seed=seed, commit=commit)
     print(f"[{name}] {steps} steps, done in {wall:.0f} s", flush=True)
     return {"name": name, "base": base, "regime": regime, "keep": keep, "ranks": ranks, "evals": evals}, s
 
@@ -651,8 +718,9 @@ def write_summary(a, summaries, notes):
                          "the byte-level GPT); test acc is next-token accuracy on the validation split.")
     total_wall = sum(s["wall_s"] for s in summaries if not math.isnan(s["wall_s"]))
     header = [f"# Regime comparison: {a.stem}", "",
-              f"Config `{os.path.relpath(os.path.abspath(a.config), ROOT)}`, W = {a.world}, S = {a.subnetworks} "
+              f"Config `{repo_path(a.config)}`, W = {a.world}, S = {a.subnetworks} "
               f"(masked runs), at most {a.evals} evaluations per run, overrides: {' '.join(a.set) or 'none'}.", "",
+              f"Binary: `{a.shown_binary}`, built from commit {commits_cell(summaries)}.", "",
               f"Budget: {budget.describe(a.match, a.steps, a.calibration_steps)}."
               + (f" Seeds: {a.seeds} per run (train.seed = mask.seed = 0..{a.seeds - 1}); quality as mean +- sample "
                  "standard deviation." if a.seeds > 1 else ""), ""]
@@ -668,6 +736,16 @@ def write_summary(a, summaries, notes):
     with open(os.path.join(a.out, "summary.md"), "w") as f:
         f.write(text)
     return text
+
+
+def commits_cell(summaries):
+    """The commits of the runs' binaries, with how many runs each made when they differ."""
+    counts = {}
+    for s in summaries:
+        counts[s.get("commit", "not recorded")] = counts.get(s.get("commit", "not recorded"), 0) + 1
+    if len(counts) == 1:
+        return next(iter(counts))
+    return ", ".join(f"{c} ({n} runs)" for c, n in counts.items())
 
 
 def main(argv=None):

@@ -10,7 +10,8 @@ Layouts are compare.py's regime names with its modifiers (+zero1, +zero2, +fsdp,
 layout and W, rank 0 runs --steps steps (default 2) and the largest per-category peak of its
 metrics is compared with `subdp plan`'s row for that rank. Writes OUT/memory.csv and
 OUT/summary.md (peak by category in MiB, ratio to plain DP's planned peak, measured /
-predicted) and prints the table.
+predicted) and prints the table. memory.csv's command names no machine path (see compare.py),
+its commit column the binary's commit.
 """
 import argparse
 import csv
@@ -44,7 +45,16 @@ def measure(binary, config, sets, world, steps):
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
         rows = [json.loads(line) for line in open(os.path.join(tmp, "m-0.jsonl"))]
     peaks = {c: max(r["mem_peak"][c] for r in rows) for c in compare.CATEGORIES}
-    return peaks, max(r["mem_total_peak"] for r in rows), cmd
+    return peaks, max(r["mem_total_peak"] for r in rows), recorded(cmd, binary, config, tmp)
+
+
+def recorded(cmd, binary, config, tmp):
+    """cmd as memory.csv records it (no machine path): the binary as compare.py records it
+    (build/subdp for a copy outside the repository), the config relative to the repository
+    root, the run's temporary folder as $TMPDIR."""
+    shown = "build/subdp" if not compare.inside_root(binary) else compare.repo_path(binary)
+    return [shown if arg == binary else compare.repo_path(arg) if arg == config else arg.replace(tmp, "$TMPDIR")
+            for arg in cmd]
 
 
 def predict(binary, config, sets, world):
@@ -68,9 +78,12 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every run")
     p.add_argument("--binary", default=os.path.join(ROOT, "build", "subdp"))
+    p.add_argument("--binary-commit", default="", help="the commit --binary was built from (as compare.py's)")
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
     a.config = os.path.abspath(a.config)  # the runs start in the repository root
+    a.binary = os.path.abspath(a.binary)
+    commit = compare.binary_commit(a.binary, a.binary_commit)
     os.makedirs(a.out, exist_ok=True)
     rows = []
     for world in [int(w) for w in a.worlds.split(",")]:
@@ -80,7 +93,7 @@ def main(argv=None):
             predicted, dp = predict(a.binary, a.config, sets, world)
             rows.append({"W": world, "layout": layout, **{f"{c}_MiB": measured[c] / compare.MIB for c in compare.CATEGORIES},
                          "total_MiB": total / compare.MIB, "vs_dp": total / dp[-1], "meas_pred": total / predicted[-1],
-                         "command": " ".join(cmd)})
+                         "command": " ".join(cmd), "commit": commit})
             print(f"W={world} {layout}: {total / compare.MIB:.2f} MiB ({total / dp[-1]:.2f}x DP), "
                   f"measured/predicted {total / predicted[-1]:.3f}", flush=True)
     with open(os.path.join(a.out, "memory.csv"), "w", newline="") as f:

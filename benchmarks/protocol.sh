@@ -9,10 +9,12 @@
 #
 # Usage: benchmarks/protocol.sh resnet|gpt [--finished-only]
 #   --finished-only  train nothing: summarise what has finished (compare.py --finished-only)
-# Environment: SUBDP_BINARY (default build/subdp). compare.py --reuse keeps a finished run
-# only when its command is unchanged, binary path included: point SUBDP_BINARY at a copy
-# (e.g. /tmp/exp/subdp-table) so that rebuilding build/ neither changes a running table nor
-# the commands recorded for the next session.
+# Environment: SUBDP_BINARY (default build/subdp), SUBDP_BINARY_COMMIT (the commit it was built
+# from; default: SUBDP_BINARY.commit beside a copy, else HEAD for build/subdp). Point
+# SUBDP_BINARY at a private copy outside the repository so that rebuilding build/ does not
+# change a running table: cp build/subdp DIR/subdp-table && git rev-parse HEAD >DIR/subdp-table.commit.
+# The results record it as build/subdp with that commit (compare.py), never its path; --reuse
+# keeps a finished run while its recorded command is unchanged.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 model=${1:-}
@@ -27,6 +29,7 @@ esac
 cd "$root"
 results=$root/benchmarks/results
 common=(--world 4 --keep 0.5 --steps "$steps" --seeds 3 --evals 3 --reuse --binary "$binary"
+        --binary-commit "${SUBDP_BINARY_COMMIT:-}"
         --mpirun-args "--oversubscribe --bind-to none --mca btl self,vader" "${finished[@]}")
 masked=fwd-block,bwd-block,stoch-depth,fwd-neuron,bwd-neuron,fwd-block@0.25
 /usr/bin/python3 benchmarks/compare.py "$config" "${common[@]}" --match flops \

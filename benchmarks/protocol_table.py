@@ -22,7 +22,7 @@ import os
 import statistics
 import sys
 
-from compare import mb_cell
+from compare import mb_cell, repo_path
 
 MIB = 2 ** 20
 QUALITY = ("train_loss", "test_loss", "test_acc", "subnet_loss", "subnet_acc")
@@ -72,7 +72,7 @@ def groups(rows):
         if lender:
             out[("steps", "dp")] = lender
             notes.append(f"DP under the step-matched budget: its {lender[0]['match']}-matched runs "
-                         f"({len(lender)} seeds, {int(lender[0]['steps'])} steps, {lender[0]['folder']}), the same "
+                         f"({len(lender)} seeds, {int(lender[0]['steps'])} steps, {repo_path(lender[0]['folder'])}), the same "
                          "runs: DP trains its step budget under every budget.")
     return out, notes
 
@@ -149,7 +149,7 @@ def main(argv=None):
     budgets = list(dict.fromkeys(m for m, _ in grouped))
     aggs = [aggregate(m, b, grouped[(m, b)]) for b in order for m in budgets if (m, b) in grouped]
     text = ["# Comparison protocol: every run under every budget", "",
-            "Sources: " + ", ".join(f"`{f}`" for f in a.folders) + ". Budgets (compare.py --match): "
+            "Sources: " + ", ".join(f"`{repo_path(f)}`" for f in a.folders) + ". Budgets (compare.py --match): "
             + ", ".join(budgets) + ". Quality: mean +- sample standard deviation over seeds; test = the full model "
             "assembled from the subnetworks on the held-out split, subnet = each rank's subnetwork on its share. "
             "Peak: the largest rank's measured peak (mean over seeds); MB/step/rank: bytes all-reduced; MB bcast: "

@@ -11,7 +11,7 @@ source "$(dirname "$0")/../mpi/common.sh"
   --regimes dp,fwd-block --keep 0.5 --steps 6 --match flops --seeds 2 --out "$WORK/out" \
   --set optim.schedule=cosine --set optim.min_lr_ratio=0.1 --set optim.warmup_steps=2 >"$WORK/compare.log" 2>&1 ||
   { tail -20 "$WORK/compare.log"; exit 1; }
-/usr/bin/python3 - "$ROOT" "$WORK/out" <<'PY'
+/usr/bin/python3 - "$ROOT" "$WORK/out" "$SUBDP" <<'PY'
 import math, sys
 sys.path.insert(0, sys.argv[1] + "/benchmarks")
 import budget, pack_metrics
@@ -48,6 +48,26 @@ summary = open(out + "/summary.md").read()
 if "flops-matched" not in summary or "| dp | 2 | 6 |" not in summary or "+-" not in summary:
     sys.exit("FAIL: summary lacks the budget line or the mean +- std table")
 print("ok: seeds differ; summary states the budget and gives mean +- std per run")
+# Recorded commands name no machine path: the binary as build/subdp with its commit, the
+# repository's files relative to its root, the output folder (outside it here) as $OUT.
+import json, os, subprocess
+root, binary = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[3])
+inside = binary.startswith(root + "/")  # an out-of-tree build: build/subdp, commit not recorded
+shown = os.path.relpath(binary, root) if inside else "build/subdp"
+head = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip() \
+    if inside else "not recorded"
+done = json.load(open(out + "/dp-s0/done.json"))
+command = open(out + "/dp-s0/command.txt").read()
+plan = open(out + "/dp-s0/plan.txt").readline()
+for text in (" ".join(done["command"]), command, plan, summary):
+    if out in text or root + "/" in text:
+        sys.exit(f"FAIL: a recorded command names a machine path: {text[:300]}")
+if done["command"][done["command"].index("train") - 1] != shown or "log.metrics_file=$OUT/dp-s0/" not in command:
+    sys.exit(f"FAIL: recorded command {done['command']}")
+if done.get("commit", "").removesuffix("-dirty") != head or f"# {shown} built from commit {done['commit']}" not in command \
+        or f"commit {done['commit']}" not in summary:
+    sys.exit(f"FAIL: commit {done.get('commit')} (HEAD {head}) not recorded in done.json, command.txt and summary.md")
+print(f"ok: commands recorded without machine paths, binary {shown} at {done['commit']}")
 # Seed-major training (a table cut short holds whole seeds), regime-major reporting.
 import os, re
 log = open(os.path.dirname(out) + "/compare.log").read()
