@@ -45,6 +45,8 @@ class CudaMemory final : public DeviceMemory {
   void* allocate(size_t bytes) override { return base_ + arena_.allocate(bytes); }
   void deallocate(void* p, size_t) override { arena_.release(static_cast<char*>(p) - base_); }
   bool host_accessible() const override { return false; }
+  /// Bytes of the pool not in live blocks (fragmentation aside, what an allocation can get).
+  int64_t free_bytes() const { return static_cast<int64_t>(arena_.capacity() - arena_.used()); }
 
  private:
   char* base_ = nullptr;
@@ -110,6 +112,12 @@ class CudaBackend final : public Backend {
   // A collective's library reads the buffers on its own stream: finish ours first.
   void open_for_collective() override { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
   void close_for_collective() override {}
+  // The rank's pool holds the device memory it may use (SUBDP_CUDA_POOL_GB, else most of the
+  // device): the memory check compares the plan with what is left in it.
+  int64_t device_free_bytes() override {
+    const auto* pool = dynamic_cast<const CudaMemory*>(memory_.get());
+    return pool ? pool->free_bytes() : -1;  // planning: no device
+  }
   int64_t device_used_bytes() override {
     size_t free_bytes = 0, total = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
