@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """Throughput benchmark: subdp against the PyTorch peer (benchmarks/torch_peer.py), same
-model, batch, optimizer and thread count, measured in one invocation; prints a markdown
-table with the ratio subdp / PyTorch, and subdp's achieved GFLOP/s (the FLOPs its metrics
-count per step) as a fraction of the OpenBLAS sgemm rate measured in the same run
-(build/subdp_gemm_rate, 1024^3 products).
+model, global batch, optimizer and cores, measured in one invocation. Each side runs in each
+sensible configuration of those cores: subdp as one process of N threads and as N DP ranks
+of 1 thread; the peer as installed (1 x N: its intra-op threads and OpenBLAS's own pthreads
+oversubscribe), 1 x N with OPENBLAS_NUM_THREADS=1, and DDP over gloo N x 1. The table shows
+every figure and the ratio of subdp's best to the peer's best, and subdp's achieved GFLOP/s
+(the FLOPs its metrics count per step) as a fraction of the OpenBLAS sgemm rate measured in
+the same run (build/subdp_gemm_rate, 1024^3 products).
 
   /usr/bin/python3 benchmarks/throughput.py [--steps 20] [--threads 2] [--models mlp,resnet,gpt]
 
@@ -23,21 +26,29 @@ def items_per_step(model, batch):
     return batch * 128 if model == "gpt" else batch
 
 
-def subdp_rate(binary, model, batch, steps, warmup, threads, overrides=()):
+def subdp_rate(binary, model, batch, steps, warmup, threads, overrides=(), ranks=1):
+    """subdp's rate at `batch` examples in all: one process of `threads` threads, or `ranks` DP
+    ranks under mpirun of threads // ranks each on batch // ranks; step time = rank 0's (it
+    waits for the others in the all-reduce)."""
     with tempfile.TemporaryDirectory() as tmp:
-        metrics = os.path.join(tmp, "m.jsonl")
+        metrics = os.path.join(tmp, "m-{rank}.jsonl")
         cfg = CONFIGS[model]
+        per_rank = batch // ranks
         cmd = [binary, "train", os.path.join(ROOT, cfg), "--set", "train.epochs=0", "--set", f"train.steps={warmup + steps}",
-               "--set", f"train.batch_size={batch}", "--set", f"train.threads={threads}", "--set", "optim.schedule=constant",
-               "--set", "train.eval_every=1000000", "--set", f"log.metrics_file={metrics}", "--set", "log.every=1000000",
-               "--set", "parallel.backend=local"]
+               "--set", f"train.batch_size={per_rank}", "--set", f"train.threads={max(1, threads // ranks)}",
+               "--set", "optim.schedule=constant", "--set", "train.eval_every=1000000",
+               "--set", f"log.metrics_file={metrics}", "--set", "log.every=1000000",
+               "--set", f"parallel.backend={'mpi' if ranks > 1 else 'local'}"]
         for kv in overrides:
             cmd += ["--set", kv]
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=ROOT)  # configs name data/ from the root
-        rows = [json.loads(l) for l in open(metrics)][warmup:]
+        if ranks > 1:
+            cmd = ["mpirun", "-np", str(ranks), "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader"] + cmd
+        env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=ROOT, env=env)  # configs name data/ from the root
+        rows = [json.loads(l) for l in open(metrics.replace("{rank}", "0"))][warmup:]
         step_s = sum(r["step_time_s"] for r in rows) / len(rows)
-        flops = sum(r["flops"] for r in rows) / len(rows)
-    return {"step_s": step_s, "rate": items_per_step(model, batch) / step_s, "gflops": flops / step_s / 1e9}
+        flops = sum(r["flops"] for r in rows) / len(rows) * ranks
+    return {"step_s": step_s, "rate": items_per_step(model, per_rank * ranks) / step_s, "gflops": flops / step_s / 1e9}
 
 
 def sgemm_rate(binary_dir, threads):
@@ -47,12 +58,37 @@ def sgemm_rate(binary_dir, threads):
     return json.loads(out.stdout)["gflops"]
 
 
-def torch_rate(model, batch, steps, warmup, threads):
+# The peer in each configuration a user tuning it would try (../shared/peers/README.md):
+# Debian's torch with its intra-op threads and OpenBLAS's own pthreads both at N oversubscribes.
+def peer_configs(threads):
+    return [("1x%d as installed" % threads, {}, 1),
+            ("1x%d OPENBLAS_NUM_THREADS=1" % threads, {"OPENBLAS_NUM_THREADS": "1"}, 1),
+            ("DDP %dx1 gloo" % threads, {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}, threads)]
+
+
+def torch_rate(model, batch, steps, warmup, threads, env=None, ranks=1):
+    """The peer's rate at `batch` examples in all (DDP: batch // ranks per rank, threads // ranks each)."""
     out = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "benchmarks", "torch_peer.py"), "--model", model,
-                          "--batch", str(batch), "--steps", str(steps), "--warmup", str(warmup),
-                          "--threads", str(threads), "--text", os.path.join(ROOT, "data", "brown", "brown.txt")],
-                         check=True, capture_output=True, text=True)
+                          "--batch", str(batch // ranks), "--steps", str(steps), "--warmup", str(warmup),
+                          "--threads", str(max(1, threads // ranks)), "--ddp", str(ranks),
+                          "--text", os.path.join(ROOT, "data", "brown", "brown.txt")],
+                         check=True, capture_output=True, text=True, env=dict(os.environ, **(env or {})))
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def measure(a, model, gemm):
+    """One row: subdp 1xN and DP Nx1, the peer in each configuration, best against best."""
+    batch = a.gpt_batch if model == "gpt" else a.batch
+    ours = {"1x%d" % a.threads: subdp_rate(a.binary, model, batch, a.steps, a.warmup, a.threads, a.set)}
+    if a.threads > 1 and batch % a.threads == 0:
+        ours["DP %dx1" % a.threads] = subdp_rate(a.binary, model, batch, a.steps, a.warmup, a.threads, a.set, a.threads)
+    peers = {name: torch_rate(model, batch, a.steps, a.warmup, a.threads, env, ranks)
+             for name, env, ranks in peer_configs(a.threads) if batch % ranks == 0}
+    best_ours = max(ours, key=lambda k: ours[k]["rate"])
+    best_peer = max(peers, key=lambda k: peers[k]["rate"])
+    return {"batch": batch, "ours": ours, "peers": peers, "best_ours": best_ours, "best_peer": best_peer,
+            "ratio": ours[best_ours]["rate"] / peers[best_peer]["rate"],
+            "of_sgemm": ours[best_ours]["gflops"] / gemm}
 
 
 def main():
@@ -63,7 +99,7 @@ def main():
     p.add_argument("--gpt-batch", type=int, default=16)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=int, default=2, help="cores in all, for every configuration")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="config override for the subdp runs only (e.g. train.winograd_tile=4x4); repeatable")
     p.add_argument("--repeat", type=int, default=1,
@@ -75,21 +111,27 @@ def main():
     blas = subprocess.run([a.binary, "version"], check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
     print(f"BLAS: {blas}")
     print(f"OpenBLAS sgemm (1024^3, {a.threads} threads): {gemm:.1f} GFLOP/s")
-    print(f"subdp overrides: {' '.join(a.set) or 'none'}\n")
-    print("| model | batch | threads | unit | subdp | PyTorch | ratio | subdp GFLOP/s | of sgemm rate |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print(f"subdp overrides: {' '.join(a.set) or 'none'}")
+    print(f"Every configuration uses {a.threads} cores in all at the same global batch; the ratio is subdp's best "
+          "configuration against the peer's best, measured in this run.\n")
+    names = [n for n, _, _ in peer_configs(a.threads)]
+    print("| model | batch | unit | subdp 1x%d | subdp DP %dx1 | " % (a.threads, a.threads)
+          + " | ".join(f"PyTorch {n}" for n in names) + " | best / best | subdp GFLOP/s | of sgemm rate |")
+    print("|" + " --- |" * (8 + len(names) - 1))
     for model in a.models.split(","):
-        batch = a.gpt_batch if model == "gpt" else a.batch
         unit = "tokens/s" if model == "gpt" else "samples/s"
         ratios = []
         for _ in range(a.repeat):
-            ours = subdp_rate(a.binary, model, batch, a.steps, a.warmup, a.threads, a.set)
-            peer = torch_rate(model, batch, a.steps, a.warmup, a.threads)
-            ratios.append(ours["rate"] / peer["rate"])
-            print(f"| {model} | {batch} | {a.threads} | {unit} | {ours['rate']:.0f} | {peer['rate']:.0f} | "
-                  f"{ratios[-1]:.2f}x | {ours['gflops']:.1f} | {ours['gflops'] / gemm:.0%} |", flush=True)
+            r = measure(a, model, gemm)
+            ratios.append(r["ratio"])
+            cell = lambda d, k: f"{d[k]['rate']:.0f}" + (" **best**" if k in (r["best_ours"], r["best_peer"]) else "") \
+                if k in d else "n/a"
+            ours = [cell(r["ours"], "1x%d" % a.threads), cell(r["ours"], "DP %dx1" % a.threads)]
+            print(f"| {model} | {r['batch']} | {unit} | " + " | ".join(ours + [cell(r["peers"], n) for n in names])
+                  + f" | {r['ratio']:.2f}x | {r['ours'][r['best_ours']]['gflops']:.1f} | {r['of_sgemm']:.0%} |", flush=True)
         if a.repeat > 1:
-            print(f"| {model} | median of {a.repeat} | | | | | {statistics.median(ratios):.2f}x | | |", flush=True)
+            print(f"| {model} | median of {a.repeat} | | | | " + "| " * len(names)
+                  + f"{statistics.median(ratios):.2f}x | | |", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """PyTorch peer for subdp's benchmarks: trains the reference MLP, ResNet or GPT on the CPU
 with the same architecture, batch and optimizer as the subdp run it is compared with, and
-prints one JSON line: {"model", "batch", "threads", "steps", "step_s", "rate", "unit"}.
+prints one JSON line: {"model", "batch", "ranks", "threads", "steps", "step_s", "rate", "unit", ...}.
+With --ddp N it runs N ranks of DistributedDataParallel over gloo, --batch per rank; rate
+is then over all ranks (items per step of every rank / the slowest rank's step time).
 
 Needs Debian's python3-torch (run with /usr/bin/python3).
 """
@@ -136,6 +138,44 @@ class GPT(nn.Module):
         return self.lnf(x) @ self.wte.weight.t()
 
 
+def train(a, rank=0, world=1):
+    """Trains a.warmup + a.steps steps of a.batch per rank; returns seconds per step after the
+    warm-up. world > 1: inside an initialised gloo process group, the model under DDP, each
+    rank on its own slice of the same batches (rank-offset windows)."""
+    torch.manual_seed(0)
+    model = build(a.model)
+    if world > 1:
+        model = nn.parallel.DistributedDataParallel(model)
+    if a.model == "gpt":
+        x_all, y_all = byte_windows(a.text, a.batch * 8 * world, 128)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
+    else:
+        x_all, y_all = fashion_mnist(a.batch * 8 * world)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    start = None
+    for step in range(a.warmup + a.steps):
+        if step == a.warmup:
+            start = time.perf_counter()
+        i = ((step % 8) * world + rank) * a.batch
+        logits = model(x_all[i:i + a.batch])
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y_all[i:i + a.batch].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    return (time.perf_counter() - start) / a.steps
+
+
+def ddp_worker(rank, world, a, out):
+    torch.set_num_threads(a.threads)
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
+    step_s = train(a, rank, world)
+    slowest = torch.tensor([step_s])
+    torch.distributed.all_reduce(slowest, op=torch.distributed.ReduceOp.MAX)
+    if rank == 0:
+        out.put(slowest.item())
+    torch.distributed.destroy_process_group()
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--model", choices=["mlp", "resnet", "gpt"], required=True)
@@ -143,31 +183,23 @@ def main():
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=int, default=2, help="intra-op threads (per rank with --ddp)")
+    p.add_argument("--ddp", type=int, default=1, help="ranks of DistributedDataParallel over gloo; --batch is per rank")
     a = p.parse_args()
-    torch.set_num_threads(a.threads)
-    torch.manual_seed(0)
-    model = build(a.model)
-    if a.model == "gpt":
-        x_all, y_all = byte_windows(a.text, a.batch * 8, 128)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
+    if a.ddp > 1:
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")  # inherited by the ranks
+        os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
+        ctx = torch.multiprocessing.get_context("spawn")
+        out = ctx.SimpleQueue()
+        torch.multiprocessing.spawn(ddp_worker, args=(a.ddp, a, out), nprocs=a.ddp)
+        step_s = out.get()  # the slowest rank's
     else:
-        x_all, y_all = fashion_mnist(a.batch * 8)
-        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    start = None
-    for step in range(a.warmup + a.steps):
-        if step == a.warmup:
-            start = time.perf_counter()
-        i = (step % 8) * a.batch
-        logits = model(x_all[i:i + a.batch])
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y_all[i:i + a.batch].reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-    step_s = (time.perf_counter() - start) / a.steps
+        torch.set_num_threads(a.threads)
+        step_s = train(a)
     per_step, unit = (a.batch * 128, "tokens/s") if a.model == "gpt" else (a.batch, "samples/s")
-    print(json.dumps({"model": a.model, "batch": a.batch, "threads": a.threads, "steps": a.steps, "step_s": step_s,
-                      "rate": per_step / step_s, "unit": unit, "torch": torch.__version__}))
+    print(json.dumps({"model": a.model, "batch": a.batch, "ranks": a.ddp, "threads": a.threads, "steps": a.steps,
+                      "step_s": step_s, "rate": per_step * a.ddp / step_s, "unit": unit, "torch": torch.__version__,
+                      "openblas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "")}))
 
 
 if __name__ == "__main__":
