@@ -21,8 +21,8 @@ std::vector<int> parse_stop_signals(const std::string& names);
 /// Name of a signal number for messages ("SIGTERM").
 std::string signal_name(int signo);
 
-/// Installs the recording handler for `signals` (idempotent). A second signal of the same kind
-/// while a stop is pending takes the default action (a user who presses Ctrl-C twice wants out).
+/// Installs the recording handler for `signals` (idempotent). A second stop signal while a
+/// stop is pending takes its default action (a user who presses Ctrl-C twice wants out).
 void install_stop_signals(const std::vector<int>& signals);
 
 /// The first stop signal received since install_stop_signals, or 0. Async-signal safe to set,

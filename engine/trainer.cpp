@@ -227,7 +227,7 @@ int Trainer::run() {
     }
     if (!config_.checkpoint.dir.empty() && config_.checkpoint.every > 0 && step_ % config_.checkpoint.every == 0)
       save(false);
-    if (stop_signal_ != 0) return stop_for_signal();
+    if (stop_signal_ != 0 && step_ < total_steps_) return stop_for_signal();  // at the last step: finish
   }
   if (!config_.checkpoint.dir.empty() && step_ != last_saved_step_) save(true);
   // Test hook (invariant 5): each rank writes its values in the full layout, NaN where unheld.

@@ -397,11 +397,6 @@ void check_cross(const Config& c, const std::string& path) {
               "{}: [parallel] shard = \"parameters\" (FSDP) with [mask] regime = \"backward\": backward masking runs "
               "every block's forward on every rank, so each rank would gather blocks it does not hold; FSDP composes "
               "with \"none\", \"forward\" and \"stochastic\" (use shard = \"gradients\" with backward masking)", path);
-  try {
-    parse_stop_signals(c.train.stop_signals);
-  } catch (const Error& e) {
-    throw Error(fmt::format("{}: {}", path, e.what()));
-  }
   SUBDP_CHECK(c.log.alignment_every == 0 || c.parallel.shard == "none" || c.parallel.shard == "optimizer",
               "{}: [log] alignment_every = {}: gradient alignment reads each block's whole gradient, which [parallel] "
               "shard = \"{}\" frees block by block during the backward pass; use shard = \"optimizer\" or "
