@@ -54,7 +54,7 @@ void attention_softmax_forward(const float* scores, float* att, int64_t mats, in
                                cudaStream_t s) {
   const int64_t rows = mats * T;
   if (rows <= 0) return;
-  causal_softmax_kernel<<<row_blocks(rows), kWarpsPerBlock * 32, 0, s>>>(scores, att, rows, T, scale);
+  SUBDP_LAUNCH(row_blocks(rows), kWarpsPerBlock * 32, 0, s, causal_softmax_kernel)(scores, att, rows, T, scale);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -62,7 +62,7 @@ void attention_softmax_backward(const float* att, const float* datt, float* dsco
                                 int T, float scale, cudaStream_t s) {
   const int64_t rows = mats * T;
   if (rows <= 0) return;
-  causal_softmax_backward_kernel<<<row_blocks(rows), kWarpsPerBlock * 32, 0, s>>>(att, datt, dscores,
+  SUBDP_LAUNCH(row_blocks(rows), kWarpsPerBlock * 32, 0, s, causal_softmax_backward_kernel)(att, datt, dscores,
                                                                                 rows, T, scale);
   CUDA_CHECK_LAUNCH();
 }

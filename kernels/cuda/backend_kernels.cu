@@ -57,40 +57,40 @@ __global__ void count_nonfinite_kernel(const float* x, int64_t n, unsigned long 
 
 void fill(float* x, float value, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
-  fill_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, value, n);
+  SUBDP_LAUNCH(blocks_for(n), kThreads, 0, stream, fill_kernel)(x, value, n);
   CUDA_CHECK_LAUNCH();
 }
 
 void scale_copy(const float* x, float alpha, float* y, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
-  scale_copy_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, alpha, y, n);
+  SUBDP_LAUNCH(blocks_for(n), kThreads, 0, stream, scale_copy_kernel)(x, alpha, y, n);
   CUDA_CHECK_LAUNCH();
 }
 
 void scale_copy_rows(const float* x, int64_t ldx, float alpha, float* y, int64_t ldy, int64_t rows, int64_t cols,
                      cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return;
-  scale_copy_rows_kernel<<<blocks_for(rows * cols), kThreads, 0, stream>>>(x, ldx, alpha, y, ldy, rows, cols);
+  SUBDP_LAUNCH(blocks_for(rows * cols), kThreads, 0, stream, scale_copy_rows_kernel)(x, ldx, alpha, y, ldy, rows, cols);
   CUDA_CHECK_LAUNCH();
 }
 
 void layernorm_apply(const float* x, const float* gamma, const float* beta, const float* mean, const float* rstd,
                      float* y, int64_t rows, int C, cudaStream_t stream) {
   if (rows * C <= 0) return;
-  layernorm_apply_kernel<<<blocks_for(rows * C), kThreads, 0, stream>>>(x, gamma, beta, mean, rstd, y, rows, C);
+  SUBDP_LAUNCH(blocks_for(rows * C), kThreads, 0, stream, layernorm_apply_kernel)(x, gamma, beta, mean, rstd, y, rows, C);
   CUDA_CHECK_LAUNCH();
 }
 
 void count_out_of_range(const int32_t* ids, int64_t rows, int64_t num, unsigned long long* count,
                         cudaStream_t stream) {
   if (rows <= 0) return;
-  count_out_of_range_kernel<<<blocks_for(rows), kThreads, 0, stream>>>(ids, rows, num, count);
+  SUBDP_LAUNCH(blocks_for(rows), kThreads, 0, stream, count_out_of_range_kernel)(ids, rows, num, count);
   CUDA_CHECK_LAUNCH();
 }
 
 void count_nonfinite(const float* x, int64_t n, unsigned long long* count, cudaStream_t stream) {
   if (n <= 0 || x == nullptr) return;
-  count_nonfinite_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, count);
+  SUBDP_LAUNCH(blocks_for(n), kThreads, 0, stream, count_nonfinite_kernel)(x, n, count);
   CUDA_CHECK_LAUNCH();
 }
 

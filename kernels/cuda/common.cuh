@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace subdp::cuda::detail {
 

@@ -82,14 +82,14 @@ bool is_direct(const ConvShape& s) { return s.k == 1 && s.stride == 1 && s.pad =
 void im2col(const ConvShape& s, const float* x, float* cols, int n, cudaStream_t stream) {
   const int64_t total = static_cast<int64_t>(n) * s.Cin * s.k * s.k * s.Ho() * s.Wo();
   if (total <= 0) return;
-  im2col_kernel<<<blocks_for(total), kThreads, 0, stream>>>(geo(s), x, cols, total);
+  SUBDP_LAUNCH(blocks_for(total), kThreads, 0, stream, im2col_kernel)(geo(s), x, cols, total);
   CUDA_CHECK_LAUNCH();
 }
 
 void col2im(const ConvShape& s, const float* cols, float* dx, int n, cudaStream_t stream) {
   const int64_t total = static_cast<int64_t>(n) * s.Cin * s.H * s.W;
   if (total <= 0) return;
-  col2im_kernel<<<blocks_for(total), kThreads, 0, stream>>>(geo(s), cols, dx, total);
+  SUBDP_LAUNCH(blocks_for(total), kThreads, 0, stream, col2im_kernel)(geo(s), cols, dx, total);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -156,7 +156,7 @@ void global_avg_pool_forward(const float* x, float* y, int N, int C, int HW, cud
   const int64_t planes = static_cast<int64_t>(N) * C;
   if (planes <= 0) return;
   constexpr int kWarps = 8;
-  avg_pool_forward_kernel<<<static_cast<unsigned>((planes + kWarps - 1) / kWarps), kWarps * 32, 0, stream>>>(
+  SUBDP_LAUNCH(static_cast<unsigned>((planes + kWarps - 1) / kWarps), kWarps * 32, 0, stream, avg_pool_forward_kernel)(
       x, y, planes, HW);
   CUDA_CHECK_LAUNCH();
 }
@@ -164,7 +164,7 @@ void global_avg_pool_forward(const float* x, float* y, int N, int C, int HW, cud
 void global_avg_pool_backward(const float* dy, float* dx, int N, int C, int HW, cudaStream_t stream) {
   const int64_t total = static_cast<int64_t>(N) * C * HW;
   if (total <= 0) return;
-  avg_pool_backward_kernel<<<blocks_for(total), kThreads, 0, stream>>>(dy, dx, total, HW);
+  SUBDP_LAUNCH(blocks_for(total), kThreads, 0, stream, avg_pool_backward_kernel)(dy, dx, total, HW);
   CUDA_CHECK_LAUNCH();
 }
 

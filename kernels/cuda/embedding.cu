@@ -83,7 +83,7 @@ Workspace carve(void* ws, int64_t rows) {
 void embedding_forward(const int32_t* ids, const float* w, float* y, int64_t rows, int64_t C,
                        int64_t num, bool accumulate, cudaStream_t s) {
   if (rows <= 0 || C <= 0) return;
-  embedding_forward_kernel<<<blocks_for(rows * C), kThreads, 0, s>>>(ids, w, y, rows, C, num, accumulate);
+  SUBDP_LAUNCH(blocks_for(rows * C), kThreads, 0, s, embedding_forward_kernel)(ids, w, y, rows, C, num, accumulate);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -98,12 +98,12 @@ void embedding_backward(const int32_t* ids, const float* dy, float* dw, int64_t 
     throw_cuda_error(cudaErrorInvalidValue, "embedding_backward: workspace smaller than "
                      "embedding_backward_workspace_bytes(rows)", __FILE__, __LINE__);
   Workspace w = carve(ws, rows);
-  iota_kernel<<<blocks_for(rows), kThreads, 0, s>>>(w.rows_in, rows);
+  SUBDP_LAUNCH(blocks_for(rows), kThreads, 0, s, iota_kernel)(w.rows_in, rows);
   CUDA_CHECK_LAUNCH();
   CUDA_CHECK(cub::DeviceRadixSort::SortPairs(w.temp, w.temp_bytes, ids, w.keys, w.rows_in, w.order,
                                              static_cast<int>(rows), 0, 32, s));
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>((C + kColThreads - 1) / kColThreads));
-  embedding_backward_kernel<<<grid, kColThreads, 0, s>>>(w.keys, w.order, dy, dw, rows, C, num);
+  SUBDP_LAUNCH(grid, kColThreads, 0, s, embedding_backward_kernel)(w.keys, w.order, dy, dw, rows, C, num);
   CUDA_CHECK_LAUNCH();
 }
 

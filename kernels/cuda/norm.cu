@@ -173,7 +173,7 @@ __global__ void batchnorm_backward_kernel(const float* x, const float* gamma, co
 void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y,
                        float* mean, float* rstd, int64_t rows, int C, float eps, cudaStream_t s) {
   if (rows <= 0 || C <= 0) return;
-  layernorm_forward_kernel<float><<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(
+  SUBDP_LAUNCH(static_cast<unsigned>(rows), kRowThreads, 0, s, layernorm_forward_kernel<float>)(
       x, gamma, beta, y, mean, rstd, C, eps);
   CUDA_CHECK_LAUNCH();
 }
@@ -181,7 +181,7 @@ void layernorm_forward(const float* x, const float* gamma, const float* beta, fl
 void layernorm_forward(const bf16* x, const float* gamma, const float* beta, bf16* y,
                        float* mean, float* rstd, int64_t rows, int C, float eps, cudaStream_t s) {
   if (rows <= 0 || C <= 0) return;
-  layernorm_forward_kernel<bf16><<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(
+  SUBDP_LAUNCH(static_cast<unsigned>(rows), kRowThreads, 0, s, layernorm_forward_kernel<bf16>)(
       x, gamma, beta, y, mean, rstd, C, eps);
   CUDA_CHECK_LAUNCH();
 }
@@ -190,11 +190,11 @@ void layernorm_backward(const float* x, const float* gamma, const float* mean, c
                         const float* dy, float* dx, float* dgamma, float* dbeta, int64_t rows,
                         int C, cudaStream_t s) {
   if (rows <= 0 || C <= 0) return;
-  layernorm_backward_dx_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(
+  SUBDP_LAUNCH(static_cast<unsigned>(rows), kRowThreads, 0, s, layernorm_backward_dx_kernel)(
       x, gamma, mean, rstd, dy, dx, C);
   CUDA_CHECK_LAUNCH();
   if (dgamma == nullptr) return;
-  layernorm_param_grad_kernel<<<(C + 31) / 32, dim3(32, kColLanes), 0, s>>>(
+  SUBDP_LAUNCH((C + 31) / 32, dim3(32, kColLanes), 0, s, layernorm_param_grad_kernel)(
       x, mean, rstd, dy, dgamma, dbeta, rows, C);
   CUDA_CHECK_LAUNCH();
 }
@@ -205,13 +205,13 @@ void batchnorm_forward(const float* x, const float* gamma, const float* beta, fl
   const int64_t n = static_cast<int64_t>(N) * C * HW;
   if (n <= 0) return;
   if (training) {
-    batchnorm_stats_kernel<<<C, kChannelThreads, 0, s>>>(x, mean, rstd, running_mean,
+    SUBDP_LAUNCH(C, kChannelThreads, 0, s, batchnorm_stats_kernel)(x, mean, rstd, running_mean,
                                                          running_var, N, C, HW, momentum, eps);
     CUDA_CHECK_LAUNCH();
-    batchnorm_apply_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, gamma, beta, y, mean, rstd,
+    SUBDP_LAUNCH(blocks_for(n), kThreads, 0, s, batchnorm_apply_kernel)(x, gamma, beta, y, mean, rstd,
                                                               nullptr, eps, C, HW, n);
   } else {
-    batchnorm_apply_kernel<<<blocks_for(n), kThreads, 0, s>>>(
+    SUBDP_LAUNCH(blocks_for(n), kThreads, 0, s, batchnorm_apply_kernel)(
         x, gamma, beta, y, running_mean, nullptr, running_var, eps, C, HW, n);
   }
   CUDA_CHECK_LAUNCH();
@@ -221,7 +221,7 @@ void batchnorm_backward(const float* x, const float* gamma, const float* mean, c
                         const float* dy, float* dx, float* dgamma, float* dbeta, int N, int C,
                         int HW, int grad_channels, cudaStream_t s) {
   if (static_cast<int64_t>(N) * C * HW <= 0) return;
-  batchnorm_backward_kernel<<<C, kChannelThreads, 0, s>>>(x, gamma, mean, rstd, dy, dx, dgamma,
+  SUBDP_LAUNCH(C, kChannelThreads, 0, s, batchnorm_backward_kernel)(x, gamma, mean, rstd, dy, dx, dgamma,
                                                           dbeta, N, C, HW, grad_channels);
   CUDA_CHECK_LAUNCH();
 }

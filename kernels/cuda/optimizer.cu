@@ -47,7 +47,7 @@ __global__ void adamw_kernel(float* w, const float* g, float* m, float* v, int64
 void sgd_update(float* w, const float* g, float* buf, int64_t n, float lr, float momentum,
                 float weight_decay, bool nesterov, bool first, cudaStream_t s) {
   if (n <= 0) return;
-  sgd_kernel<<<blocks_for(n), kThreads, 0, s>>>(w, g, buf, n, lr, momentum, weight_decay, nesterov, first);
+  SUBDP_LAUNCH(blocks_for(n), kThreads, 0, s, sgd_kernel)(w, g, buf, n, lr, momentum, weight_decay, nesterov, first);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -66,7 +66,7 @@ void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, doubl
 void adamw_update_scaled(float* w, const float* g, float* m, float* v, int64_t n, float step_size, float bc2_sqrt,
                          float decay, float eps, float beta1, float beta2, cudaStream_t s) {
   if (n <= 0) return;
-  adamw_kernel<<<blocks_for(n), kThreads, 0, s>>>(w, g, m, v, n, beta1, beta2, bc2_sqrt, step_size, decay, eps);
+  SUBDP_LAUNCH(blocks_for(n), kThreads, 0, s, adamw_kernel)(w, g, m, v, n, beta1, beta2, bc2_sqrt, step_size, decay, eps);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -46,9 +46,9 @@ __global__ void final_sum_kernel(const double* partials, int count, double* out)
 template <class T, bool Square>
 void reduce(const T* x, int64_t n, double* out, double* ws, cudaStream_t s) {
   const int blocks = reduce_blocks(n);
-  partial_sum_kernel<T, Square><<<blocks, kReduceThreads, 0, s>>>(x, n, ws);
+  SUBDP_LAUNCH(blocks, kReduceThreads, 0, s, partial_sum_kernel<T, Square>)(x, n, ws);
   CUDA_CHECK_LAUNCH();
-  final_sum_kernel<<<1, kReduceThreads, 0, s>>>(ws, blocks, out);
+  SUBDP_LAUNCH(1, kReduceThreads, 0, s, final_sum_kernel)(ws, blocks, out);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -78,10 +78,10 @@ __global__ void finite_kernel(const T* x, int64_t n, int* out) {
 
 template <class T>
 void finite(const T* x, int64_t n, int* out, cudaStream_t s) {
-  set_int_kernel<<<1, 1, 0, s>>>(out, 1);
+  SUBDP_LAUNCH(1, 1, 0, s, set_int_kernel)(out, 1);
   CUDA_CHECK_LAUNCH();
   if (n <= 0) return;
-  finite_kernel<T><<<reduce_blocks(n), kReduceThreads, 0, s>>>(x, n, out);
+  SUBDP_LAUNCH(reduce_blocks(n), kReduceThreads, 0, s, finite_kernel<T>)(x, n, out);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -92,7 +92,7 @@ int64_t batch_span_max_floats() { return kReduceThreads * 4; }  // reduce_blocks
 
 void sum_squares_batch(const SquareSpan* spans, int count, double* out, cudaStream_t s) {
   if (count <= 0) return;
-  square_span_kernel<<<count, kReduceThreads, 0, s>>>(spans, out);
+  SUBDP_LAUNCH(count, kReduceThreads, 0, s, square_span_kernel)(spans, out);
   CUDA_CHECK_LAUNCH();
 }
 

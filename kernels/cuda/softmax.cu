@@ -96,20 +96,20 @@ __global__ void cross_entropy_backward_kernel(const float* probs, const int32_t*
 
 void softmax_rows(float* x, int64_t rows, int V, cudaStream_t s) {
   if (rows <= 0 || V <= 0) return;
-  softmax_rows_kernel<float><<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(x, V);
+  SUBDP_LAUNCH(static_cast<unsigned>(rows), kRowThreads, 0, s, softmax_rows_kernel<float>)(x, V);
   CUDA_CHECK_LAUNCH();
 }
 
 void softmax_rows(bf16* x, int64_t rows, int V, cudaStream_t s) {
   if (rows <= 0 || V <= 0) return;
-  softmax_rows_kernel<bf16><<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(x, V);
+  SUBDP_LAUNCH(static_cast<unsigned>(rows), kRowThreads, 0, s, softmax_rows_kernel<bf16>)(x, V);
   CUDA_CHECK_LAUNCH();
 }
 
 void cross_entropy_forward(const float* logits, const int32_t* targets, float* probs,
                            float* row_loss, int32_t* row_hit, int64_t rows, int V, cudaStream_t s) {
   if (rows <= 0 || V <= 0) return;
-  cross_entropy_forward_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(
+  SUBDP_LAUNCH(static_cast<unsigned>(rows), kRowThreads, 0, s, cross_entropy_forward_kernel)(
       logits, targets, probs, row_loss, row_hit, V);
   CUDA_CHECK_LAUNCH();
 }
@@ -117,7 +117,7 @@ void cross_entropy_forward(const float* logits, const int32_t* targets, float* p
 void cross_entropy_backward(const float* probs, const int32_t* targets, float* dlogits,
                             int64_t rows, int V, float scale, cudaStream_t s) {
   if (rows <= 0 || V <= 0) return;
-  cross_entropy_backward_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(
+  SUBDP_LAUNCH(static_cast<unsigned>(rows), kRowThreads, 0, s, cross_entropy_backward_kernel)(
       probs, targets, dlogits, V, scale);
   CUDA_CHECK_LAUNCH();
 }
