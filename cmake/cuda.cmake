@@ -1,7 +1,13 @@
 # Finds the CUDA toolkit (nvcc, cuBLAS, NCCL) and builds kernels/cuda when SUBDP_CUDA allows.
 # Sets SUBDP_HAVE_CUDA. The CPU build never needs CUDA.
+# SUBDP_CUDA=EMULATE builds kernels/cuda's sources as host C++ against the emulated device of
+# kernels/emu (a test device for CI, never chosen by AUTO): SUBDP_CUDA_EMULATED.
 set(SUBDP_HAVE_CUDA OFF)
-if(NOT SUBDP_CUDA STREQUAL "OFF")
+set(SUBDP_CUDA_EMULATED OFF)
+if(SUBDP_CUDA STREQUAL "EMULATE")
+  set(SUBDP_HAVE_CUDA ON)
+  set(SUBDP_CUDA_EMULATED ON)
+elseif(NOT SUBDP_CUDA STREQUAL "OFF")
   if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
     set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
   endif()
@@ -21,4 +27,4 @@ endif()
 if(SUBDP_HAVE_CUDA)
   add_subdirectory(kernels/cuda)
 endif()
-message(STATUS "subdp CUDA backend: ${SUBDP_HAVE_CUDA}")
+message(STATUS "subdp CUDA backend: ${SUBDP_HAVE_CUDA} (emulated: ${SUBDP_CUDA_EMULATED})")

@@ -1,0 +1,295 @@
+// Kernel execution of the emulated device (launch.h, device.h): the launch checks, then each
+// block of the grid (blocks in a seeded order) runs its threads as Boost.Context fibers.
+// A thread runs until it reaches __syncthreads or a warp collective, then the next thread in
+// a freshly shuffled order runs; a barrier opens once every thread it waits for has arrived.
+// A warp collective that a lane of its mask has left (exited) and a block whose threads
+// wait at different kinds of barrier are errors, as they hang or misbehave on a GPU.
+#include <boost/context/fiber.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/emu/errors.h"
+#include "kernels/emu/launch.h"
+#include "kernels/emu/limits.h"
+#include "kernels/emu/memory.h"
+#include "kernels/emu/seed.h"
+#include "kernels/emu/streams.h"
+
+extern "C" char __start_subdp_emu_shared[] __attribute__((weak));
+extern "C" char __stop_subdp_emu_shared[] __attribute__((weak));
+
+namespace subdp::emu {
+
+namespace ctx = boost::context;
+
+namespace {
+
+constexpr size_t kStackBytes = 64 * 1024;
+
+/// Fiber stacks, reused from launch to launch (a grid creates one fiber per thread).
+struct StackPool {
+  std::vector<void*> free;
+  ~StackPool() {
+    for (void* p : free) std::free(p);
+  }
+};
+StackPool& stacks() {
+  static StackPool p;
+  return p;
+}
+
+struct PooledStack {
+  ctx::stack_context allocate() {
+    auto& pool = stacks().free;
+    void* p = nullptr;
+    if (!pool.empty()) {
+      p = pool.back();
+      pool.pop_back();
+    } else {
+      p = std::malloc(kStackBytes);
+      if (p == nullptr) throw std::bad_alloc();
+    }
+    ctx::stack_context sc;
+    sc.size = kStackBytes;
+    sc.sp = static_cast<char*>(p) + kStackBytes;
+    return sc;
+  }
+  void deallocate(ctx::stack_context& sc) noexcept {
+    stacks().free.push_back(static_cast<char*>(sc.sp) - sc.size);
+  }
+};
+
+enum class State { ready, at_block_barrier, at_warp_barrier, done };
+
+struct Thread {
+  ctx::fiber fiber;
+  ctx::fiber back;  // the scheduler, to switch back to
+  uint3 index{};
+  int warp = 0, lane = 0;
+  State state = State::ready;
+};
+
+struct Warp {
+  uint64_t value[32] = {};
+  unsigned members = 0;  // lanes that exist (a last partial warp has fewer)
+  unsigned mask = 0;     // the lanes the current collective waits for
+  unsigned arrived = 0;  // lanes at the current collective
+  const char* what = "";
+};
+
+struct Block {
+  std::vector<Thread> threads;
+  std::vector<Warp> warps;
+  int live = 0, at_barrier = 0;
+  int or_pending = 0, or_result = 0;
+  std::string error;
+};
+
+thread_local Block* g_block = nullptr;
+thread_local Thread* g_thread = nullptr;
+
+std::mt19937_64& schedule_rng() {
+  static std::mt19937_64 rng(seed() ^ 0xb10c5u);
+  return rng;
+}
+
+void yield() {
+  Thread* t = g_thread;
+  t->back = std::move(t->back).resume();
+}
+
+void fail_outside_kernel(const char* what) {
+  std::fprintf(stderr, "subdp CUDA emulator: %s called outside a kernel\n", what);
+  std::abort();
+}
+
+/// Opens the barriers whose threads have all arrived; returns an error text on a hang.
+std::string release_barriers(Block& b) {
+  bool warp_waiting = false;
+  for (size_t w = 0; w < b.warps.size(); ++w) {
+    Warp& warp = b.warps[w];
+    if (warp.arrived == 0) continue;
+    const unsigned need = warp.mask & warp.members;
+    for (int lane = 0; lane < 32; ++lane) {
+      if (!(need >> lane & 1u)) continue;
+      const Thread& t = b.threads[w * 32 + lane];
+      if (t.state == State::done)
+        return std::string(warp.what) + ": lane " + std::to_string(lane) + " of warp " + std::to_string(w) +
+               " is in the mask but has exited";
+    }
+    if ((warp.arrived & need) == need) {
+      for (int lane = 0; lane < 32; ++lane)
+        if (warp.arrived >> lane & 1u) b.threads[w * 32 + lane].state = State::ready;
+      warp.arrived = 0;
+    } else {
+      warp_waiting = true;
+    }
+  }
+  if (b.at_barrier > 0 && b.at_barrier == b.live) {
+    if (warp_waiting) return "threads wait at __syncthreads while others wait at a warp collective";
+    for (Thread& t : b.threads)
+      if (t.state == State::at_block_barrier) t.state = State::ready;
+    b.or_result = b.or_pending;
+    b.or_pending = 0;
+    b.at_barrier = 0;
+  }
+  return "";
+}
+
+/// Runs one block's threads to the end; returns an error text ("" when it completed).
+std::string run_block(const LaunchConfig& c, const std::function<void()>& body) {
+  const unsigned n = c.block.x * c.block.y * c.block.z;
+  Block b;
+  b.threads.resize(n);
+  b.warps.resize((n + 31) / 32);
+  b.live = static_cast<int>(n);
+  for (unsigned i = 0; i < n; ++i) {
+    Thread& t = b.threads[i];
+    t.index = uint3{i % c.block.x, (i / c.block.x) % c.block.y, i / (c.block.x * c.block.y)};
+    t.warp = static_cast<int>(i / 32);
+    t.lane = static_cast<int>(i % 32);
+    b.warps[t.warp].members |= 1u << t.lane;
+    t.fiber = ctx::fiber(std::allocator_arg, PooledStack(), [&b, &t, &body](ctx::fiber&& back) {
+      t.back = std::move(back);
+      body();
+      t.state = State::done;
+      --b.live;
+      return std::move(t.back);
+    });
+  }
+  g_block = &b;
+  std::vector<Thread*> ready;
+  while (b.live > 0) {
+    ready.clear();
+    for (Thread& t : b.threads)
+      if (t.state == State::ready) ready.push_back(&t);
+    if (ready.empty()) {
+      b.error = "deadlock: no thread can run (a barrier some threads never reach)";
+      break;
+    }
+    std::shuffle(ready.begin(), ready.end(), schedule_rng());
+    for (Thread* t : ready) {
+      threadIdx = t->index;
+      g_thread = t;
+      t->fiber = std::move(t->fiber).resume();
+    }
+    b.error = release_barriers(b);
+    if (!b.error.empty()) break;
+  }
+  g_block = nullptr;
+  g_thread = nullptr;
+  return b.error;  // fibers still suspended unwind as `b` goes
+}
+
+void poison_static_shared() {
+  if (__start_subdp_emu_shared != nullptr && __stop_subdp_emu_shared > __start_subdp_emu_shared)
+    std::memset(__start_subdp_emu_shared, 0xff, __stop_subdp_emu_shared - __start_subdp_emu_shared);
+}
+
+void run_grid(const LaunchConfig& c, const std::function<void()>& body) {
+  const uint64_t blocks = uint64_t{c.grid.x} * c.grid.y * c.grid.z;
+  std::vector<uint64_t> order(blocks);
+  for (uint64_t i = 0; i < blocks; ++i) order[i] = i;
+  std::shuffle(order.begin(), order.end(), schedule_rng());  // blocks run in no fixed order on a GPU
+  gridDim = c.grid;
+  blockDim = c.block;
+  std::vector<unsigned char> dynamic_shared(c.shared_bytes);
+  for (uint64_t i : order) {
+    blockIdx = uint3{static_cast<unsigned>(i % c.grid.x), static_cast<unsigned>((i / c.grid.x) % c.grid.y),
+                     static_cast<unsigned>(i / (uint64_t{c.grid.x} * c.grid.y))};
+    poison_static_shared();
+    std::fill(dynamic_shared.begin(), dynamic_shared.end(), 0xff);
+    const std::string error = run_block(c, body);
+    if (!error.empty()) {
+      set_error(cudaErrorLaunchFailure,
+                std::string("kernel ") + c.kernel + " block (" + std::to_string(blockIdx.x) + "," +
+                    std::to_string(blockIdx.y) + "," + std::to_string(blockIdx.z) + "): " + error,
+                true);
+      return;
+    }
+  }
+}
+
+std::string dims(dim3 d) {
+  return "(" + std::to_string(d.x) + "," + std::to_string(d.y) + "," + std::to_string(d.z) + ")";
+}
+
+}  // namespace
+
+int block_barrier(int predicate) {
+  if (g_block == nullptr) fail_outside_kernel("__syncthreads");
+  g_thread->state = State::at_block_barrier;
+  g_block->or_pending |= predicate;
+  ++g_block->at_barrier;
+  yield();
+  return g_block->or_result;
+}
+
+uint64_t warp_exchange(unsigned mask, uint64_t value, int source, const char* what) {
+  if (g_block == nullptr) fail_outside_kernel(what);
+  Thread* t = g_thread;
+  Warp& w = g_block->warps[t->warp];
+  // Two rendezvous: every lane posts its value, then every lane has read before any lane
+  // may post the next collective's.
+  w.value[t->lane] = value;
+  w.mask = mask;
+  w.what = what;
+  w.arrived |= 1u << t->lane;
+  t->state = State::at_warp_barrier;
+  yield();
+  const uint64_t got = source >= 0 && source < 32 && (w.members >> source & 1u) ? w.value[source] : value;
+  w.arrived |= 1u << t->lane;
+  t->state = State::at_warp_barrier;
+  yield();
+  return got;
+}
+
+bool check_launch(const LaunchConfig& c) {
+  if (sticky_error() != cudaSuccess) return false;
+  const unsigned threads = c.block.x * c.block.y * c.block.z;
+  std::string why;
+  cudaError_t code = cudaErrorInvalidConfiguration;
+  if (c.grid.x == 0 || c.grid.y == 0 || c.grid.z == 0 || c.block.x == 0 || c.block.y == 0 || c.block.z == 0)
+    why = "a zero grid or block dimension";
+  else if (c.block.x > kMaxBlockDim[0] || c.block.y > kMaxBlockDim[1] || c.block.z > kMaxBlockDim[2] ||
+           uint64_t{c.block.x} * c.block.y * c.block.z > kMaxThreadsPerBlock)
+    why = "block " + dims(c.block) + " exceeds sm_90's 1024 threads per block (1024, 1024, 64 per dimension)";
+  else if (c.grid.x > kMaxGridDim[0] || c.grid.y > kMaxGridDim[1] || c.grid.z > kMaxGridDim[2])
+    why = "grid " + dims(c.grid) + " exceeds sm_90's grid limits (2^31-1, 65535, 65535)";
+  else if (c.shared_bytes > kStaticSharedBytes) {
+    code = cudaErrorInvalidValue;
+    why = std::to_string(c.shared_bytes) + " bytes of dynamic shared memory: more than 48 KiB needs "
+          "cudaFuncSetAttribute (sm_90 allows at most 227 KiB), which this kernel did not get";
+  } else if (stream_of(c.stream) == nullptr) {
+    code = cudaErrorInvalidResourceHandle;
+    why = "the stream was destroyed";
+  }
+  (void)threads;
+  if (why.empty()) return true;
+  set_error(code, std::string("launch of ") + c.kernel + " grid " + dims(c.grid) + " block " + dims(c.block) +
+                      ": " + why);
+  return false;
+}
+
+bool check_pointer_argument(const LaunchConfig& c, int index, const void* p) {
+  const Region r = region_of(p, 0);
+  if (r == Region::null || r == Region::device) return true;
+  set_error(cudaErrorIllegalAddress,
+            std::string("kernel ") + c.kernel + " argument " + std::to_string(index) + " points to " +
+                describe_region(p, 0) + ", not device memory",
+            true);
+  return false;
+}
+
+void enqueue_grid(const LaunchConfig& c, std::function<void()> thread) {
+  LaunchConfig config = c;
+  enqueue(stream_of(c.stream), std::string("kernel ") + c.kernel,
+          [config, thread = std::move(thread)] { run_grid(config, thread); });
+}
+
+}  // namespace subdp::emu

@@ -1,0 +1,5 @@
+// Emulated build only (cmake -DSUBDP_CUDA=EMULATE): the emulator's runtime API and device
+// language in place of the toolkit's header of this name.
+#pragma once
+#include "kernels/emu/device.h"
+#include "kernels/emu/runtime.h"

@@ -1,0 +1,300 @@
+// The emulated CUDA runtime API (runtime.h) over the emulator's memory (memory.h) and lazy
+// streams (streams.h). One device, with an H200's properties.
+#include "kernels/emu/runtime.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/emu/errors.h"
+#include "kernels/emu/limits.h"
+#include "kernels/emu/memory.h"
+#include "kernels/emu/streams.h"
+
+using namespace subdp::emu;
+
+namespace {
+
+int g_device = 0;
+
+std::string hex(const void* p) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%p", p);
+  return buf;
+}
+
+cudaError_t invalid(const std::string& call, const std::string& why) {
+  return set_error(cudaErrorInvalidValue, call + ": " + why);
+}
+
+/// Checks that [p, p + bytes) is in the memory `want` allows (device, or host: pinned or
+/// pageable); "" when it is, else the reason.
+std::string misplaced(const char* arg, const void* p, size_t bytes, bool want_device) {
+  const Region r = region_of(p, bytes);
+  const bool ok = want_device ? r == Region::device : (r == Region::pinned || r == Region::pageable);
+  if (ok && !(!want_device && in_device_range(p))) return "";
+  return std::string("argument ") + arg + " (" + hex(p) + ", " + std::to_string(bytes) + " bytes) is " +
+         describe_region(p, bytes) + ", but the call expects " + (want_device ? "device memory" : "host memory");
+}
+
+const char* kind_name(cudaMemcpyKind k) {
+  switch (k) {
+    case cudaMemcpyHostToHost: return "cudaMemcpyHostToHost";
+    case cudaMemcpyHostToDevice: return "cudaMemcpyHostToDevice";
+    case cudaMemcpyDeviceToHost: return "cudaMemcpyDeviceToHost";
+    case cudaMemcpyDeviceToDevice: return "cudaMemcpyDeviceToDevice";
+    default: return "cudaMemcpyDefault";
+  }
+}
+
+/// Every copy: checks, then queues; returns once the copy has run when `blocking`, or when
+/// the destination is pageable host memory (CUDA's rule for cudaMemcpyAsync to pageable
+/// memory). A pageable source is read at the call, as CUDA stages it.
+cudaError_t copy(const char* call, void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                 size_t height, cudaMemcpyKind kind, cudaStream_t stream, bool blocking) {
+  if (sticky_error() != cudaSuccess) return sticky_error();
+  Stream* s = stream_of(stream);
+  if (s == nullptr) return set_error(cudaErrorInvalidResourceHandle, std::string(call) + ": destroyed stream");
+  if (width == 0 || height == 0) return cudaSuccess;
+  if (width > dpitch || width > spitch) return invalid(call, "width exceeds a pitch");
+  const size_t dbytes = dpitch * (height - 1) + width, sbytes = spitch * (height - 1) + width;
+  bool dst_device = region_of(dst, dbytes) == Region::device, src_device = region_of(src, sbytes) == Region::device;
+  if (kind != cudaMemcpyDefault) {
+    if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault)
+      return set_error(cudaErrorInvalidMemcpyDirection, std::string(call) + ": unknown cudaMemcpyKind");
+    dst_device = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+    src_device = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+  }
+  for (const std::string& why : {misplaced("dst", dst, dbytes, dst_device), misplaced("src", src, sbytes, src_device)})
+    if (!why.empty()) return invalid(call, std::string(kind_name(kind)) + ": " + why);
+  auto* d = static_cast<char*>(dst);
+  const char* from = static_cast<const char*>(src);
+  size_t from_pitch = spitch;
+  std::shared_ptr<std::vector<char>> staged;
+  if (!src_device && region_of(src, sbytes) == Region::pageable) {
+    staged = std::make_shared<std::vector<char>>(width * height);
+    for (size_t r = 0; r < height; ++r) std::memcpy(staged->data() + r * width, from + r * spitch, width);
+    from = staged->data();
+    from_pitch = width;
+  }
+  const uint64_t at = enqueue(s, call, [=, staged = std::move(staged)] {
+    for (size_t r = 0; r < height; ++r) std::memmove(d + r * dpitch, from + r * from_pitch, width);
+  });
+  if (blocking || (!dst_device && region_of(dst, dbytes) == Region::pageable)) run_until(s, at);
+  return sticky_error();
+}
+
+cudaError_t memset(const char* call, void* p, int value, size_t count, cudaStream_t stream) {
+  if (sticky_error() != cudaSuccess) return sticky_error();
+  Stream* s = stream_of(stream);
+  if (s == nullptr) return set_error(cudaErrorInvalidResourceHandle, std::string(call) + ": destroyed stream");
+  if (count == 0) return cudaSuccess;
+  const std::string why = misplaced("devPtr", p, count, true);
+  if (!why.empty()) return invalid(call, why);
+  enqueue(s, call, [p, value, count] { std::memset(p, value, count); });
+  return cudaSuccess;
+}
+
+}  // namespace
+
+cudaError_t cudaGetLastError() { return take_last_error(); }
+cudaError_t cudaPeekAtLastError() { return peek_last_error(); }
+const char* cudaGetErrorString(cudaError_t error) { return error_string(error); }
+const char* cudaGetErrorName(cudaError_t error) { return error_name(error); }
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  *count = 1;
+  return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device) {
+  if (device != 0) return set_error(cudaErrorInvalidDevice, "cudaSetDevice: the emulator has device 0 only");
+  g_device = device;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int* device) {
+  *device = g_device;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  if (device != 0) return set_error(cudaErrorInvalidDevice, "cudaGetDeviceProperties: device 0 only");
+  *prop = cudaDeviceProp{};
+  std::snprintf(prop->name, sizeof(prop->name), "CUDA emulator (H200 limits)");
+  prop->totalGlobalMem = device_capacity();
+  prop->sharedMemPerBlock = kStaticSharedBytes;
+  prop->sharedMemPerBlockOptin = kOptinSharedBytes;
+  prop->warpSize = kWarpSize;
+  prop->maxThreadsPerBlock = static_cast<int>(kMaxThreadsPerBlock);
+  for (int i = 0; i < 3; ++i) {
+    prop->maxThreadsDim[i] = static_cast<int>(kMaxBlockDim[i]);
+    prop->maxGridSize[i] = static_cast<int>(kMaxGridDim[i]);
+  }
+  prop->major = kMajor;
+  prop->minor = kMinor;
+  prop->multiProcessorCount = kMultiprocessors;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetPCIBusId(char* pciBusId, int len, int device) {
+  if (device != 0) return set_error(cudaErrorInvalidDevice, "cudaDeviceGetPCIBusId: device 0 only");
+  std::snprintf(pciBusId, static_cast<size_t>(len), "0000:00:00.0");
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize() {
+  run_all();
+  return sticky_error();
+}
+
+cudaError_t cudaDeviceReset() {
+  run_all();
+  clear_errors();
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
+  *total = device_capacity();
+  // A CUDA context holds device memory of its own: count one, as a GPU's cudaMemGetInfo does.
+  constexpr size_t kContextBytes = size_t{512} << 20;
+  *free = device_capacity() - std::min(device_capacity(), device_used() + kContextBytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void** devPtr, size_t size) {
+  if (sticky_error() != cudaSuccess) return sticky_error();
+  *devPtr = device_allocate(size);
+  if (*devPtr == nullptr)
+    return set_error(cudaErrorMemoryAllocation, "cudaMalloc of " + std::to_string(size) + " bytes: " +
+                                                    std::to_string(device_capacity() - device_used()) +
+                                                    " bytes free (SUBDP_EMU_DEVICE_GB sets the size)");
+  return cudaSuccess;
+}
+
+cudaError_t cudaFree(void* devPtr) {
+  if (devPtr == nullptr) return cudaSuccess;
+  run_all();  // cudaFree synchronises the device
+  if (!device_free(devPtr))
+    return invalid("cudaFree", "argument devPtr (" + hex(devPtr) + ") is " + describe_region(devPtr, 0) +
+                                   ", not the start of a live cudaMalloc block");
+  return sticky_error();
+}
+
+cudaError_t cudaMallocHost(void** ptr, size_t size) {
+  *ptr = pinned_allocate(size);
+  return *ptr ? cudaSuccess : set_error(cudaErrorMemoryAllocation, "cudaMallocHost of " + std::to_string(size));
+}
+
+cudaError_t cudaFreeHost(void* ptr) {
+  if (ptr == nullptr) return cudaSuccess;
+  run_all();
+  if (!pinned_free(ptr))
+    return invalid("cudaFreeHost", "argument ptr (" + hex(ptr) + ") is not a cudaMallocHost block");
+  return cudaSuccess;
+}
+
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* ptr) {
+  *attributes = cudaPointerAttributes{};
+  attributes->device = 0;
+  switch (region_of(ptr, 0)) {
+    case Region::device:
+      attributes->type = cudaMemoryTypeDevice;
+      attributes->devicePointer = const_cast<void*>(ptr);
+      break;
+    case Region::pinned:
+      attributes->type = cudaMemoryTypeHost;
+      attributes->hostPointer = const_cast<void*>(ptr);
+      attributes->devicePointer = const_cast<void*>(ptr);
+      break;
+    default:
+      attributes->type = cudaMemoryTypeUnregistered;
+      attributes->hostPointer = const_cast<void*>(ptr);
+  }
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+  return copy("cudaMemcpy", dst, count, src, count, count, 1, kind, nullptr, true);
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream) {
+  return copy("cudaMemcpyAsync", dst, count, src, count, count, 1, kind, stream, false);
+}
+
+cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
+                              cudaMemcpyKind kind, cudaStream_t stream) {
+  return copy("cudaMemcpy2DAsync", dst, dpitch, src, spitch, width, height, kind, stream, false);
+}
+
+cudaError_t cudaMemset(void* devPtr, int value, size_t count) {
+  return memset("cudaMemset", devPtr, value, count, nullptr);
+}
+
+cudaError_t cudaMemsetAsync(void* devPtr, int value, size_t count, cudaStream_t stream) {
+  return memset("cudaMemsetAsync", devPtr, value, count, stream);
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWithFlags(stream, cudaStreamDefault); }
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {
+  *stream = create_stream(flags);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  Stream* s = stream_of(stream);
+  if (s == nullptr || s->legacy)
+    return set_error(cudaErrorInvalidResourceHandle, "cudaStreamDestroy: not a live stream");
+  destroy_stream(s);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  Stream* s = stream_of(stream);
+  if (s == nullptr) return set_error(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize: destroyed stream");
+  run_until(s, s->enqueued);
+  return sticky_error();
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
+  Stream* s = stream_of(stream);
+  if (s == nullptr || event == nullptr)
+    return set_error(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent: destroyed stream or null event");
+  if (event->stream != nullptr) enqueue_wait(s, event->stream, event->position);
+  return sticky_error();
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, cudaEventDefault); }
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) {
+  *event = new Event();
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  delete event;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  Stream* s = stream_of(stream);
+  if (s == nullptr || event == nullptr)
+    return set_error(cudaErrorInvalidResourceHandle, "cudaEventRecord: destroyed stream or null event");
+  event->stream = s;
+  event->position = s->enqueued;
+  return sticky_error();
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  if (event->stream != nullptr) run_until(event->stream, event->position);
+  return sticky_error();
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  // Lazy queues would make a polling loop spin forever: a query runs the work it asks about.
+  return cudaEventSynchronize(event);
+}
