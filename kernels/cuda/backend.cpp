@@ -16,6 +16,7 @@
 #include "engine/backend.h"
 #include "engine/device_memory.h"
 #include "engine/error.h"
+#include "engine/memory.h"
 #include "engine/tensor.h"
 #include "kernels/cuda/backend_kernels.h"
 #include "kernels/cuda/check.h"
@@ -89,6 +90,8 @@ class CudaBackend final : public Backend {
     staging_ = std::make_shared<PinnedMemory>();
   }
   ~CudaBackend() override {
+    if (stream_ != nullptr) cudaStreamSynchronize(stream_);  // teardown: errors have nobody to tell
+    release_scratch();
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
@@ -345,11 +348,27 @@ class CudaBackend final : public Backend {
     return value;
   }
   /// Device scratch of at least n doubles for one operation's temporaries (grown on demand,
-  /// counted as workspace).
+  /// counted as workspace). From this backend's own memory, not the global backend's
+  /// (Tensor::empty): a CudaBackend that is not the run's backend (the GPU tests make one)
+  /// would otherwise hand its kernels host memory. Work queued earlier on the stream may still
+  /// use a replaced block: the arena reuses it only for work queued after, in stream order.
   double* scratch_doubles(int64_t n) {
-    if (!scratch_.defined() || scratch_.numel() < 2 * n)
-      scratch_ = Tensor::empty({std::max<int64_t>(2 * n, 1024)}, MemCategory::workspace);
-    return reinterpret_cast<double*>(scratch_.f32());
+    const size_t need = sizeof(double) * static_cast<size_t>(std::max<int64_t>(n, 1));
+    if (scratch_ == nullptr || scratch_bytes_ < need) {
+      release_scratch();
+      const size_t bytes = std::max(2 * need, sizeof(double) * 512);
+      scratch_ = static_cast<double*>(memory_->allocate(bytes));
+      scratch_bytes_ = bytes;
+      scratch_tracked_ = !MemoryTracker::global().paused();
+      if (scratch_tracked_) MemoryTracker::global().on_alloc(MemCategory::workspace, static_cast<int64_t>(bytes));
+    }
+    return scratch_;
+  }
+  void release_scratch() {
+    if (scratch_ == nullptr) return;
+    memory_->deallocate(scratch_, scratch_bytes_);
+    if (scratch_tracked_) MemoryTracker::global().on_free(MemCategory::workspace, static_cast<int64_t>(scratch_bytes_));
+    scratch_ = nullptr;
   }
   int64_t count_nonfinite(std::initializer_list<const float*> xs, int64_t n) {
     auto* count = reinterpret_cast<unsigned long long*>(scratch_doubles(1));
@@ -361,7 +380,9 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   std::shared_ptr<DeviceMemory> memory_;
   std::shared_ptr<DeviceMemory> staging_;  // pinned; null in planning mode (plain host memory)
-  Tensor scratch_;
+  double* scratch_ = nullptr;              // in memory_
+  size_t scratch_bytes_ = 0;
+  bool scratch_tracked_ = false;
 };
 
 }  // namespace
