@@ -71,7 +71,9 @@ int run_train(const Config& config, const TrainOptions& options) {
 
 int run_version() {
   std::printf("subdp %s\nbackends: cpu mpi local", SUBDP_VERSION);
-#ifdef SUBDP_WITH_CUDA
+#if defined(SUBDP_CUDA_EMULATED)
+  std::printf(" cuda(emulated: kernels/emu, not a GPU)");
+#elif defined(SUBDP_WITH_CUDA)
   std::printf(" cuda");
 #endif
 #ifdef SUBDP_WITH_NCCL
