@@ -55,6 +55,10 @@ class Backend {
   /// Bytes a new allocation can still get on the device; -1 for host memory (the CPU, the
   /// fenced test device), which the trainer measures on the host instead.
   virtual int64_t device_free_bytes() { return -1; }
+  /// The CUDA stream (a cudaStream_t) this backend enqueues its work on; null for the host
+  /// backends. A device communicator orders its collectives after this stream's queued work
+  /// and this stream's later work after them (kernels/cuda/nccl_comm.h).
+  virtual void* cuda_stream() const { return nullptr; }
 
   // ---- GEMM (kernels/cpu/gemm.h): C (M, N) = alpha op(A) op(B) + beta C, row-major.
   virtual void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,

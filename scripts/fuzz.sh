@@ -13,7 +13,9 @@ flags=(-std=c++17 -O1 -g -DNDEBUG -fsanitize=fuzzer,address,undefined -fno-sanit
 libs=(-lz -lfmt)
 for target in ${SUBDP_FUZZ_TARGETS:-config idx cifar tokens text safetensors}; do
   bin="$out/fuzz_$target"
-  if [[ ! -x $bin || $root/tests/fuzz/fuzz_readers.cpp -nt $bin ]]; then
+  stale=0
+  for src in "$root/tests/fuzz/fuzz_readers.cpp" "${sources[@]}"; do [[ $src -nt $bin ]] && stale=1; done
+  if [[ ! -x $bin || $stale == 1 ]]; then
     clang++ "${flags[@]}" -DSUBDP_FUZZ_TARGET="\"$target\"" "$root/tests/fuzz/fuzz_readers.cpp" "${sources[@]}" \
       "${libs[@]}" -o "$bin"
   fi

@@ -8,11 +8,12 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/build.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 (cd "${SUBDP_BUILD_DIR:-$root/build}" && ctest --output-on-failure --timeout 1200 "$@")
-# The CUDA backend's own kernels on the emulated device (kernels/emu): about 3 minutes on 2 cores.
+# The CUDA backend's own kernels and the trainer on the emulated device (kernels/emu): about
+# 5 minutes on 2 cores (build included).
 echo "== emulated CUDA device: kernels/cuda on kernels/emu (gpu.emu.*)"
 emu=${SUBDP_EMU_BUILD_DIR:-$root/build-emu}
 cmake -S "$root" -B "$emu" -DCMAKE_BUILD_TYPE=Release -DSUBDP_CUDA=EMULATE >/dev/null
-cmake --build "$emu" --target subdp_gpu_tests -j"$(nproc)"
+cmake --build "$emu" --target subdp subdp_gpu_tests -j"$(nproc)"
 (cd "$emu" && ctest --output-on-failure --timeout 1200 -R '^gpu[.]emu[.]')
 if [[ ${SUBDP_QUICK:-0} != 1 ]]; then
   echo "== AddressSanitizer + UndefinedBehaviorSanitizer unit tests"

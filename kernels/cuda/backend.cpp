@@ -39,11 +39,20 @@ size_t pool_bytes() {
 /// synchronise the device).
 class CudaMemory final : public DeviceMemory {
  public:
-  explicit CudaMemory(size_t bytes) : arena_(bytes) {
+  CudaMemory(size_t bytes, cudaStream_t stream) : arena_(bytes), stream_(stream) {
     CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&base_), bytes));
   }
   ~CudaMemory() override { cudaFree(base_); }  // at exit: an error here has nobody to tell
-  void* allocate(size_t bytes) override { return base_ + arena_.allocate(bytes); }
+  void* allocate(size_t bytes) override {
+    char* p = base_ + arena_.allocate(bytes);
+#if defined(SUBDP_CUDA_EMULATED)
+    // The emulated device fills every block it hands out with 0xff bytes (NaN), in stream
+    // order: a kernel that reads memory nothing wrote gets NaN, as it would get leftovers of
+    // an earlier tensor on a GPU, instead of a plausible value that depends on history.
+    CUDA_CHECK(cudaMemsetAsync(p, 0xff, bytes, stream_));
+#endif
+    return p;
+  }
   void deallocate(void* p, size_t) override { arena_.release(static_cast<char*>(p) - base_); }
   bool host_accessible() const override { return false; }
   /// Bytes of the pool not in live blocks (fragmentation aside, what an allocation can get).
@@ -52,6 +61,7 @@ class CudaMemory final : public DeviceMemory {
  private:
   char* base_ = nullptr;
   cuda::ArenaAllocator arena_;
+  cudaStream_t stream_;  // the backend's: the arena reuses a block in its stream order
 };
 
 /// Page-locked host memory (cudaMallocHost) for staging buffers: host code reads and writes it,
@@ -86,7 +96,7 @@ class CudaBackend final : public Backend {
     }
     CUDA_CHECK(cudaSetDevice(0));
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    memory_ = std::make_shared<CudaMemory>(pool_bytes());
+    memory_ = std::make_shared<CudaMemory>(pool_bytes(), stream_);
     staging_ = std::make_shared<PinnedMemory>();
   }
   ~CudaBackend() override {
@@ -121,6 +131,7 @@ class CudaBackend final : public Backend {
     const auto* pool = dynamic_cast<const CudaMemory*>(memory_.get());
     return pool ? pool->free_bytes() : -1;  // planning: no device
   }
+  void* cuda_stream() const override { return stream_; }
   int64_t device_used_bytes() override {
     size_t free_bytes = 0, total = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));

@@ -17,6 +17,12 @@ namespace subdp::cuda {
 /// Throw subdp::Error "cuBLAS error in <call> at <file>:<line>: <status string>".
 [[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* call, const char* file,
                                      int line);
+/// The body of CUDA_CHECK_LAUNCH: cudaGetLastError, then with SUBDP_CUDA_SYNC_LAUNCHES=1
+/// cudaDeviceSynchronize; throws subdp::Error naming the launch's file and line.
+void check_launch(const char* file, int line);
+/// Whether SUBDP_CUDA_SYNC_LAUNCHES=1 (read once).
+bool sync_launches();
+
 #if defined(SUBDP_WITH_NCCL)
 /// Throw subdp::Error "NCCL error in <call> at <file>:<line>: <string> (last: <detail>)".
 [[noreturn]] void throw_nccl_error(ncclResult_t status, const char* call, const char* file, int line);
@@ -31,8 +37,11 @@ namespace subdp::cuda {
       ::subdp::cuda::throw_cuda_error(cuda_status_, #call, __FILE__, __LINE__);        \
   } while (0)
 
-/// After every kernel launch: reports launch errors (bad grid, missing kernel image).
-#define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
+/// After every kernel launch: reports launch errors (bad grid, missing kernel image). With
+/// SUBDP_CUDA_SYNC_LAUNCHES=1 in the environment it also waits for the kernel to finish, so
+/// that a fault inside it (an illegal address, a trap) is reported at this launch's file and
+/// line instead of at some later synchronisation. Slow: for finding a faulting kernel only.
+#define CUDA_CHECK_LAUNCH() ::subdp::cuda::check_launch(__FILE__, __LINE__)
 
 #define CUBLAS_CHECK(call)                                                             \
   do {                                                                                 \

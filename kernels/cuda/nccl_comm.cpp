@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/backend.h"
 #include "engine/error.h"
 #include "engine/memory.h"
 #include "kernels/cuda/check.h"
@@ -104,7 +105,10 @@ class NcclComm final : public NcclCommunicator {
   int size() const override { return size_; }
   int device() const override { return device_; }
   cudaStream_t stream() const override { return stream_; }
-  void set_compute_stream(cudaStream_t s) override { compute_ = s; }
+  void set_compute_stream(cudaStream_t s) override {
+    compute_ = s;
+    compute_set_ = true;
+  }
   std::string backend() const override { return "nccl"; }
 
   void allreduce_sum(float* data, int64_t n) override {
@@ -176,7 +180,9 @@ class NcclComm final : public NcclCommunicator {
     if (!member) return nullptr;
     SUBDP_ASSERT(sub != nullptr && sub_boot != nullptr);
     Communicator* boot = sub_boot.get();
-    return std::make_unique<NcclComm>(sub, device_, boot, std::move(sub_boot), compute_);
+    auto child = std::make_unique<NcclComm>(sub, device_, boot, std::move(sub_boot), compute_);
+    if (compute_set_) child->set_compute_stream(compute_);
+    return child;
   }
 
  private:
@@ -194,15 +200,24 @@ class NcclComm final : public NcclCommunicator {
     });
   }
 
+  /// The stream whose work a collective is ordered against: the one set_compute_stream gave,
+  /// else the run's backend's (the CUDA backend computes on a non-blocking stream, which the
+  /// legacy default stream does not synchronise with), else the legacy default stream.
+  cudaStream_t compute_stream() const {
+    if (compute_set_) return compute_;
+    return static_cast<cudaStream_t>(subdp::backend().cuda_stream());
+  }
+
   /// Runs op on the comm stream between the compute stream's earlier and later work.
   template <class F>
   void enqueue(F&& op) {
     CUDA_CHECK(cudaSetDevice(device_));
-    CUDA_CHECK(cudaEventRecord(before_, compute_));
+    const cudaStream_t compute = compute_stream();
+    CUDA_CHECK(cudaEventRecord(before_, compute));
     CUDA_CHECK(cudaStreamWaitEvent(stream_, before_, 0));
     op();
     CUDA_CHECK(cudaEventRecord(after_, stream_));
-    CUDA_CHECK(cudaStreamWaitEvent(compute_, after_, 0));
+    CUDA_CHECK(cudaStreamWaitEvent(compute, after_, 0));
   }
 
   /// In-place collective on `bytes` at p: direct on device memory, staged (and waited for)
@@ -243,6 +258,7 @@ class NcclComm final : public NcclCommunicator {
   Communicator* bootstrap_;
   std::unique_ptr<Communicator> owned_;
   cudaStream_t compute_;
+  bool compute_set_ = false;  // else compute_stream() asks the run's backend
   cudaStream_t stream_ = nullptr;
   cudaEvent_t before_ = nullptr, after_ = nullptr;
   void* scratch_ = nullptr;

@@ -21,8 +21,9 @@ class NcclCommunicator : public Communicator {
   virtual int device() const = 0;
   /// The stream the collectives run on.
   virtual cudaStream_t stream() const = 0;
-  /// Stream whose queued work a collective waits for, and which waits for the collective
-  /// (default: the legacy default stream 0). Subgroups made afterwards inherit it.
+  /// Stream whose queued work a collective waits for, and which waits for the collective.
+  /// Default: the run's backend's stream (Backend::cuda_stream(), read at each collective),
+  /// the legacy default stream 0 under a host backend. Subgroups made afterwards inherit it.
   virtual void set_compute_stream(cudaStream_t s) = 0;
 };
 

@@ -3,6 +3,7 @@
 
 Usage:
   check.py same-losses A B                  loss sequences bit-identical
+  check.py close-losses A B TOL             loss sequences of equal length, each step within rel tol
   check.py same-tail FULL RESUMED           RESUMED's steps have bit-identical losses to FULL's same steps
   check.py mean-losses SINGLE TOL R0 R1 ... mean over ranks equals the single process (rel tol)
   check.py tensors-close A B TOL            every tensor of two safetensors files within rel tol (0 = bit-identical)
@@ -39,6 +40,19 @@ def same_losses(a, b):
         if x != y:
             fail(f"step {i + 1}: loss {x!r} != {y!r}")
     print(f"ok: {len(la)} losses bit-identical")
+
+
+def close_losses(a, b, tol):
+    la, lb = losses(a), losses(b)
+    if len(la) != len(lb) or not la:
+        fail(f"{a} has {len(la)} steps, {b} has {len(lb)}")
+    worst = 0.0
+    for i, (x, y) in enumerate(zip(la, lb)):
+        err = abs(x - y) / max(abs(y), 1e-6)
+        worst = max(worst, err)
+        if not err <= tol:  # NaN fails too
+            fail(f"step {i + 1}: loss {x!r} vs {y!r} (relative error {err:.3g} > {tol})")
+    print(f"ok: {len(la)} losses within {tol} (largest relative error {worst:.3g})")
 
 
 def same_tail(full, resumed):
@@ -81,7 +95,7 @@ def tensors_close(a, b, tol):
                 fail(f"{k} differs (max abs {np.max(np.abs(x - y))})")
         else:
             err = np.max(np.abs(x - y)) / max(np.max(np.abs(x)), 1e-12)
-            if err > tol:
+            if not err <= tol:  # a NaN anywhere fails too
                 fail(f"{k}: relative error {err} > {tol}")
     print(f"ok: {len(ta)} tensors {'bit-identical' if tol == 0 else f'within {tol}'}")
 
@@ -155,6 +169,8 @@ if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "same-losses":
         same_losses(*args)
+    elif cmd == "close-losses":
+        close_losses(args[0], args[1], float(args[2]))
     elif cmd == "same-tail":
         same_tail(*args)
     elif cmd == "mean-losses":
