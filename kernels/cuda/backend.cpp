@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstring>
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -102,6 +103,7 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override {
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);  // teardown: errors have nobody to tell
     release_scratch();
+    if (read_back_ != nullptr) staging_memory()->deallocate(read_back_, kReadBackBytes);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
@@ -352,10 +354,17 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
+  /// One value from device memory, through a page-locked buffer: the copy is asynchronous
+  /// there (unlike a copy to pageable memory, which CUDA completes before returning), so the
+  /// stream is synchronised before the host reads it.
   template <class T>
   T read_back(const void* device) {
+    static_assert(sizeof(T) <= kReadBackBytes, "read_back of a scalar");
+    if (read_back_ == nullptr) read_back_ = staging_memory()->allocate(kReadBackBytes);
+    CUDA_CHECK(cudaMemcpyAsync(read_back_, device, sizeof(T), cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
     T value{};
-    to_host(&value, device, sizeof(T));
+    std::memcpy(&value, read_back_, sizeof(T));
     return value;
   }
   /// Device scratch of at least n doubles for one operation's temporaries (grown on demand,
@@ -388,9 +397,11 @@ class CudaBackend final : public Backend {
     return static_cast<int64_t>(read_back<unsigned long long>(count));
   }
 
+  static constexpr size_t kReadBackBytes = 64;
   cudaStream_t stream_ = nullptr;
   std::shared_ptr<DeviceMemory> memory_;
   std::shared_ptr<DeviceMemory> staging_;  // pinned; null in planning mode (plain host memory)
+  void* read_back_ = nullptr;              // kReadBackBytes of staging_, for read_back
   double* scratch_ = nullptr;              // in memory_
   size_t scratch_bytes_ = 0;
   bool scratch_tracked_ = false;
