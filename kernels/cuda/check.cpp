@@ -35,13 +35,5 @@ void check_launch(const char* file, int line) {
     throw_cuda_error(status, "the kernel launched here (SUBDP_CUDA_SYNC_LAUNCHES=1)", file, line);
 }
 
-#if defined(SUBDP_WITH_NCCL)
-void throw_nccl_error(ncclResult_t status, const char* call, const char* file, int line) {
-  const char* last = ncclGetLastError(nullptr);
-  throw Error(fmt::format("NCCL error in {} at {}:{}: {}{}", call, file, line,
-                          ncclGetErrorString(status),
-                          last && *last ? fmt::format(" (last: {})", last) : std::string()));
-}
-#endif
 
 }  // namespace subdp::cuda

@@ -268,6 +268,17 @@ class NcclComm final : public NcclCommunicator {
 
 }  // namespace
 
+// Here rather than in check.cpp, which every CUDA source pulls in: a binary that makes no
+// NCCL call then has no reference to libnccl, and --as-needed leaves it off its link.
+namespace cuda {
+void throw_nccl_error(ncclResult_t status, const char* call, const char* file, int line) {
+  const char* last = ncclGetLastError(nullptr);
+  throw Error(fmt::format("NCCL error in {} at {}:{}: {}{}", call, file, line,
+                          ncclGetErrorString(status),
+                          last && *last ? fmt::format(" (last: {})", last) : std::string()));
+}
+}  // namespace cuda
+
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap) {
   const int device = choose_device(bootstrap);
   ncclUniqueId id{};
