@@ -1,21 +1,41 @@
 #!/usr/bin/env bash
-# Prepares gpu_bundle/ (git-ignored) for benchmarks/gpu/run.sh on the GPU machine, which has the
-# CUDA toolkit (cudart, cuBLAS, NCCL), PyTorch and an Ubuntu glibc (>= 2.36) but none of our
-# Debian packages: a Release build for Hopper (sm_90) with portable CPU code (x86-64-v3), the
-# subdp binary and the GPU tests, and every shared library they load that is neither the C
-# runtime nor CUDA's (OpenBLAS, libgomp, Open MPI, fmt, zlib, ...), packed as
-# gpu_bundle/bundle.tar.xz. With --check, proves the bundle complete: runs its binary's CPU path
-# in a minimal Debian chroot (debootstrap --variant=minbase) that has none of our packages,
-# with only the CUDA runtime libraries added (the GPU machine has them).
-# Usage: scripts/gpu_bundle.sh [--check]      (set-up: scripts/setup.sh; --check needs root)
+# Prepares gpu_bundle/bundle.tar.xz (git-ignored), the one file benchmarks/gpu/run.sh needs on
+# the GPU machine, which has the CUDA toolkit (perhaps with cuBLAS and NCCL only inside
+# PyTorch's wheels), PyTorch and an Ubuntu glibc (>= 2.36) but none of our Debian packages: a
+# Release build for Hopper (sm_90) with portable CPU code (x86-64-v3), the subdp binary and the
+# GPU tests, and every shared library they load that is neither the C runtime nor CUDA's
+# (OpenBLAS, libgomp, Open MPI, fmt, zlib, ...). CUDA's libraries (cudart, cuBLAS, cuBLASLt,
+# NCCL: over 600 MB) are not carried: run.sh's preflight finds them on the machine, in the
+# toolkit or in PyTorch's wheels, and names any it cannot find. Carry only the tarball
+# (device tool: carry ["gpu_bundle/bundle.tar.xz"]); with the repository it must stay under
+# the 64 MiB the GPU machine takes in, which this script checks.
+# --emulated: the same bundle from the emulated CUDA build (SUBDP_CUDA=EMULATE, build-emu), for
+#   a rehearsal of run.sh on a machine without a GPU (SUBDP_GPU_REHEARSAL=1).
+# --check: proves the bundle complete: runs its binary's CPU path in a minimal Debian chroot
+#   (debootstrap --variant=minbase) that has none of our packages, with only the CUDA runtime
+#   libraries added.
+# Usage: scripts/gpu_bundle.sh [--emulated] [--check]   (set-up: scripts/setup.sh; --check: root)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=$root/gpu_bundle
-build=${SUBDP_GPU_BUILD_DIR:-$root/build-gpu}
 stage=$out/stage
+emulated=0 check=0
+for arg in "$@"; do
+  case $arg in
+    --emulated) emulated=1 ;;
+    --check) check=1 ;;
+    *) echo "gpu_bundle: unknown option $arg (expected --emulated, --check)" >&2; exit 2 ;;
+  esac
+done
 
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DSUBDP_CUDA=ON -DSUBDP_MARCH=x86-64-v3 \
-  -DSUBDP_CUDA_ARCHITECTURES=90-real >/dev/null
+if ((emulated)); then
+  build=${SUBDP_GPU_BUILD_DIR:-$root/build-emu}
+  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DSUBDP_CUDA=EMULATE >/dev/null
+else
+  build=${SUBDP_GPU_BUILD_DIR:-$root/build-gpu}
+  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DSUBDP_CUDA=ON -DSUBDP_MARCH=x86-64-v3 \
+    -DSUBDP_CUDA_ARCHITECTURES=90-real >/dev/null
+fi
 cmake --build "$build" -j"$(nproc)" --target subdp subdp_gpu_tests
 
 rm -rf "$stage" && mkdir -p "$stage/bin" "$stage/lib"
@@ -35,11 +55,18 @@ for bin in "$stage"/bin/*; do
     cp -L "$path" "$stage/lib/$name"
   done
 done
+strip --strip-unneeded "$stage"/bin/* "$stage"/lib/* 2>/dev/null || true
 tar -C "$stage" -cJf "$out/bundle.tar.xz" bin lib
-echo "gpu_bundle: $(du -b "$out/bundle.tar.xz" | cut -f1) bytes packed ($(du -sb "$stage" | cut -f1) unpacked):" \
+packed=$(du -b "$out/bundle.tar.xz" | cut -f1)
+echo "gpu_bundle: $packed bytes packed ($(du -sb "$stage" | cut -f1) unpacked):" \
   "$(ls "$stage/lib" | tr '\n' ' ')"
+# What the device tool carries: the repository's tracked files and the tarball.
+repo=$(git -C "$root" ls-files -z | (cd "$root" && xargs -0 du -cb 2>/dev/null) | tail -1 | cut -f1)
+limit=$((64 << 20))
+echo "gpu_bundle: with the repository ($repo bytes) $((packed + repo)) bytes of the $limit the GPU machine takes"
+((packed + repo < limit)) || { echo "gpu_bundle: too large to carry" >&2; exit 1; }
 
-[[ ${1:-} == --check ]] || exit 0
+((check)) || exit 0
 # The completeness check: a minimal Debian with nothing of ours, the bundle, CUDA's runtime.
 # The chroot lives in the git-ignored bundle folder (not a guessable /tmp path) and is reused
 # only when its debootstrap finished (the marker file).

@@ -5,14 +5,20 @@
 # agree to rounding, not bit for bit). (b) Device memory at W = 8 through --simulate-rank 0/8
 # for DP and forward / backward masking at block and neuron level (keep 0.5), next to
 # `subdp plan` (which sizes the CPU backend's workspaces). Writes train.csv and memory.csv.
+# SUBDP_GPU_REHEARSAL=1: a GPT of width 32 and 3 steps, for the emulated device.
 set -euo pipefail
 BIN=$1
 OUT=$2
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-nvidia-smi >/dev/null 2>&1 || { echo "no NVIDIA GPU: skipped"; exit 77; }
+"$BIN/subdp" version | grep -q cuda || { echo "subdp has no CUDA backend: skipped"; exit 77; }
 CFG=$ROOT/configs/gpt_brown.toml
 DATA="--set data.path=$ROOT/tests/parity/gpt_text.txt --set data.val_fraction=0.1"
-COMMON="$DATA --set train.steps=20 --set train.eval_every=1000000 --set train.eval_batches=2 --set log.every=1"
+STEPS=20
+if [[ ${SUBDP_GPU_REHEARSAL:-0} == 1 ]]; then  # the emulated device: same steps, small shapes
+  DATA="$DATA --set model.width=32 --set model.heads=4 --set model.depth=2 --set model.context=32 --set train.batch_size=4"
+  STEPS=3
+fi
+COMMON="$DATA --set train.steps=$STEPS --set train.eval_every=1000000 --set train.eval_batches=2 --set log.every=1"
 for dev in cuda cpu; do
   "$BIN/subdp" train "$CFG" $COMMON --set device.type=$dev --set train.threads=8 \
     --set log.metrics_file="$OUT/train-$dev.jsonl" > "$OUT/train-$dev.txt"
@@ -37,7 +43,7 @@ for regime in "none block" "forward block" "backward block" "forward neuron" "ba
   [[ $1 == none ]] && args="--set parallel.subnetworks=1"
   measured=$("$BIN/subdp" train "$CFG" $DATA --set train.steps=2 --set train.eval_every=1000000 \
     --set train.eval_batches=1 --set device.type=cuda $args --simulate-rank 0/8 | sed -n 's/^final.*peak_bytes=\([0-9]*\).*/\1/p')
-  planned=$("$BIN/subdp" plan "$CFG" --world 8 $args | awk '/^  subnetwork 0 / {print $(NF-2); exit} /^  plain DP/ {print $NF; exit}')
+  planned=$("$BIN/subdp" plan "$CFG" --world 8 $DATA $args | awk '/^  subnetwork 0 / {print $(NF-2); exit} /^  plain DP/ {print $NF; exit}')
   echo "$1-$2,$measured,$planned,$(python3 -c "print(round($measured / max(1, int('${planned:-0}' or 0)), 3))")" >> "$OUT/memory.csv"
 done
 cat "$OUT/train.csv" | tail -3

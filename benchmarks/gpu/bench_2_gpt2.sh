@@ -3,17 +3,23 @@
 # context 1024, vocabulary 50304, AdamW) on random tokens: subdp's CUDA backend (float32: bf16
 # is not implemented yet) in tokens/s and model FLOP utilisation, next to PyTorch training the
 # same model in the same run (torch_gpt2.py: fp32, bf16 autocast eager, bf16 torch.compile).
-# MFU = 6 * params * tokens/s / peak, with the H200's dense peaks: 67 TFLOP/s fp32 (no TF32),
-# 989 TFLOP/s bf16 (NVIDIA's H200 datasheet). Writes gpt2.csv.
+# MFU = the engine's FLOPs per token * tokens/s / peak, with the H200's dense peaks: 67 TFLOP/s
+# fp32 (no TF32), 989 TFLOP/s bf16 (NVIDIA's H200 datasheet). Writes gpt2.csv.
 set -euo pipefail
 BIN=$1
 OUT=$2
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-nvidia-smi >/dev/null 2>&1 || { echo "no NVIDIA GPU: skipped"; exit 77; }
+"$BIN/subdp" version | grep -q cuda || { echo "subdp has no CUDA backend: skipped"; exit 77; }
 B=${SUBDP_GPT2_BATCH:-8}
 STEPS=${SUBDP_GPT2_STEPS:-10}
+# GPT-2 small; SUBDP_GPU_REHEARSAL=1 (the emulated device): a tiny GPT of the same code paths,
+# and the PyTorch peer on the CPU in float32.
+V=50304 T=1024 C=768 H=12 L=12 PEER=(--modes fp32,bf16,compile)
+if [[ ${SUBDP_GPU_REHEARSAL:-0} == 1 ]]; then
+  V=512 T=64 C=64 H=4 L=2 B=2 STEPS=2 PEER=(--modes fp32 --device cpu)
+fi
 tokens=$OUT/gpt2_tokens.bin
-python3 - "$tokens" <<'PY'
+python3 - "$tokens" "$((V < 50257 ? V : 50257))" <<'PY'
 import sys
 import numpy as np
 n = 4_000_000
@@ -21,16 +27,16 @@ header = np.zeros(256, dtype=np.int32)
 header[:3] = (20240520, 1, n)  # llm.c token shard
 with open(sys.argv[1], "wb") as f:
     f.write(header.tobytes())
-    f.write(np.random.default_rng(0).integers(0, 50257, n, dtype=np.uint16).tobytes())
+    f.write(np.random.default_rng(0).integers(0, int(sys.argv[2]), n, dtype=np.uint16).tobytes())
 PY
 cat > "$OUT/gpt2.toml" <<TOML
 [model]
 name = "gpt"
-vocab = 50304
-context = 1024
-width = 768
-heads = 12
-depth = 12
+vocab = $V
+context = $T
+width = $C
+heads = $H
+depth = $L
 [data]
 name = "token_shards"
 path = "$tokens"
@@ -47,23 +53,29 @@ every = 1
 TOML
 "$BIN/subdp" train "$OUT/gpt2.toml" --set device.type=cuda --set log.metrics_file="$OUT/gpt2-subdp.jsonl" \
   > "$OUT/gpt2-subdp.txt"
-python3 "$ROOT/benchmarks/gpu/torch_gpt2.py" --batch "$B" --steps "$STEPS" > "$OUT/gpt2-torch.csv"
+# The peer: each mode its own guarded run inside torch_gpt2.py (a failed mode prints a row
+# saying so); LD_LIBRARY_PATH was never set for it (run.sh gives it to subdp's binaries only).
+python3 "$ROOT/benchmarks/gpu/torch_gpt2.py" --batch "$B" --steps "$STEPS" --vocab "$V" --context "$T" \
+  --width "$C" --heads "$H" --depth "$L" "${PEER[@]}" > "$OUT/gpt2-torch.csv" || true
 rm -f "$tokens"
-python3 - "$OUT" "$B" <<'PY'
+python3 - "$OUT" "$B" "$T" <<'PY'
 import json, sys
-out, B = sys.argv[1], int(sys.argv[2])
+out, B, T = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 steps = [json.loads(l) for l in open(f"{out}/gpt2-subdp.jsonl") if l.strip()][3:]  # after warm-up
-step_s = sorted(s["step_time_s"] for s in steps)[len(steps) // 2]
-rows = [("subdp-cuda-fp32", B * 1024 / step_s, step_s, None)]
-for line in open(f"{out}/gpt2-torch.csv"):
-    mode, tps, dt, params = line.strip().split(",")
-    rows.append((mode, float(tps), float(dt), int(params)))
-params = next(r[3] for r in rows if r[3])
+mid = sorted(steps, key=lambda s: s["step_time_s"])[len(steps) // 2]
+# MFU from the FLOPs the engine counts for a step (forward and backward of every GEMM and
+# attention, llm.c's accounting: 6 N per token plus attention), over the dense peak of the
+# H200's datasheet: 67 TFLOP/s fp32 (no TF32), 989 TFLOP/s bf16.
 peak = {"fp32": 67e12, "bf16": 989e12, "compile": 989e12}
+flops_per_token = mid["flops"] / (B * T)
+rows = [("subdp-cuda-fp32", B * T / mid["step_time_s"], mid["step_time_s"], "")]
+for line in open(f"{out}/gpt2-torch.csv"):
+    mode, tps, dt, note = (line.strip().split(",") + [""] * 4)[:4]
+    rows.append((mode, float(tps or "nan"), float(dt or "nan"), f"params {note}" if note.isdigit() else note))
 with open(f"{out}/gpt2.csv", "w") as f:
-    f.write("run,tokens_per_s,step_s,mfu\n")
-    for name, tps, dt, _ in rows:
+    f.write("run,tokens_per_s,step_s,mfu,ratio_vs_subdp,note\n")
+    for name, tps, dt, note in rows:
         p = peak["fp32"] if name.endswith("fp32") else peak[name.split("-")[-1]]
-        f.write(f"{name},{tps:.0f},{dt:.4f},{6 * params * tps / p:.3f}\n")
+        f.write(f"{name},{tps:.0f},{dt:.4f},{flops_per_token * tps / p:.3f},{tps / rows[0][1]:.3f},{note}\n")
 print(open(f"{out}/gpt2.csv").read())
 PY

@@ -3,9 +3,10 @@
 model as subdp's GPT (pre-LN blocks, GELU tanh, tied embedding head, no dropout, no biases
 folded away), AdamW, random tokens, measured in tokens per second after warm-up, in float32,
 bf16 autocast (eager) and bf16 autocast under torch.compile. Prints one CSV row per mode:
-mode,tokens_per_s,step_s,params.
+mode,tokens_per_s,step_s,params; a mode that fails prints mode,,,failed: <error> and the next
+mode still runs.
 
-Usage: torch_gpt2.py --batch B --context T --steps N [--modes fp32,bf16,compile]
+Usage: torch_gpt2.py --batch B --context T --steps N [--modes fp32,bf16,compile] [--device cpu]
 """
 import argparse
 import math
@@ -51,17 +52,19 @@ class GPT(nn.Module):
 
 def measure(mode, args):
     torch.manual_seed(0)
-    model = GPT(args.vocab, args.context, args.width, args.heads, args.depth).cuda()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    dev = args.device
+    model = GPT(args.vocab, args.context, args.width, args.heads, args.depth).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=dev == "cuda")
     step_fn = model
     if mode == "compile":
         step_fn = torch.compile(model)
     bf16 = mode in ("bf16", "compile")
-    x = torch.randint(0, args.vocab, (args.batch, args.context), device="cuda")
-    y = torch.randint(0, args.vocab, (args.batch, args.context), device="cuda")
+    x = torch.randint(0, args.vocab, (args.batch, args.context), device=dev)
+    y = torch.randint(0, args.vocab, (args.batch, args.context), device=dev)
+    sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
 
     def step():
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+        with torch.autocast(dev, dtype=torch.bfloat16, enabled=bf16):
             loss = step_fn(x, y)
         loss.backward()
         opt.step()
@@ -69,11 +72,11 @@ def measure(mode, args):
 
     for _ in range(3):  # warm-up (and compilation)
         step()
-    torch.cuda.synchronize()
+    sync()
     t0 = time.perf_counter()
     for _ in range(args.steps):
         step()
-    torch.cuda.synchronize()
+    sync()
     dt = (time.perf_counter() - t0) / args.steps
     params = sum(p.numel() for p in model.parameters())
     print(f"torch-{mode},{args.batch * args.context / dt:.1f},{dt:.5f},{params}", flush=True)
@@ -89,10 +92,15 @@ def main():
     ap.add_argument("--depth", type=int, default=12)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--modes", default="fp32,bf16,compile")
+    ap.add_argument("--device", default="cuda")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32, as subdp's cuBLAS calls
     for mode in args.modes.split(","):
-        measure(mode, args)
+        try:
+            measure(mode, args)
+        except Exception as e:  # one mode's failure (compile, an old torch) loses no other
+            msg = f"{type(e).__name__}: {e}".replace(",", ";").replace("\n", " ")[:300]
+            print(f"torch-{mode},,,failed: {msg}", flush=True)
 
 
 if __name__ == "__main__":

@@ -75,6 +75,13 @@ LauncherLayout launcher_layout();
 /// A collective that waits longer than collective_timeout_s ends the process (watchdog).
 std::unique_ptr<Communicator> make_mpi_world(double collective_timeout_s);
 
+/// The NCCL world (kernels/cuda/nccl_comm.cpp; CUDA builds with NCCL only): one GPU per rank
+/// (the local rank's), collectives on device buffers over NCCL, ordered after the CUDA
+/// backend's stream; `bootstrap` (the MPI world, or local for one process) carries the unique
+/// id and the string gathers and is owned by the result. Throws on every rank when a rank has
+/// no GPU of its own.
+std::unique_ptr<Communicator> make_nccl_world(std::unique_ptr<Communicator> bootstrap);
+
 /// Finalises MPI if it was initialised (call once at exit).
 void finalize_mpi();
 

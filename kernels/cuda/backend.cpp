@@ -95,7 +95,10 @@ class CudaBackend final : public Backend {
       memory_ = std::make_shared<PlanningMemory>();
       return;
     }
-    CUDA_CHECK(cudaSetDevice(0));
+    // The device already chosen: the NCCL communicator, made first, picks the local rank's;
+    // else device 0, the runtime's default.
+    CUDA_CHECK(cudaGetDevice(&device_));
+    CUDA_CHECK(cudaSetDevice(device_));
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     memory_ = std::make_shared<CudaMemory>(pool_bytes(), stream_);
     staging_ = std::make_shared<PinnedMemory>();
@@ -110,8 +113,8 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   std::string describe() const override {
     cudaDeviceProp p{};
-    CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
-    return fmt::format("{} (sm_{}{}, {:.1f} GiB), cuBLAS fp32", p.name, p.major, p.minor,
+    CUDA_CHECK(cudaGetDeviceProperties(&p, device_));
+    return fmt::format("{} #{} (sm_{}{}, {:.1f} GiB), cuBLAS fp32", p.name, device_, p.major, p.minor,
                        p.totalGlobalMem / double(size_t{1} << 30));
   }
   void configure(int, int) override {}
@@ -398,6 +401,7 @@ class CudaBackend final : public Backend {
   }
 
   static constexpr size_t kReadBackBytes = 64;
+  int device_ = 0;
   cudaStream_t stream_ = nullptr;
   std::shared_ptr<DeviceMemory> memory_;
   std::shared_ptr<DeviceMemory> staging_;  // pinned; null in planning mode (plain host memory)

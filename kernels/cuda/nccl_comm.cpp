@@ -279,7 +279,10 @@ void throw_nccl_error(ncclResult_t status, const char* call, const char* file, i
 }
 }  // namespace cuda
 
-std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap) {
+namespace {
+
+/// The world communicator over `bootstrap`, which it owns when `owned` holds it.
+std::unique_ptr<Communicator> make_world(Communicator& bootstrap, std::unique_ptr<Communicator> owned) {
   const int device = choose_device(bootstrap);
   ncclUniqueId id{};
   if (bootstrap.rank() == 0) NCCL_CHECK(ncclGetUniqueId(&id));
@@ -287,7 +290,18 @@ std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap) {
   CUDA_CHECK(cudaSetDevice(device));
   ncclComm_t comm = nullptr;
   NCCL_CHECK(ncclCommInitRank(&comm, bootstrap.size(), id, bootstrap.rank()));
-  return std::make_unique<NcclComm>(comm, device, &bootstrap, nullptr, nullptr);
+  return std::make_unique<NcclComm>(comm, device, &bootstrap, std::move(owned), nullptr);
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap) {
+  return make_world(bootstrap, nullptr);
+}
+
+std::unique_ptr<Communicator> make_nccl_world(std::unique_ptr<Communicator> bootstrap) {
+  Communicator& boot = *bootstrap;
+  return make_world(boot, std::move(bootstrap));
 }
 
 }  // namespace subdp

@@ -14,7 +14,7 @@ struct State {
 };
 
 State& state() {
-  static State s;
+  static State& s = *new State;  // never destroyed: the run's backend, a static, is torn down after it
   return s;
 }
 

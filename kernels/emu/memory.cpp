@@ -67,8 +67,9 @@ size_t capacity_from_env() {
 }
 
 Pool& pool() {
-  static Pool p = [] {
-    Pool q;
+  // Never destroyed: the run's backend, a static, frees its memory after statics made later.
+  static Pool& p = *[] {
+    Pool& q = *new Pool;
     q.capacity = capacity_from_env();
     void* m = mmap(nullptr, q.capacity, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (m == MAP_FAILED) {
@@ -82,7 +83,7 @@ Pool& pool() {
     action.sa_flags = SA_SIGINFO | SA_ONSTACK;
     sigemptyset(&action.sa_mask);
     sigaction(SIGSEGV, &action, &g_previous);
-    return q;
+    return &q;
   }();
   return p;
 }
@@ -101,7 +102,7 @@ struct Pinned {
   std::map<uintptr_t, size_t> blocks;  // start -> bytes
 };
 Pinned& pinned() {
-  static Pinned p;
+  static Pinned& p = *new Pinned;  // never destroyed: the run's backend, a static, is torn down after it
   return p;
 }
 

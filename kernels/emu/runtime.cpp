@@ -1,9 +1,11 @@
 // The emulated CUDA runtime API (runtime.h) over the emulator's memory (memory.h) and lazy
-// streams (streams.h). One device, with an H200's properties.
+// streams (streams.h). One device per local rank (each process drives its own), with an
+// H200's properties.
 #include "kernels/emu/runtime.h"
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -19,6 +21,18 @@ using namespace subdp::emu;
 namespace {
 
 int g_device = 0;
+
+/// Devices of the emulated machine: one per rank the launcher placed on this host
+/// (OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS, SLURM_NTASKS_PER_NODE), so that several
+/// ranks under mpirun each find a device of their own, as on a GPU node. Each process
+/// emulates only the device it uses; its memory is the one pool.
+int device_count() {
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"})
+    if (const char* v = std::getenv(var)) return std::max(1, std::atoi(v));
+  return 1;
+}
+
+bool valid_device(int device) { return device >= 0 && device < device_count(); }
 
 std::string hex(const void* p) {
   char buf[32];
@@ -106,12 +120,14 @@ const char* cudaGetErrorString(cudaError_t error) { return error_string(error); 
 const char* cudaGetErrorName(cudaError_t error) { return error_name(error); }
 
 cudaError_t cudaGetDeviceCount(int* count) {
-  *count = 1;
+  *count = device_count();
   return cudaSuccess;
 }
 
 cudaError_t cudaSetDevice(int device) {
-  if (device != 0) return set_error(cudaErrorInvalidDevice, "cudaSetDevice: the emulator has device 0 only");
+  if (!valid_device(device))
+    return set_error(cudaErrorInvalidDevice, "cudaSetDevice: the emulated machine has " +
+                                                 std::to_string(device_count()) + " device(s), one per local rank");
   g_device = device;
   return cudaSuccess;
 }
@@ -122,7 +138,7 @@ cudaError_t cudaGetDevice(int* device) {
 }
 
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
-  if (device != 0) return set_error(cudaErrorInvalidDevice, "cudaGetDeviceProperties: device 0 only");
+  if (!valid_device(device)) return set_error(cudaErrorInvalidDevice, "cudaGetDeviceProperties: no such device");
   *prop = cudaDeviceProp{};
   std::snprintf(prop->name, sizeof(prop->name), "CUDA emulator (H200 limits)");
   prop->totalGlobalMem = device_capacity();
@@ -141,8 +157,8 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
 }
 
 cudaError_t cudaDeviceGetPCIBusId(char* pciBusId, int len, int device) {
-  if (device != 0) return set_error(cudaErrorInvalidDevice, "cudaDeviceGetPCIBusId: device 0 only");
-  std::snprintf(pciBusId, static_cast<size_t>(len), "0000:00:00.0");
+  if (!valid_device(device)) return set_error(cudaErrorInvalidDevice, "cudaDeviceGetPCIBusId: no such device");
+  std::snprintf(pciBusId, static_cast<size_t>(len), "0000:%02x:00.0", device);
   return cudaSuccess;
 }
 

@@ -23,7 +23,7 @@ struct Streams {
 };
 
 Streams& streams() {
-  static Streams s;
+  static Streams& s = *new Streams;  // never destroyed: the run's backend, a static, is torn down after it
   return s;
 }
 

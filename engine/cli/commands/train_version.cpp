@@ -12,13 +12,28 @@ namespace subdp {
 
 namespace {
 
-std::unique_ptr<Communicator> make_world(const ParallelConfig& p) {
+/// NCCL for the CUDA device when several ranks run (parallel.backend "nccl", or "auto" under
+/// an MPI launcher with more than one rank), bootstrapped over MPI.
+bool wants_nccl(const Config& c) {
+  if (c.parallel.backend == "nccl") return true;
+  return c.parallel.backend == "auto" && c.device.type == "cuda" && launcher_layout().size > 1;
+}
+
+std::unique_ptr<Communicator> make_world(const Config& c) {
+  const ParallelConfig& p = c.parallel;
   if (p.backend == "local") return make_local_communicator();
-  // The NCCL communicator (kernels/cuda/nccl_comm) is built and tested on its own but not
-  // wired to the trainer yet (holder-group communicators, the backend's stream).
-  if (p.backend == "nccl")
-    throw Error("parallel.backend = \"nccl\": the NCCL communicator is not wired to the trainer yet; use \"mpi\" "
-                "(or \"auto\"), and with device.type = \"cuda\" one rank or --simulate-rank w/W");
+  if (wants_nccl(c)) {
+    SUBDP_CHECK(c.device.type == "cuda", "[parallel] backend = \"nccl\" needs [device] type = \"cuda\" (it is \"{}\"); "
+                "use \"mpi\" or \"auto\"", c.device.type);
+#ifdef SUBDP_WITH_NCCL
+    std::unique_ptr<Communicator> bootstrap =
+        launched_by_mpi() ? make_mpi_world(p.collective_timeout_s) : make_local_communicator();
+    return make_nccl_world(std::move(bootstrap));
+#else
+    throw Error("[parallel] backend = \"nccl\": this build has no NCCL (libnccl and nccl.h were not found when it "
+                "was configured)");
+#endif
+  }
   if (p.backend == "mpi" || launched_by_mpi()) return make_mpi_world(p.collective_timeout_s);
   return make_local_communicator();
 }
@@ -41,13 +56,12 @@ int run_train(const Config& config, const TrainOptions& options) {
                 "which one rank alone cannot assemble; set it to 0", options.simulate_rank);
     world = make_simulated_communicator(w, W);
   } else {
-    world = make_world(config.parallel);
+    world = make_world(config);
   }
   SUBDP_CHECK(config.device.type != "cuda" || world->backend() != "mpi" || world->size() == 1,
-              "device.type = \"cuda\" with W = {} ranks: the ranks would all-reduce GPU buffers through MPI, and the "
-              "NCCL communicator is not wired to the CUDA backend yet; run one rank, or --simulate-rank w/{} to "
-              "measure one rank of the layout on one GPU", world->size(), world->size());
-  const bool mpi = world->backend() == "mpi";
+              "device.type = \"cuda\" with W = {} ranks over [parallel] backend = \"mpi\": MPI here carries host "
+              "buffers, not GPU memory; use backend = \"nccl\" (or \"auto\")", world->size());
+  const bool mpi = world->backend() == "mpi" || (world->backend() == "nccl" && launched_by_mpi());
   const int rank = world->rank(), size = world->size();
   int status = 0;
   try {
