@@ -9,8 +9,9 @@
 # toolkit or in PyTorch's wheels, and names any it cannot find. Carry only the tarball
 # (device tool: carry ["gpu_bundle/bundle.tar.xz"]); with the repository it must stay under
 # the 64 MiB the GPU machine takes in, which this script checks.
-# --emulated: the same bundle from the emulated CUDA build (SUBDP_CUDA=EMULATE, build-emu), for
-#   a rehearsal of run.sh on a machine without a GPU (SUBDP_GPU_REHEARSAL=1).
+# --emulated: the same bundle from the emulated CUDA build (SUBDP_CUDA=EMULATE, build-emu) as
+#   gpu_bundle/bundle-emulated.tar.xz, for a rehearsal of run.sh on a machine without a GPU:
+#   SUBDP_GPU_REHEARSAL=1 SUBDP_GPU_BUNDLE=gpu_bundle/bundle-emulated.tar.xz benchmarks/gpu/run.sh OUT.
 # --check: proves the bundle complete: runs its binary's CPU path in a minimal Debian chroot
 #   (debootstrap --variant=minbase) that has none of our packages, with only the CUDA runtime
 #   libraries added.
@@ -56,9 +57,11 @@ for bin in "$stage"/bin/*; do
   done
 done
 strip --strip-unneeded "$stage"/bin/* "$stage"/lib/* 2>/dev/null || true
-tar -C "$stage" -cJf "$out/bundle.tar.xz" bin lib
-packed=$(du -b "$out/bundle.tar.xz" | cut -f1)
-echo "gpu_bundle: $packed bytes packed ($(du -sb "$stage" | cut -f1) unpacked):" \
+tarball=$out/bundle.tar.xz
+((emulated)) && tarball=$out/bundle-emulated.tar.xz  # never mistaken for the GPU's
+tar -C "$stage" -cJf "$tarball" bin lib
+packed=$(du -b "$tarball" | cut -f1)
+echo "gpu_bundle: $tarball: $packed bytes packed ($(du -sb "$stage" | cut -f1) unpacked):" \
   "$(ls "$stage/lib" | tr '\n' ' ')"
 # What the device tool carries: the repository's tracked files and the tarball.
 repo=$(git -C "$root" ls-files -z | (cd "$root" && xargs -0 du -cb 2>/dev/null) | tail -1 | cut -f1)
@@ -79,7 +82,7 @@ if [[ ! -f $chroot_dir/.subdp-debootstrap-done ]]; then
   touch "$chroot_dir/.subdp-debootstrap-done"
 fi
 rm -rf "$chroot_dir/opt/subdp" && mkdir -p "$chroot_dir/opt/subdp/cuda" "$chroot_dir/opt/subdp/data"
-tar -C "$chroot_dir/opt/subdp" -xJf "$out/bundle.tar.xz"
+tar -C "$chroot_dir/opt/subdp" -xJf "$tarball"
 # The CUDA runtime libraries the binaries load (the GPU machine's toolkit has them), found by
 # ldd rather than by soname, so any CUDA major version works.
 for bin in "$stage"/bin/*; do

@@ -43,7 +43,7 @@ for regime in "none block" "forward block" "backward block" "forward neuron" "ba
   [[ $1 == none ]] && args="--set parallel.subnetworks=1"
   measured=$("$BIN/subdp" train "$CFG" $DATA --set train.steps=2 --set train.eval_every=1000000 \
     --set train.eval_batches=1 --set device.type=cuda $args --simulate-rank 0/8 | sed -n 's/^final.*peak_bytes=\([0-9]*\).*/\1/p')
-  planned=$("$BIN/subdp" plan "$CFG" --world 8 $DATA $args | awk '/^  subnetwork 0 / {print $(NF-2); exit} /^  plain DP/ {print $NF; exit}')
+  planned=$("$BIN/subdp" plan "$CFG" --world 8 $DATA $args --set device.type=cuda | awk '/^  subnetwork 0 / {print $(NF-2); exit} /^  plain DP/ {print $NF; exit}')
   echo "$1-$2,$measured,$planned,$(python3 -c "print(round($measured / max(1, int('${planned:-0}' or 0)), 3))")" >> "$OUT/memory.csv"
 done
 cat "$OUT/train.csv" | tail -3

@@ -14,20 +14,22 @@ B=${SUBDP_GPT2_BATCH:-8}
 STEPS=${SUBDP_GPT2_STEPS:-10}
 # GPT-2 small; SUBDP_GPU_REHEARSAL=1 (the emulated device): a tiny GPT of the same code paths,
 # and the PyTorch peer on the CPU in float32.
-V=50304 T=1024 C=768 H=12 L=12 PEER=(--modes fp32,bf16,compile)
+V=50304 T=1024 C=768 H=12 L=12 PEER=(--modes fp32,bf16,compile) NTOK=1000000
 if [[ ${SUBDP_GPU_REHEARSAL:-0} == 1 ]]; then
-  V=512 T=64 C=64 H=4 L=2 B=2 STEPS=2 PEER=(--modes fp32 --device cpu)
+  V=512 T=64 C=64 H=4 L=2 B=2 STEPS=2 PEER=(--modes fp32 --device cpu) NTOK=20000
 fi
 tokens=$OUT/gpt2_tokens.bin
-python3 - "$tokens" "$((V < 50257 ? V : 50257))" <<'PY'
-import sys
-import numpy as np
-n = 4_000_000
-header = np.zeros(256, dtype=np.int32)
-header[:3] = (20240520, 1, n)  # llm.c token shard
-with open(sys.argv[1], "wb") as f:
-    f.write(header.tobytes())
-    f.write(np.random.default_rng(0).integers(0, int(sys.argv[2]), n, dtype=np.uint16).tobytes())
+# An llm.c token shard (header of 256 int32, then uint16 tokens), without numpy: the shard's
+# tokens are uniform random ids below the vocabulary (the step time does not depend on them).
+python3 - "$tokens" "$((V < 50257 ? V : 50257))" "$NTOK" <<'PY'
+import array, random, sys
+path, vocab, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+header = array.array("i", [20240520, 1, n] + [0] * 253)
+rng = random.Random(0)
+tokens = array.array("H", (rng.randrange(vocab) for _ in range(n)))
+with open(path, "wb") as f:
+    header.tofile(f)
+    tokens.tofile(f)
 PY
 cat > "$OUT/gpt2.toml" <<TOML
 [model]
