@@ -35,5 +35,4 @@ void check_launch(const char* file, int line) {
     throw_cuda_error(status, "the kernel launched here (SUBDP_CUDA_SYNC_LAUNCHES=1)", file, line);
 }
 
-
 }  // namespace subdp::cuda

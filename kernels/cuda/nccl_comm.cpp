@@ -61,6 +61,9 @@ int choose_device(Communicator& bootstrap) {
   }
   const std::vector<std::string> all = bootstrap.allgather(mine);
   for (size_t r = 0; r < all.size(); ++r) {
+    if (all[r].find("|none|0|") != std::string::npos)
+      throw Error(fmt::format("[device] type = \"cuda\": no CUDA device was found on rank {} ({} of "
+                              "host|none|visible GPUs|reason); use \"cpu\"", r, all[r]));
     if (all[r].find("|none|") != std::string::npos)
       throw Error(fmt::format("NCCL 2.28 refuses two ranks on one GPU: run W = 1 or --simulate-rank "
                               "(rank {} has no GPU of its own: {} of host|none|visible GPUs|reason)",

@@ -4,13 +4,11 @@
 // result rounded to nearest even.
 #include "kernels/emu/cublas.h"
 
-#include <cblas.h>
-
 #include <cstdio>
 #include <string>
 #include <vector>
 
-#include "kernels/emu/bf16.h"
+#include "kernels/emu/blas_ref.h"
 #include "kernels/emu/errors.h"
 #include "kernels/emu/memory.h"
 #include "kernels/emu/streams.h"
@@ -26,20 +24,6 @@ struct BlasHandle {
 using namespace subdp::emu;
 
 namespace {
-
-/// A column-major operand: rows x cols as stored (before op), leading dimension ld.
-struct Operand {
-  const char* name;
-  const void* p;
-  int64_t rows, cols, ld, stride;
-  size_t element;
-};
-
-/// Elements a batch of `batch` matrices spans, the last one's last column included.
-int64_t extent(const Operand& o, int batch) {
-  if (o.rows == 0 || o.cols == 0) return 0;
-  return o.stride * (batch - 1) + o.ld * (o.cols - 1) + o.rows;
-}
 
 cublasStatus_t invalid(const char* call, const std::string& why) {
   std::fprintf(stderr, "subdp CUDA emulator: %s: %s\n", call, why.c_str());
@@ -78,23 +62,7 @@ cublasStatus_t check_gemm(const char* call, cublasHandle_t h, cublasOperation_t 
   return CUBLAS_STATUS_SUCCESS;
 }
 
-CBLAS_TRANSPOSE cblas_op(cublasOperation_t t) { return t == CUBLAS_OP_N ? CblasNoTrans : CblasTrans; }
-
 Stream* stream_or_null(cublasHandle_t h) { return stream_of(h->stream); }
-
-std::vector<float> widen(const void* p, cudaDataType_t type, int64_t n) {
-  std::vector<float> v(static_cast<size_t>(n));
-  if (type == CUDA_R_32F) {
-    const float* f = static_cast<const float*>(p);
-    std::copy(f, f + n, v.begin());
-  } else {
-    const __nv_bfloat16* b = static_cast<const __nv_bfloat16*>(p);
-    for (int64_t i = 0; i < n; ++i) v[i] = __bfloat162float(b[i]);
-  }
-  return v;
-}
-
-size_t type_size(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
 
 }  // namespace
 
@@ -189,12 +157,7 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cub
     std::vector<float> fc = widen(C, Ctype, extent(c, 1));
     cblas_sgemm(CblasColMajor, cblas_op(transa), cblas_op(transb), m, n, k, al, fa.data(), lda, fb.data(), ldb, be,
                 fc.data(), ldc);
-    for (int j = 0; j < n; ++j)
-      for (int i = 0; i < m; ++i) {
-        const int64_t at = int64_t{j} * ldc + i;
-        if (Ctype == CUDA_R_32F) static_cast<float*>(C)[at] = fc[at];
-        else static_cast<__nv_bfloat16*>(C)[at] = __float2bfloat16(fc[at]);
-      }
+    store(fc, C, Ctype, m, n, ldc);
   });
   return CUBLAS_STATUS_SUCCESS;
 }

@@ -28,6 +28,12 @@ expect_error "W <= 1048576" 1 "$SUBDP" train "$WORK/mlp.toml" --simulate-rank 1/
 if [[ ! -e /dev/nvidiactl ]]; then
   expect_error "\[device\] type = \"cuda\": no CUDA device was found" 1 "$SUBDP" train "$WORK/mlp.toml" \
     --set device.type=cuda
+  # Two ranks pick NCCL (auto), whose device check says the same on every rank, or, in a build
+  # without NCCL, that NCCL is missing; never a hang.
+  expect_error "no CUDA device was found\|this build has no NCCL" 2 "$SUBDP" train "$WORK/mlp.toml" \
+    --set device.type=cuda
+  expect_error "MPI here carries host buffers" 2 "$SUBDP" train "$WORK/mlp.toml" --set device.type=cuda \
+    --set parallel.backend=mpi
 fi
 # Commands that run the full model on one process refuse masking instead of ignoring it.
 expect_error "parity-dump runs the full model on one process" 1 "$SUBDP" parity-dump "$WORK/gpt.toml" "$WORK/pd" \

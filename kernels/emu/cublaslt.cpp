@@ -1,0 +1,368 @@
+// The emulated cuBLASLt (cublaslt.h): descriptors as plain structs, the argument rules checked
+// when the matmul is asked for (heuristic or cublasLtMatmul), the matmul queued on its stream
+// and computed on OpenBLAS with the epilogue applied in float, then stored as D's type.
+#include "kernels/emu/cublaslt.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/emu/blas_ref.h"
+#include "kernels/emu/errors.h"
+#include "kernels/emu/memory.h"
+#include "kernels/emu/streams.h"
+
+namespace subdp::emu {
+
+struct LtHandle {};
+struct LtMatmulDesc {
+  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+  cudaDataType_t scale = CUDA_R_32F;
+  int32_t pointer_mode = 0;  // host
+  int32_t transa = CUBLAS_OP_N, transb = CUBLAS_OP_N;
+  uint32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  const void* bias = nullptr;
+  void* aux = nullptr;
+  int64_t aux_ld = 0;
+  int32_t bias_type = -1, aux_type = -1;  // -1: D's type
+};
+struct LtLayout {
+  cudaDataType_t type = CUDA_R_32F;
+  int32_t order = CUBLASLT_ORDER_COL;
+  uint64_t rows = 0, cols = 0;
+  int64_t ld = 0;
+  int32_t batch = 1;
+  int64_t stride = 0;
+};
+struct LtPreference {
+  uint64_t max_workspace = 0;
+};
+
+}  // namespace subdp::emu
+
+using namespace subdp::emu;
+
+namespace {
+
+cublasStatus_t refuse(cublasStatus_t code, const std::string& why) {
+  std::fprintf(stderr, "subdp CUDA emulator: %s\n", why.c_str());
+  set_error(cudaErrorInvalidValue, why);
+  return code;
+}
+
+/// Copies an attribute's value, checking its size as the library does.
+template <class T>
+cublasStatus_t set(T& field, const void* buf, size_t size, const char* what) {
+  if (buf == nullptr || size != sizeof(T))
+    return refuse(CUBLAS_STATUS_INVALID_VALUE, std::string(what) + ": buffer of " + std::to_string(size) +
+                                                   " bytes, the attribute holds " + std::to_string(sizeof(T)));
+  std::memcpy(&field, buf, sizeof(T));
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+bool supported_epilogue(uint32_t e) {
+  switch (e) {
+    case CUBLASLT_EPILOGUE_DEFAULT: case CUBLASLT_EPILOGUE_BIAS: case CUBLASLT_EPILOGUE_RELU:
+    case CUBLASLT_EPILOGUE_RELU_BIAS: case CUBLASLT_EPILOGUE_GELU: case CUBLASLT_EPILOGUE_GELU_BIAS:
+    case CUBLASLT_EPILOGUE_GELU_AUX: case CUBLASLT_EPILOGUE_GELU_AUX_BIAS: case CUBLASLT_EPILOGUE_DGELU:
+    case CUBLASLT_EPILOGUE_DGELU_BGRAD:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool has(uint32_t e, uint32_t bits) { return (e & bits) == bits; }
+bool adds_bias(uint32_t e) { return has(e, CUBLASLT_EPILOGUE_BIAS) && !has(e, 16); }
+bool uses_aux(uint32_t e) { return has(e, 128); }
+bool is_dgelu(uint32_t e) { return has(e, 64 | 128); }
+
+/// The problem a descriptor and four layouts state: m, n, k, batch and the checked types.
+struct Problem {
+  int m = 0, n = 0, k = 0, batch = 1;
+  std::string error;
+  cublasStatus_t code = CUBLAS_STATUS_SUCCESS;
+  bool fail(cublasStatus_t c, const std::string& why) {
+    code = c;
+    error = "cublasLtMatmul: " + why;
+    return false;
+  }
+};
+
+bool check_problem(const LtMatmulDesc* d, const LtLayout* a, const LtLayout* b, const LtLayout* c,
+                   const LtLayout* dd, Problem& p) {
+  if (d == nullptr || a == nullptr || b == nullptr || c == nullptr || dd == nullptr)
+    return p.fail(CUBLAS_STATUS_INVALID_VALUE, "null descriptor or layout");
+  if (d->compute != CUBLAS_COMPUTE_32F && d->compute != CUBLAS_COMPUTE_32F_FAST_TF32)
+    return p.fail(CUBLAS_STATUS_NOT_SUPPORTED, "the emulator computes in float32 only");
+  if (d->scale != CUDA_R_32F) return p.fail(CUBLAS_STATUS_NOT_SUPPORTED, "scale type must be float32");
+  if (d->pointer_mode != 0) return p.fail(CUBLAS_STATUS_NOT_SUPPORTED, "the emulator takes host alpha and beta only");
+  if (!supported_epilogue(d->epilogue))
+    return p.fail(CUBLAS_STATUS_NOT_SUPPORTED, "epilogue " + std::to_string(d->epilogue) + " is not emulated");
+  for (const LtLayout* l : {a, b, c, dd}) {
+    if (l->order != CUBLASLT_ORDER_COL) return p.fail(CUBLAS_STATUS_NOT_SUPPORTED, "only column-major layouts");
+    if (l->ld < static_cast<int64_t>(std::max<uint64_t>(1, l->rows)))
+      return p.fail(CUBLAS_STATUS_INVALID_VALUE, "leading dimension " + std::to_string(l->ld) + " below " +
+                                                     std::to_string(l->rows) + " rows");
+    if (l->batch != dd->batch) return p.fail(CUBLAS_STATUS_INVALID_VALUE, "batch counts differ between layouts");
+  }
+  if (a->type != b->type || (a->type != CUDA_R_32F && a->type != CUDA_R_16BF))
+    return p.fail(CUBLAS_STATUS_NOT_SUPPORTED, "A and B must both be float32 or both bf16");
+  if (c->type != dd->type || (dd->type != CUDA_R_32F && dd->type != CUDA_R_16BF))
+    return p.fail(CUBLAS_STATUS_NOT_SUPPORTED, "C and D must both be float32 or both bf16");
+  const bool ta = d->transa != CUBLAS_OP_N, tb = d->transb != CUBLAS_OP_N;
+  p.m = static_cast<int>(dd->rows);
+  p.n = static_cast<int>(dd->cols);
+  p.k = static_cast<int>(ta ? a->rows : a->cols);
+  p.batch = dd->batch;
+  const uint64_t a_m = ta ? a->cols : a->rows, b_k = tb ? b->cols : b->rows, b_n = tb ? b->rows : b->cols;
+  if (a_m != dd->rows || b_k != static_cast<uint64_t>(p.k) || b_n != dd->cols || c->rows != dd->rows ||
+      c->cols != dd->cols)
+    return p.fail(CUBLAS_STATUS_INVALID_VALUE,
+                  "shapes do not agree: op(A) " + std::to_string(a_m) + "x" + std::to_string(p.k) + ", op(B) " +
+                      std::to_string(b_k) + "x" + std::to_string(b_n) + ", C " + std::to_string(c->rows) + "x" +
+                      std::to_string(c->cols) + ", D " + std::to_string(dd->rows) + "x" + std::to_string(dd->cols));
+  if (uses_aux(d->epilogue) && d->aux_ld < p.m)
+    return p.fail(CUBLAS_STATUS_INVALID_VALUE, "EPILOGUE_AUX_LD " + std::to_string(d->aux_ld) + " below m = " +
+                                                   std::to_string(p.m));
+  return true;
+}
+
+bool device_extent(Problem& p, const char* name, const void* ptr, size_t bytes) {
+  if (bytes == 0 || region_of(ptr, bytes) == Region::device) return true;
+  return p.fail(CUBLAS_STATUS_INVALID_VALUE, std::string(name) + " (" + std::to_string(bytes) + " bytes) is " +
+                                                 describe_region(ptr, bytes) + ", not device memory");
+}
+
+size_t layout_bytes(const LtLayout& l) {
+  const Operand o{"", nullptr, static_cast<int64_t>(l.rows), static_cast<int64_t>(l.cols), l.ld, l.stride,
+                  type_size(l.type)};
+  return static_cast<size_t>(extent(o, l.batch)) * o.element;
+}
+
+float gelu(float x) {
+  const float c = 0.7978845608028654f;  // sqrt(2 / pi)
+  return 0.5f * x * (1.f + std::tanh(c * (x + 0.044715f * x * x * x)));
+}
+
+float gelu_grad(float x) {
+  const float c = 0.7978845608028654f, u = c * (x + 0.044715f * x * x * x), t = std::tanh(u);
+  return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * c * (1.f + 3.f * 0.044715f * x * x);
+}
+
+/// One batch entry: D = epilogue(alpha op(A) op(B) + beta C), in float, then stored.
+void run_one(const LtMatmulDesc& d, const Problem& p, float alpha, float beta, const void* A, const LtLayout& a,
+             const void* B, const LtLayout& b, const void* C, const LtLayout& c, void* D, const LtLayout& dd,
+             int i) {
+  const auto at = [](const void* base, const LtLayout& l, int i) {
+    return static_cast<const char*>(base) + static_cast<size_t>(l.stride) * i * type_size(l.type);
+  };
+  const Operand oa{"A", nullptr, static_cast<int64_t>(a.rows), static_cast<int64_t>(a.cols), a.ld, 0, 0};
+  const Operand ob{"B", nullptr, static_cast<int64_t>(b.rows), static_cast<int64_t>(b.cols), b.ld, 0, 0};
+  const Operand oc{"C", nullptr, p.m, p.n, c.ld, 0, 0};
+  const std::vector<float> fa = widen(at(A, a, i), a.type, extent(oa, 1));
+  const std::vector<float> fb = widen(at(B, b, i), b.type, extent(ob, 1));
+  std::vector<float> f = beta != 0.f ? widen(at(C, c, i), c.type, extent(oc, 1))
+                                     : std::vector<float>(static_cast<size_t>(extent(oc, 1)), 0.f);
+  if (c.ld != dd.ld) {  // D's layout from here on
+    std::vector<float> g(static_cast<size_t>(dd.ld) * (p.n - 1) + p.m, 0.f);
+    for (int j = 0; j < p.n; ++j)
+      for (int r = 0; r < p.m; ++r) g[j * dd.ld + r] = f[j * c.ld + r];
+    f.swap(g);
+  }
+  if (p.k > 0)
+    cblas_sgemm(CblasColMajor, cblas_op(static_cast<cublasOperation_t>(d.transa)),
+                cblas_op(static_cast<cublasOperation_t>(d.transb)), p.m, p.n, p.k, alpha, fa.data(),
+                static_cast<int>(a.ld), fb.data(), static_cast<int>(b.ld), beta, f.data(), static_cast<int>(dd.ld));
+  const cudaDataType_t bias_type = d.bias_type < 0 ? dd.type : static_cast<cudaDataType_t>(d.bias_type);
+  const cudaDataType_t aux_type = d.aux_type < 0 ? dd.type : static_cast<cudaDataType_t>(d.aux_type);
+  const std::vector<float> bias = adds_bias(d.epilogue) ? widen(d.bias, bias_type, p.m) : std::vector<float>();
+  const std::vector<float> aux = is_dgelu(d.epilogue)
+                                     ? widen(d.aux, aux_type, static_cast<int64_t>(d.aux_ld) * (p.n - 1) + p.m)
+                                     : std::vector<float>();
+  std::vector<float> pre(uses_aux(d.epilogue) && !is_dgelu(d.epilogue) ? static_cast<size_t>(d.aux_ld) * (p.n - 1) + p.m
+                                                                       : 0);
+  std::vector<float> bgrad(has(d.epilogue, 16) ? p.m : 0, 0.f);
+  for (int j = 0; j < p.n; ++j)
+    for (int r = 0; r < p.m; ++r) {
+      float& v = f[static_cast<size_t>(j) * dd.ld + r];
+      if (is_dgelu(d.epilogue)) {
+        v *= gelu_grad(aux[static_cast<size_t>(j) * d.aux_ld + r]);
+        if (!bgrad.empty()) bgrad[r] += v;
+        continue;
+      }
+      if (!bias.empty()) v += bias[r];
+      if (!pre.empty()) pre[static_cast<size_t>(j) * d.aux_ld + r] = v;
+      if (has(d.epilogue, CUBLASLT_EPILOGUE_GELU)) v = gelu(v);
+      else if (has(d.epilogue, CUBLASLT_EPILOGUE_RELU)) v = std::max(v, 0.f);
+    }
+  store(f, D, dd.type, p.m, p.n, dd.ld);  // batch entries beyond the first: see the caller's offsets
+  if (!pre.empty()) store(pre, d.aux, aux_type, p.m, p.n, d.aux_ld);
+  if (!bgrad.empty()) store(bgrad, const_cast<void*>(d.bias), bias_type, p.m, 1, p.m);
+}
+
+}  // namespace
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle) {
+  if (handle == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  *handle = new LtHandle();
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle) {
+  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  delete handle;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* desc, cublasComputeType_t computeType,
+                                        cudaDataType_t scaleType) {
+  if (desc == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  *desc = new LtMatmulDesc();
+  (*desc)->compute = computeType;
+  (*desc)->scale = scaleType;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) {
+  delete desc;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr,
+                                              const void* buf, size_t size) {
+  if (d == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  const char* what = "cublasLtMatmulDescSetAttribute";
+  switch (attr) {
+    case CUBLASLT_MATMUL_DESC_COMPUTE_TYPE: return set(d->compute, buf, size, what);
+    case CUBLASLT_MATMUL_DESC_SCALE_TYPE: return set(d->scale, buf, size, what);
+    case CUBLASLT_MATMUL_DESC_POINTER_MODE: return set(d->pointer_mode, buf, size, what);
+    case CUBLASLT_MATMUL_DESC_TRANSA: return set(d->transa, buf, size, what);
+    case CUBLASLT_MATMUL_DESC_TRANSB: return set(d->transb, buf, size, what);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE: return set(d->epilogue, buf, size, what);
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return set(d->bias, buf, size, what);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: return set(d->aux, buf, size, what);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: return set(d->aux_ld, buf, size, what);
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: return set(d->bias_type, buf, size, what);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE: return set(d->aux_type, buf, size, what);
+    default:
+      return refuse(CUBLAS_STATUS_NOT_SUPPORTED, std::string(what) + ": attribute " + std::to_string(attr) +
+                                                     " is not emulated");
+  }
+}
+
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDataType type, uint64_t rows,
+                                          uint64_t cols, int64_t ld) {
+  if (layout == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  *layout = new LtLayout{type, CUBLASLT_ORDER_COL, rows, cols, ld, 1, 0};
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout) {
+  delete layout;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t l, cublasLtMatrixLayoutAttribute_t attr,
+                                                const void* buf, size_t size) {
+  if (l == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  const char* what = "cublasLtMatrixLayoutSetAttribute";
+  switch (attr) {
+    case CUBLASLT_MATRIX_LAYOUT_TYPE: return set(l->type, buf, size, what);
+    case CUBLASLT_MATRIX_LAYOUT_ORDER: return set(l->order, buf, size, what);
+    case CUBLASLT_MATRIX_LAYOUT_ROWS: return set(l->rows, buf, size, what);
+    case CUBLASLT_MATRIX_LAYOUT_COLS: return set(l->cols, buf, size, what);
+    case CUBLASLT_MATRIX_LAYOUT_LD: return set(l->ld, buf, size, what);
+    case CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT: return set(l->batch, buf, size, what);
+    case CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET: return set(l->stride, buf, size, what);
+  }
+  return refuse(CUBLAS_STATUS_INVALID_VALUE, std::string(what) + ": unknown attribute");
+}
+
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* pref) {
+  if (pref == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  *pref = new LtPreference();
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) {
+  delete pref;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref,
+                                                    cublasLtMatmulPreferenceAttributes_t attr, const void* buf,
+                                                    size_t size) {
+  if (pref == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (attr == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES)
+    return set(pref->max_workspace, buf, size, "cublasLtMatmulPreferenceSetAttribute");
+  if (attr == CUBLASLT_MATMUL_PREF_SEARCH_MODE) {
+    uint32_t mode = 0;
+    return set(mode, buf, size, "cublasLtMatmulPreferenceSetAttribute");
+  }
+  return refuse(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmulPreferenceSetAttribute: unknown attribute");
+}
+
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
+                                              cublasLtMatrixLayout_t Adesc, cublasLtMatrixLayout_t Bdesc,
+                                              cublasLtMatrixLayout_t Cdesc, cublasLtMatrixLayout_t Ddesc,
+                                              cublasLtMatmulPreference_t pref, int requested,
+                                              cublasLtMatmulHeuristicResult_t results[], int* returned) {
+  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (pref == nullptr || results == nullptr || returned == nullptr || requested < 1)
+    return refuse(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmulAlgoGetHeuristic: null argument or no algorithm asked");
+  *returned = 0;
+  Problem p;
+  if (!check_problem(desc, Adesc, Bdesc, Cdesc, Ddesc, p)) return refuse(p.code, p.error);
+  results[0] = cublasLtMatmulHeuristicResult_t{};  // one algorithm, which needs no workspace
+  results[0].state = CUBLAS_STATUS_SUCCESS;
+  results[0].wavesCount = 1.f;
+  *returned = 1;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void* alpha, const void* A,
+                              cublasLtMatrixLayout_t Adesc, const void* B, cublasLtMatrixLayout_t Bdesc,
+                              const void* beta, const void* C, cublasLtMatrixLayout_t Cdesc, void* D,
+                              cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t*, void* workspace,
+                              size_t workspaceSize, cudaStream_t stream) {
+  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  Problem p;
+  if (!check_problem(desc, Adesc, Bdesc, Cdesc, Ddesc, p)) return refuse(p.code, p.error);
+  if (alpha == nullptr || beta == nullptr || region_of(alpha, 0) == Region::device ||
+      region_of(beta, 0) == Region::device)
+    return refuse(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmul: alpha and beta must be host pointers");
+  const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
+  const LtMatmulDesc d = *desc;
+  const LtLayout a = *Adesc, b = *Bdesc, c = *Cdesc, dd = *Ddesc;
+  const uint32_t e = d.epilogue;
+  const size_t aux_bytes = uses_aux(e) ? (static_cast<size_t>(d.aux_ld) * (p.n - 1) + p.m) *
+                                             type_size(d.aux_type < 0 ? dd.type : static_cast<cudaDataType_t>(d.aux_type))
+                                       : 0;
+  const size_t bias_bytes = (adds_bias(e) || has(e, 16)) ? p.m * type_size(d.bias_type < 0 ? dd.type
+                                                                                          : static_cast<cudaDataType_t>(d.bias_type))
+                                                         : 0;
+  if (C == D && c.ld != dd.ld) return refuse(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmul: C == D with other layouts");
+  if (!device_extent(p, "A", A, p.k ? layout_bytes(a) : 0) || !device_extent(p, "B", B, p.k ? layout_bytes(b) : 0) ||
+      !device_extent(p, "C", C, be != 0.f ? layout_bytes(c) : 0) || !device_extent(p, "D", D, layout_bytes(dd)) ||
+      !device_extent(p, "the bias", d.bias, bias_bytes) || !device_extent(p, "the auxiliary buffer", d.aux, aux_bytes) ||
+      !device_extent(p, "the workspace", workspace, workspaceSize))
+    return refuse(p.code, p.error);
+  if (p.batch > 1 && (uses_aux(e) || adds_bias(e) || has(e, 16)))
+    return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmul: the emulator applies bias and aux epilogues to one "
+                                               "matrix, not a batch");
+  Stream* s = stream_of(stream);
+  if (s == nullptr) return refuse(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmul: destroyed stream");
+  if (p.m == 0 || p.n == 0) return CUBLAS_STATUS_SUCCESS;
+  enqueue(s, "cublasLtMatmul", [=] {
+    for (int i = 0; i < p.batch; ++i) {
+      void* out = static_cast<char*>(D) + static_cast<size_t>(dd.stride) * i * type_size(dd.type);
+      run_one(d, p, al, be, A, a, B, b, C, c, out, dd, i);
+    }
+  });
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+const char* cublasLtGetStatusString(cublasStatus_t status) { return cublasGetStatusString(status); }
