@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernels/emu/errors.h"
+#include "kernels/emu/launch_bounds.h"
 #include "kernels/emu/launch.h"
 #include "kernels/emu/limits.h"
 #include "kernels/emu/memory.h"
@@ -259,7 +260,11 @@ bool check_launch(const LaunchConfig& c) {
   else if (c.block.x > kMaxBlockDim[0] || c.block.y > kMaxBlockDim[1] || c.block.z > kMaxBlockDim[2] ||
            uint64_t{c.block.x} * c.block.y * c.block.z > kMaxThreadsPerBlock)
     why = "block " + dims(c.block) + " exceeds sm_90's 1024 threads per block (1024, 1024, 64 per dimension)";
-  else if (c.grid.x > kMaxGridDim[0] || c.grid.y > kMaxGridDim[1] || c.grid.z > kMaxGridDim[2])
+  else if (const unsigned bound = launch_bound_of(c.kernel); bound != 0 && threads > bound) {
+    code = cudaErrorLaunchOutOfResources;
+    why = std::to_string(threads) + " threads per block, more than the kernel's __launch_bounds__(" +
+          std::to_string(bound) + ")";
+  } else if (c.grid.x > kMaxGridDim[0] || c.grid.y > kMaxGridDim[1] || c.grid.z > kMaxGridDim[2])
     why = "grid " + dims(c.grid) + " exceeds sm_90's grid limits (2^31-1, 65535, 65535)";
   else if (c.shared_bytes > kStaticSharedBytes) {
     code = cudaErrorInvalidValue;
@@ -269,7 +274,6 @@ bool check_launch(const LaunchConfig& c) {
     code = cudaErrorInvalidResourceHandle;
     why = "the stream was destroyed";
   }
-  (void)threads;
   if (why.empty()) return true;
   set_error(code, std::string("launch of ") + c.kernel + " grid " + dims(c.grid) + " block " + dims(c.block) +
                       ": " + why);

@@ -15,8 +15,8 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
-// Accepted and ignored: no kernel of kernels/cuda declares launch bounds yet (see
-// docs/architecture.md); the emulator checks every launch against the sm_90 limits instead.
+// Dropped here (a kernel is a host function); the emulator reads each kernel's bound from the
+// source text into a table and checks every launch against it (launch_bounds.h).
 #define __launch_bounds__(...)
 // Static shared memory: every kernel's __shared__ arrays sit in one linker section, which the
 // emulator fills with 0xff bytes (NaN in float and double) before each block runs, so a read

@@ -18,6 +18,10 @@ __global__ void set_kernel(float* x, float v, int n) {
   for (int64_t i = cuda::detail::grid_first(); i < n; i += cuda::detail::grid_stride()) x[i] = v;
 }
 
+__global__ void __launch_bounds__(128) bounded_kernel(float* x, int n) {
+  for (int64_t i = cuda::detail::grid_first(); i < n; i += cuda::detail::grid_stride()) x[i] = 2.f;
+}
+
 /// Message of the CUDA_CHECK_LAUNCH after `launch` ("" when none).
 template <class F>
 std::string launch_error(F&& launch) {
@@ -41,6 +45,15 @@ TEST_F(Emulator, RefusesLaunchesBeyondSm90Limits) {
   EXPECT_NE(launch_error([&] { SUBDP_LAUNCH(1, 32, 64 * 1024, stream, set_kernel)(x.get(), 1.f, 16); })
                 .find("dynamic shared memory"), std::string::npos);
   EXPECT_EQ(launch_error([&] { SUBDP_LAUNCH(1, 1024, 0, stream, set_kernel)(x.get(), 1.f, 16); }), "");
+}
+
+TEST_F(Emulator, RefusesBlocksBeyondTheKernelsLaunchBounds) {
+  Dev<float> x(256);
+  EXPECT_EQ(launch_error([&] { SUBDP_LAUNCH(2, 128, 0, stream, bounded_kernel)(x.get(), 256); }), "");
+  EXPECT_EQ(x.download(), std::vector<float>(256, 2.f));
+  const std::string e = launch_error([&] { SUBDP_LAUNCH(1, 256, 0, stream, bounded_kernel)(x.get(), 256); });
+  EXPECT_NE(e.find("256 threads per block, more than the kernel's __launch_bounds__(128)"), std::string::npos) << e;
+  EXPECT_NE(e.find("cudaErrorLaunchOutOfResources"), std::string::npos) << e;
 }
 
 TEST_F(Emulator, NamesTheKernelArgumentThatIsHostMemory) {
