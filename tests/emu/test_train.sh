@@ -59,23 +59,33 @@ close_final() {
     { echo "FAIL: evaluation: test_loss $a on the device, $b on the CPU"; exit 1; }
 }
 
+# compare NP TAG TENSOR_TOL: the runs $TAG-cpu and $TAG-cuda: every rank's losses within TOL,
+# the final checkpoint's weights and optimizer state within TENSOR_TOL, the evaluation within TOL.
+compare() {
+  local np=$1 tag=$2 tensor_tol=$3
+  for ((r = 0; r < np; r++)); do
+    $CHECK close-losses "$WORK/$tag-cuda-$r.jsonl" "$WORK/$tag-cpu-$r.jsonl" "$TOL"
+  done
+  if [[ ${LOSSES_ONLY:-0} == 1 ]]; then echo "ok: $tag (losses)"; return; fi
+  local dir_cpu dir_cuda
+  dir_cpu=$(dirname "$(final_model "$WORK/$tag-cpu-ckpt")")
+  dir_cuda=$(dirname "$(final_model "$WORK/$tag-cuda-ckpt")")
+  $CHECK tensors-close "$dir_cpu/model.safetensors" "$dir_cuda/model.safetensors" "$tensor_tol"
+  $CHECK tensors-close "$dir_cpu/optimizer.safetensors" "$dir_cuda/optimizer.safetensors" "$tensor_tol"
+  close_final "$WORK/$tag-cuda.final" "$WORK/$tag-cpu.final"
+  echo "ok: $tag"
+}
+
 # one_rank MODEL TAG ARGS...: one process on both backends, with a checkpoint at the end.
 one_rank() {
   local model=$1 tag=$2
   shift 2
   for dev in cpu cuda; do
     "$SUBDP" train "$WORK/$model.toml" --set device.type=$dev "$@" \
-      --set log.metrics_file="$WORK/$tag-$dev.jsonl" --set checkpoint.dir="$WORK/$tag-$dev-ckpt" \
+      --set log.metrics_file="$WORK/$tag-$dev-{rank}.jsonl" --set checkpoint.dir="$WORK/$tag-$dev-ckpt" \
       | grep '^final' > "$WORK/$tag-$dev.final"
   done
-  $CHECK close-losses "$WORK/$tag-cuda.jsonl" "$WORK/$tag-cpu.jsonl" "$TOL"
-  local dir_cpu dir_cuda
-  dir_cpu=$(dirname "$(final_model "$WORK/$tag-cpu-ckpt")")
-  dir_cuda=$(dirname "$(final_model "$WORK/$tag-cuda-ckpt")")
-  $CHECK tensors-close "$dir_cpu/model.safetensors" "$dir_cuda/model.safetensors" "$TOL"
-  $CHECK tensors-close "$dir_cpu/optimizer.safetensors" "$dir_cuda/optimizer.safetensors" "$TOL"
-  close_final "$WORK/$tag-cuda.final" "$WORK/$tag-cpu.final"
-  echo "ok: $tag"
+  compare 1 "$tag" "$TOL"
 }
 
 # one_of_four MODEL TAG ARGS...: rank 1 of a 4-rank layout on both backends.
@@ -123,25 +133,17 @@ done
 several() {
   local np=$1 model=$2 tag=$3
   shift 3
-  [[ $model == resnet ]] && set -- "$@" --set train.steps=1
+  local tol=$TOL
+  if [[ $model == resnet ]]; then
+    set -- "$@" --set train.steps=1
+    tol=$RESNET_STEP_TOL
+  fi
   for dev in cpu cuda; do
     run_ranks "$np" train "$WORK/$model.toml" --set device.type=$dev "$@" \
       --set log.metrics_file="$WORK/$tag-$dev-{rank}.jsonl" --set checkpoint.dir="$WORK/$tag-$dev-ckpt" \
       | grep '^final' > "$WORK/$tag-$dev.final"
   done
-  for ((r = 0; r < np; r++)); do
-    $CHECK close-losses "$WORK/$tag-cuda-$r.jsonl" "$WORK/$tag-cpu-$r.jsonl" "$TOL"
-  done
-  if [[ ${LOSSES_ONLY:-0} == 1 ]]; then echo "ok: $tag (losses)"; return; fi
-  local dir_cpu dir_cuda
-  dir_cpu=$(dirname "$(final_model "$WORK/$tag-cpu-ckpt")")
-  dir_cuda=$(dirname "$(final_model "$WORK/$tag-cuda-ckpt")")
-  local tol=$TOL
-  [[ $model == resnet ]] && tol=$RESNET_STEP_TOL
-  $CHECK tensors-close "$dir_cpu/model.safetensors" "$dir_cuda/model.safetensors" "$tol"
-  $CHECK tensors-close "$dir_cpu/optimizer.safetensors" "$dir_cuda/optimizer.safetensors" "$tol"
-  close_final "$WORK/$tag-cuda.final" "$WORK/$tag-cpu.final"
-  echo "ok: $tag"
+  compare "$np" "$tag" "$tol"
 }
 
 several 2 mlp mlp-np2-dp
