@@ -20,6 +20,11 @@
 # Output in OUT_DIR, 5 files at most: summary.md, logs.tar.gz (every log, the tests' XML and
 # the benchmarks' raw files), train.csv, memory.csv, gpt2.csv (those the benchmarks wrote).
 #
+# On the GPU machine (the device tool): first `scripts/gpu_bundle.sh` here, then one call that
+# carries ["gpu_bundle/bundle.tar.xz"] and runs `benchmarks/gpu/run.sh "$OUT"` with a limit of
+# about 360 s; the 5 files come back. Rehearsed here on the emulated device:
+#   scripts/gpu_bundle.sh --emulated
+#   SUBDP_GPU_REHEARSAL=1 SUBDP_GPU_BUNDLE=gpu_bundle/bundle-emulated.tar.xz benchmarks/gpu/run.sh /tmp/out
 # Usage: benchmarks/gpu/run.sh [OUT_DIR]      (default: $OUT)
 # Environment: SUBDP_GPU_BUDGET_S (300), SUBDP_GPU_BUNDLE (gpu_bundle/bundle.tar.xz),
 #   SUBDP_GPU_BUILD (build-gpu), SUBDP_CUDA_ARCHS (90-real), SUBDP_CUDA_SYNC_LAUNCHES=1
