@@ -64,7 +64,7 @@ packed=$(du -b "$tarball" | cut -f1)
 echo "gpu_bundle: $tarball: $packed bytes packed ($(du -sb "$stage" | cut -f1) unpacked):" \
   "$(ls "$stage/lib" | tr '\n' ' ')"
 # What the device tool carries: the repository's tracked files and the tarball.
-repo=$(git -C "$root" ls-files -z | (cd "$root" && xargs -0 du -cb 2>/dev/null) | tail -1 | cut -f1)
+repo=$(git -C "$root" ls-files -z | (cd "$root" && du -cb --files0-from=- 2>/dev/null) | tail -1 | cut -f1)
 limit=$((64 << 20))
 echo "gpu_bundle: with the repository ($repo bytes) $((packed + repo)) bytes of the $limit the GPU machine takes"
 ((packed + repo < limit)) || { echo "gpu_bundle: too large to carry" >&2; exit 1; }

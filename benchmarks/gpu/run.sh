@@ -75,7 +75,11 @@ run_step() {
   STEP_RC=$?
   case $STEP_RC in
     0) status=ok ;;
-    77) status=skipped; SKIPPED+=("$name: reported skip (see $log)") ;;
+    77) if [ "$GPU_PRESENT" -eq 1 ]; then  # a skip on the GPU machine: the device was not usable
+          status="skipped on a GPU machine (device not usable?)"; FAILED=1
+        else
+          status=skipped; SKIPPED+=("$name: reported skip (see $log)")
+        fi ;;
     124 | 137) status="timed out (${limit}s)"; FAILED=1 ;;
     *) status="failed (rc $STEP_RC)"; FAILED=1 ;;
   esac
@@ -119,10 +123,16 @@ preflight() {
       done
       if [ -n "$found" ]; then
         echo "$(basename "$bin"): $name from $found"
-        case ":$LIBPATH:" in *":$found:"*) ;; *) LIBPATH=$LIBPATH:$found ;; esac
+        case ":$LIBPATH:" in *":$found:"*) ;; *) LIBPATH=${LIBPATH:+$LIBPATH:}$found ;; esac
       else
         missing+=("$(basename "$bin"): $name")
       fi
+    done
+  done
+  # A library found above may need others: what ldd still cannot find is missing too.
+  for bin in "$@"; do
+    for name in $(LD_LIBRARY_PATH=$LIBPATH ldd "$bin" | awk '/not found/ {print $1}'); do
+      case " ${missing[*]-} " in *" $(basename "$bin"): $name "*) ;; *) missing+=("$(basename "$bin"): $name") ;; esac
     done
   done
   echo "LD_LIBRARY_PATH for subdp: $LIBPATH"
@@ -134,7 +144,9 @@ preflight() {
 }
 
 # 1. The device.
-if command -v nvidia-smi >/dev/null; then
+GPU_PRESENT=0
+command -v nvidia-smi >/dev/null && GPU_PRESENT=1
+if [ "$GPU_PRESENT" -eq 1 ]; then
   run_step device 20 device.log nvidia-smi
 else
   skip_step device "nvidia-smi not found"
@@ -172,7 +184,7 @@ if [ "$READY" -eq 1 ]; then
   [ "$STEP_RC" -eq 0 ] || READY=0
   LIBPATH=$(sed -n 's/^LD_LIBRARY_PATH for subdp: //p' "$LOGS/preflight.log" | tail -1)
   for b in subdp subdp_gpu_tests; do
-    printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$LIBPATH" "$BIN/$b" >"$WRAP/$b"
+    printf '#!/bin/bash\nLD_LIBRARY_PATH=%q exec %q "$@"\n' "$LIBPATH" "$BIN/$b" >"$WRAP/$b"
     chmod +x "$WRAP/$b"
   done
 else
@@ -184,6 +196,10 @@ TESTS_OK=0 TESTS_FAILED=0
 if [ "$READY" -eq 1 ]; then
   SUITES=$("$WRAP/subdp_gpu_tests" --gtest_list_tests 2>/dev/null | sed -n 's/^\([A-Za-z0-9_/]*\)\.$/\1/p' |
     grep -v '^DeviceTest$'; "$WRAP/subdp_gpu_tests" --gtest_list_tests 2>/dev/null | grep -q '^DeviceTest\.$' && echo DeviceTest)
+  if [ -z "$SUITES" ]; then
+    ROWS+=("gpu_tests|failed (no test suite listed: the binary did not start?)|0|gpu_tests.log")
+    FAILED=1
+  fi
   for suite in $SUITES; do
     run_step "tests:$suite" 60 gpu_tests.log env SUBDP_CUDA_POOL_GB=1 "$WRAP/subdp_gpu_tests" \
       "--gtest_filter=$suite.*" "--gtest_output=xml:$LOGS/tests-$suite.xml"

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -90,11 +91,17 @@ class NcclComm final : public NcclCommunicator {
     CUDA_CHECK(cudaEventCreateWithFlags(&after_, cudaEventDisableTiming));
   }
   ~NcclComm() override {
-    // Teardown: errors are ignored, a destructor must not throw.
+    // Teardown: errors are ignored, a destructor must not throw. While an exception unwinds
+    // (a rank failed; the others may be inside a collective), finalising would wait for them:
+    // abort instead, and the caller aborts the job (run_train).
     cudaSetDevice(device_);
-    cudaStreamSynchronize(stream_);
-    ncclCommFinalize(comm_);
-    ncclCommDestroy(comm_);
+    if (std::uncaught_exceptions() > 0) {
+      ncclCommAbort(comm_);
+    } else {
+      cudaStreamSynchronize(stream_);
+      ncclCommFinalize(comm_);
+      ncclCommDestroy(comm_);
+    }
     if (scratch_) {
       cudaFree(scratch_);
       MemoryTracker::global().on_free(MemCategory::comm, static_cast<int64_t>(scratch_bytes_));

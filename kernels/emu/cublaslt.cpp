@@ -124,9 +124,13 @@ bool check_problem(const LtMatmulDesc* d, const LtLayout* a, const LtLayout* b, 
                   "shapes do not agree: op(A) " + std::to_string(a_m) + "x" + std::to_string(p.k) + ", op(B) " +
                       std::to_string(b_k) + "x" + std::to_string(b_n) + ", C " + std::to_string(c->rows) + "x" +
                       std::to_string(c->cols) + ", D " + std::to_string(dd->rows) + "x" + std::to_string(dd->cols));
-  if (uses_aux(d->epilogue) && d->aux_ld < p.m)
-    return p.fail(CUBLAS_STATUS_INVALID_VALUE, "EPILOGUE_AUX_LD " + std::to_string(d->aux_ld) + " below m = " +
-                                                   std::to_string(p.m));
+  // The library's rule for the GELU input matrix: ld divisible by 8, no less than m.
+  if (uses_aux(d->epilogue) && (d->aux_ld < p.m || d->aux_ld % 8 != 0))
+    return p.fail(CUBLAS_STATUS_INVALID_VALUE, "EPILOGUE_AUX_LD " + std::to_string(d->aux_ld) +
+                                                   ": must be divisible by 8 and at least m = " + std::to_string(p.m));
+  for (const int32_t t : {d->bias_type, d->aux_type})
+    if (t >= 0 && t != CUDA_R_32F && t != CUDA_R_16BF)
+      return p.fail(CUBLAS_STATUS_NOT_SUPPORTED, "bias and aux data types: float32 or bf16 only");
   return true;
 }
 
@@ -172,7 +176,9 @@ void run_one(const LtMatmulDesc& d, const Problem& p, float alpha, float beta, c
       for (int r = 0; r < p.m; ++r) g[j * dd.ld + r] = f[j * c.ld + r];
     f.swap(g);
   }
-  if (p.k > 0)
+  if (p.k == 0)  // alpha op(A) op(B) is empty: D = beta C
+    for (float& v : f) v *= beta;
+  else
     cblas_sgemm(CblasColMajor, cblas_op(static_cast<cublasOperation_t>(d.transa)),
                 cblas_op(static_cast<cublasOperation_t>(d.transb)), p.m, p.n, p.k, alpha, fa.data(),
                 static_cast<int>(a.ld), fb.data(), static_cast<int>(b.ld), beta, f.data(), static_cast<int>(dd.ld));

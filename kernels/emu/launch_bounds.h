@@ -21,7 +21,8 @@ extern const LaunchBound kLaunchBounds[];
 extern const size_t kLaunchBoundsCount;
 
 /// The declared maximum threads per block of the kernel whose launch text is `kernel`
-/// ("name" or "name<T, ...>"); 0 when it declares none.
+/// ("name", "ns::name" or "name<T, ...>"); 0 when it declares none, or when the launch names
+/// the kernel through a variable (a function pointer passed in), which the table cannot see.
 unsigned launch_bound_of(const char* kernel);
 
 }  // namespace subdp::emu

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "kernels/emu/errors.h"
 #include "kernels/emu/memory.h"
@@ -211,6 +212,12 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   return ncclSuccess;
 }
 
+ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  if (comm == nullptr) return fail(ncclInvalidArgument, "ncclCommAbort: null communicator");
+  delete comm;  // its MPI communicator is left to MPI_Finalize: freeing it may wait for other ranks
+  return ncclSuccess;
+}
+
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   Call call{"ncclAllReduce", comm, stream, {}};
@@ -268,8 +275,13 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
       if (sendbuff != recvbuff) std::memmove(recvbuff, sendbuff, bytes);
       return;
     }
-    if (recvcount > 0)
-      MPI_Reduce_scatter_block(sendbuff, recvbuff, static_cast<int>(recvcount), mpi_type(datatype), mpi_op(op), c.mpi);
+    // NCCL allows recvbuff = sendbuff + rank * recvcount (in place); MPI forbids aliased
+    // buffers, so the result goes through a temporary.
+    if (recvcount == 0) return;
+    std::vector<char> result(bytes);
+    MPI_Reduce_scatter_block(sendbuff, result.data(), static_cast<int>(recvcount), mpi_type(datatype), mpi_op(op),
+                             c.mpi);
+    std::memcpy(recvbuff, result.data(), bytes);
   });
 }
 

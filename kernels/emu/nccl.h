@@ -8,7 +8,8 @@
 // emulator runs the stream up to the collective when it is queued (the host cannot run
 // another rank's part of it later, as a GPU would), and checks first that every rank of the
 // communicator issued the same collective (kind, count, type, op, root): a mismatch is a
-// sticky error naming both, where NCCL would hang or mix buffers.
+// sticky error on every rank naming its own call, where NCCL would hang or mix buffers (a
+// mismatch across two communicators still hangs, as it would on a GPU).
 #pragma once
 #include <cstddef>
 
@@ -51,6 +52,8 @@ ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank);
 ncclResult_t ncclCommCount(const ncclComm_t comm, int* count);
 ncclResult_t ncclCommFinalize(ncclComm_t comm);
 ncclResult_t ncclCommDestroy(ncclComm_t comm);
+/// Frees the communicator without waiting for other ranks (an error path).
+ncclResult_t ncclCommAbort(ncclComm_t comm);
 
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
