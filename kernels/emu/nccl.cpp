@@ -30,6 +30,20 @@ namespace {
 std::string g_last_error;
 int g_group_depth = 0;
 
+/// A failed MPI call under the emulated NCCL: a sticky device error naming the call, file and
+/// line (MPI's default handler usually aborts first; a communicator set to return errors lands here).
+bool mpi_failed(int status, const char* call, const char* file, int line) {
+  if (status == MPI_SUCCESS) return false;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(status, text, &len);
+  set_error(cudaErrorLaunchFailure, std::string("emulated NCCL: ") + call + " at " + file + ":" + std::to_string(line) +
+                                        ": " + std::string(text, static_cast<size_t>(len)),
+            true);
+  return true;
+}
+#define EMU_MPI_CHECK(call) mpi_failed((call), #call, __FILE__, __LINE__)
+
 ncclResult_t fail(ncclResult_t code, const std::string& detail) {
   g_last_error = detail;
   return code;
@@ -37,8 +51,7 @@ ncclResult_t fail(ncclResult_t code, const std::string& detail) {
 
 bool mpi_ready() {
   int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
+  if (MPI_Initialized(&initialized) != MPI_SUCCESS || MPI_Finalized(&finalized) != MPI_SUCCESS) return false;
   return initialized && !finalized;
 }
 
@@ -111,7 +124,7 @@ bool same_collective_everywhere(const ncclComm& c, const char* name, size_t coun
                            static_cast<int64_t>(count), type, op, root};
   int64_t both[10], out[10];
   for (int i = 0; i < 5; ++i) both[i] = mine[i], both[5 + i] = -mine[i];
-  MPI_Allreduce(both, out, 10, MPI_INT64_T, MPI_MAX, c.mpi);
+  if (EMU_MPI_CHECK(MPI_Allreduce(both, out, 10, MPI_INT64_T, MPI_MAX, c.mpi))) return false;
   for (int i = 0; i < 5; ++i)
     if (out[i] != -out[5 + i]) {
       set_error(cudaErrorLaunchFailure, std::string(name) + " (count " + std::to_string(count) + ", root " +
@@ -161,7 +174,10 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId,
       return fail(ncclInvalidUsage, "ncclCommInitRank: the emulator carries NCCL over MPI and needs the MPI world "
                                     "(" + std::to_string(nranks) + " ranks) to be the communicator");
     }
-    MPI_Comm_split(MPI_COMM_WORLD, 0, rank, &c->mpi);
+    if (EMU_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, 0, rank, &c->mpi))) {
+      delete c;
+      return fail(ncclSystemError, error_string(sticky_error()));
+    }
   }
   *comm = c;
   return ncclSuccess;
@@ -177,12 +193,13 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newc
     return ncclSuccess;
   }
   MPI_Comm sub = MPI_COMM_NULL;
-  MPI_Comm_split(comm->mpi, color == NCCL_SPLIT_NOCOLOR ? MPI_UNDEFINED : color, key, &sub);
+  if (EMU_MPI_CHECK(MPI_Comm_split(comm->mpi, color == NCCL_SPLIT_NOCOLOR ? MPI_UNDEFINED : color, key, &sub)))
+    return fail(ncclSystemError, error_string(sticky_error()));
   if (sub == MPI_COMM_NULL) return ncclSuccess;
   auto* c = new ncclComm;
   c->mpi = sub;
-  MPI_Comm_rank(sub, &c->rank);
-  MPI_Comm_size(sub, &c->size);
+  EMU_MPI_CHECK(MPI_Comm_rank(sub, &c->rank));
+  EMU_MPI_CHECK(MPI_Comm_size(sub, &c->size));
   *newcomm = c;
   return ncclSuccess;
 }
@@ -207,7 +224,7 @@ ncclResult_t ncclCommFinalize(ncclComm_t comm) {
 
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (comm == nullptr) return fail(ncclInvalidArgument, "ncclCommDestroy: null communicator");
-  if (comm->mpi != MPI_COMM_NULL && mpi_ready()) MPI_Comm_free(&comm->mpi);
+  if (comm->mpi != MPI_COMM_NULL && mpi_ready()) EMU_MPI_CHECK(MPI_Comm_free(&comm->mpi));
   delete comm;
   return ncclSuccess;
 }
@@ -228,7 +245,8 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
   return queue(call, count, datatype, op, 0, [=](const ncclComm& c) {
     if (sendbuff != recvbuff) std::memmove(recvbuff, sendbuff, bytes);
     if (c.mpi != MPI_COMM_NULL && count > 0)
-      MPI_Allreduce(MPI_IN_PLACE, recvbuff, static_cast<int>(count), mpi_type(datatype), mpi_op(op), c.mpi);
+      EMU_MPI_CHECK(
+          MPI_Allreduce(MPI_IN_PLACE, recvbuff, static_cast<int>(count), mpi_type(datatype), mpi_op(op), c.mpi));
   });
 }
 
@@ -243,8 +261,8 @@ ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, nccl
     const bool is_root = c.rank == root;
     if (is_root && sendbuff != recvbuff) std::memmove(recvbuff, sendbuff, bytes);
     if (c.mpi == MPI_COMM_NULL || count == 0) return;
-    MPI_Reduce(is_root ? MPI_IN_PLACE : sendbuff, is_root ? recvbuff : nullptr, static_cast<int>(count),
-               mpi_type(datatype), mpi_op(op), root, c.mpi);
+    EMU_MPI_CHECK(MPI_Reduce(is_root ? MPI_IN_PLACE : sendbuff, is_root ? recvbuff : nullptr,
+                             static_cast<int>(count), mpi_type(datatype), mpi_op(op), root, c.mpi));
   });
 }
 
@@ -258,7 +276,7 @@ ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, n
   return queue(call, count, datatype, -1, root, [=](const ncclComm& c) {
     if (c.rank == root && sendbuff != recvbuff) std::memmove(recvbuff, sendbuff, bytes);
     if (c.mpi != MPI_COMM_NULL && count > 0)
-      MPI_Bcast(recvbuff, static_cast<int>(count), mpi_type(datatype), root, c.mpi);
+      EMU_MPI_CHECK(MPI_Bcast(recvbuff, static_cast<int>(count), mpi_type(datatype), root, c.mpi));
   });
 }
 
@@ -279,9 +297,9 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
     // buffers, so the result goes through a temporary.
     if (recvcount == 0) return;
     std::vector<char> result(bytes);
-    MPI_Reduce_scatter_block(sendbuff, result.data(), static_cast<int>(recvcount), mpi_type(datatype), mpi_op(op),
-                             c.mpi);
-    std::memcpy(recvbuff, result.data(), bytes);
+    if (!EMU_MPI_CHECK(MPI_Reduce_scatter_block(sendbuff, result.data(), static_cast<int>(recvcount),
+                                                mpi_type(datatype), mpi_op(op), c.mpi)))
+      std::memcpy(recvbuff, result.data(), bytes);
   });
 }
 
@@ -296,8 +314,8 @@ ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
     char* mine = static_cast<char*>(recvbuff) + bytes * static_cast<size_t>(c.rank);
     if (sendbuff != mine) std::memmove(mine, sendbuff, bytes);
     if (c.mpi != MPI_COMM_NULL && sendcount > 0)
-      MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recvbuff, static_cast<int>(sendcount), mpi_type(datatype),
-                    c.mpi);
+      EMU_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recvbuff, static_cast<int>(sendcount),
+                                  mpi_type(datatype), c.mpi));
   });
 }
 

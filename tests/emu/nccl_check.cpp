@@ -23,6 +23,8 @@ void expect(bool ok, const std::string& what) {
   std::exit(1);
 }
 
+void check_mpi(int status, const char* call) { expect(status == MPI_SUCCESS, std::string(call) + " failed"); }
+
 void check(ncclResult_t r, const char* call) {
   expect(r == ncclSuccess, std::string(call) + ": " + ncclGetErrorString(r) + " (" + ncclGetLastError(nullptr) + ")");
 }
@@ -90,13 +92,13 @@ void collectives(ncclComm_t comm, const std::string& name) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  check_mpi(MPI_Init(&argc, &argv), "MPI_Init");
   int size = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  check_mpi(MPI_Comm_rank(MPI_COMM_WORLD, &g_rank), "MPI_Comm_rank");
+  check_mpi(MPI_Comm_size(MPI_COMM_WORLD, &size), "MPI_Comm_size");
   ncclUniqueId id{};
   if (g_rank == 0) check(ncclGetUniqueId(&id), "ncclGetUniqueId");
-  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+  check_mpi(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD), "MPI_Bcast");
   ncclComm_t world = nullptr;
   check(ncclCommInitRank(&world, size, id, g_rank), "ncclCommInitRank");
   collectives(world, "world");
@@ -115,6 +117,6 @@ int main(int argc, char** argv) {
   if (g_rank == 0) std::printf("ok: a collective issued differently on one rank is refused on every rank\n");
   ncclCommAbort(child);
   ncclCommAbort(world);
-  MPI_Finalize();
+  check_mpi(MPI_Finalize(), "MPI_Finalize");
   return 0;
 }
