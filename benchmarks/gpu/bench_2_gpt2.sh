@@ -3,8 +3,9 @@
 # context 1024, vocabulary 50304, AdamW) on random tokens: subdp's CUDA backend (float32: bf16
 # is not implemented yet) in tokens/s and model FLOP utilisation, next to PyTorch training the
 # same model in the same run (torch_gpt2.py: fp32, bf16 autocast eager, bf16 torch.compile).
-# MFU = the engine's FLOPs per token * tokens/s / peak, with the H200's dense peaks: 67 TFLOP/s
-# fp32 (no TF32), 989 TFLOP/s bf16 (NVIDIA's H200 datasheet). Writes gpt2.csv.
+# MFU = (6 N + 6 L C T) FLOPs per token (llm.c's formula) * tokens/s / peak, with the H200's
+# dense peaks: 67 TFLOP/s fp32 (no TF32), 989 TFLOP/s bf16 (NVIDIA's H200 datasheet). Writes
+# gpt2.csv.
 set -euo pipefail
 BIN=$1
 OUT=$2
@@ -60,16 +61,20 @@ TOML
 python3 "$ROOT/benchmarks/gpu/torch_gpt2.py" --batch "$B" --steps "$STEPS" --vocab "$V" --context "$T" \
   --width "$C" --heads "$H" --depth "$L" "${PEER[@]}" > "$OUT/gpt2-torch.csv" || true
 rm -f "$tokens"
-python3 - "$OUT" "$B" "$T" <<'PY'
+python3 - "$OUT" "$B" "$T" "$V" "$C" "$L" <<'PY'
 import json, sys
-out, B, T = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+out, B, T, V, C, L = sys.argv[1], *map(int, sys.argv[2:7])
 steps = [json.loads(l) for l in open(f"{out}/gpt2-subdp.jsonl") if l.strip()][3:]  # after warm-up
 mid = sorted(steps, key=lambda s: s["step_time_s"])[len(steps) // 2]
-# MFU from the FLOPs the engine counts for a step (forward and backward of every GEMM and
-# attention, llm.c's accounting: 6 N per token plus attention), over the dense peak of the
-# H200's datasheet: 67 TFLOP/s fp32 (no TF32), 989 TFLOP/s bf16.
+# MFU by llm.c's formula (train_gpt2.cu, gpt2_estimate_mfu): 6 N + 6 L C T FLOPs per token,
+# N the parameters of this GPT (tied head; per block 12 C^2 + 13 C with biases and two
+# LayerNorms; embeddings V C + T C; final LayerNorm 2 C), over the dense peak of the H200's
+# datasheet: 67 TFLOP/s fp32 (no TF32), 989 TFLOP/s bf16. engine_flops_per_token is the
+# engine's own count of the same step, for comparison.
 peak = {"fp32": 67e12, "bf16": 989e12, "compile": 989e12}
-flops_per_token = mid["flops"] / (B * T)
+N = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
+flops_per_token = 6 * N + 6 * L * C * T
+print(f"llm.c FLOPs per token {flops_per_token:.4g}, the engine's {mid['flops'] / (B * T):.4g}")
 rows = [("subdp-cuda-fp32", B * T / mid["step_time_s"], mid["step_time_s"], "")]
 for line in open(f"{out}/gpt2-torch.csv"):
     mode, tps, dt, note = (line.strip().split(",") + [""] * 4)[:4]
