@@ -18,6 +18,9 @@ void throw_cublas_error(cublasStatus_t status, const char* call, const char* fil
                           cublasGetStatusString(status)));
 }
 
+namespace {
+
+/// Whether SUBDP_CUDA_SYNC_LAUNCHES=1 (read once).
 bool sync_launches() {
   static const bool on = [] {
     const char* v = std::getenv("SUBDP_CUDA_SYNC_LAUNCHES");
@@ -25,6 +28,8 @@ bool sync_launches() {
   }();
   return on;
 }
+
+}  // namespace
 
 void check_launch(const char* file, int line) {
   cudaError_t status = cudaGetLastError();

@@ -20,8 +20,6 @@ namespace subdp::cuda {
 /// The body of CUDA_CHECK_LAUNCH: cudaGetLastError, then with SUBDP_CUDA_SYNC_LAUNCHES=1
 /// cudaDeviceSynchronize; throws subdp::Error naming the launch's file and line.
 void check_launch(const char* file, int line);
-/// Whether SUBDP_CUDA_SYNC_LAUNCHES=1 (read once).
-bool sync_launches();
 
 #if defined(SUBDP_WITH_NCCL)
 /// Throw subdp::Error "NCCL error in <call> at <file>:<line>: <string> (last: <detail>)".

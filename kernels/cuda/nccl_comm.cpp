@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <exception>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -79,9 +80,10 @@ int choose_device(Communicator& bootstrap) {
 
 class NcclComm final : public NcclCommunicator {
  public:
-  /// Takes ownership of comm; bootstrap is either owned (subgroups) or borrowed (world).
-  NcclComm(ncclComm_t comm, int device, Communicator* bootstrap,
-           std::unique_ptr<Communicator> owned_bootstrap, cudaStream_t compute)
+  /// Takes ownership of comm; bootstrap is either owned (subgroups, or the world of
+  /// make_nccl_world) or borrowed (make_nccl_communicator's world).
+  NcclComm(ncclComm_t comm, int device, Communicator* bootstrap, std::unique_ptr<Communicator> owned_bootstrap,
+           std::optional<cudaStream_t> compute)
       : comm_(comm), device_(device), bootstrap_(bootstrap), owned_(std::move(owned_bootstrap)),
         compute_(compute) {
     NCCL_CHECK(ncclCommUserRank(comm_, &rank_));
@@ -115,10 +117,7 @@ class NcclComm final : public NcclCommunicator {
   int size() const override { return size_; }
   int device() const override { return device_; }
   cudaStream_t stream() const override { return stream_; }
-  void set_compute_stream(cudaStream_t s) override {
-    compute_ = s;
-    compute_set_ = true;
-  }
+  void set_compute_stream(cudaStream_t s) override { compute_ = s; }
   std::string backend() const override { return "nccl"; }
 
   void allreduce_sum(float* data, int64_t n) override {
@@ -190,9 +189,7 @@ class NcclComm final : public NcclCommunicator {
     if (!member) return nullptr;
     SUBDP_ASSERT(sub != nullptr && sub_boot != nullptr);
     Communicator* boot = sub_boot.get();
-    auto child = std::make_unique<NcclComm>(sub, device_, boot, std::move(sub_boot), compute_);
-    if (compute_set_) child->set_compute_stream(compute_);
-    return child;
+    return std::make_unique<NcclComm>(sub, device_, boot, std::move(sub_boot), compute_);
   }
 
  private:
@@ -214,7 +211,7 @@ class NcclComm final : public NcclCommunicator {
   /// else the run's backend's (the CUDA backend computes on a non-blocking stream, which the
   /// legacy default stream does not synchronise with), else the legacy default stream.
   cudaStream_t compute_stream() const {
-    if (compute_set_) return compute_;
+    if (compute_) return *compute_;
     return static_cast<cudaStream_t>(subdp::backend().cuda_stream());
   }
 
@@ -267,8 +264,7 @@ class NcclComm final : public NcclCommunicator {
   int device_;
   Communicator* bootstrap_;
   std::unique_ptr<Communicator> owned_;
-  cudaStream_t compute_;
-  bool compute_set_ = false;  // else compute_stream() asks the run's backend
+  std::optional<cudaStream_t> compute_;  // set_compute_stream's; unset: compute_stream() asks the backend
   cudaStream_t stream_ = nullptr;
   cudaEvent_t before_ = nullptr, after_ = nullptr;
   void* scratch_ = nullptr;
@@ -300,7 +296,7 @@ std::unique_ptr<Communicator> make_world(Communicator& bootstrap, std::unique_pt
   CUDA_CHECK(cudaSetDevice(device));
   ncclComm_t comm = nullptr;
   NCCL_CHECK(ncclCommInitRank(&comm, bootstrap.size(), id, bootstrap.rank()));
-  return std::make_unique<NcclComm>(comm, device, &bootstrap, std::move(owned), nullptr);
+  return std::make_unique<NcclComm>(comm, device, &bootstrap, std::move(owned), std::nullopt);
 }
 
 }  // namespace

@@ -75,9 +75,18 @@ bool supported_epilogue(uint32_t e) {
 }
 
 bool has(uint32_t e, uint32_t bits) { return (e & bits) == bits; }
-bool adds_bias(uint32_t e) { return has(e, CUBLASLT_EPILOGUE_BIAS) && !has(e, 16); }
+bool writes_bias_grad(uint32_t e) { return has(e, 16); }  // the *_BGRAD epilogues
+bool adds_bias(uint32_t e) { return has(e, CUBLASLT_EPILOGUE_BIAS) && !writes_bias_grad(e); }
 bool uses_aux(uint32_t e) { return has(e, 128); }
 bool is_dgelu(uint32_t e) { return has(e, 64 | 128); }
+
+/// The bias's and the auxiliary buffer's types: their attributes, else D's.
+cudaDataType_t bias_type(const LtMatmulDesc& d, const LtLayout& dd) {
+  return d.bias_type < 0 ? dd.type : static_cast<cudaDataType_t>(d.bias_type);
+}
+cudaDataType_t aux_type(const LtMatmulDesc& d, const LtLayout& dd) {
+  return d.aux_type < 0 ? dd.type : static_cast<cudaDataType_t>(d.aux_type);
+}
 
 /// The problem a descriptor and four layouts state: m, n, k, batch and the checked types.
 struct Problem {
@@ -140,6 +149,9 @@ bool device_extent(Problem& p, const char* name, const void* ptr, size_t bytes) 
                                                  describe_region(ptr, bytes) + ", not device memory");
 }
 
+/// Elements the auxiliary buffer spans for an m x n D: its leading dimension, n columns.
+int64_t aux_elements(const LtMatmulDesc& d, const Problem& p) { return d.aux_ld * (p.n - 1) + p.m; }
+
 size_t layout_bytes(const LtLayout& l) {
   const Operand o{"", nullptr, static_cast<int64_t>(l.rows), static_cast<int64_t>(l.cols), l.ld, l.stride,
                   type_size(l.type)};
@@ -156,19 +168,21 @@ float gelu_grad(float x) {
   return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * c * (1.f + 3.f * 0.044715f * x * x);
 }
 
-/// One batch entry: D = epilogue(alpha op(A) op(B) + beta C), in float, then stored.
+/// Batch entry i of a matrix at `base` laid out as l.
+char* entry(const void* base, const LtLayout& l, int i) {
+  return static_cast<char*>(const_cast<void*>(base)) + static_cast<size_t>(l.stride) * i * type_size(l.type);
+}
+
+/// Batch entry i: D = epilogue(alpha op(A) op(B) + beta C), in float, then stored.
 void run_one(const LtMatmulDesc& d, const Problem& p, float alpha, float beta, const void* A, const LtLayout& a,
              const void* B, const LtLayout& b, const void* C, const LtLayout& c, void* D, const LtLayout& dd,
              int i) {
-  const auto at = [](const void* base, const LtLayout& l, int i) {
-    return static_cast<const char*>(base) + static_cast<size_t>(l.stride) * i * type_size(l.type);
-  };
   const Operand oa{"A", nullptr, static_cast<int64_t>(a.rows), static_cast<int64_t>(a.cols), a.ld, 0, 0};
   const Operand ob{"B", nullptr, static_cast<int64_t>(b.rows), static_cast<int64_t>(b.cols), b.ld, 0, 0};
   const Operand oc{"C", nullptr, p.m, p.n, c.ld, 0, 0};
-  const std::vector<float> fa = widen(at(A, a, i), a.type, extent(oa, 1));
-  const std::vector<float> fb = widen(at(B, b, i), b.type, extent(ob, 1));
-  std::vector<float> f = beta != 0.f ? widen(at(C, c, i), c.type, extent(oc, 1))
+  const std::vector<float> fa = widen(entry(A, a, i), a.type, extent(oa, 1));
+  const std::vector<float> fb = widen(entry(B, b, i), b.type, extent(ob, 1));
+  std::vector<float> f = beta != 0.f ? widen(entry(C, c, i), c.type, extent(oc, 1))
                                      : std::vector<float>(static_cast<size_t>(extent(oc, 1)), 0.f);
   if (c.ld != dd.ld) {  // D's layout from here on
     std::vector<float> g(static_cast<size_t>(dd.ld) * (p.n - 1) + p.m, 0.f);
@@ -182,15 +196,11 @@ void run_one(const LtMatmulDesc& d, const Problem& p, float alpha, float beta, c
     cblas_sgemm(CblasColMajor, cblas_op(static_cast<cublasOperation_t>(d.transa)),
                 cblas_op(static_cast<cublasOperation_t>(d.transb)), p.m, p.n, p.k, alpha, fa.data(),
                 static_cast<int>(a.ld), fb.data(), static_cast<int>(b.ld), beta, f.data(), static_cast<int>(dd.ld));
-  const cudaDataType_t bias_type = d.bias_type < 0 ? dd.type : static_cast<cudaDataType_t>(d.bias_type);
-  const cudaDataType_t aux_type = d.aux_type < 0 ? dd.type : static_cast<cudaDataType_t>(d.aux_type);
-  const std::vector<float> bias = adds_bias(d.epilogue) ? widen(d.bias, bias_type, p.m) : std::vector<float>();
-  const std::vector<float> aux = is_dgelu(d.epilogue)
-                                     ? widen(d.aux, aux_type, static_cast<int64_t>(d.aux_ld) * (p.n - 1) + p.m)
-                                     : std::vector<float>();
-  std::vector<float> pre(uses_aux(d.epilogue) && !is_dgelu(d.epilogue) ? static_cast<size_t>(d.aux_ld) * (p.n - 1) + p.m
-                                                                       : 0);
-  std::vector<float> bgrad(has(d.epilogue, 16) ? p.m : 0, 0.f);
+  const std::vector<float> bias = adds_bias(d.epilogue) ? widen(d.bias, bias_type(d, dd), p.m) : std::vector<float>();
+  const std::vector<float> aux =
+      is_dgelu(d.epilogue) ? widen(d.aux, aux_type(d, dd), aux_elements(d, p)) : std::vector<float>();
+  std::vector<float> pre(uses_aux(d.epilogue) && !is_dgelu(d.epilogue) ? aux_elements(d, p) : 0);
+  std::vector<float> bgrad(writes_bias_grad(d.epilogue) ? p.m : 0, 0.f);
   for (int j = 0; j < p.n; ++j)
     for (int r = 0; r < p.m; ++r) {
       float& v = f[static_cast<size_t>(j) * dd.ld + r];
@@ -204,9 +214,9 @@ void run_one(const LtMatmulDesc& d, const Problem& p, float alpha, float beta, c
       if (has(d.epilogue, CUBLASLT_EPILOGUE_GELU)) v = gelu(v);
       else if (has(d.epilogue, CUBLASLT_EPILOGUE_RELU)) v = std::max(v, 0.f);
     }
-  store(f, D, dd.type, p.m, p.n, dd.ld);  // batch entries beyond the first: see the caller's offsets
-  if (!pre.empty()) store(pre, d.aux, aux_type, p.m, p.n, d.aux_ld);
-  if (!bgrad.empty()) store(bgrad, const_cast<void*>(d.bias), bias_type, p.m, 1, p.m);
+  store(f, entry(D, dd, i), dd.type, p.m, p.n, dd.ld);
+  if (!pre.empty()) store(pre, d.aux, aux_type(d, dd), p.m, p.n, d.aux_ld);
+  if (!bgrad.empty()) store(bgrad, const_cast<void*>(d.bias), bias_type(d, dd), p.m, 1, p.m);
 }
 
 }  // namespace
@@ -344,29 +354,22 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   const LtMatmulDesc d = *desc;
   const LtLayout a = *Adesc, b = *Bdesc, c = *Cdesc, dd = *Ddesc;
   const uint32_t e = d.epilogue;
-  const size_t aux_bytes = uses_aux(e) ? (static_cast<size_t>(d.aux_ld) * (p.n - 1) + p.m) *
-                                             type_size(d.aux_type < 0 ? dd.type : static_cast<cudaDataType_t>(d.aux_type))
-                                       : 0;
-  const size_t bias_bytes = (adds_bias(e) || has(e, 16)) ? p.m * type_size(d.bias_type < 0 ? dd.type
-                                                                                          : static_cast<cudaDataType_t>(d.bias_type))
-                                                         : 0;
+  const size_t aux_bytes = uses_aux(e) ? aux_elements(d, p) * type_size(aux_type(d, dd)) : 0;
+  const size_t bias_bytes = adds_bias(e) || writes_bias_grad(e) ? p.m * type_size(bias_type(d, dd)) : 0;
   if (C == D && c.ld != dd.ld) return refuse(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmul: C == D with other layouts");
   if (!device_extent(p, "A", A, p.k ? layout_bytes(a) : 0) || !device_extent(p, "B", B, p.k ? layout_bytes(b) : 0) ||
       !device_extent(p, "C", C, be != 0.f ? layout_bytes(c) : 0) || !device_extent(p, "D", D, layout_bytes(dd)) ||
       !device_extent(p, "the bias", d.bias, bias_bytes) || !device_extent(p, "the auxiliary buffer", d.aux, aux_bytes) ||
       !device_extent(p, "the workspace", workspace, workspaceSize))
     return refuse(p.code, p.error);
-  if (p.batch > 1 && (uses_aux(e) || adds_bias(e) || has(e, 16)))
+  if (p.batch > 1 && (uses_aux(e) || adds_bias(e) || writes_bias_grad(e)))
     return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmul: the emulator applies bias and aux epilogues to one "
                                                "matrix, not a batch");
   Stream* s = stream_of(stream);
   if (s == nullptr) return refuse(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmul: destroyed stream");
   if (p.m == 0 || p.n == 0) return CUBLAS_STATUS_SUCCESS;
   enqueue(s, "cublasLtMatmul", [=] {
-    for (int i = 0; i < p.batch; ++i) {
-      void* out = static_cast<char*>(D) + static_cast<size_t>(dd.stride) * i * type_size(dd.type);
-      run_one(d, p, al, be, A, a, B, b, C, c, out, dd, i);
-    }
+    for (int i = 0; i < p.batch; ++i) run_one(d, p, al, be, A, a, B, b, C, c, D, dd, i);
   });
   return CUBLAS_STATUS_SUCCESS;
 }
