@@ -48,7 +48,7 @@ def schedule_sets(own_steps, steps, warmup_steps):
 
 
 def cosine_lr(base_lr, min_lr_ratio, warmup, step, total):
-    """The engine's schedule (engine/optimizer.cpp, learning_rate) at 0-based `step` of
+    """The engine's schedule (engine/optim/optimizer.cpp, learning_rate) at 0-based `step` of
     `total`: linear warm-up, then cosine from base_lr to base_lr * min_lr_ratio."""
     if warmup > 0 and step < warmup:
         return base_lr * (step + 1) / warmup

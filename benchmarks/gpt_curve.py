@@ -50,7 +50,7 @@ def settings(path):
 
 
 def learning_rate(s, step):
-    """engine/optimizer.cpp learning_rate(): linear warm-up, then cosine down to lr * min_lr_ratio."""
+    """engine/optim/optimizer.cpp learning_rate(): linear warm-up, then cosine down to lr * min_lr_ratio."""
     if s["warmup"] > 0 and step < s["warmup"]:
         return s["lr"] * (step + 1) / s["warmup"]
     if s["schedule"] == "constant":

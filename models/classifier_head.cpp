@@ -1,8 +1,8 @@
 // Softmax cross-entropy head.
 #include "models/classifier_head.h"
 
-#include "engine/backend.h"
-#include "engine/error.h"
+#include "engine/core/backend.h"
+#include "engine/core/error.h"
 
 namespace subdp {
 

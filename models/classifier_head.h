@@ -3,7 +3,7 @@
 #pragma once
 #include <cstdint>
 
-#include "engine/tensor.h"
+#include "engine/core/tensor.h"
 
 namespace subdp {
 

@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "engine/backend.h"
-#include "engine/error.h"
+#include "engine/core/backend.h"
+#include "engine/core/error.h"
 #include "engine/layers/flops.h"
 
 namespace subdp {

@@ -3,8 +3,8 @@
 
 #include <algorithm>
 
-#include "engine/backend.h"
-#include "engine/error.h"
+#include "engine/core/backend.h"
+#include "engine/core/error.h"
 
 namespace subdp {
 

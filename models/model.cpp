@@ -1,7 +1,7 @@
 // Model registry: units and construction by name.
 #include "models/model.h"
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "models/mlp.h"
 #include "models/resnet.h"
 #include "models/gpt.h"
@@ -10,22 +10,6 @@ namespace subdp {
 
 void Model::set_dropped_blocks(const std::vector<char>&, const std::vector<char>&, float) {
   throw Error("mask.regime = \"stochastic\": this model has no residual blocks to drop (use resnet or gpt)");
-}
-
-Batch Batch::allocate(const Shape& x_shape, DType x_dtype, const Shape& y_shape, DType y_dtype) {
-  Batch b;
-  b.x = Tensor::empty(x_shape, MemCategory::activations, x_dtype);
-  b.y = Tensor::empty(y_shape, MemCategory::activations, y_dtype);
-  b.x_host = b.x.on_host() ? b.x : Tensor::host_empty(x_shape, MemCategory::activations, x_dtype);
-  b.y_host = b.y.on_host() ? b.y : Tensor::host_empty(y_shape, MemCategory::activations, y_dtype);
-  return b;
-}
-
-void Batch::upload() const {
-  for (auto [device, host] : {std::pair{x, x_host}, std::pair{y, y_host}}) {
-    if (!host.defined() || host.raw() == device.raw() || n == 0) continue;
-    device.slice0(0, n).copy_from(host.slice0(0, n));
-  }
 }
 
 void Model::zero_grad() {

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/config.h"
-#include "engine/trainer.h"
+#include "engine/config/config.h"
+#include "engine/train/trainer.h"
 
 namespace subdp {
 

@@ -18,9 +18,9 @@
 
 #include <fmt/ranges.h>
 
-#include "engine/config.h"
-#include "engine/error.h"
-#include "engine/stop_signals.h"
+#include "engine/config/config.h"
+#include "engine/core/error.h"
+#include "engine/train/stop_signals.h"
 
 namespace subdp {
 namespace {

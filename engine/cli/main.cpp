@@ -16,9 +16,9 @@
 
 #include "engine/cli/commands.h"
 #include "engine/comm/communicator.h"
-#include "engine/config.h"
-#include "engine/error.h"
-#include "engine/plan.h"
+#include "engine/config/config.h"
+#include "engine/core/error.h"
+#include "engine/subnet/plan.h"
 
 namespace {
 

@@ -1,9 +1,9 @@
 // Local communicator: world size 1, collectives are the identity.
 #include <cstring>
 
-#include "engine/backend.h"
+#include "engine/core/backend.h"
 #include "engine/comm/communicator.h"
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace subdp {
 

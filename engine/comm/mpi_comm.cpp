@@ -6,10 +6,10 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "engine/backend.h"
+#include "engine/core/backend.h"
 #include "engine/comm/communicator.h"
 #include "engine/comm/watchdog.h"
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 #define MPI_CHECK(call)                                                                    \
   do {                                                                                     \

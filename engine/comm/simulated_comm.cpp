@@ -3,9 +3,9 @@
 // same values, so averaging returns the local values and every buffer has its real size.
 #include <cstring>
 
-#include "engine/backend.h"
+#include "engine/core/backend.h"
 #include "engine/comm/communicator.h"
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace subdp {
 

@@ -97,7 +97,4 @@ class WindowSampler {
   uint64_t seed_;
 };
 
-/// 64-bit mixing hash (splitmix64) used for every seeded draw in the engine.
-uint64_t mix64(uint64_t x);
-
 }  // namespace subdp

@@ -7,7 +7,7 @@
 #include <fstream>
 
 #include "engine/data/dataset.h"
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace subdp {
 namespace {

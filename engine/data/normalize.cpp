@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "engine/data/dataset.h"
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace subdp {
 

@@ -1,10 +1,11 @@
 // Deterministic samplers: EpochSampler (seeded per-epoch permutation, disjoint
-// rank shares) and WindowSampler (random token windows), plus mix64 (splitmix64).
+// rank shares) and WindowSampler (random token windows).
 // Every draw is mix64 plus integer arithmetic, so results are identical on all platforms.
 #include <utility>
 
+#include "engine/core/hash.h"
 #include "engine/data/dataset.h"
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace subdp {
 namespace {
@@ -26,13 +27,6 @@ uint64_t mul_high(uint64_t a, uint64_t b) {
 uint64_t to_range(uint64_t h, uint64_t range) { return mul_high(h, range); }
 
 }  // namespace
-
-uint64_t mix64(uint64_t x) {
-  uint64_t z = x + kGolden;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
 
 EpochSampler::EpochSampler(int64_t n, int batch, int rank, int world, uint64_t seed)
     : n_(n), batch_(batch), rank_(rank), world_(world), seed_(seed) {

@@ -4,7 +4,7 @@
 #include <filesystem>
 
 #include "engine/data/dataset.h"
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace subdp {
 namespace {

@@ -10,7 +10,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "engine/io/safetensors.h"
 
 namespace subdp {

@@ -20,7 +20,7 @@
 #include <tuple>
 #include <utility>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace subdp {
 

@@ -13,7 +13,7 @@
 #include <string>
 
 #include "engine/layers/linear.h"
-#include "engine/param.h"
+#include "engine/subnet/param.h"
 
 namespace subdp {
 

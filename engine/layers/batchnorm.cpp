@@ -1,7 +1,7 @@
 // BatchNorm2d layer through the backend.
 #include "engine/layers/batchnorm.h"
 
-#include "engine/backend.h"
+#include "engine/core/backend.h"
 
 #include <algorithm>
 #include <vector>

@@ -4,7 +4,7 @@
 #pragma once
 #include <string>
 
-#include "engine/param.h"
+#include "engine/subnet/param.h"
 
 namespace subdp {
 

@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "engine/backend.h"
+#include "engine/core/backend.h"
 #include "engine/layers/flops.h"
 
 namespace subdp {

@@ -3,7 +3,7 @@
 #include <string>
 
 #include "kernels/shapes.h"
-#include "engine/param.h"
+#include "engine/subnet/param.h"
 
 namespace subdp {
 

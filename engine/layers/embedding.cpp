@@ -1,8 +1,8 @@
 // Embedding lookup and its scatter-add backward.
 #include "engine/layers/embedding.h"
 
-#include "engine/backend.h"
-#include "engine/error.h"
+#include "engine/core/backend.h"
+#include "engine/core/error.h"
 
 namespace subdp {
 

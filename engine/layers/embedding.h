@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/param.h"
+#include "engine/subnet/param.h"
 
 namespace subdp {
 

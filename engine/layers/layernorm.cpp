@@ -1,7 +1,7 @@
 // LayerNorm layer through the backend.
 #include "engine/layers/layernorm.h"
 
-#include "engine/backend.h"
+#include "engine/core/backend.h"
 
 namespace subdp {
 

@@ -2,7 +2,7 @@
 #pragma once
 #include <string>
 
-#include "engine/param.h"
+#include "engine/subnet/param.h"
 
 namespace subdp {
 

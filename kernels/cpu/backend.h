@@ -9,8 +9,8 @@
 #include <memory>
 #include <string>
 
-#include "engine/backend.h"
-#include "engine/device_memory.h"
+#include "engine/core/backend.h"
+#include "engine/core/device_memory.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/conv.h"
 #include "kernels/cpu/elementwise.h"

@@ -14,11 +14,11 @@
 #include <string>
 #include <vector>
 
-#include "engine/backend.h"
-#include "engine/device_memory.h"
-#include "engine/error.h"
-#include "engine/memory.h"
-#include "engine/tensor.h"
+#include "engine/core/backend.h"
+#include "engine/core/device_memory.h"
+#include "engine/core/error.h"
+#include "engine/core/memory.h"
+#include "engine/core/tensor.h"
 #include "kernels/cuda/backend_kernels.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/device_pool.h"

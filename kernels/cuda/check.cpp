@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace subdp::cuda {
 

@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "kernels/cuda/check.h"
 
 namespace subdp::cuda {

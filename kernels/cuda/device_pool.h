@@ -12,7 +12,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "engine/memory.h"
+#include "engine/core/memory.h"
 
 namespace subdp::cuda {
 

@@ -15,14 +15,13 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/cpu/attention.h"
-#include "kernels/cpu/conv.h"
+#include "kernels/shapes.h"
 
 namespace subdp::cuda {
 
 using bf16 = __nv_bfloat16;
-using cpu::AttentionShape;
-using cpu::ConvShape;
+using ::subdp::AttentionShape;
+using ::subdp::ConvShape;
 
 // ---- elementwise (elementwise.cu) -------------------------------------------------------
 
@@ -186,7 +185,7 @@ void global_avg_pool_forward(const float* x, float* y, int N, int C, int HW, cud
 void global_avg_pool_backward(const float* dy, float* dx, int N, int C, int HW,
                               cudaStream_t stream);
 
-// ---- optimizers (optimizer.cu), formulas of engine/optimizer.cpp -----------------------
+// ---- optimizers (optimizer.cu), formulas of engine/optim/optimizer.cpp -----------------------
 
 /// torch.optim.SGD on one run of n values: d = g + wd * w; with buf: buf = first ? d :
 /// momentum * buf + d, d = nesterov ? d + momentum * buf : buf; w -= lr * d. buf may be null

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/backend.h"
-#include "engine/error.h"
-#include "engine/memory.h"
+#include "engine/core/backend.h"
+#include "engine/core/error.h"
+#include "engine/core/memory.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/device_pool.h"
 

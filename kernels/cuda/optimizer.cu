@@ -1,5 +1,5 @@
 // SGD (momentum, Nesterov, weight decay) and AdamW updates on one contiguous run of a
-// parameter: the formulas of engine/optimizer.cpp (torch.optim semantics), float32. The
+// parameter: the formulas of engine/optim/optimizer.cpp (torch.optim semantics), float32. The
 // caller walks a parameter's gradient runs (for_each_grad_run) and passes each run's
 // value, gradient and state pointers.
 #include <cmath>
@@ -54,7 +54,7 @@ void sgd_update(float* w, const float* g, float* buf, int64_t n, float lr, float
 void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, double lr, double beta1,
                   double beta2, double eps, double weight_decay, int64_t t, cudaStream_t s) {
   if (n <= 0) return;
-  // Scalars exactly as engine/optimizer.cpp computes them (double, then rounded to float).
+  // Scalars exactly as engine/optim/optimizer.cpp computes them (double, then rounded to float).
   const float bc1 = static_cast<float>(1.0 - std::pow(beta1, static_cast<double>(t)));
   const float bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(beta2, static_cast<double>(t))));
   const float step_size = static_cast<float>(lr) / bc1;

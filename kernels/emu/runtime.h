@@ -1,4 +1,4 @@
-// Host API of the emulated CUDA runtime: the cuda* calls kernels/cuda, engine/backend.cpp and
+// Host API of the emulated CUDA runtime: the cuda* calls kernels/cuda, engine/core/backend.cpp and
 // tests/gpu make, with the toolkit's signatures and return codes (runtime.cpp). Each call
 // checks that its pointers lie where it expects them (device memory, pinned or pageable
 // host memory) and fails with cudaErrorInvalidValue naming the call and the argument.

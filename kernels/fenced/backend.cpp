@@ -4,7 +4,7 @@
 // a GPU, at its line, instead of on the first GPU the engine meets.
 #include <string>
 
-#include "engine/device_memory.h"
+#include "engine/core/device_memory.h"
 #include "kernels/cpu/backend.h"
 #include "kernels/fenced/pool.h"
 

@@ -12,7 +12,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace subdp::fenced {
 

@@ -8,7 +8,7 @@
 #include <map>
 #include <memory>
 
-#include "engine/device_memory.h"
+#include "engine/core/device_memory.h"
 
 namespace subdp::fenced {
 

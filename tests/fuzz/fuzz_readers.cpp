@@ -8,9 +8,9 @@
 #include <cstdio>
 #include <string>
 
-#include "engine/config.h"
+#include "engine/config/config.h"
 #include "engine/data/dataset.h"
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "engine/io/safetensors.h"
 
 namespace {

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "engine/backend.h"
+#include "engine/core/backend.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/unit/tiny_models.h"
 

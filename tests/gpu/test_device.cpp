@@ -6,8 +6,8 @@
 #include <string>
 
 #include "engine/comm/communicator.h"
-#include "engine/error.h"
-#include "engine/memory.h"
+#include "engine/core/error.h"
+#include "engine/core/memory.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/device_pool.h"
 #include "tests/gpu/gpu_test_util.h"

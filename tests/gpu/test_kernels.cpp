@@ -3,7 +3,7 @@
 // (< 1e-2, CPU run on the bf16-rounded inputs).
 #include <gtest/gtest.h>
 
-#include "engine/backend.h"
+#include "engine/core/backend.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/softmax.h"

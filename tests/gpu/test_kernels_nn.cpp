@@ -1,11 +1,11 @@
 // CUDA layer kernels against their CPU twins: LayerNorm, BatchNorm2d, embedding, causal
 // attention, conv2d (im2col / col2im + cuBLAS), global average pooling, and the SGD / AdamW
-// updates against engine/optimizer.cpp itself. float32: relative error < 1e-5.
+// updates against engine/optim/optimizer.cpp itself. float32: relative error < 1e-5.
 #include <gtest/gtest.h>
 
-#include "engine/config.h"
-#include "engine/optimizer.h"
-#include "engine/param.h"
+#include "engine/config/config.h"
+#include "engine/optim/optimizer.h"
+#include "engine/subnet/param.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/conv.h"
 #include "kernels/cpu/norm.h"
@@ -201,7 +201,7 @@ Param make_param(const std::vector<float>& w) {
   return p;
 }
 
-/// Runs `steps` optimizer steps on the CPU (engine/optimizer.cpp) and the GPU, same grads.
+/// Runs `steps` optimizer steps on the CPU (engine/optim/optimizer.cpp) and the GPU, same grads.
 void check_optimizer(const OptimConfig& c, int steps) {
   const int64_t n = 4099;
   const auto w = random_vec(n, 90);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Layers and models call device operations through engine/backend.h only: no file in
+# Layers and models call device operations through engine/core/backend.h only: no file in
 # models/ or engine/layers/ includes a kernels/cpu or kernels/cuda header or names a
 # backend's namespace or a device (issue 23, "one backend under every layer"); kernels/fenced
 # included; and nothing below the command line includes engine/cli.
@@ -14,4 +14,4 @@ if [[ -n $hits ]]; then
   echo "$hits"
   exit 1
 fi
-echo "ok: models/ and engine/layers/ reach kernels through engine/backend.h only; engine/cli is included by nothing below it"
+echo "ok: models/ and engine/layers/ reach kernels through engine/core/backend.h only; engine/cli is included by nothing below it"

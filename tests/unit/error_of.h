@@ -3,7 +3,7 @@
 #include <functional>
 #include <string>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace subdp::testing {
 

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/param.h"
-#include "engine/tensor.h"
+#include "engine/subnet/param.h"
+#include "engine/core/tensor.h"
 
 namespace subdp::test {
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "engine/comm/communicator.h"
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace subdp {
 namespace {

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/config.h"
-#include "engine/error.h"
+#include "engine/config/config.h"
+#include "engine/core/error.h"
 
 namespace subdp {
 namespace {

@@ -13,8 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/hash.h"
 #include "engine/data/dataset.h"
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace fs = std::filesystem;
 using subdp::Error;

@@ -5,7 +5,7 @@
 
 #include <cstring>
 
-#include "engine/backend.h"
+#include "engine/core/backend.h"
 #include "tests/unit/tiny_models.h"
 
 namespace subdp {

@@ -17,14 +17,14 @@
 #include <string>
 #include <vector>
 
-#include "engine/checkpoint.h"
+#include "engine/io/checkpoint.h"
 #include "engine/cli/commands.h"
 #include "engine/data/dataset.h"
-#include "engine/data_source.h"
-#include "engine/error.h"
+#include "engine/data/data_source.h"
+#include "engine/core/error.h"
 #include "engine/layers/attention.h"
 #include "engine/layers/embedding.h"
-#include "engine/memory.h"
+#include "engine/core/memory.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/gemm.h"
 #include "models/gpt.h"

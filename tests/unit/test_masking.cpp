@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/param.h"
-#include "engine/plan.h"
+#include "engine/subnet/param.h"
+#include "engine/subnet/plan.h"
 #include "models/model.h"
 #include "tests/unit/gradcheck.h"
 #include "tests/unit/tiny_models.h"

@@ -9,11 +9,12 @@
 #include <string>
 #include <vector>
 
-#include "engine/config.h"
+#include "engine/core/hash.h"
+#include "engine/config/config.h"
 #include "engine/data/dataset.h"
-#include "engine/error.h"
-#include "engine/param.h"
-#include "engine/plan.h"
+#include "engine/core/error.h"
+#include "engine/subnet/param.h"
+#include "engine/subnet/plan.h"
 #include "models/model.h"
 
 namespace subdp {

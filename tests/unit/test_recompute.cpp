@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "engine/layers/batchnorm.h"
-#include "engine/param.h"
-#include "engine/plan.h"
+#include "engine/subnet/param.h"
+#include "engine/subnet/plan.h"
 #include "models/model.h"
 #include "tests/unit/tiny_models.h"
 

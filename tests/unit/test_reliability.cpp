@@ -13,14 +13,14 @@
 #include <string>
 #include <vector>
 
-#include "engine/backend.h"
-#include "engine/checkpoint.h"
-#include "engine/config_diff.h"
-#include "engine/error.h"
+#include "engine/core/backend.h"
+#include "engine/io/checkpoint.h"
+#include "engine/config/config_diff.h"
+#include "engine/core/error.h"
 #include "tests/unit/error_of.h"
-#include "engine/optimizer.h"
-#include "engine/param.h"
-#include "engine/plan.h"
+#include "engine/optim/optimizer.h"
+#include "engine/subnet/param.h"
+#include "engine/subnet/plan.h"
 #include "models/model.h"
 
 namespace subdp {

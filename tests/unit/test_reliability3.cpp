@@ -12,14 +12,14 @@
 #include <string>
 #include <vector>
 
-#include "engine/checkpoint.h"
-#include "engine/error.h"
+#include "engine/io/checkpoint.h"
+#include "engine/core/error.h"
 #include "tests/unit/error_of.h"
 #include "engine/io/dir_lock.h"
 #include "engine/io/metrics_file.h"
 #include "engine/io/safetensors.h"
-#include "engine/memory.h"
-#include "engine/stop_signals.h"
+#include "engine/core/memory.h"
+#include "engine/train/stop_signals.h"
 
 namespace subdp {
 namespace {

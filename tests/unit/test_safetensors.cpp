@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "engine/io/safetensors.h"
 
 namespace fs = std::filesystem;

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "engine/data/dataset.h"
-#include "engine/param.h"
-#include "engine/plan.h"
+#include "engine/subnet/param.h"
+#include "engine/subnet/plan.h"
 #include "models/model.h"
 #include "tests/unit/tiny_models.h"
 

@@ -9,7 +9,7 @@
 #include <cmath>
 #include <string>
 
-#include "engine/plan.h"
+#include "engine/subnet/plan.h"
 #include "models/model.h"
 #include "tests/unit/tiny_models.h"
 

@@ -7,10 +7,11 @@
 #include <utility>
 #include <vector>
 
-#include "engine/config.h"
+#include "engine/core/hash.h"
+#include "engine/config/config.h"
 #include "engine/data/dataset.h"
-#include "engine/param.h"
-#include "engine/plan.h"
+#include "engine/subnet/param.h"
+#include "engine/subnet/plan.h"
 #include "models/model.h"
 #include "tests/unit/gradcheck.h"
 

@@ -2,12 +2,12 @@
 #include <filesystem>
 #include <fstream>
 
-#include "engine/backend.h"
+#include "engine/core/backend.h"
 #include "engine/cli/commands.h"
-#include "engine/data_source.h"
-#include "engine/error.h"
+#include "engine/data/data_source.h"
+#include "engine/core/error.h"
 #include "engine/io/safetensors.h"
-#include "engine/optimizer.h"
+#include "engine/optim/optimizer.h"
 #include "models/model.h"
 
 namespace subdp {

@@ -4,10 +4,10 @@
 #include <cstdio>
 #include <string>
 
-#include "engine/backend.h"
+#include "engine/core/backend.h"
 #include "engine/cli/commands.h"
-#include "engine/error.h"
-#include "engine/footprint.h"
+#include "engine/core/error.h"
+#include "engine/train/footprint.h"
 #include "models/model.h"
 
 #include <unistd.h>

@@ -9,12 +9,13 @@
 #include <map>
 #include <vector>
 
-#include "engine/assemble.h"
-#include "engine/checkpoint.h"
-#include "engine/backend.h"
+#include "engine/core/hash.h"
+#include "engine/train/assemble.h"
+#include "engine/io/checkpoint.h"
+#include "engine/core/backend.h"
 #include "engine/cli/commands.h"
 #include "engine/data/dataset.h"
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "models/gpt.h"
 
 namespace subdp {

@@ -1,12 +1,12 @@
 // run_train and run_version: choose the communicator backend, run the session.
-#include "engine/backend.h"
+#include "engine/core/backend.h"
 #include "engine/cli/commands.h"
 
 #include <cstdio>
 
 #include "engine/comm/communicator.h"
-#include "engine/error.h"
-#include "engine/trainer.h"
+#include "engine/core/error.h"
+#include "engine/train/trainer.h"
 
 namespace subdp {
 
@@ -80,7 +80,7 @@ int run_train(const Config& config, const TrainOptions& options) {
     abort_mpi(1);
   }
   if (mpi) finalize_mpi();
-  return status;  // 0, or a stop signal's (engine/stop_signals.h)
+  return status;  // 0, or a stop signal's (engine/train/stop_signals.h)
 }
 
 int run_version() {

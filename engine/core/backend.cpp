@@ -1,0 +1,69 @@
+// The run's backend and the choice by [device] type.
+#include "engine/core/backend.h"
+
+#include "engine/core/error.h"
+
+#ifdef SUBDP_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace subdp {
+
+namespace {
+
+std::unique_ptr<Backend>& current() {
+  static std::unique_ptr<Backend> b = make_cpu_backend();
+  return b;
+}
+
+/// CUDA devices this process can see (0 without a CUDA build or a driver).
+int cuda_device_count() {
+#ifdef SUBDP_WITH_CUDA
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;  // no driver / no device: both mean none
+  return n;
+#else
+  return 0;
+#endif
+}
+
+}  // namespace
+
+Backend& backend() { return *current(); }
+
+CollectiveScope::CollectiveScope() : backend_(backend()) { backend_.open_for_collective(); }
+CollectiveScope::~CollectiveScope() { backend_.close_for_collective(); }
+
+void set_backend(std::unique_ptr<Backend> b) {
+  SUBDP_ASSERT(b != nullptr);
+  current() = std::move(b);
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& device_type) {
+  if (device_type == "cpu") return make_cpu_backend();
+  if (device_type == "fenced") return make_fenced_backend();
+  SUBDP_CHECK(device_type == "cuda", "[device] type = \"{}\": expected cpu, cuda or fenced", device_type);
+  SUBDP_CHECK(cuda_device_count() > 0, "[device] type = \"cuda\": no CUDA device was found{}; use \"cpu\"",
+#ifdef SUBDP_WITH_CUDA
+              " (cudaGetDeviceCount)"
+#else
+              " (this build has no CUDA backend: nvcc was not found)"
+#endif
+  );
+#ifdef SUBDP_WITH_CUDA
+  return make_cuda_backend();
+#else
+  return nullptr;  // unreachable: without a CUDA build no device is counted
+#endif
+}
+
+std::unique_ptr<Backend> make_planning_backend(const std::string& device_type) {
+  if (device_type != "cuda") return make_backend(device_type);
+#ifdef SUBDP_WITH_CUDA
+  return make_cuda_backend(/*planning=*/true);
+#else
+  throw Error("[device] type = \"cuda\": this build has no CUDA backend (nvcc was not found), so it cannot size one");
+#endif
+}
+
+}  // namespace subdp

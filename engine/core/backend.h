@@ -1,0 +1,188 @@
+// The device operations every layer, model, optimizer and the trainer call: one interface,
+// one implementation per backend folder (kernels/cpu today; kernels/cuda next), chosen once
+// per run (ggml's backend table, PyTorch's dispatcher: the code above never names a device).
+// Shapes, layouts and semantics (= versus +=, masked prefixes, leading dimensions) are those
+// documented on the CPU kernel of the same name in kernels/cpu/*.h; pointers are the
+// backend's memory. All buffers are float32 unless the signature says otherwise.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/core/device_memory.h"
+#include "kernels/shapes.h"
+
+namespace subdp {
+
+/// n floats from x, in backend memory.
+struct FloatSpan {
+  const float* x;
+  int64_t n;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  /// "cpu", "cuda", ...: what `subdp version` and the run header print.
+  virtual std::string name() const = 0;
+  /// Library and kernel choices in one line (BLAS build, cores), for `subdp version`.
+  virtual std::string describe() const = 0;
+  /// Threads per rank (OpenMP / BLAS) and the Winograd output tile (2 or 4).
+  virtual void configure(int threads, int winograd_tile) = 0;
+
+  // ---- memory: where Tensor::empty allocates, and the transfers (synchronous: the
+  // destination is ready on return). Host code reaches backend memory only through these.
+  virtual std::shared_ptr<DeviceMemory> memory() = 0;
+  /// Host memory for staging buffers (Tensor::host_empty: batches): page-locked on CUDA, so
+  /// that uploads run by DMA at full bus speed; plain host memory elsewhere.
+  virtual std::shared_ptr<DeviceMemory> staging_memory() { return host_memory(); }
+  /// Host → backend memory, `bytes` bytes.
+  virtual void to_device(void* dst, const void* src, size_t bytes) = 0;
+  /// Backend memory → host, `bytes` bytes.
+  virtual void to_host(void* dst, const void* src, size_t bytes) = 0;
+  /// Within backend memory, `bytes` bytes of any dtype.
+  virtual void copy_bytes(void* dst, const void* src, size_t bytes) = 0;
+  virtual void zero(void* dst, size_t bytes) = 0;
+  /// Around a collective on backend memory (the communicators' libraries read and write it):
+  /// nests, each open closed once. The CPU backend (host memory) has nothing to do, the CUDA
+  /// backend finishes its stream's work first, the fenced test device opens its pool.
+  virtual void open_for_collective() = 0;
+  virtual void close_for_collective() = 0;
+  /// Bytes the device itself reports in use (CUDA: total - free, every allocation of the
+  /// process and the driver's own); -1 where there is no such figure (host memory).
+  virtual int64_t device_used_bytes() { return -1; }
+  /// Bytes a new allocation can still get on the device; -1 for host memory (the CPU, the
+  /// fenced test device), which the trainer measures on the host instead.
+  virtual int64_t device_free_bytes() { return -1; }
+  /// The CUDA stream (a cudaStream_t) this backend enqueues its work on; null for the host
+  /// backends. A device communicator orders its collectives after this stream's queued work
+  /// and this stream's later work after them (kernels/cuda/nccl_comm.h).
+  virtual void* cuda_stream() const { return nullptr; }
+
+  // ---- GEMM (kernels/cpu/gemm.h): C (M, N) = alpha op(A) op(B) + beta C, row-major.
+  virtual void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+                     const float* B, int ldb, float beta, float* C, int ldc) = 0;
+
+  // ---- fills and copies within the backend's memory (n floats)
+  virtual void fill(float* x, float value, int64_t n) = 0;
+  virtual void copy(const float* src, float* dst, int64_t n) = 0;
+
+  // ---- elementwise and reductions (kernels/cpu/elementwise.h)
+  virtual void relu_forward(const float* x, float* y, int64_t n) = 0;
+  virtual void relu_backward(const float* y, const float* dy, float* dx, int64_t n, bool accumulate) = 0;
+  virtual void gelu_forward(const float* x, float* y, int64_t n) = 0;
+  virtual void gelu_forward_columns(const float* x, int64_t rows, int64_t ld, int64_t cols, float* y) = 0;
+  virtual void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) = 0;
+  virtual void add(const float* a, const float* b, float* y, int64_t n) = 0;
+  virtual void axpy(float alpha, const float* x, float* y, int64_t n) = 0;
+  virtual void scale(float* x, float alpha, int64_t n) = 0;
+  virtual void scale_copy(const float* x, float alpha, float* y, int64_t n) = 0;
+  /// y[r * ldy + c] = alpha * x[r * ldx + c], r < rows, c < cols (strides in floats); alpha 1
+  /// copies the bits. Packs and unpacks strided runs of communication buckets.
+  virtual void scale_copy_rows(const float* x, int64_t ldx, float alpha, float* y, int64_t ldy, int64_t rows,
+                               int64_t cols) = 0;
+  virtual void copy_columns(const float* x, int64_t rows, int64_t width, int64_t cols, float* out) = 0;
+  virtual double sum_squares(const float* x, int64_t n) = 0;
+  /// Sum over spans of sum_squares(span): each span reduced on its own, the per-span doubles
+  /// added in span order, so the bits equal that loop. The CUDA backend reduces a batch of
+  /// spans per launch and reads each batch back once (gradient clipping at neuron level has
+  /// ~10^5 spans a step: one synchronising read-back each would cost seconds).
+  virtual double sum_squares_spans(const std::vector<FloatSpan>& spans) {
+    double total = 0;
+    for (const FloatSpan& s : spans) total += sum_squares(s.x, s.n);
+    return total;
+  }
+  virtual bool all_finite(const float* x, int64_t n) = 0;
+  virtual void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols) = 0;
+  virtual void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols_used, int64_t ld) = 0;
+
+  // ---- embedding (kernels/cpu/embedding.h): y (rows, C) (+)= table[ids]; dtable[ids] += dy, for a
+  // table of `num` rows. Ids outside [0, num) are skipped; the forward returns their count.
+  virtual int64_t embedding_forward(const int32_t* ids, const float* table, int64_t num, float* y, int64_t rows,
+                                    int64_t C, bool accumulate) = 0;
+  virtual void embedding_backward(const int32_t* ids, const float* dy, float* dtable, int64_t num, int64_t rows,
+                                  int64_t C) = 0;
+
+  // ---- softmax and cross-entropy (kernels/cpu/softmax.h); loss in nats, summed over rows.
+  virtual double cross_entropy_forward(const float* logits, const int32_t* targets, float* probs, int64_t rows, int V,
+                                       int64_t* correct) = 0;
+  virtual void cross_entropy_backward(const float* probs, const int32_t* targets, float* dlogits, int64_t rows, int V,
+                                      float scale) = 0;
+
+  // ---- normalisation (kernels/cpu/norm.h)
+  virtual void batchnorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
+                                 float* rstd, float* running_mean, float* running_var, int N, int C, int HW,
+                                 bool training, float momentum, float eps, bool relu) = 0;
+  virtual void batchnorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd,
+                                  const float* dy, float* dx, float* dgamma, float* dbeta, int N, int C, int HW,
+                                  int grad_channels) = 0;
+  virtual void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
+                                 float* rstd, int64_t rows, int C, float eps) = 0;
+  virtual void layernorm_apply(const float* x, const float* gamma, const float* beta, const float* mean,
+                               const float* rstd, float* y, int64_t rows, int C) = 0;
+  virtual void layernorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd,
+                                  const float* dy, float* dx, float* dgamma, float* dbeta, int64_t rows, int C) = 0;
+
+  // ---- convolution and pooling (kernels/cpu/conv.h); workspace sizes in floats.
+  virtual int64_t conv2d_workspace_floats(const ConvShape& s) = 0;
+  virtual void conv2d_forward(const ConvShape& s, const float* x, const float* w, float* y, float* ws) = 0;
+  virtual void conv2d_backward(const ConvShape& s, const float* x, const float* w, const float* dy, float* dx,
+                               float* dw, int dw_cout, int dw_cin, float* ws, bool accumulate_dx) = 0;
+  virtual void global_avg_pool_forward(const float* x, float* y, int N, int C, int HW) = 0;
+  virtual void global_avg_pool_backward(const float* dy, float* dx, int N, int C, int HW) = 0;
+
+  // ---- causal self-attention (kernels/cpu/attention.h); workspace sizes in floats.
+  virtual int64_t attention_workspace_floats(const AttentionShape& s, int slots) = 0;
+  virtual void attention_forward(const AttentionShape& s, const float* qkv, float* att, float* y, float* ws,
+                                 int slots) = 0;
+  virtual void attention_backward(const AttentionShape& s, const float* qkv, const float* att, const float* dy,
+                                  float* dqkv, float* ws, int slots) = 0;
+
+  // ---- optimizer updates (kernels/cpu/optimizer.h) over n contiguous elements; each
+  // returns how many non-finite values it wrote (weights and state), counted in the loop.
+  virtual int64_t sgd_update(float* w, const float* g, float* buf, int64_t n, float lr, float momentum,
+                             float weight_decay, bool nesterov, bool first) = 0;
+  virtual int64_t adamw_update(float* w, const float* g, float* m, float* v, int64_t n, float step_size,
+                               float bc2_sqrt, float decay, float eps, float beta1, float beta2) = 0;
+};
+
+/// Keeps the run's backend memory open for one collective (see Backend::open_for_collective).
+class CollectiveScope {
+ public:
+  CollectiveScope();
+  ~CollectiveScope();
+  CollectiveScope(const CollectiveScope&) = delete;
+  CollectiveScope& operator=(const CollectiveScope&) = delete;
+
+ private:
+  Backend& backend_;
+};
+
+/// The run's backend (the CPU backend until set_backend is called). Not thread-safe to swap
+/// while a step runs: the trainer and commands set it once, before building a model.
+Backend& backend();
+/// Makes `b` the run's backend.
+void set_backend(std::unique_ptr<Backend> b);
+/// The backend for `[device] type`: "cpu", "fenced", or "cuda" (an error naming the cause on a
+/// machine without a CUDA device or a build without nvcc).
+std::unique_ptr<Backend> make_backend(const std::string& device_type);
+
+/// The CPU backend (kernels/cpu: OpenBLAS, OpenMP, Winograd / channels-last convolutions).
+std::unique_ptr<Backend> make_cpu_backend();
+
+/// The CUDA backend (kernels/cuda: one GPU, float32, cuBLAS), in CUDA builds only. With
+/// `planning`, a backend that touches no device and allocates nothing: it answers the
+/// workspace sizes for `subdp plan`'s dry runs (Backend operations throw).
+std::unique_ptr<Backend> make_cuda_backend(bool planning = false);
+
+/// The backend whose sizes `subdp plan` predicts with: make_backend's, except that "cuda"
+/// needs no device (make_cuda_backend(true)). Throws for "cuda" in a build without nvcc.
+std::unique_ptr<Backend> make_planning_backend(const std::string& device_type);
+
+/// The fenced test device (kernels/fenced): the CPU kernels on a pool that host code cannot
+/// touch (mapped PROT_NONE except while a backend operation or a collective runs), so a
+/// missing transfer faults at its line instead of passing unnoticed, as it would on a GPU.
+std::unique_ptr<Backend> make_fenced_backend();
+
+}  // namespace subdp

@@ -1,0 +1,49 @@
+// Batches for training and evaluation, built from the [data] config: each rank reads its
+// own disjoint share of the training split; evaluation walks the held-out split.
+#pragma once
+#include <memory>
+
+#include "engine/config/config.h"
+#include "engine/core/error.h"
+#include "engine/core/batch.h"
+
+namespace subdp {
+
+class DataSource {
+ public:
+  virtual ~DataSource() = default;
+  /// Optimizer steps per epoch (identical on every rank).
+  virtual int64_t steps_per_epoch() const = 0;
+  /// Fills `batch` with this rank's training batch at (epoch, step within epoch).
+  virtual void train_batch(int64_t epoch, int64_t step, Batch& batch) = 0;
+  /// Number of evaluation batches of the held-out split (share = rank's part when world > 1).
+  virtual int64_t eval_batches(int share_rank, int shares) const = 0;
+  /// Fills `batch` with evaluation batch i of a share.
+  virtual void eval_batch(int64_t i, int share_rank, int shares, Batch& batch) = 0;
+  /// Allocates a batch buffer of the right shapes for batch_size examples.
+  virtual Batch make_batch() const = 0;
+  /// Short description ("fashion_mnist: 60000 train / 10000 test, 1x28x28").
+  virtual std::string describe() const = 0;
+};
+
+/// Builds the source named in config.data for rank `rank` of `world`. Errors reading the
+/// files (missing, empty, corrupt) name the key: "data.path: <path>: <what>" (or
+/// "data.path (default for <name>)" when the key is empty).
+std::unique_ptr<DataSource> make_data_source(const Config& config, int rank, int world);
+
+/// The batch buffers (inputs, targets) a data source allocates for config.train.batch_size:
+/// (B, T) int32 tokens and targets for gpt, else (N, C, H, W) float32 images and (N) int32 labels.
+Batch allocate_batch(const Config& config);
+
+/// Runs load(); an Error it throws is rethrown with the data.path key in front.
+template <class Load>
+auto with_data_path_key(const Config& c, Load&& load) -> decltype(load()) {
+  try {
+    return load();
+  } catch (const Error& e) {
+    throw Error((c.data.path.empty() ? "data.path (default for " + c.data.name + "): " : std::string("data.path: ")) +
+                e.what());
+  }
+}
+
+}  // namespace subdp

@@ -1,0 +1,95 @@
+// Image classification data source (Fashion-MNIST, MNIST, CIFAR-10).
+#include <algorithm>
+#include <cstring>
+
+#include "engine/data/dataset.h"
+#include "engine/data/data_source.h"
+#include "engine/core/error.h"
+
+namespace subdp {
+
+std::unique_ptr<DataSource> make_text_source(const Config& config, int rank, int world);
+
+namespace {
+
+std::string default_path(const std::string& name) {
+  if (name == "fashion_mnist") return "/usr/share/datasets/fashion-mnist";
+  if (name == "mnist") return "/usr/share/datasets/mnist";
+  return "data/cifar-10-batches-bin";
+}
+
+class ImageSource : public DataSource {
+ public:
+  ImageSource(const Config& c, int rank, int world)
+      : config_(c), name_(c.data.name), batch_size_(c.train.batch_size),
+        sampler_(0, 1, 0, 1, 0) {
+    const std::string dir = c.data.path.empty() ? default_path(c.data.name) : c.data.path;
+    const bool cifar = c.data.name == "cifar10";
+    with_data_path_key(c, [&] {
+      train_ = cifar ? load_cifar10_dir(dir, true) : load_mnist_dir(dir, true);
+      test_ = cifar ? load_cifar10_dir(dir, false) : load_mnist_dir(dir, false);
+    });
+    SUBDP_CHECK(train_.channels == c.model.in_channels && train_.height == c.model.image_size,
+                "data.name = \"{}\" has {}x{}x{} images but the model expects in_channels = {}, image_size = {}",
+                c.data.name, train_.channels, train_.height, train_.width, c.model.in_channels, c.model.image_size);
+    check_labels(train_, c.model.classes, "train");
+    check_labels(test_, c.model.classes, "test");
+    if (c.data.normalize) {
+      std::vector<float> mean, stddev;
+      channel_stats(train_, mean, stddev);  // train statistics, applied to both splits
+      normalize(train_, mean, stddev);
+      normalize(test_, mean, stddev);
+    }
+    sampler_ = EpochSampler(train_.n, batch_size_, rank, world, c.train.seed);
+  }
+  int64_t steps_per_epoch() const override { return sampler_.steps_per_epoch(); }
+  Batch make_batch() const override { return allocate_batch(config_); }
+  void train_batch(int64_t epoch, int64_t step, Batch& b) override {
+    fill(train_, sampler_.batch_indices(epoch, step), b);
+  }
+  int64_t eval_batches(int share_rank, int shares) const override {
+    const int64_t n = share_size(share_rank, shares);
+    return (n + batch_size_ - 1) / batch_size_;
+  }
+  void eval_batch(int64_t i, int share_rank, int shares, Batch& b) override {
+    // Share r holds test examples r, r + shares, ...; batch i covers its i-th chunk.
+    const int64_t n = share_size(share_rank, shares);
+    std::vector<int64_t> idx;
+    for (int64_t k = i * batch_size_; k < std::min(n, (i + 1) * batch_size_); ++k) idx.push_back(k * shares + share_rank);
+    fill(test_, idx, b);
+  }
+  std::string describe() const override {
+    return fmt::format("{}: {} train / {} test, {}x{}x{}", name_, train_.n, test_.n, train_.channels, train_.height,
+                       train_.width);
+  }
+
+ private:
+  int64_t share_size(int r, int shares) const { return (test_.n - r + shares - 1) / shares; }
+  static void fill(const ImageDataset& d, const std::vector<int64_t>& idx, Batch& b) {
+    const int64_t per = d.sample_size();
+    float* x = b.x_host.f32();
+    int32_t* y = b.y_host.i32();
+    for (size_t k = 0; k < idx.size(); ++k) {
+      std::memcpy(x + k * per, d.images.data() + idx[k] * per, sizeof(float) * per);
+      y[k] = d.labels[idx[k]];
+    }
+    b.n = static_cast<int64_t>(idx.size());
+    b.upload();
+  }
+  Config config_;
+  std::string name_;
+  int batch_size_;
+  ImageDataset train_, test_;
+  EpochSampler sampler_;
+};
+
+}  // namespace
+
+std::unique_ptr<DataSource> make_data_source(const Config& c, int rank, int world) {
+  if (c.data.name == "text" || c.data.name == "token_shards") return make_text_source(c, rank, world);
+  SUBDP_CHECK(c.model.name != "gpt", "model.name = \"gpt\" needs data.name = \"text\" or \"token_shards\", not \"{}\"",
+              c.data.name);
+  return std::make_unique<ImageSource>(c, rank, world);
+}
+
+}  // namespace subdp

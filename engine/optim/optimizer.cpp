@@ -1,0 +1,164 @@
+// SGD and AdamW updates over gradient runs, and the learning-rate schedule.
+#include "engine/optim/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/core/backend.h"
+#include "engine/core/error.h"
+
+namespace subdp {
+
+namespace {
+
+/// Per-parameter state, updated run by run. Unsharded, the state is shaped like the
+/// gradient and the runs are its spans (for_each_grad_span); sharded (ZeRO-1 / ZeRO-2 / FSDP),
+/// the state of a parameter holds its shard pieces only, one after another, and each run
+/// reads its averaged gradient and updates its values where its piece says (ShardPiece::grad,
+/// ShardPiece::value).
+class StatefulOptimizer : public Optimizer {
+ public:
+  StatefulOptimizer(std::vector<Param*> params, int states, const std::vector<ShardPiece>* shard)
+      : params_(std::move(params)), states_(states), sharded_(shard != nullptr) {
+    for (Param* p : params_) {
+      std::vector<StateRun> runs;
+      std::vector<const float*> grads;
+      std::vector<float*> values;
+      int64_t n = 0;
+      if (shard) {
+        for (const ShardPiece& piece : *shard)
+          if (piece.param == p) {
+            runs.push_back({piece.value_off, piece.grad_off, n, piece.len});
+            grads.push_back(piece.grad);
+            values.push_back(piece.value);
+            n += piece.len;
+          }
+      } else {
+        for_each_grad_span(*p, [&](int64_t vo, int64_t go, int64_t len) {
+          runs.push_back({vo, go, go, len});
+          grads.push_back(p->grad.f32() + go);
+          values.push_back(p->value.f32() + vo);
+        });
+        n = p->grad.numel();
+      }
+      std::vector<Tensor> s;
+      for (int i = 0; i < states; ++i)
+        s.push_back(shard ? Tensor::zeros({n}, MemCategory::optimizer) : Tensor::zeros(p->grad.shape(), MemCategory::optimizer));
+      state_.push_back(std::move(s));
+      runs_.push_back(std::move(runs));
+      grads_.push_back(std::move(grads));
+      values_.push_back(std::move(values));
+    }
+  }
+  std::vector<Tensor*> state(size_t i) override {
+    std::vector<Tensor*> out;
+    for (auto& t : state_.at(i)) out.push_back(&t);
+    return out;
+  }
+  std::vector<StateRun> state_runs(size_t i) const override { return runs_.at(i); }
+  bool sharded() const override { return sharded_; }
+  int num_states() const override { return states_; }
+  int64_t steps_taken() const override { return t_; }
+  void set_steps_taken(int64_t t) override { t_ = t; }
+  const std::vector<Param*>& params() const override { return params_; }
+  int nonfinite_param() const override { return nonfinite_; }
+
+ protected:
+  /// Records the outcome of parameter i's update (bad = non-finite values it wrote).
+  void note_update(size_t i, int64_t bad) {
+    if (bad > 0 && nonfinite_ < 0) nonfinite_ = static_cast<int>(i);
+  }
+  int nonfinite_ = -1;
+  std::vector<Param*> params_;
+  std::vector<std::vector<Tensor>> state_;
+  std::vector<std::vector<StateRun>> runs_;
+  std::vector<std::vector<const float*>> grads_;  // per parameter, per run: its gradient
+  std::vector<std::vector<float*>> values_;       // per parameter, per run: the values it updates
+  int states_;
+  bool sharded_;
+  int64_t t_ = 0;
+};
+
+/// SGD as torch.optim.SGD: g += wd * w; buf = momentum * buf + g (first step: buf = g);
+/// Nesterov: g = g + momentum * buf; w -= lr * g.
+class Sgd : public StatefulOptimizer {
+ public:
+  Sgd(const OptimConfig& c, std::vector<Param*> params, const std::vector<ShardPiece>* shard)
+      : StatefulOptimizer(std::move(params), c.momentum > 0 ? 1 : 0, shard), c_(c) {}
+  void step(double lr) override {
+    const float mu = static_cast<float>(c_.momentum), wd = static_cast<float>(c_.weight_decay);
+    const float flr = static_cast<float>(lr);
+    const bool first = t_ == 0;
+    nonfinite_ = -1;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      float* buf = state_[i].empty() ? nullptr : state_[i][0].f32();
+      int64_t bad = 0;
+      for (size_t k = 0; k < runs_[i].size(); ++k) {
+        const StateRun& r = runs_[i][k];
+        bad += backend().sgd_update(values_[i][k], grads_[i][k], buf ? buf + r.state_off : nullptr, r.len, flr,
+                                    mu, wd, c_.nesterov, first);
+      }
+      note_update(i, bad);
+    }
+    ++t_;
+  }
+
+ private:
+  OptimConfig c_;
+};
+
+/// AdamW (Loshchilov & Hutter 2019) as torch.optim.AdamW: w *= 1 - lr*wd; m, v moments with
+/// bias correction; w -= lr * m_hat / (sqrt(v_hat) + eps).
+class AdamW : public StatefulOptimizer {
+ public:
+  AdamW(const OptimConfig& c, std::vector<Param*> params, const std::vector<ShardPiece>* shard)
+      : StatefulOptimizer(std::move(params), 2, shard), c_(c) {}
+  void step(double lr) override {
+    ++t_;
+    const double b1 = c_.beta1, b2 = c_.beta2;
+    const float bc1 = static_cast<float>(1.0 - std::pow(b1, static_cast<double>(t_)));
+    const float bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(b2, static_cast<double>(t_))));
+    const float step_size = static_cast<float>(lr) / bc1;
+    const float decay = static_cast<float>(1.0 - lr * c_.weight_decay), eps = static_cast<float>(c_.eps);
+    const float fb1 = static_cast<float>(b1), fb2 = static_cast<float>(b2);
+    nonfinite_ = -1;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      float* m = state_[i][0].f32();
+      float* v = state_[i][1].f32();
+      int64_t bad = 0;
+      for (size_t k = 0; k < runs_[i].size(); ++k) {
+        const StateRun& r = runs_[i][k];
+        bad += backend().adamw_update(values_[i][k], grads_[i][k], m + r.state_off, v + r.state_off, r.len,
+                                      step_size, bc2_sqrt, decay, eps, fb1, fb2);
+      }
+      note_update(i, bad);
+    }
+  }
+
+ private:
+  OptimConfig c_;
+};
+
+}  // namespace
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimConfig& c, std::vector<Param*> params,
+                                          const std::vector<ShardPiece>* shard) {
+  std::vector<Param*> held;
+  for (Param* p : params)
+    if (p->grad.defined()) held.push_back(p);
+  if (c.name == "sgd") return std::make_unique<Sgd>(c, held, shard);
+  if (c.name == "adamw") return std::make_unique<AdamW>(c, held, shard);
+  throw Error(fmt::format("optim.name = \"{}\": expected sgd or adamw", c.name));
+}
+
+double learning_rate(const OptimConfig& c, double base_lr, int64_t step, int64_t total) {
+  if (c.warmup_steps > 0 && step < c.warmup_steps)
+    return base_lr * static_cast<double>(step + 1) / static_cast<double>(c.warmup_steps);
+  if (c.schedule == "constant") return base_lr;
+  const double span = static_cast<double>(std::max<int64_t>(1, total - c.warmup_steps));
+  const double progress = std::min(1.0, static_cast<double>(step - c.warmup_steps) / span);
+  const double floor = base_lr * c.min_lr_ratio;
+  return floor + 0.5 * (base_lr - floor) * (1.0 + std::cos(3.141592653589793 * progress));
+}
+
+}  // namespace subdp

@@ -1,0 +1,31 @@
+// Dry-run prediction of a rank's memory.
+#include "engine/train/footprint.h"
+
+#include "engine/comm/communicator.h"
+#include "engine/core/error.h"
+#include "engine/data/data_source.h"
+#include "engine/parallel/grad_sync.h"
+#include "engine/optim/optimizer.h"
+
+namespace subdp {
+
+MemStats predict_rank_memory(const Config& c, int world, int rank) {
+  const int S = c.parallel.subnetworks;
+  SUBDP_CHECK(world % S == 0, "parallel.subnetworks = {} does not divide the world size W = {}", S, world);
+  const ModelUnits units = model_units(c.model);
+  const SubnetworkPlan plan = make_plan(units, c.mask, S);
+  Layout layout{world, S, rank};
+  return MemoryTracker::global().measure([&] {
+    auto comm = make_simulated_communicator(rank, world);
+    const Sharding sharding = sharding_of(c.parallel.shard);
+    auto model = make_model(c.model, make_subnet_mask(plan, units, layout.subnet(), c.mask.scale == "inverse_keep"),
+                            c.train.batch_size, c.train.seed, c.train.recompute == "blocks",
+                            param_layout_of(sharding));
+    GradientSync sync(*comm, layout, plan, model->params().all(), c.parallel.bucket_mb, sharding,
+                      static_cast<int>(units.blocks.size()));
+    auto opt = make_optimizer(c.optim, model->params().trainable(), sync.sharded() ? &sync.shard_pieces() : nullptr);
+    Batch batch = allocate_batch(c);
+  });
+}
+
+}  // namespace subdp

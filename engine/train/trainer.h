@@ -1,0 +1,148 @@
+// The training session of one rank: layout, plan, local model, optimizer, gradient
+// averaging, data, evaluation, metrics and checkpoints (design brief, "One training step").
+#pragma once
+#include <cmath>
+#include <chrono>
+#include <fstream>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/train/assemble.h"
+#include "engine/io/checkpoint.h"
+#include "engine/comm/communicator.h"
+#include "engine/data/data_source.h"
+#include "engine/parallel/grad_sync.h"
+#include "engine/io/dir_lock.h"
+#include "engine/io/metrics_file.h"
+#include "engine/optim/optimizer.h"
+
+namespace subdp {
+
+/// Options of `subdp train` that are not part of the config.
+struct TrainOptions {
+  std::string simulate_rank;  // "w/W": run rank w of a W-rank layout alone (local stand-in comm)
+};
+
+/// Evaluation result: mean loss (nats per target position) and accuracy (fraction).
+struct EvalResult {
+  double loss = 0, acc = 0;
+  int64_t positions = 0;
+};
+
+class Trainer {
+ public:
+  /// Builds everything; collective over `world`. Errors name the config key.
+  Trainer(const Config& config, std::unique_ptr<Communicator> world, const TrainOptions& options);
+  /// Runs the configured number of steps; prints progress and the final summary line.
+  int run();
+
+ private:
+  /// Builds model_, sync_ and optimizer_ for plan_ (collective: holder-group communicators).
+  void build_local_model();
+  /// Frees model_, sync_ and optimizer_, then builds them for `plan` (collective): the device
+  /// never holds two models. The optimizer starts at step 0 with zero state.
+  void replace_plan(SubnetworkPlan plan);
+  /// The plan of deal d (mask.redeal_every): the configured plan with seed mask.seed + d.
+  SubnetworkPlan plan_of_deal(int64_t deal) const;
+  /// Collective: moves every slice and its optimizer state to its holders under the plan of
+  /// `deal`; the old model is freed before the new one is built (trainer_redeal.cpp).
+  void redeal(int64_t deal);
+  void check_layout_agreement();
+  /// Collective, before the model is built: refuses (every rank, with both figures) when the
+  /// plan's bytes for a rank exceed the memory available to it, unless train.allow_overcommit.
+  void check_memory_budget();
+  /// Collective, before the first step: locks checkpoint.dir (rank 0) and checks that every
+  /// output path can be created and written on the ranks that write it; errors name the key.
+  void prepare_outputs();
+  /// Throws the first non-empty message of an allgather (naming its rank when W > 1).
+  void stop_on_any_error(const std::vector<std::string>& errors) const;
+  void train_step(int64_t epoch, int64_t step_in_epoch);
+  /// After a step in which some rank received a stop signal (every rank agrees through the
+  /// step's flag all-reduce): checkpoints (when checkpoint.dir is set), prints one line and
+  /// returns the exit status (kExitStopped, or 128 + the signal without a checkpoint.dir).
+  int stop_for_signal();
+  /// Stochastic depth: this step's dropped blocks, passed to the model.
+  void draw_dropped_blocks();
+  /// Checks this rank's gradients (ZeRO-2: those outside blocks; the blocks' were checked by
+  /// reduce_block_gradients), naming the first non-finite one on stderr.
+  bool gradients_finite();
+  /// True when p's gradient is finite; else names it on stderr (rank, tensor, 1-based step).
+  bool gradient_finite(const Param& p) const;
+  /// ZeRO-2, after block b's backward: checks its gradients, reduce-scatters them into this
+  /// rank's shard (GradientSync::reduce_block), then zeroes them for the next block, which
+  /// shares their buffer (ParamLayout::shared_block_grads).
+  void reduce_block_gradients(int b);
+  /// FSDP, before block b's forward and backward: all-gathers its values (GradientSync::gather_block).
+  void gather_block(int b);
+  /// Collective: stops every rank when the last optimizer update left a non-finite value.
+  void check_updated_values();
+  void clip_gradients();
+  EvalResult evaluate_full();
+  /// Collective: eval_model_ (created on first use, untracked) receives the assembled full model.
+  void assemble_eval_model();
+  /// Collective (log.alignment_every): cosine of this rank's subnetwork gradient against the
+  /// full model's on the same fixed batch (this rank's first training batch), per unit kind.
+  /// Training is unchanged: the model's BatchNorm running statistics are restored.
+  nlohmann::json measure_alignment();
+  EvalResult evaluate_local();
+  /// Re-estimates BatchNorm running statistics of `model` on training batches (masked runs):
+  /// kRecalibrationBatches of this rank's own, or split over the world (across_world).
+  void recalibrate_batchnorm(Model& model, bool across_world);
+  static constexpr int kRecalibrationBatches = 32;
+  /// Loss and accuracy of `model` on test share share_rank of `shares` (no communication, but
+  /// for FSDP's gathers). `forwards`: at least this many forward passes; those beyond the
+  /// share's batches run on share 0's first batch and are not counted (FSDP: equal collectives).
+  EvalResult evaluate(Model& model, int share_rank, int shares, int64_t forwards = 0);
+  /// Collective: every rank evaluates its share of the test split; all-reduced totals.
+  EvalResult evaluate_shares(Model& model);
+  /// Bytes this rank moved in one step: all-reduce payload (reduce-scatter and all-gather
+  /// count half each) and owner-broadcast payload (backward masking).
+  struct StepTraffic {
+    int64_t allreduced = 0, broadcast = 0;
+  };
+  void log_step(double loss, double acc, double lr, double step_s, double comm_s, int64_t flops, StepTraffic bytes);
+  void save(bool final);
+  void resume();
+  void print_memory_comparison();
+  void print_eval(const EvalResult& full, const EvalResult& subnetworks);
+  void dump_local_values(const std::string& dir);
+
+  Config config_;
+  TrainOptions options_;
+  std::unique_ptr<Communicator> world_;
+  Layout layout_;
+  ModelUnits units_;
+  SubnetworkPlan plan_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Model> eval_model_;  // assembled full model for evaluation (untracked)
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<GradientSync> sync_;
+  std::unique_ptr<DataSource> data_;
+  Batch batch_;
+  std::vector<FullTensorSpec> specs_;
+  MetricsFile metrics_;
+  std::unique_ptr<DirectoryLock> checkpoint_lock_;  // rank 0 with checkpoint.dir: held for the run
+  CheckpointLedger checkpoints_;                    // rank 0: what keep_last may delete
+  MemStats dp_footprint_;
+  int64_t step_ = 0, total_steps_ = 0, steps_per_epoch_ = 0;
+  int64_t last_saved_step_ = -1;
+  int64_t skipped_in_a_row_ = 0;  // consecutive steps skipped for non-finite values
+  int64_t skipped_total_ = 0;     // steps this run skipped (train.nonfinite = "skip")
+  bool prints_ = false;  // rank 0, or the simulated rank, prints progress  // step of this run's newest checkpoint
+  double base_lr_ = 0;
+  double window_loss_ = 0, window_acc_ = 0;
+  int64_t window_n_ = 0, window_examples_ = 0;
+  double window_time_ = 0;
+  std::vector<std::vector<Param*>> block_params_;  // ZeRO-2, FSDP: block b's trained parameters
+  bool blocks_finite_ = true;     // ZeRO-2, FSDP: every block's gradient was finite in this step
+  double hook_comm_s_ = 0;        // ZeRO-2, FSDP: seconds of this step's collectives inside forward and backward
+  nlohmann::json pending_alignment_;  // measured this step, written with its metrics line
+  nlohmann::json pending_redeal_;     // a re-deal before this step: written with its metrics line
+  int stop_signal_ = 0;               // a stop signal every rank has agreed on (0: none)
+  int64_t deal_ = 0;                  // the plan in use is that of deal deal_ (mask.redeal_every)
+  double last_train_loss_ = std::nan("");  // NaN until a step runs (a resume at the last step runs none)
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace subdp
