@@ -17,21 +17,25 @@ void Model::zero_grad() {
 }
 
 ModelUnits model_units(const ModelConfig& c) {
-  if (c.name == "mlp") return mlp_units(c);
-  if (c.name == "resnet") return resnet_units(c);
-  if (c.name == "gpt") return gpt_units(c);
-  throw Error(fmt::format("model.name = \"{}\": expected mlp, resnet or gpt", c.name));
+  switch (c.name) {
+    case ModelKind::mlp: return mlp_units(c);
+    case ModelKind::resnet: return resnet_units(c);
+    case ModelKind::gpt: return gpt_units(c);
+  }
+  throw Error("model.name: not a model");
 }
 
 std::unique_ptr<Model> make_model(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed,
                                   bool recompute_blocks, ParamLayout layout) {
-  SUBDP_CHECK(!recompute_blocks || c.name != "mlp", "train.recompute = \"blocks\": model.name = \"mlp\" has no "
+  SUBDP_CHECK(!recompute_blocks || c.name != ModelKind::mlp, "train.recompute = \"blocks\": model.name = \"mlp\" has no "
               "blocks (use resnet or gpt)");
   std::unique_ptr<Model> model;
-  if (c.name == "mlp") model = std::make_unique<Mlp>(c, mask, max_batch, seed);  // no blocks: every layout per parameter
-  else if (c.name == "resnet") model = std::make_unique<ResNet>(c, mask, max_batch, seed, recompute_blocks, layout);
-  else if (c.name == "gpt") model = make_gpt(c, mask, max_batch, seed, recompute_blocks, layout);
-  else throw Error(fmt::format("model.name = \"{}\": expected mlp, resnet or gpt", c.name));
+  switch (c.name) {
+    case ModelKind::mlp: model = std::make_unique<Mlp>(c, mask, max_batch, seed); break;  // no blocks: every layout per parameter
+    case ModelKind::resnet: model = std::make_unique<ResNet>(c, mask, max_batch, seed, recompute_blocks, layout); break;
+    case ModelKind::gpt: model = make_gpt(c, mask, max_batch, seed, recompute_blocks, layout); break;
+  }
+  SUBDP_CHECK(model != nullptr, "model.name: not a model");
   model->params().allocate_shared_blocks();
   return model;
 }

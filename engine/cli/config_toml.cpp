@@ -11,6 +11,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -25,14 +26,30 @@
 namespace subdp {
 namespace {
 
+/// A key whose value is one of a config enum's spellings (Choices<E>): reads and writes the
+/// enum through its index.
+struct ChoiceRef {
+  const char* const* names;
+  size_t count;
+  std::function<size_t()> get;
+  std::function<void(size_t)> set;
+  std::vector<std::string> spellings() const { return {names, names + count}; }
+};
+
+template <class E>
+ChoiceRef choice(E& e) {
+  const auto& names = Choices<E>::names;
+  return {names.data(), names.size(), [&e] { return static_cast<size_t>(e); },
+          [&e](size_t i) { e = static_cast<E>(i); }};
+}
+
 using Target = std::variant<int*, int64_t*, uint64_t*, double*, bool*, std::string*,
-                            std::vector<int>*>;
+                            std::vector<int>*, ChoiceRef>;
 
 /// What a value (or each element of a list) must satisfy.
 struct Rule {
   std::optional<double> lo, hi;       // numeric bounds
   bool lo_open = false, hi_open = false;
-  std::vector<std::string> choices;   // strings: allowed values (empty = any)
   bool nonempty = false;              // lists: at least one element
 };
 
@@ -45,7 +62,6 @@ Rule range(double lo, double hi, bool lo_open, bool hi_open) {
 /// lo <= value <= hi. The upper bounds on sizes are sanity limits far above any model this
 /// engine trains; they keep the shape arithmetic (int, int64) from overflowing.
 Rule between(double lo, double hi) { return range(lo, hi, false, false); }
-Rule one_of(std::vector<std::string> choices) { Rule r; r.choices = std::move(choices); return r; }
 Rule nonempty_list(Rule element) { element.nonempty = true; return element; }
 
 struct Field {
@@ -61,7 +77,7 @@ std::vector<Field> fields(Config& c) {
   auto &p = c.parallel; auto &k = c.mask; auto &v = c.device; auto &ck = c.checkpoint;
   auto &l = c.log;
   return {
-      {"model", "name", &m.name, one_of({"mlp", "resnet", "gpt"})},
+      {"model", "name", choice(m.name), any()},
       {"model", "hidden", &m.hidden, nonempty_list(between(1, 1 << 24))},
       {"model", "widths", &m.widths, nonempty_list(between(1, 1 << 16))},
       {"model", "blocks_per_stage", &m.blocks_per_stage, between(1, 4096)},
@@ -75,7 +91,7 @@ std::vector<Field> fields(Config& c) {
       {"model", "heads", &m.heads, between(1, 1 << 16)},
       {"model", "depth", &m.depth, between(1, 4096)},
       {"model", "mlp_ratio", &m.mlp_ratio, between(1, 64)},
-      {"data", "name", &d.name, one_of({"fashion_mnist", "mnist", "cifar10", "text", "token_shards"})},
+      {"data", "name", choice(d.name), any()},
       {"data", "path", &d.path, any()},
       {"data", "val_fraction", &d.val_fraction, range(0, 1, true, true)},
       {"data", "normalize", &d.normalize, any()},
@@ -86,13 +102,13 @@ std::vector<Field> fields(Config& c) {
       {"train", "eval_batches", &t.eval_batches, at_least(1)},
       {"train", "seed", &t.seed, at_least(0)},
       {"train", "threads", &t.threads, between(0, 1024)},
-      {"train", "nonfinite", &t.nonfinite, one_of({"stop", "skip"})},
-      {"train", "recompute", &t.recompute, one_of({"none", "blocks"})},
+      {"train", "nonfinite", choice(t.nonfinite), any()},
+      {"train", "recompute", choice(t.recompute), any()},
       {"train", "max_skipped_steps", &t.max_skipped_steps, between(0, 1000000)},
-      {"train", "winograd_tile", &t.winograd_tile, one_of({"2x2", "4x4"})},
+      {"train", "winograd_tile", choice(t.winograd_tile), any()},
       {"train", "stop_signals", &t.stop_signals, any()},
       {"train", "allow_overcommit", &t.allow_overcommit, any()},
-      {"optim", "name", &o.name, one_of({"sgd", "adamw"})},
+      {"optim", "name", choice(o.name), any()},
       {"optim", "lr", &o.lr, above(0)},
       {"optim", "momentum", &o.momentum, range(0, 1, false, true)},
       {"optim", "nesterov", &o.nesterov, any()},
@@ -101,24 +117,24 @@ std::vector<Field> fields(Config& c) {
       {"optim", "beta2", &o.beta2, range(0, 1, false, true)},
       {"optim", "eps", &o.eps, above(0)},
       {"optim", "warmup_steps", &o.warmup_steps, at_least(0)},
-      {"optim", "schedule", &o.schedule, one_of({"cosine", "constant"})},
+      {"optim", "schedule", choice(o.schedule), any()},
       {"optim", "min_lr_ratio", &o.min_lr_ratio, range(0, 1, false, false)},
-      {"optim", "lr_scaling", &o.lr_scaling, one_of({"none", "linear"})},
+      {"optim", "lr_scaling", choice(o.lr_scaling), any()},
       {"optim", "grad_clip", &o.grad_clip, at_least(0)},
       {"parallel", "subnetworks", &p.subnetworks, between(1, 4096)},
-      {"parallel", "backend", &p.backend, one_of({"auto", "mpi", "nccl", "local"})},
+      {"parallel", "backend", choice(p.backend), any()},
       {"parallel", "bucket_mb", &p.bucket_mb, above(0)},
       {"parallel", "collective_timeout_s", &p.collective_timeout_s, above(0)},
-      {"parallel", "shard", &p.shard, one_of({"none", "optimizer", "gradients", "parameters"})},
-      {"mask", "regime", &k.regime, one_of({"none", "forward", "backward", "stochastic"})},
-      {"mask", "granularity", &k.granularity, one_of({"block", "neuron"})},
+      {"parallel", "shard", choice(p.shard), any()},
+      {"mask", "regime", choice(k.regime), any()},
+      {"mask", "granularity", choice(k.granularity), any()},
       {"mask", "keep", &k.keep, range(0, 1, true, false)},
       {"mask", "seed", &k.seed, at_least(0)},
-      {"mask", "scale", &k.scale, one_of({"inverse_keep", "none"})},
+      {"mask", "scale", choice(k.scale), any()},
       {"mask", "pinned", &k.pinned, at_least(0)},
       {"mask", "redeal_every", &k.redeal_every, at_least(0)},
-      {"device", "type", &v.type, one_of({"cpu", "cuda", "fenced"})},
-      {"device", "precision", &v.precision, one_of({"fp32", "bf16"})},
+      {"device", "type", choice(v.type), any()},
+      {"device", "precision", choice(v.precision), any()},
       {"checkpoint", "dir", &ck.dir, any()},
       {"checkpoint", "every", &ck.every, at_least(0)},
       {"checkpoint", "keep_last", &ck.keep_last, at_least(1)},
@@ -291,13 +307,17 @@ void read(const toml::node& n, bool* out, const Rule&, const Where& w) {
   *out = n.as_boolean()->get();
 }
 
-void read(const toml::node& n, std::string* out, const Rule& r, const Where& w) {
+void read(const toml::node& n, std::string* out, const Rule&, const Where& w) {
+  if (!n.is_string()) w.fail("expected a string, found " + type_name(n));
+  *out = n.as_string()->get();
+}
+
+void read(const toml::node& n, ChoiceRef out, const Rule&, const Where& w) {
   if (!n.is_string()) w.fail("expected a string, found " + type_name(n));
   const std::string& v = n.as_string()->get();
-  if (!r.choices.empty() &&
-      std::find(r.choices.begin(), r.choices.end(), v) == r.choices.end())
-    w.fail("must be one of " + join(r.choices));
-  *out = v;
+  for (size_t i = 0; i < out.count; ++i)
+    if (v == out.names[i]) return out.set(i);
+  w.fail("must be one of " + join(out.spellings()));
 }
 
 void read(const toml::node& n, std::vector<int>* out, const Rule& r, const Where& w) {
@@ -345,7 +365,7 @@ void read_fields(const toml::table& root, const std::vector<Field>& fs, const st
     if (!n) continue;
     std::string dotted = std::string(f.table) + "." + f.key;
     Where w{path, f.table, f.key, *n, overridden.count(dotted) > 0};
-    std::visit([&](auto* target) { read(*n, target, f.rule, w); }, f.target);
+    std::visit([&](auto target) { read(*n, target, f.rule, w); }, f.target);
   }
 }
 
@@ -358,20 +378,20 @@ void check_cross(const Config& c, const std::string& path) {
   SUBDP_CHECK(t.epochs > 0 || t.steps > 0,
               "{}: [train] epochs and steps are both 0 or missing: give exactly one of "
               "epochs > 0 or steps > 0", path);
-  SUBDP_CHECK(!c.model.zero_init_residual || c.model.name != "mlp",
+  SUBDP_CHECK(!c.model.zero_init_residual || c.model.name != ModelKind::mlp,
               "{}: [model] zero_init_residual = true: the MLP has no residual branches "
               "(the key applies to resnet and gpt)", path);
-  SUBDP_CHECK(c.train.recompute == "none" || c.model.name != "mlp",
+  SUBDP_CHECK(c.train.recompute == Recompute::none || c.model.name != ModelKind::mlp,
               "{}: [train] recompute = \"{}\": the MLP has no blocks to recompute (the key applies to resnet and "
               "gpt); use \"none\"", path, c.train.recompute);
   SUBDP_CHECK(c.model.width % c.model.heads == 0,
               "{}: [model] width = {}: must be divisible by heads = {}", path, c.model.width,
               c.model.heads);
-  SUBDP_CHECK(c.mask.regime != "stochastic" || (c.parallel.subnetworks == 1 && c.mask.granularity == "block"),
+  SUBDP_CHECK(c.mask.regime != MaskRegime::stochastic || (c.parallel.subnetworks == 1 && c.mask.granularity == Granularity::block),
               "{}: [mask] regime = \"stochastic\" (stochastic depth) keeps the whole model on every rank and drops "
               "whole blocks: it needs [parallel] subnetworks = 1 (got {}) and [mask] granularity = \"block\" (got "
               "\"{}\")", path, c.parallel.subnetworks, c.mask.granularity);
-  if (c.mask.regime != "none" && c.mask.regime != "stochastic") {
+  if (masks_subnetworks(c.mask.regime)) {
     double cov = c.mask.keep * c.parallel.subnetworks;
     SUBDP_CHECK(std::fabs(cov - std::round(cov)) < 1e-9,
                 "{}: [mask] keep = {}: keep * subnetworks = {} * {} = {:.12g} must be a whole "
@@ -383,31 +403,31 @@ void check_cross(const Config& c, const std::string& path) {
   } catch (const Error& e) {
     throw Error(fmt::format("{}: {}", path, e.what()));
   }
-  SUBDP_CHECK(c.log.alignment_every == 0 || (c.mask.regime == "forward" || c.mask.regime == "backward"),
+  SUBDP_CHECK(c.log.alignment_every == 0 || masks_subnetworks(c.mask.regime),
               "{}: [log] alignment_every = {}: gradient alignment compares a subnetwork with the full model; it "
               "needs [mask] regime = \"forward\" or \"backward\" (got \"{}\")", path, c.log.alignment_every,
               c.mask.regime);
-  SUBDP_CHECK(c.mask.redeal_every == 0 || ((c.mask.regime == "forward" || c.mask.regime == "backward") &&
+  SUBDP_CHECK(c.mask.redeal_every == 0 || (masks_subnetworks(c.mask.regime) &&
                                             c.parallel.subnetworks > 1 && c.mask.keep < 1),
               "{}: [mask] redeal_every = {}: re-dealing moves slices between the holders of a subnetwork plan; it "
               "needs [mask] regime = \"forward\" or \"backward\" with keep < 1 and [parallel] subnetworks > 1 "
               "(got regime \"{}\", keep {}, subnetworks {})", path, c.mask.redeal_every, c.mask.regime, c.mask.keep,
               c.parallel.subnetworks);
-  SUBDP_CHECK(c.parallel.shard != "parameters" || c.mask.regime != "backward",
+  SUBDP_CHECK(c.parallel.shard != Sharding::parameters || c.mask.regime != MaskRegime::backward,
               "{}: [parallel] shard = \"parameters\" (FSDP) with [mask] regime = \"backward\": backward masking runs "
               "every block's forward on every rank, so each rank would gather blocks it does not hold; FSDP composes "
               "with \"none\", \"forward\" and \"stochastic\" (use shard = \"gradients\" with backward masking)", path);
-  SUBDP_CHECK(c.log.alignment_every == 0 || c.parallel.shard == "none" || c.parallel.shard == "optimizer",
+  SUBDP_CHECK(c.log.alignment_every == 0 || c.parallel.shard == Sharding::none || c.parallel.shard == Sharding::optimizer,
               "{}: [log] alignment_every = {}: gradient alignment reads each block's whole gradient, which [parallel] "
               "shard = \"{}\" frees block by block during the backward pass; use shard = \"optimizer\" or "
               "\"none\" to measure alignment", path, c.log.alignment_every, c.parallel.shard);
   SUBDP_CHECK(!c.checkpoint.reset_optimizer || !c.checkpoint.resume.empty(),
               "{}: [checkpoint] reset_optimizer = true: it applies to a resume; set [checkpoint] resume", path);
-  SUBDP_CHECK(c.checkpoint.resume != "auto" || !c.checkpoint.dir.empty(),
+  SUBDP_CHECK(!c.checkpoint.resumes_newest() || !c.checkpoint.dir.empty(),
               "{}: [checkpoint] resume = \"auto\": needs [checkpoint] dir", path);
   // device.type = "cuda" is checked when the run picks its backend (make_backend): "no CUDA
   // device was found" on a machine without one, rather than a config error.
-  SUBDP_CHECK(c.device.precision == "fp32",
+  SUBDP_CHECK(c.device.precision == Precision::fp32,
               "{}: [device] precision = \"{}\": every backend computes in fp32 (bf16 is not implemented yet); use "
               "\"fp32\"", path,
               c.device.precision);
@@ -474,7 +494,7 @@ std::string apply_override(toml::table& root, const std::vector<Field>& fs,
   auto keys = keys_of(fs, table);
   SUBDP_CHECK(f, "--set {}: unknown key {}{}; valid keys of [{}]: {}", spec, dotted,
               suggestion(key, keys), table, join(keys));
-  bool string_key = std::holds_alternative<std::string*>(f->target);
+  bool string_key = std::holds_alternative<std::string*>(f->target) || std::holds_alternative<ChoiceRef>(f->target);
   toml::table value = parse_override_value(text, string_key, spec);
   if (!root.contains(table) || !root[table].is_table()) root.insert_or_assign(table, toml::table{});
   toml::table& dst = *root[table].as_table();
@@ -490,6 +510,7 @@ std::string to_text(const uint64_t* v) { return std::to_string(*v); }
 std::string to_text(const double* v) { return format_number(*v); }
 std::string to_text(const bool* v) { return *v ? "true" : "false"; }
 std::string to_text(const std::string* v) { return quote(*v); }
+std::string to_text(const ChoiceRef& v) { return quote(v.names[v.get()]); }
 std::string to_text(const std::vector<int>* v) { return "[" + fmt::format("{}", fmt::join(*v, ", ")) + "]"; }
 
 }  // namespace
@@ -537,7 +558,7 @@ std::string config_to_toml(const Config& config) {
       out += fmt::format("{}[{}]\n", out.empty() ? "" : "\n", f.table);
       table = f.table;
     }
-    out += fmt::format("{} = {}\n", f.key, std::visit([](auto* v) { return to_text(v); }, f.target));
+    out += fmt::format("{} = {}\n", f.key, std::visit([](const auto& v) { return to_text(v); }, f.target));
   }
   return out;
 }

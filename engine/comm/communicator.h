@@ -9,6 +9,16 @@
 
 namespace subdp {
 
+/// The communicator's implementation: MPI, one process (local), --simulate-rank's stand-in
+/// for one rank of a larger world (simulated), or NCCL (kernels/cuda/nccl_comm).
+enum class CommKind { mpi, local, simulated, nccl };
+
+/// "mpi", "local", "simulated" or "nccl" (messages).
+inline const char* name_of(CommKind kind) {
+  constexpr const char* names[] = {"mpi", "local", "simulated", "nccl"};
+  return names[static_cast<int>(kind)];
+}
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -37,8 +47,10 @@ class Communicator {
   /// Collective over this communicator: returns a communicator over `ranks` (sorted ranks
   /// of this communicator) on members, nullptr elsewhere.
   virtual std::unique_ptr<Communicator> subgroup(const std::vector<int>& ranks) = 0;
-  /// Backend name: "mpi", "local" or "nccl".
-  virtual std::string backend() const = 0;
+  /// Which implementation this is.
+  virtual CommKind kind() const = 0;
+  /// True for --simulate-rank's communicator: collectives return this rank's own data.
+  bool simulated() const { return kind() == CommKind::simulated; }
 
   /// Payload bytes this rank sent into all-reduces since the last take_bytes().
   int64_t take_bytes() {

@@ -32,7 +32,7 @@ class LocalCommunicator : public Communicator {
   std::unique_ptr<Communicator> subgroup(const std::vector<int>&) override {
     return std::make_unique<LocalCommunicator>();
   }
-  std::string backend() const override { return "local"; }
+  CommKind kind() const override { return CommKind::local; }
 };
 
 }  // namespace

@@ -128,7 +128,7 @@ class MpiCommunicator : public Communicator {
     if (!member) return nullptr;
     return std::make_unique<MpiCommunicator>(sub, watchdog_);
   }
-  std::string backend() const override { return "mpi"; }
+  CommKind kind() const override { return CommKind::mpi; }
 
  private:
   /// MPI's int counts of a segment list whose total fits an int (callers cut larger buffers).

@@ -47,7 +47,7 @@ class SimulatedCommunicator : public Communicator {
       if (ranks[i] == rank_) return std::make_unique<SimulatedCommunicator>(static_cast<int>(i), static_cast<int>(ranks.size()));
     return nullptr;
   }
-  std::string backend() const override { return "simulated"; }
+  CommKind kind() const override { return CommKind::simulated; }
 
  private:
   // Float buffers are backend memory (gradient buckets): scaled by the backend, on the device

@@ -2,15 +2,108 @@
 // are the documented defaults (configs/README.md). Parsing and validation live in
 // engine/cli/config_toml.cpp (toml++ is heavy: one translation unit).
 #pragma once
+#include <fmt/format.h>
+
+#include <array>
 #include <cstdint>
+#include <optional>
+#include <ostream>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <vector>
 
 namespace subdp {
 
+// ---- values chosen from a fixed set: enums, with their spellings in the TOML file -----
+
+/// Spellings of a config enum's values in TOML, in the enum's order: Choices<E>::names.
+/// The parser (engine/cli/config_toml.cpp) accepts exactly these and writes them back.
+template <class E>
+struct Choices;
+
+/// The TOML spelling of e ("inverse_keep" for MaskScale::inverse_keep).
+template <class E>
+constexpr const char* name_of(E e) {
+  return Choices<E>::names.at(static_cast<size_t>(e));
+}
+
+/// The value of E spelled `name` ("forward" for MaskRegime::forward); nullopt when none is.
+template <class E>
+std::optional<E> choice_named(std::string_view name) {
+  const auto& names = Choices<E>::names;
+  for (size_t i = 0; i < names.size(); ++i)
+    if (name == names[i]) return static_cast<E>(i);
+  return std::nullopt;
+}
+
+#define SUBDP_CHOICES(E, ...)                                     \
+  template <>                                                     \
+  struct Choices<E> {                                             \
+    static constexpr auto names = std::array{__VA_ARGS__};        \
+  }
+
+enum class ModelKind { mlp, resnet, gpt };
+SUBDP_CHOICES(ModelKind, "mlp", "resnet", "gpt");
+enum class DatasetKind { fashion_mnist, mnist, cifar10, text, token_shards };
+SUBDP_CHOICES(DatasetKind, "fashion_mnist", "mnist", "cifar10", "text", "token_shards");
+/// train.nonfinite: what a step whose loss or gradient is not finite does.
+enum class NonfinitePolicy { stop, skip };
+SUBDP_CHOICES(NonfinitePolicy, "stop", "skip");
+/// train.recompute: blocks = each block's activations recomputed from its input in backward.
+enum class Recompute { none, blocks };
+SUBDP_CHOICES(Recompute, "none", "blocks");
+/// train.winograd_tile: the output tile of Winograd convolutions.
+enum class WinogradTile { t2x2, t4x4 };
+SUBDP_CHOICES(WinogradTile, "2x2", "4x4");
+enum class OptimizerKind { sgd, adamw };
+SUBDP_CHOICES(OptimizerKind, "sgd", "adamw");
+enum class Schedule { cosine, constant };
+SUBDP_CHOICES(Schedule, "cosine", "constant");
+/// optim.lr_scaling: linear = lr times the world size (Goyal et al. 2017).
+enum class LrScaling { none, linear };
+SUBDP_CHOICES(LrScaling, "none", "linear");
+/// parallel.backend: automatic = nccl for CUDA ranks under mpirun, mpi under mpirun, else local.
+enum class CommBackend { automatic, mpi, nccl, local };
+SUBDP_CHOICES(CommBackend, "auto", "mpi", "nccl", "local");
+/// parallel.shard: what is split over each slice's holders (Rajbhandari et al. 2020).
+enum class Sharding {
+  none,       // all-reduce every gradient; every holder updates every slice it holds
+  optimizer,  // ZeRO-1: reduce-scatter, each holder updates its shard, all-gather the values
+  gradients,  // ZeRO-2: ZeRO-1 with each block reduce-scattered right after its backward and
+              // only this rank's shard of its gradient kept (ParamLayout::shared_block_grads)
+  parameters, // FSDP (ZeRO-3): ZeRO-2 with each block's values kept as this rank's shard only
+              // and all-gathered before the block's forward and backward (shared_block_params)
+};
+SUBDP_CHOICES(Sharding, "none", "optimizer", "gradients", "parameters");
+/// mask.regime: subnetwork masking (forward: dropped parts absent; backward: full forward,
+/// gradients of kept parts only) or stochastic depth (whole model, blocks dropped per step).
+enum class MaskRegime { none, forward, backward, stochastic };
+SUBDP_CHOICES(MaskRegime, "none", "forward", "backward", "stochastic");
+/// mask.granularity: whole residual blocks, or neurons / channels / heads inside them.
+enum class Granularity { block, neuron };
+SUBDP_CHOICES(Granularity, "block", "neuron");
+/// mask.scale: inverse_keep = kept parts scaled by 1/keep (inverted dropout).
+enum class MaskScale { inverse_keep, none };
+SUBDP_CHOICES(MaskScale, "inverse_keep", "none");
+enum class DeviceType { cpu, cuda, fenced };
+SUBDP_CHOICES(DeviceType, "cpu", "cuda", "fenced");
+enum class Precision { fp32, bf16 };
+SUBDP_CHOICES(Precision, "fp32", "bf16");
+#undef SUBDP_CHOICES
+
+/// Streams print a config enum as its TOML spelling (test failure messages).
+template <class E, class = std::void_t<decltype(Choices<E>::names)>>
+std::ostream& operator<<(std::ostream& os, E e) {
+  return os << name_of(e);
+}
+
+/// True for the regimes that train a subnetwork plan (forward and backward masking).
+inline bool masks_subnetworks(MaskRegime r) { return r == MaskRegime::forward || r == MaskRegime::backward; }
+
 /// [model]: architecture and sizes.
 struct ModelConfig {
-  std::string name = "mlp";           // mlp, resnet, gpt
+  ModelKind name = ModelKind::mlp;
   // mlp
   std::vector<int> hidden = {1024, 1024};  // hidden layer widths (784 -> hidden... -> classes)
   // resnet
@@ -26,7 +119,7 @@ struct ModelConfig {
 
 /// [data]: dataset and where it lives.
 struct DataConfig {
-  std::string name = "fashion_mnist";  // fashion_mnist, mnist, cifar10, text, token_shards
+  DatasetKind name = DatasetKind::fashion_mnist;
   std::string path;                    // directory or file; empty = dataset default
   double val_fraction = 0.1;           // text: share of bytes held out for validation
   bool normalize = true;               // images: subtract mean / divide std of the train split
@@ -41,57 +134,57 @@ struct TrainConfig {
   int eval_batches = 64;    // text: validation batches per evaluation
   uint64_t seed = 0;        // weights, data order, sampler
   int threads = 0;          // BLAS/OpenMP threads per rank; 0 = cores / local ranks
-  std::string nonfinite = "stop";  // stop or skip a step whose loss/gradient is not finite
-  std::string recompute = "none";  // none, or blocks: activations recomputed block by block in backward (GPT)
+  NonfinitePolicy nonfinite = NonfinitePolicy::stop;
+  Recompute recompute = Recompute::none;
   int max_skipped_steps = 5;       // skip: at most this many consecutive skipped steps, then stop (non-zero)
-  std::string winograd_tile = "2x2";  // 2x2 or 4x4: output tile of Winograd convolutions
+  WinogradTile winograd_tile = WinogradTile::t2x2;
   // Signals that stop the run at the end of its step with a checkpoint (engine/train/stop_signals.h).
   std::string stop_signals = "SIGTERM,SIGUSR1";
   bool allow_overcommit = false;  // train even when the plan's bytes exceed the memory available
 };
 
 /// The Winograd output tile side train.winograd_tile asks for: 2 or 4.
-inline int winograd_tile_side(const TrainConfig& t) { return t.winograd_tile == "4x4" ? 4 : 2; }
+inline int winograd_tile_side(const TrainConfig& t) { return t.winograd_tile == WinogradTile::t4x4 ? 4 : 2; }
 
 /// [optim]: optimizer and learning-rate schedule.
 struct OptimConfig {
-  std::string name = "sgd";  // sgd, adamw
+  OptimizerKind name = OptimizerKind::sgd;
   double lr = 0.05;          // base learning rate (per reference batch, see lr_scaling)
   double momentum = 0.9;
   bool nesterov = false;
   double weight_decay = 0.0;
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   int64_t warmup_steps = 0;
-  std::string schedule = "cosine";  // cosine, constant
+  Schedule schedule = Schedule::cosine;
   double min_lr_ratio = 0.0;        // cosine floor as a fraction of lr
-  std::string lr_scaling = "none";  // none, linear (Goyal et al. 2017: lr * world size)
+  LrScaling lr_scaling = LrScaling::none;
   double grad_clip = 0.0;           // global gradient-norm clip; 0 = off
 };
 
 /// [parallel]: layout of ranks.
 struct ParallelConfig {
   int subnetworks = 1;               // S; S = 1 is plain DP
-  std::string backend = "auto";      // auto, mpi, nccl, local
+  CommBackend backend = CommBackend::automatic;
   double bucket_mb = 25.0;           // largest all-reduce or owner-broadcast message, and the comm buffer's cap, MiB
   double collective_timeout_s = 300; // watchdog on a collective
-  std::string shard = "none";        // none, optimizer (ZeRO-1: optimizer state split over each slice's holders)
+  Sharding shard = Sharding::none;
 };
 
 /// [mask]: subnetwork masking regime.
 struct MaskConfig {
-  std::string regime = "none";        // none, forward, backward
-  std::string granularity = "block";  // block, neuron
+  MaskRegime regime = MaskRegime::none;
+  Granularity granularity = Granularity::block;
   double keep = 1.0;                  // keep ratio r; r * S must be whole
   uint64_t seed = 0;                  // plan seed
-  std::string scale = "inverse_keep"; // inverse_keep, none
+  MaskScale scale = MaskScale::inverse_keep;
   std::vector<int> pinned;            // block indices always kept (block level)
   int64_t redeal_every = 0;           // steps between re-deals of the plan (deal d: seed + d); 0 = never
 };
 
 /// [device]
 struct DeviceConfig {
-  std::string type = "cpu";         // cpu, cuda
-  std::string precision = "fp32";   // fp32, bf16
+  DeviceType type = DeviceType::cpu;
+  Precision precision = Precision::fp32;
 };
 
 /// [checkpoint]
@@ -100,6 +193,8 @@ struct CheckpointConfig {
   int64_t every = 0;      // steps between checkpoints; 0 = only at the end (when dir is set)
   int keep_last = 3;
   std::string resume;     // empty, "auto" (newest complete in dir) or a checkpoint path
+  /// True for resume = "auto": the newest complete checkpoint in dir.
+  bool resumes_newest() const { return resume == "auto"; }
   bool reset_optimizer = false;  // resume: load the weights only; optimizer state starts from zero
 };
 
@@ -136,3 +231,12 @@ Config parse_config(const std::string& text, const std::string& path,
 std::string config_to_toml(const Config& c);
 
 }  // namespace subdp
+
+/// fmt prints a config enum as its TOML spelling.
+template <class E>
+struct fmt::formatter<E, char, std::void_t<decltype(subdp::Choices<E>::names)>> : fmt::formatter<std::string_view> {
+  template <class Context>
+  auto format(E e, Context& ctx) const {
+    return fmt::formatter<std::string_view>::format(subdp::name_of(e), ctx);
+  }
+};

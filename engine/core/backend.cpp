@@ -39,10 +39,9 @@ void set_backend(std::unique_ptr<Backend> b) {
   current() = std::move(b);
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& device_type) {
-  if (device_type == "cpu") return make_cpu_backend();
-  if (device_type == "fenced") return make_fenced_backend();
-  SUBDP_CHECK(device_type == "cuda", "[device] type = \"{}\": expected cpu, cuda or fenced", device_type);
+std::unique_ptr<Backend> make_backend(DeviceType device_type) {
+  if (device_type == DeviceType::cpu) return make_cpu_backend();
+  if (device_type == DeviceType::fenced) return make_fenced_backend();
   SUBDP_CHECK(cuda_device_count() > 0, "[device] type = \"cuda\": no CUDA device was found{}; use \"cpu\"",
 #ifdef SUBDP_WITH_CUDA
               " (cudaGetDeviceCount)"
@@ -57,8 +56,8 @@ std::unique_ptr<Backend> make_backend(const std::string& device_type) {
 #endif
 }
 
-std::unique_ptr<Backend> make_planning_backend(const std::string& device_type) {
-  if (device_type != "cuda") return make_backend(device_type);
+std::unique_ptr<Backend> make_planning_backend(DeviceType device_type) {
+  if (device_type != DeviceType::cuda) return make_backend(device_type);
 #ifdef SUBDP_WITH_CUDA
   return make_cuda_backend(/*planning=*/true);
 #else

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/config/config.h"
 #include "engine/core/device_memory.h"
 #include "kernels/shapes.h"
 
@@ -164,9 +165,9 @@ class CollectiveScope {
 Backend& backend();
 /// Makes `b` the run's backend.
 void set_backend(std::unique_ptr<Backend> b);
-/// The backend for `[device] type`: "cpu", "fenced", or "cuda" (an error naming the cause on a
+/// The backend for `[device] type`: cpu, fenced, or cuda (an error naming the cause on a
 /// machine without a CUDA device or a build without nvcc).
-std::unique_ptr<Backend> make_backend(const std::string& device_type);
+std::unique_ptr<Backend> make_backend(DeviceType device_type);
 
 /// The CPU backend (kernels/cpu: OpenBLAS, OpenMP, Winograd / channels-last convolutions).
 std::unique_ptr<Backend> make_cpu_backend();
@@ -178,7 +179,7 @@ std::unique_ptr<Backend> make_cuda_backend(bool planning = false);
 
 /// The backend whose sizes `subdp plan` predicts with: make_backend's, except that "cuda"
 /// needs no device (make_cuda_backend(true)). Throws for "cuda" in a build without nvcc.
-std::unique_ptr<Backend> make_planning_backend(const std::string& device_type);
+std::unique_ptr<Backend> make_planning_backend(DeviceType device_type);
 
 /// The fenced test device (kernels/fenced): the CPU kernels on a pool that host code cannot
 /// touch (mapped PROT_NONE except while a backend operation or a collective runs), so a

@@ -12,9 +12,9 @@ std::unique_ptr<DataSource> make_text_source(const Config& config, int rank, int
 
 namespace {
 
-std::string default_path(const std::string& name) {
-  if (name == "fashion_mnist") return "/usr/share/datasets/fashion-mnist";
-  if (name == "mnist") return "/usr/share/datasets/mnist";
+std::string default_path(DatasetKind name) {
+  if (name == DatasetKind::fashion_mnist) return "/usr/share/datasets/fashion-mnist";
+  if (name == DatasetKind::mnist) return "/usr/share/datasets/mnist";
   return "data/cifar-10-batches-bin";
 }
 
@@ -24,7 +24,7 @@ class ImageSource : public DataSource {
       : config_(c), name_(c.data.name), batch_size_(c.train.batch_size),
         sampler_(0, 1, 0, 1, 0) {
     const std::string dir = c.data.path.empty() ? default_path(c.data.name) : c.data.path;
-    const bool cifar = c.data.name == "cifar10";
+    const bool cifar = c.data.name == DatasetKind::cifar10;
     with_data_path_key(c, [&] {
       train_ = cifar ? load_cifar10_dir(dir, true) : load_mnist_dir(dir, true);
       test_ = cifar ? load_cifar10_dir(dir, false) : load_mnist_dir(dir, false);
@@ -77,7 +77,7 @@ class ImageSource : public DataSource {
     b.upload();
   }
   Config config_;
-  std::string name_;
+  DatasetKind name_;
   int batch_size_;
   ImageDataset train_, test_;
   EpochSampler sampler_;
@@ -86,8 +86,8 @@ class ImageSource : public DataSource {
 }  // namespace
 
 std::unique_ptr<DataSource> make_data_source(const Config& c, int rank, int world) {
-  if (c.data.name == "text" || c.data.name == "token_shards") return make_text_source(c, rank, world);
-  SUBDP_CHECK(c.model.name != "gpt", "model.name = \"gpt\" needs data.name = \"text\" or \"token_shards\", not \"{}\"",
+  if (c.data.name == DatasetKind::text || c.data.name == DatasetKind::token_shards) return make_text_source(c, rank, world);
+  SUBDP_CHECK(c.model.name != ModelKind::gpt, "model.name = \"gpt\" needs data.name = \"text\" or \"token_shards\", not \"{}\"",
               c.data.name);
   return std::make_unique<ImageSource>(c, rank, world);
 }

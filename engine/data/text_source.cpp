@@ -26,13 +26,13 @@ class TextSource : public DataSource {
   TextSource(const Config& c, int rank, int world)
       : name_(c.data.name), batch_size_(c.train.batch_size), T_(c.model.context), world_(world),
         eval_total_(c.train.eval_batches) {
-    SUBDP_CHECK(c.model.name == "gpt", "data.name = \"{}\" is token data: it needs model.name = \"gpt\", not \"{}\"",
+    SUBDP_CHECK(c.model.name == ModelKind::gpt, "data.name = \"{}\" is token data: it needs model.name = \"gpt\", not \"{}\"",
                 c.data.name, c.model.name);
-    SUBDP_CHECK(name_ == "text" || !c.data.path.empty(),
+    SUBDP_CHECK(name_ == DatasetKind::text || !c.data.path.empty(),
                 "data.name = \"token_shards\" needs data.path (an llm.c .bin shard or a directory of them)");
     path_ = c.data.path.empty() ? "data/brown/brown.txt" : c.data.path;
     TokenStream s = with_data_path_key(
-        c, [&] { return name_ == "text" ? load_text_bytes(path_) : load_token_shards(path_, c.model.vocab); });
+        c, [&] { return name_ == DatasetKind::text ? load_text_bytes(path_) : load_token_shards(path_, c.model.vocab); });
     check_vocab(s, c.model.vocab);
     const int64_t n = static_cast<int64_t>(s.tokens.size());
     const int64_t n_val = static_cast<int64_t>(static_cast<double>(n) * c.data.val_fraction);
@@ -79,7 +79,7 @@ class TextSource : public DataSource {
   void check_vocab(const TokenStream& s, int vocab) const {
     const auto mx = std::max_element(s.tokens.begin(), s.tokens.end());
     SUBDP_CHECK(mx == s.tokens.end() || *mx < vocab, "{}: token {} at position {} is >= model.vocab = {}{}", path_,
-                *mx, mx - s.tokens.begin(), vocab, name_ == "text" ? " (text is bytes: use vocab = 256)" : "");
+                *mx, mx - s.tokens.begin(), vocab, name_ == DatasetKind::text ? " (text is bytes: use vocab = 256)" : "");
   }
 
   /// x[b] = tokens[s_b, s_b + T), y[b] = tokens[s_b + 1, s_b + T + 1) for each start s_b.
@@ -95,7 +95,8 @@ class TextSource : public DataSource {
     b.upload();
   }
 
-  std::string name_, path_;
+  DatasetKind name_;
+  std::string path_;
   int batch_size_, T_, world_, eval_total_;
   std::vector<int32_t> train_, val_;
   std::unique_ptr<WindowSampler> train_sampler_, eval_sampler_;

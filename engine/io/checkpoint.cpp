@@ -206,8 +206,7 @@ void load_checkpoint(const std::string& path, CheckpointInfo& info, std::vector<
   }
 }
 
-std::string resolve_checkpoint(const std::string& resume, const std::string& dir, LoadedCheckpoint* loaded) {
-  if (resume != "auto") return resume;
+std::string newest_checkpoint(const std::string& dir, LoadedCheckpoint* loaded) {
   auto all = complete_checkpoints(dir);
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
     try {

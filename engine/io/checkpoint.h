@@ -81,21 +81,20 @@ void check_free_space(const std::string& dir, int64_t step, int64_t needed, int6
 /// -1 when it cannot be asked.
 int64_t free_disk_bytes(const std::string& path);
 
-/// A checkpoint read by resolve_checkpoint while it looked for an intact one.
+/// A checkpoint read by newest_checkpoint while it looked for an intact one.
 struct LoadedCheckpoint {
   bool loaded = false;
   CheckpointInfo info;
   std::vector<NamedTensor> model, optimizer;
 };
 
-/// Resolves `resume` ("auto" = newest complete checkpoint in dir, damaged ones skipped with a
-/// warning on stderr; otherwise a checkpoint directory). Returns "" when auto finds none;
-/// throws when dir holds checkpoints but every one is damaged (a fresh start would overwrite
-/// them), and when a checkpoint it meets cannot be read for another reason (another format
-/// version, an unparsable manifest: see DamagedCheckpoint), naming it.
-/// With `loaded`, "auto" hands over the checkpoint it read and verified, so that it is not read
-/// twice (loaded->loaded stays false for a path, which is not read here).
-std::string resolve_checkpoint(const std::string& resume, const std::string& dir, LoadedCheckpoint* loaded = nullptr);
+/// The newest complete checkpoint in dir (checkpoint.resume = "auto"), damaged ones skipped
+/// with a warning on stderr. Returns "" when there is none; throws when dir holds checkpoints
+/// but every one is damaged (a fresh start would overwrite them), and when a checkpoint it
+/// meets cannot be read for another reason (another format version, an unparsable manifest:
+/// see DamagedCheckpoint), naming it. With `loaded`, it hands over the checkpoint it read and
+/// verified, so that it is not read twice.
+std::string newest_checkpoint(const std::string& dir, LoadedCheckpoint* loaded = nullptr);
 
 /// Reads and verifies a checkpoint (manifest, CRCs of every file, every value read finite).
 /// read_optimizer = false leaves `optimizer` empty: the optimizer file is CRC-checked but

@@ -146,15 +146,15 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimConfig& c, std::vector<Para
   std::vector<Param*> held;
   for (Param* p : params)
     if (p->grad.defined()) held.push_back(p);
-  if (c.name == "sgd") return std::make_unique<Sgd>(c, held, shard);
-  if (c.name == "adamw") return std::make_unique<AdamW>(c, held, shard);
+  if (c.name == OptimizerKind::sgd) return std::make_unique<Sgd>(c, held, shard);
+  if (c.name == OptimizerKind::adamw) return std::make_unique<AdamW>(c, held, shard);
   throw Error(fmt::format("optim.name = \"{}\": expected sgd or adamw", c.name));
 }
 
 double learning_rate(const OptimConfig& c, double base_lr, int64_t step, int64_t total) {
   if (c.warmup_steps > 0 && step < c.warmup_steps)
     return base_lr * static_cast<double>(step + 1) / static_cast<double>(c.warmup_steps);
-  if (c.schedule == "constant") return base_lr;
+  if (c.schedule == Schedule::constant) return base_lr;
   const double span = static_cast<double>(std::max<int64_t>(1, total - c.warmup_steps));
   const double progress = std::min(1.0, static_cast<double>(step - c.warmup_steps) / span);
   const double floor = base_lr * c.min_lr_ratio;

@@ -17,14 +17,6 @@ std::vector<int> Layout::ranks_of(const std::vector<int>& subnets) const {
   return out;
 }
 
-Sharding sharding_of(const std::string& shard) {
-  if (shard == "none") return Sharding::none;
-  if (shard == "optimizer") return Sharding::optimizer;
-  if (shard == "gradients") return Sharding::gradients;
-  if (shard == "parameters") return Sharding::parameters;
-  throw Error(fmt::format("parallel.shard = \"{}\": expected none, optimizer, gradients or parameters", shard));
-}
-
 ParamLayout param_layout_of(Sharding sharding) {
   return sharding == Sharding::gradients    ? ParamLayout::shared_block_grads
          : sharding == Sharding::parameters ? ParamLayout::shared_block_params
@@ -34,7 +26,7 @@ ParamLayout param_layout_of(Sharding sharding) {
 GradientSync::GradientSync(Communicator& world, const Layout& layout, const SubnetworkPlan& plan,
                            std::vector<Param*> params, double bucket_mb, Sharding sharding, int blocks)
     : world_(world), layout_(layout), plan_(plan), params_(std::move(params)), sharding_(sharding),
-      simulated_(world.backend() == "simulated") {
+      simulated_(world.kind() == CommKind::simulated) {
   if (shards_blocks()) blocks_ = blocks;
   for (const Param* p : params_) SUBDP_ASSERT(p->block < blocks_ || !shards_blocks());
   next_block_ = blocks_ - 1;

@@ -53,19 +53,6 @@ struct ShardPiece {
   float* value = nullptr;  // where the optimizer updates it: in the value, or (FSDP, a block's) in Param::shard_value
 };
 
-/// parallel.shard: what is split over each slice's holders (Rajbhandari et al. 2020).
-enum class Sharding {
-  none,       // all-reduce every gradient; every holder updates every slice it holds
-  optimizer,  // ZeRO-1: reduce-scatter, each holder updates its shard, all-gather the values
-  gradients,  // ZeRO-2: ZeRO-1 with each block reduce-scattered right after its backward and
-              // only this rank's shard of its gradient kept (ParamLayout::shared_block_grads)
-  parameters, // FSDP (ZeRO-3): ZeRO-2 with each block's values kept as this rank's shard only
-              // and all-gathered before the block's forward and backward (shared_block_params)
-};
-
-/// Sharding named by parallel.shard ("none", "optimizer", "gradients", "parameters"). Errors
-/// name the key.
-Sharding sharding_of(const std::string& shard);
 /// The model layout a sharding needs.
 ParamLayout param_layout_of(Sharding sharding);
 

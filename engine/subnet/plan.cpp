@@ -10,17 +10,14 @@
 
 namespace subdp {
 
-Regime parse_regime(const std::string& s) {
-  if (s == "none") return Regime::none;
-  if (s == "forward") return Regime::forward;
-  if (s == "backward") return Regime::backward;
-  throw Error(fmt::format("mask.regime = \"{}\": expected none, forward, backward or stochastic", s));
-}
-
-Granularity parse_granularity(const std::string& s) {
-  if (s == "block") return Granularity::block;
-  if (s == "neuron") return Granularity::neuron;
-  throw Error(fmt::format("mask.granularity = \"{}\": expected block or neuron", s));
+Regime plan_regime(MaskRegime regime) {
+  switch (regime) {
+    case MaskRegime::forward: return Regime::forward;
+    case MaskRegime::backward: return Regime::backward;
+    case MaskRegime::none:
+    case MaskRegime::stochastic: return Regime::none;
+  }
+  throw Error("mask.regime: not a regime");
 }
 
 namespace {
@@ -174,7 +171,7 @@ bool stochastic_drop(uint64_t seed, int rank, int64_t step, int block, double ke
 }
 
 SubnetworkPlan make_plan(const ModelUnits& units, const MaskConfig& mask, int S) {
-  if (mask.regime == "stochastic") {
+  if (mask.regime == MaskRegime::stochastic) {
     // Stochastic depth holds the whole model on every rank: DP's plan; the drops are drawn
     // per step by the trainer (stochastic_drop).
     SUBDP_CHECK(S == 1, "mask.regime = \"stochastic\": parallel.subnetworks = {} must be 1", S);
@@ -183,13 +180,13 @@ SubnetworkPlan make_plan(const ModelUnits& units, const MaskConfig& mask, int S)
     });
     SUBDP_CHECK(droppable, "mask.regime = \"stochastic\": this model has no residual blocks to drop (use resnet or gpt)");
     MaskConfig dp = mask;
-    dp.regime = "none";
+    dp.regime = MaskRegime::none;
     dp.keep = 1.0;
     return make_plan(units, dp, S);
   }
   SubnetworkPlan plan;
-  plan.regime = parse_regime(mask.regime);
-  plan.granularity = parse_granularity(mask.granularity);
+  plan.regime = plan_regime(mask.regime);
+  plan.granularity = mask.granularity;
   plan.S = S;
   if (!plan.masked()) {
     SUBDP_CHECK(S == 1 || mask.keep == 1.0,
@@ -274,7 +271,7 @@ SubnetworkPlan make_plan(const ModelUnits& units, const MaskConfig& mask, int S)
 std::string SubnetworkPlan::describe(const ModelUnits& units) const {
   std::string out = fmt::format("plan: regime={} granularity={} S={} coverage c={} keep={:.4g} groups={}\n",
                                 regime == Regime::none ? "none" : regime == Regime::forward ? "forward" : "backward",
-                                granularity == Granularity::block ? "block" : "neuron", S, c, keep(), groups.size());
+                                name_of(granularity), S, c, keep(), groups.size());
   for (size_t g = 0; g < groups.size(); ++g) {
     out += fmt::format("  group {}: subnetworks {{", g);
     for (size_t i = 0; i < groups[g].size(); ++i) out += fmt::format("{}{}", i ? "," : "", groups[g][i]);

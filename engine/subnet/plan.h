@@ -11,9 +11,9 @@
 namespace subdp {
 
 enum class Regime { none, forward, backward };
-enum class Granularity { block, neuron };
-Regime parse_regime(const std::string& s);
-Granularity parse_granularity(const std::string& s);
+/// The plan's masking regime for mask.regime: forward and backward as they are; none and
+/// stochastic (whole model on every rank, blocks dropped per step) plan no masks.
+Regime plan_regime(MaskRegime regime);
 
 /// A maskable layer at neuron level: `units` interchangeable units (neurons, channels,
 /// heads) of `unit_params` parameters each. Units of one layer are planned together.

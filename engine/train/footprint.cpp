@@ -17,9 +17,9 @@ MemStats predict_rank_memory(const Config& c, int world, int rank) {
   Layout layout{world, S, rank};
   return MemoryTracker::global().measure([&] {
     auto comm = make_simulated_communicator(rank, world);
-    const Sharding sharding = sharding_of(c.parallel.shard);
-    auto model = make_model(c.model, make_subnet_mask(plan, units, layout.subnet(), c.mask.scale == "inverse_keep"),
-                            c.train.batch_size, c.train.seed, c.train.recompute == "blocks",
+    const Sharding sharding = c.parallel.shard;
+    auto model = make_model(c.model, make_subnet_mask(plan, units, layout.subnet(), c.mask.scale == MaskScale::inverse_keep),
+                            c.train.batch_size, c.train.seed, c.train.recompute == Recompute::blocks,
                             param_layout_of(sharding));
     GradientSync sync(*comm, layout, plan, model->params().all(), c.parallel.bucket_mb, sharding,
                       static_cast<int>(units.blocks.size()));

@@ -57,7 +57,40 @@ class Trainer {
   void prepare_outputs();
   /// Throws the first non-empty message of an allgather (naming its rank when W > 1).
   void stop_on_any_error(const std::vector<std::string>& errors) const;
+  /// Bytes this rank moved in one step: all-reduce payload (reduce-scatter and all-gather
+  /// count half each) and owner-broadcast payload (backward masking).
+  struct StepTraffic {
+    int64_t allreduced = 0, broadcast = 0;
+  };
+  /// What one step measured: its phases fill it, record() writes it.
+  struct StepFigures {
+    double loss = 0;       // mean cross-entropy of this rank's batch (nats)
+    int64_t correct = 0;   // target positions whose argmax is the target
+    int64_t flops = 0;     // forward and backward FLOPs (engine/layers/flops.h)
+    double lr = 0;         // learning rate of the update
+    double comm_s = 0;     // seconds in collectives (inside the backward pass included)
+    double step_s = 0;     // seconds of the whole step
+    StepTraffic bytes;
+  };
+  /// One optimizer step, as named phases in order: prepare_step, forward_backward,
+  /// skip_if_nonfinite, reduce, clip_gradients, update, publish, record.
   void train_step(int64_t epoch, int64_t step_in_epoch);
+  /// Re-deals the plan when due, loads the batch, draws stochastic-depth drops, zeroes the
+  /// gradients and the step's counters.
+  void prepare_step(int64_t epoch, int64_t step_in_epoch);
+  /// Forward and backward on this rank's batch (ZeRO-2 / FSDP: the block collectives run
+  /// inside, through the model's block hooks).
+  void forward_backward(StepFigures& f);
+  /// Collective: agrees on non-finite values and stop signals across ranks. True when the
+  /// step is skipped (train.nonfinite = "skip"); throws when it must stop.
+  bool skip_if_nonfinite(const StepFigures& f);
+  /// Averages gradients over their holders (GradientSync::average).
+  void reduce(StepFigures& f);
+  /// The optimizer update at this step's learning rate; stops every rank on a non-finite value.
+  void update(StepFigures& f);
+  /// Sends the updated values to the ranks that need them: ZeRO's all-gather, backward
+  /// masking's owner broadcasts.
+  void publish(StepFigures& f);
   /// After a step in which some rank received a stop signal (every rank agrees through the
   /// step's flag all-reduce): checkpoints (when checkpoint.dir is set), prints one line and
   /// returns the exit status (kExitStopped, or 128 + the signal without a checkpoint.dir).
@@ -96,12 +129,8 @@ class Trainer {
   EvalResult evaluate(Model& model, int share_rank, int shares, int64_t forwards = 0);
   /// Collective: every rank evaluates its share of the test split; all-reduced totals.
   EvalResult evaluate_shares(Model& model);
-  /// Bytes this rank moved in one step: all-reduce payload (reduce-scatter and all-gather
-  /// count half each) and owner-broadcast payload (backward masking).
-  struct StepTraffic {
-    int64_t allreduced = 0, broadcast = 0;
-  };
-  void log_step(double loss, double acc, double lr, double step_s, double comm_s, int64_t flops, StepTraffic bytes);
+  /// Writes the step's metrics line and, every log.every steps, the progress line.
+  void record(const StepFigures& f);
   void save(bool final);
   void resume();
   void print_memory_comparison();

@@ -56,7 +56,7 @@ EvalResult Trainer::evaluate_full() {
   // Sharded evaluation (design brief): every rank assembles the full model and evaluates a
   // 1/W share of the test split, so no rank idles while one evaluates everything.
   if (!plan_.masked()) return evaluate_shares(*model_);  // every rank holds the full model
-  if (world_->backend() == "simulated") return {std::nan(""), std::nan(""), 0};  // other ranks' units are not here
+  if (world_->simulated()) return {std::nan(""), std::nan(""), 0};  // other ranks' units are not here
   assemble_eval_model();
   recalibrate_batchnorm(*eval_model_, /*across_world=*/true);
   return evaluate_shares(*eval_model_);
@@ -172,7 +172,7 @@ void Trainer::save(bool final) {
     info.step = step_;
     info.optimizer_steps = optimizer_->steps_taken();
     info.config_toml = config_to_toml(config_);
-    info.model_name = config_.model.name;
+    info.model_name = name_of(config_.model.name);
     info.plan_hash = plan_.hash();
     info.world = layout_.world;
     info.subnetworks = layout_.S;
@@ -197,14 +197,15 @@ void Trainer::resume() {
   if (layout_.rank == 0) {
     try {
       LoadedCheckpoint read;  // "auto" verifies the checkpoint it picks by reading it: use that read
-      const std::string path = resolve_checkpoint(config_.checkpoint.resume, config_.checkpoint.dir, &read);
+      const CheckpointConfig& ck = config_.checkpoint;
+      const std::string path = ck.resumes_newest() ? newest_checkpoint(ck.dir, &read) : ck.resume;
       if (read.loaded) {
         info = read.info;
         full = std::move(read.model);
         opt = std::move(read.optimizer);
-        check_checkpoint_for(path, config_.model.name, specs_, optimizer_->num_states(), policy, info, full, opt);
+        check_checkpoint_for(path, name_of(config_.model.name), specs_, optimizer_->num_states(), policy, info, full, opt);
       } else if (!path.empty()) {
-        load_checkpoint_for(path, config_.model.name, specs_, optimizer_->num_states(), policy, info, full, opt);
+        load_checkpoint_for(path, name_of(config_.model.name), specs_, optimizer_->num_states(), policy, info, full, opt);
       }
       if (!path.empty()) {
         checkpoints_.trusted.insert(path);  // read and verified: keep_last may prune it

@@ -65,7 +65,7 @@ void Trainer::redeal(int64_t deal) {
     // Every element and moment must have arrived: the new owners' checksum equals the old ones'
     // (not under --simulate-rank, where the other ranks' elements never arrive).
     after = world_checksum_of(*world_, owned_checksum(*model_, optimizer_.get(), *sync_, *world_, specs_));
-    SUBDP_CHECK(before == after || world_->backend() == "simulated",
+    SUBDP_CHECK(before == after || world_->simulated(),
                 "internal error: the re-deal before step {} changed the model or optimizer state (checksum {:016x} "
                 "before, {:016x} after)", step_ + 1, before, after);
   }

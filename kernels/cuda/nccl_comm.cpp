@@ -118,7 +118,7 @@ class NcclComm final : public NcclCommunicator {
   int device() const override { return device_; }
   cudaStream_t stream() const override { return stream_; }
   void set_compute_stream(cudaStream_t s) override { compute_ = s; }
-  std::string backend() const override { return "nccl"; }
+  CommKind kind() const override { return CommKind::nccl; }
 
   void allreduce_sum(float* data, int64_t n) override {
     bytes_ += n * static_cast<int64_t>(sizeof(float));

@@ -13,7 +13,7 @@
 
 namespace subdp {
 
-/// The NCCL-specific part of the communicator made by make_nccl_communicator (backend()
+/// The NCCL-specific part of the communicator made by make_nccl_communicator (kind()
 /// "nccl"); reach it with dynamic_cast.
 class NcclCommunicator : public Communicator {
  public:

@@ -28,10 +28,10 @@ double relative_error(const std::vector<float>& a, const std::vector<float>& b) 
 
 TEST_F(CudaBackendStep, EveryModelAndRegimeMatchesTheCpuBackend) {
   for (const test::BackendCase& c : test::backend_cases()) {
-    SCOPED_TRACE(c.config.name + " " + c.regime + " " + c.granularity);
+    SCOPED_TRACE(c.label());
     set_backend(make_cpu_backend());
     const test::StepResult cpu = test::backend_step(c);
-    set_backend(make_backend("cuda"));
+    set_backend(make_backend(DeviceType::cuda));
     const test::StepResult gpu = test::backend_step(c);
     set_backend(make_cpu_backend());
     EXPECT_NEAR(gpu.loss, cpu.loss, 1e-4 * std::abs(cpu.loss));

@@ -98,7 +98,7 @@ TEST_F(DeviceTest, PoolReportsToTracker) {
 TEST_F(DeviceTest, NcclWorldOfOne) {
   auto boot = make_local_communicator();
   auto comm = make_nccl_communicator(*boot);
-  ASSERT_EQ(comm->backend(), "nccl");
+  ASSERT_EQ(comm->kind(), CommKind::nccl);
   EXPECT_EQ(comm->rank(), 0);
   EXPECT_EQ(comm->size(), 1);
   auto* nccl = dynamic_cast<NcclCommunicator*>(comm.get());

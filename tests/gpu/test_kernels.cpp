@@ -69,7 +69,7 @@ TEST_F(Kernels, ScaleCopyRows) {
     cpu::scale_copy_rows(x.data(), ldx, alpha, y.data(), ldy, rows, cols);
     Dev<float> dx(x), dy(y0);
     if (alpha == 1.f)
-      make_backend("cuda")->scale_copy_rows(dx, ldx, alpha, dy, ldy, rows, cols);
+      make_backend(DeviceType::cuda)->scale_copy_rows(dx, ldx, alpha, dy, ldy, rows, cols);
     else
       cuda::scale_copy_rows(dx, ldx, alpha, dy, ldy, rows, cols, stream);
     CUDA_CHECK(cudaDeviceSynchronize());
@@ -135,7 +135,7 @@ TEST_F(Kernels, SumSquaresSpansMatchPerSpanBits) {
   }
   spans.push_back({dx.get(), n});
   offsets.push_back(0);
-  auto backend = make_backend("cuda");
+  auto backend = make_backend(DeviceType::cuda);
   double loop = 0, host = 0;
   for (size_t k = 0; k < spans.size(); ++k) {
     loop += backend->sum_squares(spans[k].x, spans[k].n);

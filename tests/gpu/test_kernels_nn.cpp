@@ -214,7 +214,7 @@ void check_optimizer(const OptimConfig& c, int steps) {
     dg.upload(g);
     const double lr = c.lr * (1.0 - 0.1 * t);
     opt->step(lr);
-    if (c.name == "sgd")
+    if (c.name == OptimizerKind::sgd)
       cuda::sgd_update(dw, dg, c.momentum > 0 ? s0.get() : nullptr, n, static_cast<float>(lr),
                        static_cast<float>(c.momentum), static_cast<float>(c.weight_decay), c.nesterov, t == 0,
                        nullptr);
@@ -230,7 +230,7 @@ void check_optimizer(const OptimConfig& c, int steps) {
 
 TEST_F(LayerKernels, SgdMatchesEngineOptimizer) {
   OptimConfig c;
-  c.name = "sgd";
+  c.name = OptimizerKind::sgd;
   c.lr = 0.1;
   c.weight_decay = 5e-4;
   for (double mom : {0.0, 0.9})
@@ -243,7 +243,7 @@ TEST_F(LayerKernels, SgdMatchesEngineOptimizer) {
 
 TEST_F(LayerKernels, AdamWMatchesEngineOptimizer) {
   OptimConfig c;
-  c.name = "adamw";
+  c.name = OptimizerKind::adamw;
   c.lr = 3e-3;
   c.weight_decay = 0.1;
   check_optimizer(c, 5);

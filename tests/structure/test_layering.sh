@@ -11,8 +11,8 @@ cd "$root"
 
 # folder rank, lowest first (longest prefix wins: kernels/shapes.h before kernels/*)
 declare -A rank=(
-  [kernels/shapes.h]=0
-  [engine/core]=1 [engine/config]=1
+  [kernels/shapes.h]=0 [engine/config]=0
+  [engine/core]=1
   [engine/comm]=2 [engine/io]=2 [engine/data]=2
   [kernels/cpu]=3 [kernels/fenced]=3 [kernels/cuda]=3 [kernels/emu]=3
   [engine/subnet]=3

@@ -34,10 +34,10 @@ TEST(Config, Defaults) {
   EXPECT_EQ(c.model.hidden, d.model.hidden);
   EXPECT_EQ(c.train.batch_size, d.train.batch_size);
   EXPECT_DOUBLE_EQ(c.optim.lr, d.optim.lr);
-  EXPECT_EQ(c.mask.regime, "none");
+  EXPECT_EQ(c.mask.regime, MaskRegime::none);
   EXPECT_DOUBLE_EQ(c.mask.keep, 1.0);
-  EXPECT_EQ(c.parallel.backend, "auto");
-  EXPECT_EQ(c.device.type, "cpu");
+  EXPECT_EQ(c.parallel.backend, CommBackend::automatic);
+  EXPECT_EQ(c.device.type, DeviceType::cpu);
   EXPECT_EQ(c.log.every, 50);
   d.train.steps = 10;
   d.source = c.source;
@@ -72,7 +72,7 @@ granularity = "neuron"
 keep = 0.5
 pinned = [0, 3]
 )", "a.toml", {});
-  EXPECT_EQ(c.model.name, "gpt");
+  EXPECT_EQ(c.model.name, ModelKind::gpt);
   EXPECT_EQ(c.model.width, 96);
   EXPECT_EQ(c.model.hidden, (std::vector<int>{512, 256}));
   EXPECT_TRUE(c.model.zero_init_residual);
@@ -94,7 +94,7 @@ TEST(Config, OverridesApply) {
                            "mask.keep=0.5"});
   EXPECT_EQ(c.train.batch_size, 64);
   EXPECT_FALSE(c.model.zero_init_residual);  // default
-  EXPECT_EQ(c.mask.regime, "backward");  // later overrides win
+  EXPECT_EQ(c.mask.regime, MaskRegime::backward);  // later overrides win
   EXPECT_EQ(c.mask.pinned, (std::vector<int>{0, 1}));
   EXPECT_DOUBLE_EQ(c.optim.lr, 1e-3);
   EXPECT_EQ(c.data.path, "/tmp/a b");
@@ -110,9 +110,26 @@ TEST(Config, OverrideCanSetStepsWhenFileHasNone) {
   EXPECT_EQ(c.train.steps, 5);
 }
 
+// Keys with a fixed set of values are enums: each spelling reads as its value, anything else
+// is refused naming the key and the spellings.
+TEST(Config, ChoiceKeysReadEverySpellingAndRefuseOthers) {
+  for (const char* regime : Choices<MaskRegime>::names) {
+    const Config c = parse_config(kMinimal, "x.toml", {std::string("mask.regime=") + regime,
+                                                       regime == std::string("stochastic") ? "parallel.subnetworks=1" : "mask.keep=1"});
+    EXPECT_STREQ(name_of(c.mask.regime), regime);
+  }
+  EXPECT_EQ(parse_config(kMinimal, "x.toml", {"parallel.backend=auto"}).parallel.backend, CommBackend::automatic);
+  EXPECT_EQ(parse_config(kMinimal, "x.toml", {"train.winograd_tile=4x4"}).train.winograd_tile, WinogradTile::t4x4);
+  EXPECT_NE(error_of(kMinimal, {"device.type=tpu"}).find("[device] type = \"tpu\" (from --set): must be one of cpu, cuda, fenced"),
+            std::string::npos) << error_of(kMinimal, {"device.type=tpu"});
+  EXPECT_NE(error_of("[train]\nsteps = 1\n[optim]\nname = 3\n").find("[optim] name = 3: expected a string, found an integer"),
+            std::string::npos);
+  EXPECT_EQ(fmt::format("{}", MaskScale::inverse_keep), "inverse_keep");
+}
+
 TEST(Config, RoundTrip) {
   Config c = parse_config(kMinimal, "x.toml", {});
-  c.model.name = "resnet";
+  c.model.name = ModelKind::resnet;
   c.model.widths = {16, 32};
   c.data.path = "dir with \"quotes\" and \\ slash\tand tab";
   c.optim.lr = 0.1;
@@ -155,7 +172,7 @@ TEST(Config, LoadConfigReadsFileAndNamesMissingOne) {
     out << "[train]\nepochs = 2\n[model]\nname = \"resnet\"\n";
   }
   Config c = load_config(path, {"train.batch_size=8"});
-  EXPECT_EQ(c.model.name, "resnet");
+  EXPECT_EQ(c.model.name, ModelKind::resnet);
   EXPECT_EQ(c.train.epochs, 2);
   EXPECT_EQ(c.train.batch_size, 8);
   EXPECT_EQ(c.source, path);

@@ -67,7 +67,7 @@ TEST(FencedDevice, TransfersRoundTripAndBuffersAreReused) {
 
 TEST(FencedDevice, EveryModelAndRegimeMatchesTheCpuBackendBitForBit) {
   for (const test::BackendCase& c : test::backend_cases()) {
-    SCOPED_TRACE(c.config.name + " " + c.regime + " " + c.granularity);
+    SCOPED_TRACE(c.label());
     const test::StepResult cpu = test::backend_step(c);
     test::StepResult fenced;
     {

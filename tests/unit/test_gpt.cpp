@@ -343,8 +343,8 @@ void expect_forward_masked_equals_zeroed(const std::string& gran, const std::vec
   const ModelConfig c = tiny_gpt();
   const ModelUnits units = gpt_units(c);
   MaskConfig mc;
-  mc.regime = "forward";
-  mc.granularity = gran;
+  mc.regime = MaskRegime::forward;
+  mc.granularity = test::named<Granularity>(gran);
   mc.keep = 0.5;
   mc.seed = 5;
   mc.pinned = pinned;
@@ -403,8 +403,8 @@ void expect_backward_masked_restricted(const std::string& gran) {
   const ModelConfig c = tiny_gpt();
   const ModelUnits units = gpt_units(c);
   MaskConfig mc;
-  mc.regime = "backward";
-  mc.granularity = gran;
+  mc.regime = MaskRegime::backward;
+  mc.granularity = test::named<Granularity>(gran);
   mc.keep = 0.5;
   mc.seed = 9;
   const SubnetworkPlan plan = make_plan(units, mc, 2);
@@ -477,8 +477,8 @@ TEST(Gpt, BackwardMaskingStoresNoActivationsOnlyForSkippedWeightGradients) {
   const int64_t full = activation_bytes(c, full_mask(units));
   for (const std::string gran : {"block", "neuron"}) {
     MaskConfig mc;
-    mc.regime = "backward";
-    mc.granularity = gran;
+    mc.regime = MaskRegime::backward;
+    mc.granularity = test::named<Granularity>(gran);
     mc.keep = 0.5;
     const SubnetworkPlan plan = make_plan(units, mc, 2);
     for (int s = 0; s < 2; ++s) {
@@ -569,7 +569,7 @@ Config text_config(const std::string& path) {
   c.model = tiny_gpt();
   c.model.vocab = 256;
   c.model.context = 16;
-  c.data.name = "text";
+  c.data.name = DatasetKind::text;
   c.data.path = path;
   c.data.val_fraction = 0.1;
   c.train.batch_size = 4;
@@ -645,7 +645,7 @@ TEST(Sample, GreedyGenerationFromCheckpointIsDeterministic) {
   c.model = tiny_gpt();
   c.model.vocab = 256;
   c.model.context = 4;
-  c.data.name = "text";
+  c.data.name = DatasetKind::text;
   c.train.steps = 1;
   c.train.threads = 1;
   Gpt m(c.model, full_mask(gpt_units(c.model)), 1, 0);
@@ -718,7 +718,7 @@ TEST(Sample, RefusesTensorsOfTheWrongShapeOrAnExtraTensor) {
   Config c;
   c.model = tiny_gpt();
   c.model.vocab = 256;  // byte prompts
-  c.data.name = "text";
+  c.data.name = DatasetKind::text;
   c.train.steps = 1;
   c.train.threads = 1;
   Gpt m(c.model, full_mask(gpt_units(c.model)), 1, 0);

@@ -490,7 +490,7 @@ TEST(GradCheck, SoftmaxCrossEntropy) {
 
 ModelConfig mlp_config() {
   ModelConfig c;
-  c.name = "mlp";
+  c.name = ModelKind::mlp;
   c.hidden = {16, 12};
   c.in_channels = 1;
   c.image_size = 4;

@@ -33,7 +33,7 @@ constexpr uint64_t kSeed = 1234;
 
 ModelConfig mlp_config() {
   ModelConfig c;
-  c.name = "mlp";
+  c.name = ModelKind::mlp;
   c.hidden = {16, 12, 8};  // hidden layers 0 and 2 are maskable (two unit layers)
   c.in_channels = 1;
   c.image_size = 4;
@@ -90,8 +90,8 @@ PlanSetup make_setup(const Case& c, const char* regime) {
   s.config = std::string(c.model) == "mlp" ? mlp_config() : tiny_resnet();
   s.units = model_units(s.config);
   MaskConfig mc;
-  mc.regime = regime;
-  mc.granularity = c.granularity;
+  mc.regime = test::named<MaskRegime>(regime);
+  mc.granularity = test::named<Granularity>(c.granularity);
   mc.keep = c.keep;
   mc.seed = 5;
   mc.pinned = c.pinned;

@@ -60,7 +60,7 @@ TEST(CheckpointFormats, AnotherFormatStopsAutoNamingIt) {
   const fs::path step2 = dir / "step-00000002";
   edit_manifest(step2, "format", "subdp-checkpoint-v2");
   ::testing::internal::CaptureStderr();
-  std::string e = error_of([&] { resolve_checkpoint("auto", dir.string()); });
+  std::string e = error_of([&] { newest_checkpoint(dir.string()); });
   const std::string warned = ::testing::internal::GetCapturedStderr();
   EXPECT_TRUE(contains(e, (step2 / "manifest.json").string())) << e;
   EXPECT_TRUE(contains(e, "\"subdp-checkpoint-v2\"")) << e;
@@ -68,12 +68,12 @@ TEST(CheckpointFormats, AnotherFormatStopsAutoNamingIt) {
   EXPECT_FALSE(contains(warned, "skipping")) << warned;
   // A number where a string belongs: the key is named, not nlohmann's type_error.302.
   edit_manifest(step2, "format", 2);
-  e = error_of([&] { resolve_checkpoint("auto", dir.string()); });
+  e = error_of([&] { newest_checkpoint(dir.string()); });
   EXPECT_TRUE(contains(e, "\"format\" = 2: expected a string")) << e;
   EXPECT_FALSE(contains(e, "type_error")) << e;
   edit_manifest(step2, "format", "subdp-checkpoint-v1");
   edit_manifest(step2, "world", "four");
-  e = error_of([&] { resolve_checkpoint("auto", dir.string()); });
+  e = error_of([&] { newest_checkpoint(dir.string()); });
   EXPECT_TRUE(contains(e, "\"world\" = \"four\": expected a whole number")) << e;
   fs::remove_all(dir);
 }

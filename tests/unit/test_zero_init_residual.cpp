@@ -38,7 +38,7 @@ double max_abs(const Tensor& t) {
 /// Runs one forward and backward of a 6-example batch on the full model.
 std::unique_ptr<Model> model_after_backward(const ModelConfig& c) {
   auto model = make_model(c, full_mask(model_units(c)), 6, 7);
-  const Batch b = c.name == "gpt" ? test::token_batch(6, c.context, c.vocab, 3)   // (6, T) tokens
+  const Batch b = c.name == ModelKind::gpt ? test::token_batch(6, c.context, c.vocab, 3)   // (6, T) tokens
                                   : test::random_image_batch(c, 6, 3);           // (6, 1, 8, 8)
   model->zero_grad();
   model->forward(b, true, nullptr);
@@ -88,7 +88,7 @@ TEST(ResNetInit, ZeroInitResidualInAForwardMaskedSubnetwork) {
   // gammas start at 0 as in the full model; dropped branches have no parameters at all.
   const ModelConfig c = small_resnet(true);
   MaskConfig m;
-  m.regime = "forward";
+  m.regime = MaskRegime::forward;
   m.keep = 0.5;
   const ModelUnits units = model_units(c);
   const SubnetworkPlan plan = make_plan(units, m, 4);

@@ -9,6 +9,7 @@
 
 #include "engine/core/hash.h"
 #include "engine/config/config.h"
+#include "engine/core/error.h"
 #include "engine/data/dataset.h"
 #include "engine/subnet/param.h"
 #include "engine/subnet/plan.h"
@@ -21,7 +22,7 @@ namespace subdp::test {
 /// 2 (stride 2 + projection shortcut), 3 (stage 1); 10 classes.
 inline ModelConfig tiny_resnet() {
   ModelConfig c;
-  c.name = "resnet";
+  c.name = ModelKind::resnet;
   c.widths = {4, 8};
   c.blocks_per_stage = 2;
   c.in_channels = 1;
@@ -33,7 +34,7 @@ inline ModelConfig tiny_resnet() {
 /// GPT: vocabulary 11, context 5, width 8, 2 heads, 2 blocks, MLP ratio 4.
 inline ModelConfig tiny_gpt() {
   ModelConfig c;
-  c.name = "gpt";
+  c.name = ModelKind::gpt;
   c.vocab = 11;
   c.context = 5;
   c.width = 8;
@@ -86,14 +87,28 @@ inline void randomize_norms(Model& m) {
 
 /// Local mask of subnetwork s of the plan (regime, granularity, keep, mask.seed = seed) over
 /// S subnetworks, kept units scaled by 1/keep.
-inline SubnetMask planned_mask(const ModelUnits& units, const std::string& regime, const std::string& granularity,
-                               int S, double keep, int s, uint64_t seed) {
+inline SubnetMask planned_mask(const ModelUnits& units, MaskRegime regime, Granularity granularity, int S,
+                               double keep, int s, uint64_t seed) {
   MaskConfig mc;
   mc.regime = regime;
   mc.granularity = granularity;
   mc.keep = keep;
   mc.seed = seed;
   return make_subnet_mask(make_plan(units, mc, S), units, s, true);
+}
+
+/// The config enum spelled `name`, for tests that loop over spellings ("forward", "neuron").
+template <class E>
+E named(const std::string& name) {
+  const std::optional<E> e = choice_named<E>(name);
+  if (!e) throw Error("test: no " + name + " among the choices");
+  return *e;
+}
+
+/// planned_mask with the regime and granularity as spelled in a config.
+inline SubnetMask planned_mask(const ModelUnits& units, const std::string& regime, const std::string& granularity,
+                               int S, double keep, int s, uint64_t seed) {
+  return planned_mask(units, named<MaskRegime>(regime), named<Granularity>(granularity), S, keep, s, seed);
 }
 
 /// One training step's forward and backward from zeroed gradients; returns the loss.
@@ -107,7 +122,7 @@ inline double forward_backward(Model& m, const Batch& batch) {
 /// MLP on 1x8x8 images: hidden {16, 12, 8}, 10 classes.
 inline ModelConfig tiny_mlp() {
   ModelConfig c;
-  c.name = "mlp";
+  c.name = ModelKind::mlp;
   c.hidden = {16, 12, 8};
   c.in_channels = 1;
   c.image_size = 8;
@@ -118,8 +133,10 @@ inline ModelConfig tiny_mlp() {
 /// One model, regime and granularity with its batch (host tensors), for backend comparisons.
 struct BackendCase {
   ModelConfig config;
-  std::string regime, granularity;
+  MaskRegime regime;
+  Granularity granularity;
   Batch batch;
+  std::string label() const { return fmt::format("{} {} {}", config.name, regime, granularity); }
 };
 
 /// Every tiny model under DP and forward / backward masking at block and neuron level (the
@@ -129,11 +146,14 @@ inline std::vector<BackendCase> backend_cases() {
   const std::vector<std::pair<ModelConfig, Batch>> models = {{tiny_mlp(), random_image_batch(tiny_mlp(), 6, 3)},
                                                              {tiny_resnet(), random_image_batch(tiny_resnet(), 4, 5)},
                                                              {tiny_gpt(), token_batch(3, 5, 11, 9)}};
-  const std::vector<std::pair<std::string, std::string>> regimes = {
-      {"none", "block"}, {"forward", "block"}, {"backward", "block"}, {"forward", "neuron"}, {"backward", "neuron"}};
+  using R = MaskRegime;
+  using G = Granularity;
+  const std::vector<std::pair<R, G>> regimes = {
+      {R::none, G::block}, {R::forward, G::block}, {R::backward, G::block}, {R::forward, G::neuron}, {R::backward, G::neuron}};
   for (const auto& [config, batch] : models)
     for (const auto& [regime, granularity] : regimes)
-      if (config.name != "mlp" || granularity != "block" || regime == "none") out.push_back({config, regime, granularity, batch});
+      if (config.name != ModelKind::mlp || granularity != G::block || regime == R::none)
+        out.push_back({config, regime, granularity, batch});
   return out;
 }
 
@@ -148,7 +168,7 @@ struct StepResult {
 inline StepResult backend_step(const BackendCase& c) {
   const ModelUnits units = model_units(c.config);
   const SubnetMask mask =
-      c.regime == "none" ? full_mask(units) : planned_mask(units, c.regime, c.granularity, 2, 0.5, 1, 7);
+      c.regime == MaskRegime::none ? full_mask(units) : planned_mask(units, c.regime, c.granularity, 2, 0.5, 1, 7);
   auto model = make_model(c.config, mask, static_cast<int>(c.batch.n), 11);
   Batch batch = Batch::allocate(c.batch.x.shape(), c.batch.x.dtype(), c.batch.y.shape(), c.batch.y.dtype());
   batch.x_host.copy_from(c.batch.x);

@@ -33,7 +33,7 @@ NamedTensor as_float(const std::string& name, const Tensor& t, int64_t n_rows) {
 int run_parity_dump(const Config& config, const std::string& out_dir, int steps) {
   // The dump is the full model on one process, what the PyTorch twin computes; masking would
   // be silently ignored, so a masked config is refused.
-  SUBDP_CHECK(config.mask.regime == "none",
+  SUBDP_CHECK(config.mask.regime == MaskRegime::none,
               "parity-dump runs the full model on one process (the PyTorch twin's computation): [mask] regime = \"{}\" "
               "would be ignored; use --set mask.regime=none", config.mask.regime);
   SUBDP_CHECK(config.parallel.subnetworks == 1,
@@ -57,7 +57,7 @@ int run_parity_dump(const Config& config, const std::string& out_dir, int steps)
   model->backward();
   const int64_t rows = batch.n * model->positions_per_example();
   SUBDP_CHECK(model->last_logits() != nullptr, "model.name = \"{}\" does not expose its logits", config.model.name);
-  const int64_t classes = config.model.name == "gpt" ? config.model.vocab : config.model.classes;
+  const int64_t classes = config.model.name == ModelKind::gpt ? config.model.vocab : config.model.classes;
   std::vector<float> logits(rows * classes);
   backend().to_host(logits.data(), model->last_logits(), sizeof(float) * logits.size());
   outputs.push_back(named("logits", {rows, classes}, logits.data()));

@@ -31,17 +31,18 @@ void print_row(const std::string& label, const MemStats& m, int64_t dp_total) {
 }
 
 /// The combination-name suffix of parallel.shard (as benchmarks/compare.py spells modifiers).
-std::string shard_suffix(const std::string& shard) {
-  return shard == "optimizer" ? "+zero1" : shard == "gradients" ? "+zero2" : shard == "parameters" ? "+fsdp" : "";
+std::string shard_suffix(Sharding shard) {
+  constexpr const char* suffix[] = {"", "+zero1", "+zero2", "+fsdp"};
+  return suffix[static_cast<int>(shard)];
 }
 
 /// Plain DP: no masking and no memory baseline (activation recompute) either.
 Config as_dp(Config c) {
   c.parallel.subnetworks = 1;
-  c.mask.regime = "none";
+  c.mask.regime = MaskRegime::none;
   c.mask.keep = 1.0;
-  c.train.recompute = "none";
-  c.parallel.shard = "none";
+  c.train.recompute = Recompute::none;
+  c.parallel.shard = Sharding::none;
   return c;
 }
 
@@ -49,7 +50,7 @@ Config as_dp(Config c) {
 int64_t worst_rank(const Config& c, int world) {
   int64_t worst = 0;
   const int S = c.parallel.subnetworks;
-  for (int s = 0; s < (c.mask.regime == "none" ? 1 : S); ++s) worst = std::max(worst, predict_rank_memory(c, world, s).total_peak);
+  for (int s = 0; s < (c.mask.regime == MaskRegime::none ? 1 : S); ++s) worst = std::max(worst, predict_rank_memory(c, world, s).total_peak);
   return worst;
 }
 
@@ -91,26 +92,25 @@ void answer_combinations(const Config& config, int world, double budget) {
   }
   const int64_t dp = worst_rank(as_dp(config), world);
   std::vector<std::pair<std::string, Config>> bases = {{"dp", as_dp(config)}};
-  for (const char* regime : {"forward", "backward"})
-    for (const char* gran : {"block", "neuron"}) {
+  for (const MaskRegime regime : {MaskRegime::forward, MaskRegime::backward})
+    for (const Granularity gran : {Granularity::block, Granularity::neuron}) {
       if (S == 1) break;
       Config c = as_dp(config);
       c.parallel.subnetworks = S;
       c.mask = config.mask;
       c.mask.regime = regime;
       c.mask.granularity = gran;
-      bases.push_back({std::string(regime[0] == 'f' ? "fwd-" : "bwd-") + gran, c});
+      bases.push_back({std::string(regime == MaskRegime::forward ? "fwd-" : "bwd-") + name_of(gran), c});
     }
   for (const auto& [base, c0] : bases)
-    for (const char* shard : {"none", "optimizer", "gradients", "parameters"})
+    for (const Sharding shard : {Sharding::none, Sharding::optimizer, Sharding::gradients, Sharding::parameters})
       for (const bool recompute : {false, true}) {
         Config c = c0;
         // Refused by the config check: FSDP with backward masking, alignment with ZeRO-2 / FSDP.
-        if (c.mask.regime == "backward" && std::string(shard) == "parameters") continue;
-        if (c.log.alignment_every > 0 && (std::string(shard) == "gradients" || std::string(shard) == "parameters"))
-          continue;
+        if (c.mask.regime == MaskRegime::backward && shard == Sharding::parameters) continue;
+        if (c.log.alignment_every > 0 && (shard == Sharding::gradients || shard == Sharding::parameters)) continue;
         c.parallel.shard = shard;
-        c.train.recompute = recompute ? "blocks" : "none";
+        c.train.recompute = recompute ? Recompute::blocks : Recompute::none;
         const std::string name = base + shard_suffix(shard) + (recompute ? "+recompute" : "");
         try {
           const int64_t bytes = worst_rank(c, world);
@@ -138,8 +138,8 @@ void answer_budget(const Config& config, int world, double budget) {
   std::printf("  %-24s largest batch/rank that fits: %s\n", "plain DP", batch_text(largest_batch(as_dp(config), world, budget)).c_str());
   answer_combinations(config, world, budget);
   if (S == 1) return;
-  for (const char* regime : {"forward", "backward"})
-    for (const char* gran : {"block", "neuron"}) {
+  for (const MaskRegime regime : {MaskRegime::forward, MaskRegime::backward})
+    for (const Granularity gran : {Granularity::block, Granularity::neuron}) {
       Config c = config;
       c.mask.regime = regime;
       c.mask.granularity = gran;
@@ -162,8 +162,8 @@ void answer_budget(const Config& config, int world, double budget) {
         batch = batch_text(largest_batch(c, world, budget));
       } catch (const Error&) {
       }
-      std::printf("  %-8s %-7s largest keep ratio that fits: %-10s largest batch/rank at keep %.4g: %s\n", regime,
-                  gran, fitting.c_str(), config.mask.keep, batch.c_str());
+      std::printf("  %-8s %-7s largest keep ratio that fits: %-10s largest batch/rank at keep %.4g: %s\n",
+                  name_of(regime), name_of(gran), fitting.c_str(), config.mask.keep, batch.c_str());
     }
 }
 
@@ -187,9 +187,9 @@ int run_plan(const Config& config, int world, double budget_bytes) {
   if (plan.masked())
     for (int s = 0; s < S; ++s)
       print_row(fmt::format("subnetwork {} (ranks {}::{})", s, s, S), predict_rank_memory(config, world, s), dp.total_peak);
-  else if (config.train.recompute != "none" || config.parallel.shard != "none")
+  else if (config.train.recompute != Recompute::none || config.parallel.shard != Sharding::none)
     print_row(fmt::format("dp{}{} (rank 0)", shard_suffix(config.parallel.shard),
-                          config.train.recompute != "none" ? "+recompute" : ""),
+                          config.train.recompute != Recompute::none ? "+recompute" : ""),
               predict_rank_memory(config, world, 0), dp.total_peak);
   print_row(fmt::format("plain DP (W={})", world), dp, 0);
   if (budget_bytes > 0) answer_budget(config, world, budget_bytes);

@@ -26,7 +26,7 @@ namespace {
 std::string checkpoint_path(const std::string& path) {
   if (std::filesystem::exists(std::filesystem::path(path) / "manifest.json")) return path;
   SUBDP_CHECK(std::filesystem::is_directory(path), "{}: no such checkpoint directory", path);
-  const std::string newest = resolve_checkpoint("auto", path);
+  const std::string newest = newest_checkpoint(path);
   SUBDP_CHECK(!newest.empty(), "{}: neither a checkpoint (no manifest.json) nor a directory holding one", path);
   return newest;
 }
@@ -80,9 +80,9 @@ int run_sample(const std::string& checkpoint, const std::string& prompt, int tok
   std::vector<NamedTensor> tensors, optimizer;
   load_checkpoint(path, info, tensors, optimizer, /*read_optimizer=*/false);  // the manifest's config describes the model
   const Config config = parse_config(info.config_toml, path + "/manifest.json", overrides);
-  SUBDP_CHECK(config.model.name == "gpt", "{}: a checkpoint of model \"{}\"; sample needs a gpt", path,
+  SUBDP_CHECK(config.model.name == ModelKind::gpt, "{}: a checkpoint of model \"{}\"; sample needs a gpt", path,
               config.model.name);
-  SUBDP_CHECK(config.data.name == "text", "{}: trained on data.name = \"{}\"; sample reads and writes bytes, so it "
+  SUBDP_CHECK(config.data.name == DatasetKind::text, "{}: trained on data.name = \"{}\"; sample reads and writes bytes, so it "
               "needs a byte-level model (data.name = \"text\")", path, config.data.name);
   set_backend(make_backend(config.device.type));
   backend().configure(config.train.threads > 0 ? config.train.threads : omp_get_num_procs(),

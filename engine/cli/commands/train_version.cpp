@@ -15,15 +15,15 @@ namespace {
 /// NCCL for the CUDA device when several ranks run (parallel.backend "nccl", or "auto" under
 /// an MPI launcher with more than one rank), bootstrapped over MPI.
 bool wants_nccl(const Config& c) {
-  if (c.parallel.backend == "nccl") return true;
-  return c.parallel.backend == "auto" && c.device.type == "cuda" && launcher_layout().size > 1;
+  if (c.parallel.backend == CommBackend::nccl) return true;
+  return c.parallel.backend == CommBackend::automatic && c.device.type == DeviceType::cuda && launcher_layout().size > 1;
 }
 
 std::unique_ptr<Communicator> make_world(const Config& c) {
   const ParallelConfig& p = c.parallel;
-  if (p.backend == "local") return make_local_communicator();
+  if (p.backend == CommBackend::local) return make_local_communicator();
   if (wants_nccl(c)) {
-    SUBDP_CHECK(c.device.type == "cuda", "[parallel] backend = \"nccl\" needs [device] type = \"cuda\" (it is \"{}\"); "
+    SUBDP_CHECK(c.device.type == DeviceType::cuda, "[parallel] backend = \"nccl\" needs [device] type = \"cuda\" (it is \"{}\"); "
                 "use \"mpi\" or \"auto\"", c.device.type);
 #ifdef SUBDP_WITH_NCCL
     std::unique_ptr<Communicator> bootstrap =
@@ -34,7 +34,7 @@ std::unique_ptr<Communicator> make_world(const Config& c) {
                 "was configured)");
 #endif
   }
-  if (p.backend == "mpi" || launched_by_mpi()) return make_mpi_world(p.collective_timeout_s);
+  if (p.backend == CommBackend::mpi || launched_by_mpi()) return make_mpi_world(p.collective_timeout_s);
   return make_local_communicator();
 }
 
@@ -58,10 +58,10 @@ int run_train(const Config& config, const TrainOptions& options) {
   } else {
     world = make_world(config);
   }
-  SUBDP_CHECK(config.device.type != "cuda" || world->backend() != "mpi" || world->size() == 1,
+  SUBDP_CHECK(config.device.type != DeviceType::cuda || world->kind() != CommKind::mpi || world->size() == 1,
               "device.type = \"cuda\" with W = {} ranks over [parallel] backend = \"mpi\": MPI here carries host "
               "buffers, not GPU memory; use backend = \"nccl\" (or \"auto\")", world->size());
-  const bool mpi = world->backend() == "mpi" || (world->backend() == "nccl" && launched_by_mpi());
+  const bool mpi = world->kind() == CommKind::mpi || (world->kind() == CommKind::nccl && launched_by_mpi());
   const int rank = world->rank(), size = world->size();
   int status = 0;
   try {
