@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "engine/config/config.h"
-#include "engine/parallel/grad_sync.h"
+#include "engine/parallel/sharded_state.h"
 #include "engine/subnet/param.h"
 
 namespace subdp {

@@ -139,35 +139,8 @@ void Trainer::build_local_model() {
   sync_->initialise_shard_values(config_.train.seed);  // FSDP: the shards hold the blocks' values
   optimizer_ = make_optimizer(config_.optim, model_->params().trainable(),
                               sync_->sharded() ? &sync_->shard_pieces() : nullptr);
-  block_params_.clear();
-  if (!sync_->shards_blocks()) return;
-  for (Param* p : model_->params().trainable()) {
-    if (!p->grad.defined() || p->block < 0) continue;
-    if (static_cast<int>(block_params_.size()) <= p->block) block_params_.resize(p->block + 1);
-    block_params_[p->block].push_back(p);
-  }
-  BlockHooks hooks;
-  hooks.after_backward = [this](int b) { reduce_block_gradients(b); };
-  if (sharding == Sharding::parameters) hooks.before_forward = hooks.before_backward = [this](int b) { gather_block(b); };
-  model_->set_block_hooks(std::move(hooks));
-}
-
-void Trainer::gather_block(int b) {
-  const auto t = Clock::now();
-  sync_->gather_block(b);
-  hook_comm_s_ += seconds_since(t);
-}
-
-void Trainer::reduce_block_gradients(int b) {
-  static const std::vector<Param*> none;
-  const auto& params = b < static_cast<int>(block_params_.size()) ? block_params_[b] : none;
-  // Reduced all the same when not finite: every holder takes part in the collective.
-  for (Param* p : params)
-    if (blocks_finite_ && !gradient_finite(*p)) blocks_finite_ = false;
-  const auto t = Clock::now();
-  sync_->reduce_block(b);
-  hook_comm_s_ += seconds_since(t);
-  for (Param* p : params) p->grad.zero_();
+  // ZeRO-2 / FSDP: the sync's collectives inside the passes, each block's gradients checked first.
+  model_->set_block_hooks(sync_->block_hooks([this](const Param& p) { return gradient_finite(p); }));
 }
 
 void Trainer::check_layout_agreement() {

@@ -98,16 +98,10 @@ class Trainer {
   /// Stochastic depth: this step's dropped blocks, passed to the model.
   void draw_dropped_blocks();
   /// Checks this rank's gradients (ZeRO-2: those outside blocks; the blocks' were checked by
-  /// reduce_block_gradients), naming the first non-finite one on stderr.
+  /// the sync's block hooks), naming the first non-finite one on stderr.
   bool gradients_finite();
   /// True when p's gradient is finite; else names it on stderr (rank, tensor, 1-based step).
   bool gradient_finite(const Param& p) const;
-  /// ZeRO-2, after block b's backward: checks its gradients, reduce-scatters them into this
-  /// rank's shard (GradientSync::reduce_block), then zeroes them for the next block, which
-  /// shares their buffer (ParamLayout::shared_block_grads).
-  void reduce_block_gradients(int b);
-  /// FSDP, before block b's forward and backward: all-gathers its values (GradientSync::gather_block).
-  void gather_block(int b);
   /// Collective: stops every rank when the last optimizer update left a non-finite value.
   void check_updated_values();
   void clip_gradients();
@@ -163,9 +157,6 @@ class Trainer {
   double window_loss_ = 0, window_acc_ = 0;
   int64_t window_n_ = 0, window_examples_ = 0;
   double window_time_ = 0;
-  std::vector<std::vector<Param*>> block_params_;  // ZeRO-2, FSDP: block b's trained parameters
-  bool blocks_finite_ = true;     // ZeRO-2, FSDP: every block's gradient was finite in this step
-  double hook_comm_s_ = 0;        // ZeRO-2, FSDP: seconds of this step's collectives inside forward and backward
   nlohmann::json pending_alignment_;  // measured this step, written with its metrics line
   nlohmann::json pending_redeal_;     // a re-deal before this step: written with its metrics line
   int stop_signal_ = 0;               // a stop signal every rank has agreed on (0: none)

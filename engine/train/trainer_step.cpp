@@ -37,10 +37,7 @@ void Trainer::prepare_step(int64_t epoch, int64_t in_epoch) {
   data_->train_batch(epoch, in_epoch, batch_);
   if (config_.mask.regime == MaskRegime::stochastic) draw_dropped_blocks();
   model_->zero_grad();
-  sync_->take_bytes();  // ZeRO-2 sends inside the backward pass: count from here
-  sync_->take_broadcast_bytes();
-  blocks_finite_ = true;
-  hook_comm_s_ = 0;
+  sync_->begin_step();
   FlopCounter::take();
 }
 
@@ -81,7 +78,7 @@ bool Trainer::skip_if_nonfinite(const StepFigures& f) {
 void Trainer::reduce(StepFigures& f) {
   const auto tc = Clock::now();
   sync_->average();
-  f.comm_s = hook_comm_s_ + seconds_since(tc);
+  f.comm_s = sync_->hook_seconds() + seconds_since(tc);
 }
 
 void Trainer::update(StepFigures& f) {
@@ -114,9 +111,9 @@ void Trainer::draw_dropped_blocks() {
 }
 
 bool Trainer::gradients_finite() {
-  if (!blocks_finite_) return false;
+  if (!sync_->blocks_finite()) return false;
   for (Param* p : model_->params().trainable()) {
-    // ZeRO-2 and FSDP: the blocks' gradients were checked by reduce_block_gradients.
+    // ZeRO-2 and FSDP: the blocks' gradients were checked by the sync's block hooks.
     if (!p->grad.defined() || (sync_->shards_blocks() && p->block >= 0)) continue;
     if (!gradient_finite(*p)) return false;
   }
