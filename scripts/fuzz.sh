@@ -10,7 +10,8 @@ mkdir -p "$out"
 # The readers of engine/data (not its batch sources, which need the backend) and the parsers.
 sources=()
 for src in "$root"/engine/data/*.cpp; do [[ $src == *_source.cpp ]] || sources+=("$src"); done
-sources+=("$root/engine/io/safetensors.cpp" "$root/engine/cli/config_toml.cpp" "$root/engine/train/stop_signals.cpp")
+sources+=("$root/engine/io/safetensors.cpp" "$root/engine/cli/config_toml.cpp" "$root/engine/cli/config_rules.cpp"
+  "$root/engine/train/stop_signals.cpp")
 flags=(-std=c++17 -O1 -g -DNDEBUG -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I"$root")
 libs=(-lz -lfmt)
 for target in ${SUBDP_FUZZ_TARGETS:-config idx cifar tokens text safetensors}; do

@@ -21,7 +21,7 @@
 
 #include "engine/config/config.h"
 #include "engine/core/error.h"
-#include "engine/train/stop_signals.h"
+#include "engine/cli/config_rules.h"
 
 namespace subdp {
 namespace {
@@ -71,11 +71,9 @@ struct Field {
   Rule rule;
 };
 
-/// The registry: every key of every table, in canonical order.
-std::vector<Field> fields(Config& c) {
-  auto &m = c.model; auto &d = c.data; auto &t = c.train; auto &o = c.optim;
-  auto &p = c.parallel; auto &k = c.mask; auto &v = c.device; auto &ck = c.checkpoint;
-  auto &l = c.log;
+/// The keys of [model], [data] and [train], in canonical order.
+std::vector<Field> model_data_train_fields(Config& c) {
+  auto &m = c.model; auto &d = c.data; auto &t = c.train;
   return {
       {"model", "name", choice(m.name), any()},
       {"model", "hidden", &m.hidden, nonempty_list(between(1, 1 << 24))},
@@ -108,6 +106,14 @@ std::vector<Field> fields(Config& c) {
       {"train", "winograd_tile", choice(t.winograd_tile), any()},
       {"train", "stop_signals", &t.stop_signals, any()},
       {"train", "allow_overcommit", &t.allow_overcommit, any()},
+  };
+}
+
+/// The keys of [optim], [parallel], [mask], [device], [checkpoint] and [log], in canonical order.
+std::vector<Field> optim_to_log_fields(Config& c) {
+  auto &o = c.optim; auto &p = c.parallel; auto &k = c.mask; auto &v = c.device; auto &ck = c.checkpoint;
+  auto &l = c.log;
+  return {
       {"optim", "name", choice(o.name), any()},
       {"optim", "lr", &o.lr, above(0)},
       {"optim", "momentum", &o.momentum, range(0, 1, false, true)},
@@ -144,6 +150,13 @@ std::vector<Field> fields(Config& c) {
       {"log", "metrics_file", &l.metrics_file, any()},
       {"log", "alignment_every", &l.alignment_every, at_least(0)},
   };
+}
+
+/// The registry: every key of every table, in canonical order.
+std::vector<Field> fields(Config& c) {
+  std::vector<Field> all = model_data_train_fields(c);
+  for (Field& f : optim_to_log_fields(c)) all.push_back(std::move(f));
+  return all;
 }
 
 // ---------------------------------------------------------------- names and text
@@ -369,70 +382,6 @@ void read_fields(const toml::table& root, const std::vector<Field>& fs, const st
   }
 }
 
-/// Rules that involve more than one key.
-void check_cross(const Config& c, const std::string& path) {
-  const auto& t = c.train;
-  SUBDP_CHECK(!(t.epochs > 0 && t.steps > 0),
-              "{}: [train] epochs = {} and steps = {}: give exactly one of epochs > 0 or steps > 0",
-              path, t.epochs, t.steps);
-  SUBDP_CHECK(t.epochs > 0 || t.steps > 0,
-              "{}: [train] epochs and steps are both 0 or missing: give exactly one of "
-              "epochs > 0 or steps > 0", path);
-  SUBDP_CHECK(!c.model.zero_init_residual || c.model.name != ModelKind::mlp,
-              "{}: [model] zero_init_residual = true: the MLP has no residual branches "
-              "(the key applies to resnet and gpt)", path);
-  SUBDP_CHECK(c.train.recompute == Recompute::none || c.model.name != ModelKind::mlp,
-              "{}: [train] recompute = \"{}\": the MLP has no blocks to recompute (the key applies to resnet and "
-              "gpt); use \"none\"", path, c.train.recompute);
-  SUBDP_CHECK(c.model.width % c.model.heads == 0,
-              "{}: [model] width = {}: must be divisible by heads = {}", path, c.model.width,
-              c.model.heads);
-  SUBDP_CHECK(c.mask.regime != MaskRegime::stochastic || (c.parallel.subnetworks == 1 && c.mask.granularity == Granularity::block),
-              "{}: [mask] regime = \"stochastic\" (stochastic depth) keeps the whole model on every rank and drops "
-              "whole blocks: it needs [parallel] subnetworks = 1 (got {}) and [mask] granularity = \"block\" (got "
-              "\"{}\")", path, c.parallel.subnetworks, c.mask.granularity);
-  if (masks_subnetworks(c.mask.regime)) {
-    double cov = c.mask.keep * c.parallel.subnetworks;
-    SUBDP_CHECK(std::fabs(cov - std::round(cov)) < 1e-9,
-                "{}: [mask] keep = {}: keep * subnetworks = {} * {} = {:.12g} must be a whole "
-                "number (coverage c = r * S)", path, c.mask.keep, c.mask.keep,
-                c.parallel.subnetworks, cov);
-  }
-  try {
-    parse_stop_signals(c.train.stop_signals);
-  } catch (const Error& e) {
-    throw Error(fmt::format("{}: {}", path, e.what()));
-  }
-  SUBDP_CHECK(c.log.alignment_every == 0 || masks_subnetworks(c.mask.regime),
-              "{}: [log] alignment_every = {}: gradient alignment compares a subnetwork with the full model; it "
-              "needs [mask] regime = \"forward\" or \"backward\" (got \"{}\")", path, c.log.alignment_every,
-              c.mask.regime);
-  SUBDP_CHECK(c.mask.redeal_every == 0 || (masks_subnetworks(c.mask.regime) &&
-                                            c.parallel.subnetworks > 1 && c.mask.keep < 1),
-              "{}: [mask] redeal_every = {}: re-dealing moves slices between the holders of a subnetwork plan; it "
-              "needs [mask] regime = \"forward\" or \"backward\" with keep < 1 and [parallel] subnetworks > 1 "
-              "(got regime \"{}\", keep {}, subnetworks {})", path, c.mask.redeal_every, c.mask.regime, c.mask.keep,
-              c.parallel.subnetworks);
-  SUBDP_CHECK(c.parallel.shard != Sharding::parameters || c.mask.regime != MaskRegime::backward,
-              "{}: [parallel] shard = \"parameters\" (FSDP) with [mask] regime = \"backward\": backward masking runs "
-              "every block's forward on every rank, so each rank would gather blocks it does not hold; FSDP composes "
-              "with \"none\", \"forward\" and \"stochastic\" (use shard = \"gradients\" with backward masking)", path);
-  SUBDP_CHECK(c.log.alignment_every == 0 || c.parallel.shard == Sharding::none || c.parallel.shard == Sharding::optimizer,
-              "{}: [log] alignment_every = {}: gradient alignment reads each block's whole gradient, which [parallel] "
-              "shard = \"{}\" frees block by block during the backward pass; use shard = \"optimizer\" or "
-              "\"none\" to measure alignment", path, c.log.alignment_every, c.parallel.shard);
-  SUBDP_CHECK(!c.checkpoint.reset_optimizer || !c.checkpoint.resume.empty(),
-              "{}: [checkpoint] reset_optimizer = true: it applies to a resume; set [checkpoint] resume", path);
-  SUBDP_CHECK(!c.checkpoint.resumes_newest() || !c.checkpoint.dir.empty(),
-              "{}: [checkpoint] resume = \"auto\": needs [checkpoint] dir", path);
-  // device.type = "cuda" is checked when the run picks its backend (make_backend): "no CUDA
-  // device was found" on a machine without one, rather than a config error.
-  SUBDP_CHECK(c.device.precision == Precision::fp32,
-              "{}: [device] precision = \"{}\": every backend computes in fp32 (bf16 is not implemented yet); use "
-              "\"fp32\"", path,
-              c.device.precision);
-}
-
 // ---------------------------------------------------------------- overrides
 
 std::string trim(std::string s) {
@@ -532,7 +481,7 @@ Config parse_config(const std::string& text, const std::string& path,
   std::set<std::string> overridden;
   for (const auto& spec : overrides) overridden.insert(apply_override(root, fs, spec));
   read_fields(root, fs, path, overridden);
-  check_cross(c, path);
+  check_config_rules(c, path);
   return c;
 }
 

@@ -170,66 +170,47 @@ bool stochastic_drop(uint64_t seed, int rank, int64_t step, int block, double ke
   return u >= keep;
 }
 
-SubnetworkPlan make_plan(const ModelUnits& units, const MaskConfig& mask, int S) {
-  if (mask.regime == MaskRegime::stochastic) {
-    // Stochastic depth holds the whole model on every rank: DP's plan; the drops are drawn
-    // per step by the trainer (stochastic_drop).
-    SUBDP_CHECK(S == 1, "mask.regime = \"stochastic\": parallel.subnetworks = {} must be 1", S);
-    const bool droppable = std::any_of(units.blocks.begin(), units.blocks.end(), [](const BlockSpec& b) {
-      return b.droppable;
-    });
-    SUBDP_CHECK(droppable, "mask.regime = \"stochastic\": this model has no residual blocks to drop (use resnet or gpt)");
-    MaskConfig dp = mask;
-    dp.regime = MaskRegime::none;
-    dp.keep = 1.0;
-    return make_plan(units, dp, S);
-  }
-  SubnetworkPlan plan;
-  plan.regime = plan_regime(mask.regime);
-  plan.granularity = mask.granularity;
-  plan.S = S;
-  if (!plan.masked()) {
-    SUBDP_CHECK(S == 1 || mask.keep == 1.0,
-                "mask.regime = \"none\" with parallel.subnetworks = {}: plain DP has one "
-                "subnetwork; set mask.regime to forward or backward, or subnetworks = 1", S);
-    plan.c = S;
-    return plan;
-  }
-  plan.c = coverage_from(mask, S);
-  std::map<std::vector<int>, int> ids;
-  if (plan.granularity == Granularity::neuron) {
-    SUBDP_CHECK(!units.layers.empty(), "mask.granularity = \"neuron\": this model has no maskable layers");
-    // Each layer is dealt with the brief's construction, balanced within the layer. Its
-    // rotation carries on from the units dealt before it (the brief's global position), and
-    // among the S rotations the one that puts the layer's extra units on the subnetworks with
-    // the fewest kept parameters so far is taken (ties: the carried one). Restarting every
-    // layer at offset 0 gave the first subnetworks every extra unit (GPT, 2 heads, S = 4:
-    // subnetworks 0 and 1 held all attention).
-    const int L = S / std::gcd(plan.c, S);
-    std::vector<int64_t> kept(S, 0);
-    int64_t position = 0;
-    for (size_t l = 0; l < units.layers.size(); ++l) {
-      const UnitLayerSpec& layer = units.layers[l];
-      const int carried = static_cast<int>((position * plan.c + position / L) % S);
-      std::vector<int> best;
-      int64_t best_cost = 0;
-      for (int k = 0; k < S; ++k) {
-        auto first = deal_units(layer.units, plan.c, S, mix64(mask.seed + 7919 * (l + 1)), (carried + k) % S);
-        std::vector<int64_t> add(S, 0);
-        add_deal(add, first, plan.c, S, layer.unit_params);
-        int64_t cost = 0;  // sum of kept * added: least when the additions go to the lightest
-        for (int s2 = 0; s2 < S; ++s2) cost += kept[s2] * add[s2];
-        if (best.empty() || cost < best_cost) best = std::move(first), best_cost = cost;
-      }
-      add_deal(kept, best, plan.c, S, layer.unit_params);
-      std::vector<int> groups;
-      for (int o : best) groups.push_back(group_id(plan, ids, o));
-      plan.unit_group.push_back(groups);
-      position += layer.units;
+namespace {
+
+/// Neuron level: every maskable layer dealt with the brief's construction into plan.unit_group.
+void deal_neurons(SubnetworkPlan& plan, std::map<std::vector<int>, int>& ids, const ModelUnits& units,
+                  const MaskConfig& mask) {
+  const int S = plan.S;
+  SUBDP_CHECK(!units.layers.empty(), "mask.granularity = \"neuron\": this model has no maskable layers");
+  // Each layer is dealt with the brief's construction, balanced within the layer. Its
+  // rotation carries on from the units dealt before it (the brief's global position), and
+  // among the S rotations the one that puts the layer's extra units on the subnetworks with
+  // the fewest kept parameters so far is taken (ties: the carried one). Restarting every
+  // layer at offset 0 gave the first subnetworks every extra unit (GPT, 2 heads, S = 4:
+  // subnetworks 0 and 1 held all attention).
+  const int L = S / std::gcd(plan.c, S);
+  std::vector<int64_t> kept(S, 0);
+  int64_t position = 0;
+  for (size_t l = 0; l < units.layers.size(); ++l) {
+    const UnitLayerSpec& layer = units.layers[l];
+    const int carried = static_cast<int>((position * plan.c + position / L) % S);
+    std::vector<int> best;
+    int64_t best_cost = 0;
+    for (int k = 0; k < S; ++k) {
+      auto first = deal_units(layer.units, plan.c, S, mix64(mask.seed + 7919 * (l + 1)), (carried + k) % S);
+      std::vector<int64_t> add(S, 0);
+      add_deal(add, first, plan.c, S, layer.unit_params);
+      int64_t cost = 0;  // sum of kept * added: least when the additions go to the lightest
+      for (int s2 = 0; s2 < S; ++s2) cost += kept[s2] * add[s2];
+      if (best.empty() || cost < best_cost) best = std::move(first), best_cost = cost;
     }
-    return plan;
+    add_deal(kept, best, plan.c, S, layer.unit_params);
+    std::vector<int> groups;
+    for (int o : best) groups.push_back(group_id(plan, ids, o));
+    plan.unit_group.push_back(groups);
+    position += layer.units;
   }
-  // Block level: droppable, unpinned blocks are dealt stage by stage.
+}
+
+/// Block level: droppable, unpinned blocks dealt stage by stage into plan.block_group.
+void deal_blocks(SubnetworkPlan& plan, std::map<std::vector<int>, int>& ids, const ModelUnits& units,
+                 const MaskConfig& mask) {
+  const int S = plan.S;
   const int nblocks = static_cast<int>(units.blocks.size());
   for (int b : mask.pinned)
     SUBDP_CHECK(b >= 0 && b < nblocks, "mask.pinned: block {} out of range [0, {})", b, nblocks);
@@ -265,6 +246,43 @@ SubnetworkPlan make_plan(const ModelUnits& units, const MaskConfig& mask, int S)
   for (size_t st = 0; st < deals.size(); ++st)
     for (size_t i = 0; i < blocks_of[st].size(); ++i)
       plan.block_group[blocks_of[st][i]] = group_id(plan, ids, deals[st][choice[st]][i]);
+}
+
+/// Stochastic depth holds the whole model on every rank: DP's plan; the drops are drawn per
+/// step by the trainer (stochastic_drop).
+MaskConfig stochastic_depth_as_dp(const ModelUnits& units, const MaskConfig& mask, int S) {
+  SUBDP_CHECK(S == 1, "mask.regime = \"stochastic\": parallel.subnetworks = {} must be 1", S);
+  const bool droppable = std::any_of(units.blocks.begin(), units.blocks.end(), [](const BlockSpec& b) {
+    return b.droppable;
+  });
+  SUBDP_CHECK(droppable, "mask.regime = \"stochastic\": this model has no residual blocks to drop (use resnet or gpt)");
+  MaskConfig dp = mask;
+  dp.regime = MaskRegime::none;
+  dp.keep = 1.0;
+  return dp;
+}
+
+}  // namespace
+
+SubnetworkPlan make_plan(const ModelUnits& units, const MaskConfig& mask, int S) {
+  if (mask.regime == MaskRegime::stochastic) return make_plan(units, stochastic_depth_as_dp(units, mask, S), S);
+  SubnetworkPlan plan;
+  plan.regime = plan_regime(mask.regime);
+  plan.granularity = mask.granularity;
+  plan.S = S;
+  if (!plan.masked()) {
+    SUBDP_CHECK(S == 1 || mask.keep == 1.0,
+                "mask.regime = \"none\" with parallel.subnetworks = {}: plain DP has one "
+                "subnetwork; set mask.regime to forward or backward, or subnetworks = 1", S);
+    plan.c = S;
+    return plan;
+  }
+  plan.c = coverage_from(mask, S);
+  std::map<std::vector<int>, int> ids;
+  if (plan.granularity == Granularity::neuron)
+    deal_neurons(plan, ids, units, mask);
+  else
+    deal_blocks(plan, ids, units, mask);
   return plan;
 }
 

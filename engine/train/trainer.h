@@ -126,6 +126,16 @@ class Trainer {
   /// Writes the step's metrics line and, every log.every steps, the progress line.
   void record(const StepFigures& f);
   void save(bool final);
+  /// What rank 0 read for a resume: the full model, its optimizer state, the manifest, and
+  /// whether the checkpoint is checkpoint.dir's own (a save at its step would rewrite it).
+  struct ResumeSource {
+    std::vector<NamedTensor> full, opt;
+    CheckpointInfo info;
+    bool in_own_dir = false;
+  };
+  /// Rank 0 of resume(): finds, reads and checks the checkpoint that checkpoint.resume names.
+  ResumeSource read_resume_source(OptimizerLoad policy);
+  /// Collective: loads the checkpoint (read on rank 0) into every rank's layout.
   void resume();
   void print_memory_comparison();
   void print_eval(const EvalResult& full, const EvalResult& subnetworks);

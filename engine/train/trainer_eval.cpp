@@ -186,46 +186,54 @@ void Trainer::save(bool final) {
   world_->barrier();
 }
 
+Trainer::ResumeSource Trainer::read_resume_source(OptimizerLoad policy) {
+  ResumeSource src;
+  LoadedCheckpoint read;  // "auto" verifies the checkpoint it picks by reading it: use that read
+  const CheckpointConfig& ck = config_.checkpoint;
+  const std::string path = ck.resumes_newest() ? newest_checkpoint(ck.dir, &read) : ck.resume;
+  if (read.loaded) {
+    src.info = read.info;
+    src.full = std::move(read.model);
+    src.opt = std::move(read.optimizer);
+    check_checkpoint_for(path, name_of(config_.model.name), specs_, optimizer_->num_states(), policy, src.info,
+                         src.full, src.opt);
+  } else if (!path.empty()) {
+    load_checkpoint_for(path, name_of(config_.model.name), specs_, optimizer_->num_states(), policy, src.info,
+                        src.full, src.opt);
+  }
+  if (path.empty()) {
+    std::printf("checkpoint.resume = \"auto\": no checkpoint in %s, starting fresh\n", ck.dir.c_str());
+    return src;
+  }
+  checkpoints_.trusted.insert(path);  // read and verified: keep_last may prune it
+  std::error_code ec;
+  src.in_own_dir = !ck.dir.empty() && std::filesystem::equivalent(std::filesystem::path(path).parent_path(), ck.dir, ec);
+  SUBDP_CHECK(src.info.step <= total_steps_,
+              "{}: checkpoint at step {}, past the run's last step {} ([train] steps / epochs): nothing to "
+              "train; raise train.steps or train.epochs", path, src.info.step, total_steps_);
+  std::printf("resuming from %s at step %lld%s\n", path.c_str(), static_cast<long long>(src.info.step),
+              src.info.step == total_steps_ ? " (the run's last step: no training steps)" : "");
+  return src;
+}
+
 void Trainer::resume() {
   // Rank 0 reads and checks the checkpoint; a failure there is broadcast so every rank stops
   // cleanly.
-  std::vector<NamedTensor> full, opt;
-  CheckpointInfo info;
-  std::string error;
-  int64_t in_own_dir = 0;  // the checkpoint is checkpoint.dir's own step-N (a save would rewrite it)
   const OptimizerLoad policy = config_.checkpoint.reset_optimizer ? OptimizerLoad::reset : OptimizerLoad::require;
+  ResumeSource src;
+  std::string error;
   if (layout_.rank == 0) {
     try {
-      LoadedCheckpoint read;  // "auto" verifies the checkpoint it picks by reading it: use that read
-      const CheckpointConfig& ck = config_.checkpoint;
-      const std::string path = ck.resumes_newest() ? newest_checkpoint(ck.dir, &read) : ck.resume;
-      if (read.loaded) {
-        info = read.info;
-        full = std::move(read.model);
-        opt = std::move(read.optimizer);
-        check_checkpoint_for(path, name_of(config_.model.name), specs_, optimizer_->num_states(), policy, info, full, opt);
-      } else if (!path.empty()) {
-        load_checkpoint_for(path, name_of(config_.model.name), specs_, optimizer_->num_states(), policy, info, full, opt);
-      }
-      if (!path.empty()) {
-        checkpoints_.trusted.insert(path);  // read and verified: keep_last may prune it
-        std::error_code ec;
-        in_own_dir = !config_.checkpoint.dir.empty() &&
-                     std::filesystem::equivalent(std::filesystem::path(path).parent_path(), config_.checkpoint.dir, ec);
-        SUBDP_CHECK(info.step <= total_steps_,
-                    "{}: checkpoint at step {}, past the run's last step {} ([train] steps / epochs): nothing to "
-                    "train; raise train.steps or train.epochs", path, info.step, total_steps_);
-        std::printf("resuming from %s at step %lld%s\n", path.c_str(), static_cast<long long>(info.step),
-                    info.step == total_steps_ ? " (the run's last step: no training steps)" : "");
-      } else {
-        std::printf("checkpoint.resume = \"auto\": no checkpoint in %s, starting fresh\n", config_.checkpoint.dir.c_str());
-      }
+      src = read_resume_source(policy);
     } catch (const Error& e) {
       error = e.what();
     }
   }
   auto errors = world_->allgather(error);
   SUBDP_CHECK(errors[0].empty(), "{}", errors[0]);
+  CheckpointInfo& info = src.info;
+  std::vector<NamedTensor>& full = src.full;
+  const int64_t in_own_dir = src.in_own_dir;  // checkpoint.dir's own step-N (a save would rewrite it)
   int64_t header[4] = {info.step, info.optimizer_steps, static_cast<int64_t>(full.size()), in_own_dir};
   world_->broadcast(header, sizeof(header), 0);
   world_->broadcast(&info.train_loss, sizeof(info.train_loss), 0);
@@ -236,7 +244,7 @@ void Trainer::resume() {
     deal_ = header[0] / k;
     replace_plan(plan_of_deal(deal_));
   }
-  for (auto& t : opt) full.push_back(std::move(t));
+  for (auto& t : src.opt) full.push_back(std::move(t));
   scatter_full(*model_, reset ? nullptr : optimizer_.get(), *world_, specs_, full);
   step_ = header[0];
   // A run that trains no step must not rewrite the checkpoint it loaded (reset_optimizer
