@@ -22,6 +22,7 @@
 #include "engine/config/config.h"
 #include "engine/core/error.h"
 #include "engine/cli/config_rules.h"
+#include "engine/cli/suggest.h"
 
 namespace subdp {
 namespace {
@@ -186,28 +187,6 @@ const Field* find_field(const std::vector<Field>& fs, std::string_view table,
   for (const auto& f : fs)
     if (table == f.table && key == f.key) return &f;
   return nullptr;
-}
-
-size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
-
-/// " (did you mean 'x'?)" when a valid name is close to the unknown one.
-std::string suggestion(std::string_view unknown, const std::vector<std::string>& valid) {
-  for (const auto& v : valid)
-    if (edit_distance(unknown, v) <= 2) return fmt::format(" (did you mean '{}'?)", v);
-  return "";
 }
 
 std::string type_name(const toml::node& n) {
