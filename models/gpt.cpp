@@ -241,13 +241,6 @@ Gpt::Gpt(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t s
   scratch_.attn.bind(shared_, rows, width, T_, C_ / c.heads, omp_get_max_threads());
 }
 
-void Gpt::set_dropped_blocks(const std::vector<char>& dropped, const std::vector<char>& dense, float scale) {
-  SUBDP_ASSERT(dropped.size() == blocks_.size() && dense.size() == blocks_.size());
-  dropped_ = dropped;
-  dense_ = dense;
-  drop_scale_ = scale;
-}
-
 void Gpt::check_batch(int B, int T) const {
   SUBDP_CHECK(B >= 1 && B <= max_batch_ && T >= 1 && T <= T_,
               "GPT: batch of {} sequences of {} tokens exceeds the model's {} x context {}", B, T, max_batch_, T_);
@@ -272,10 +265,10 @@ void Gpt::run_forward(const int32_t* tokens, int B, int T, bool training) {
   const float* x = x0;
   block_in_.clear();
   last_run_ = -1;
-  const bool stochastic = training && !dropped_.empty();
   for (size_t b = 0; b < blocks_.size(); ++b) {
     TransformerBlock& blk = *blocks_[b];
-    blk.set_step(stochastic && dropped_[b], stochastic && !dense_[b] ? drop_scale_ : 1.f);
+    const auto [skipped, scale] = stochastic_step(static_cast<int>(b), training);
+    blk.set_step(skipped, scale);
     block_in_.push_back(x);
     block_forward_starts(static_cast<int>(b));
     x = blk.forward(x, B, T, scratch_);

@@ -110,7 +110,7 @@ class Gpt : public Model {
   double forward(const Batch& batch, bool training, int64_t* correct) override;
   void backward() override;
   int64_t positions_per_example() const override { return T_; }
-  void set_dropped_blocks(const std::vector<char>& dropped, const std::vector<char>& dense, float scale) override;
+  int residual_blocks() const override { return static_cast<int>(blocks_.size()); }
   /// Logits (B*T, vocab) of the last forward.
   const float* last_logits() const override { return head_->logits(); }
   /// Logits (B*T, vocab), copied to the host, of host tokens (B, T) int32, B <= max_batch,
@@ -144,8 +144,6 @@ class Gpt : public Model {
   BlockActivations shared_block_;       // under recompute: the one set every block views
   bool recompute_ = false;
   int last_run_ = -1;                   // last block that computed in the last forward (its set is live)
-  std::vector<char> dropped_, dense_;   // stochastic depth (set_dropped_blocks); empty: none
-  float drop_scale_ = 1.f;
   const float* last_ = nullptr;         // (B, T, C) input of lnf
   const int32_t* tokens_ = nullptr;
   int B_ = 0, Tcur_ = 0, T_, V_, C_, max_batch_;

@@ -8,8 +8,13 @@
 
 namespace subdp {
 
-void Model::set_dropped_blocks(const std::vector<char>&, const std::vector<char>&, float) {
-  throw Error("mask.regime = \"stochastic\": this model has no residual blocks to drop (use resnet or gpt)");
+void Model::set_dropped_blocks(const std::vector<char>& dropped, const std::vector<char>& dense, float scale) {
+  const size_t blocks = static_cast<size_t>(residual_blocks());
+  SUBDP_CHECK(blocks > 0, "mask.regime = \"stochastic\": this model has no residual blocks to drop (use resnet or gpt)");
+  SUBDP_ASSERT(dropped.size() == blocks && dense.size() == blocks);
+  dropped_ = dropped;
+  dense_ = dense;
+  drop_scale_ = scale;
 }
 
 void Model::zero_grad() {

@@ -3,6 +3,8 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "engine/config/config.h"
 #include "engine/core/batch.h"
@@ -49,7 +51,7 @@ class Model {
   /// block is its shortcut; its parameters get no gradient) and every other block's branch
   /// output is multiplied by `scale` (1/keep), pinned blocks excepted (dense[b] = 1).
   /// Evaluation forwards run every block unscaled. Errors for a model without blocks.
-  virtual void set_dropped_blocks(const std::vector<char>& dropped, const std::vector<char>& dense, float scale);
+  void set_dropped_blocks(const std::vector<char>& dropped, const std::vector<char>& dense, float scale);
 
   /// The calls around each block (BlockHooks); the trainer sets them for ZeRO-2 and FSDP.
   void set_block_hooks(BlockHooks hooks) { hooks_ = std::move(hooks); }
@@ -72,11 +74,21 @@ class Model {
   void block_backward_done(int b) const {
     if (hooks_.after_backward) hooks_.after_backward(b);
   }
+  /// Residual blocks of the model (0: none, and stochastic depth is refused).
+  virtual int residual_blocks() const { return 0; }
+  /// Stochastic depth in this forward for block b: {branch skipped, branch scale}; {false, 1}
+  /// in evaluation forwards and without stochastic depth.
+  std::pair<bool, float> stochastic_step(int b, bool training) const {
+    if (!training || dropped_.empty()) return {false, 1.f};
+    return {dropped_[b] != 0, dense_[b] ? 1.f : drop_scale_};
+  }
   SubnetMask mask_;
   ParamSet params_;
 
  private:
   BlockHooks hooks_;
+  std::vector<char> dropped_, dense_;  // stochastic depth (set_dropped_blocks); empty: none
+  float drop_scale_ = 1.f;
 };
 
 /// Maskable units of the model the config describes (no allocation). Errors name the key.

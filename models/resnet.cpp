@@ -222,13 +222,6 @@ ResNet::ResNet(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint
   scratch_.workspace = Tensor::empty({ws}, MemCategory::workspace);
 }
 
-void ResNet::set_dropped_blocks(const std::vector<char>& dropped, const std::vector<char>& dense, float scale) {
-  SUBDP_ASSERT(dropped.size() == blocks_.size() && dense.size() == blocks_.size());
-  dropped_ = dropped;
-  dense_ = dense;
-  drop_scale_ = scale;
-}
-
 double ResNet::forward(const Batch& batch, bool training, int64_t* correct) {
   const int64_t per = static_cast<int64_t>(C_in_) * H_ * W_;
   SUBDP_CHECK(batch.x.numel() / batch.x.dim(0) == per && batch.n <= batch.x.dim(0),
@@ -243,10 +236,10 @@ double ResNet::forward(const Batch& batch, bool training, int64_t* correct) {
   stem_bn_->forward(c, stem_h_.f32(), N, H_ * W_, training, /*relu=*/true);
   float* x = stem_h_.f32();
   block_in_.clear();
-  const bool stochastic = training && !dropped_.empty();
   last_branch_ = -1;
   for (size_t b = 0; b < blocks_.size(); ++b) {
-    blocks_[b]->set_step(stochastic && dropped_[b], stochastic && !dense_[b] ? drop_scale_ : 1.f);
+    const auto [skipped, scale] = stochastic_step(static_cast<int>(b), training);
+    blocks_[b]->set_step(skipped, scale);
     block_in_.push_back(x);
     block_forward_starts(static_cast<int>(b));
     x = blocks_[b]->forward(x, N, training, scratch_);

@@ -101,7 +101,7 @@ class ResNet : public Model {
   void backward() override;
   const float* last_logits() const override { return head_.logits(); }
   std::vector<BatchNorm2d*> batchnorms() override;
-  void set_dropped_blocks(const std::vector<char>& dropped, const std::vector<char>& dense, float scale) override;
+  int residual_blocks() const override { return static_cast<int>(blocks_.size()); }
 
  private:
   std::unique_ptr<Conv2d> stem_conv_;
@@ -113,11 +113,9 @@ class ResNet : public Model {
   // in_channels-channel image: 1 for Fashion-MNIST, 3 for CIFAR-10).
   Tensor stem_h_, pooled_, dpooled_;
   std::vector<float*> block_in_;  // input of each block in the last forward
-  std::vector<char> dropped_, dense_;  // stochastic depth (set_dropped_blocks); empty: none
   ResNetBlockActivations shared_block_;  // under recompute: the one set every block views
   bool recompute_ = false;
   int last_branch_ = -1;  // last block whose branch computed in the last forward (its set is live)
-  float drop_scale_ = 1.f;
   float* last_out_ = nullptr;
   ResNetScratch scratch_;
   CrossEntropyHead head_;

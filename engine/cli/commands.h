@@ -10,8 +10,9 @@
 
 namespace subdp {
 
-/// `subdp train`: trains per config, prints progress and the final summary line.
-int run_train(const Config& config, const TrainOptions& options);
+/// `subdp train`: trains per config, prints progress and the final summary line. The
+/// environment variable SUBDP_DUMP_LOCAL=<dir> (tests) sets options.dump_local_dir.
+int run_train(const Config& config, TrainOptions options);
 
 /// `subdp plan`: prints the subnetwork plan and predicted per-rank memory.
 /// world = 0 means "use the MPI world size or S".

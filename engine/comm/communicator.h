@@ -51,16 +51,6 @@ class Communicator {
   virtual CommKind kind() const = 0;
   /// True for --simulate-rank's communicator: collectives return this rank's own data.
   bool simulated() const { return kind() == CommKind::simulated; }
-
-  /// Payload bytes this rank sent into all-reduces since the last take_bytes().
-  int64_t take_bytes() {
-    int64_t b = bytes_;
-    bytes_ = 0;
-    return b;
-  }
-
- protected:
-  int64_t bytes_ = 0;
 };
 
 /// Offset of segment r of `counts` (the sum of counts[0..r)); checks counts.size() == size.

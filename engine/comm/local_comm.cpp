@@ -13,7 +13,7 @@ class LocalCommunicator : public Communicator {
  public:
   int rank() const override { return 0; }
   int size() const override { return 1; }
-  void allreduce_sum(float*, int64_t n) override { bytes_ += n * 4; }
+  void allreduce_sum(float*, int64_t) override {}
   void allreduce_sum(double*, int64_t) override {}
   void allreduce_max(double*, int64_t) override {}
   void reduce_sum(const float* data, float* recv, int64_t n, int) override {
@@ -21,11 +21,9 @@ class LocalCommunicator : public Communicator {
     if (recv != data) std::memcpy(recv, data, sizeof(float) * n);
   }
   void reduce_scatter_sum(float*, const std::vector<int64_t>& counts) override {
-    bytes_ += segment_offset(counts, 1, 1) * 4;
+    segment_offset(counts, 1, 1);  // checks that there is one count, this rank's
   }
-  void allgather_segments(float*, const std::vector<int64_t>& counts) override {
-    bytes_ += segment_offset(counts, 1, 1) * 4;
-  }
+  void allgather_segments(float*, const std::vector<int64_t>& counts) override { segment_offset(counts, 1, 1); }
   void broadcast(void*, int64_t, int) override {}
   std::vector<std::string> allgather(const std::string& mine) override { return {mine}; }
   void barrier() override {}

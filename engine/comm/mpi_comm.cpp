@@ -48,7 +48,6 @@ class MpiCommunicator : public Communicator {
   void allreduce_sum(float* data, int64_t n) override {
     CollectiveScope open;  // the buffers are backend memory
     CollectiveWatchdog::Guard guard(*watchdog_, "MPI_Allreduce");
-    bytes_ += n * static_cast<int64_t>(sizeof(float));
     for (int64_t off = 0; off < n; off += kMaxCount)
       MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data + off, static_cast<int>(std::min(kMaxCount, n - off)),
                               MPI_FLOAT, MPI_SUM, comm_));
@@ -78,7 +77,6 @@ class MpiCommunicator : public Communicator {
     CollectiveWatchdog::Guard guard(*watchdog_, "MPI_Reduce_scatter");
     const auto ints = int_counts(counts);
     const int64_t off = segment_offset(counts, rank_, size_);
-    bytes_ += counts[rank_] * static_cast<int64_t>(sizeof(float));
     // In place, MPI leaves this rank's result at the start of the buffer: moved to its segment.
     MPI_CHECK(MPI_Reduce_scatter(MPI_IN_PLACE, data, ints.data(), MPI_FLOAT, MPI_SUM, comm_));
     if (off > 0) std::memmove(data + off, data, sizeof(float) * counts[rank_]);
@@ -89,7 +87,6 @@ class MpiCommunicator : public Communicator {
     const auto ints = int_counts(counts);
     std::vector<int> displs(size_);
     for (int r = 0; r < size_; ++r) displs[r] = static_cast<int>(segment_offset(counts, r, size_));
-    bytes_ += counts[rank_] * static_cast<int64_t>(sizeof(float));
     MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, ints.data(), displs.data(), MPI_FLOAT, comm_));
   }
   void broadcast(void* data, int64_t bytes, int root) override {

@@ -18,7 +18,6 @@ class SimulatedCommunicator : public Communicator {
   int size() const override { return size_; }
   void allreduce_sum(float* data, int64_t n) override {
     CollectiveScope open;  // the buffers are backend memory
-    bytes_ += n * static_cast<int64_t>(sizeof(float));
     scale(data, n);
   }
   void allreduce_sum(double* data, int64_t n) override { scale(data, n); }
@@ -31,11 +30,10 @@ class SimulatedCommunicator : public Communicator {
     CollectiveScope open;  // the buffers are backend memory
     // As if every rank held these values: this rank's segment becomes size x itself.
     const int64_t off = segment_offset(counts, rank_, size_), n = counts[rank_];
-    bytes_ += n * static_cast<int64_t>(sizeof(float));
     scale(data + off, n);
   }
   void allgather_segments(float*, const std::vector<int64_t>& counts) override {
-    bytes_ += counts.at(rank_) * static_cast<int64_t>(sizeof(float));  // other segments: as they are
+    segment_offset(counts, rank_, size_);  // other segments stay as they are; checks the counts
   }
   void broadcast(void*, int64_t, int) override {}
   std::vector<std::string> allgather(const std::string& mine) override {

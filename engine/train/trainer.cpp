@@ -194,8 +194,7 @@ int Trainer::run() {
     if (stop_signal_ != 0 && step_ < total_steps_) return stop_for_signal();  // at the last step: finish
   }
   if (!config_.checkpoint.dir.empty() && step_ != last_saved_step_) save(true);
-  // Test hook (invariant 5): each rank writes its values in the full layout, NaN where unheld.
-  if (const char* dir = std::getenv("SUBDP_DUMP_LOCAL")) dump_local_values(dir);
+  if (!options_.dump_local_dir.empty()) dump_local_values(options_.dump_local_dir);
   double peak = static_cast<double>(MemoryTracker::global().stats().total_peak);
   world_->allreduce_max(&peak, 1);
   if (prints_) {

@@ -22,6 +22,9 @@ namespace subdp {
 /// Options of `subdp train` that are not part of the config.
 struct TrainOptions {
   std::string simulate_rank;  // "w/W": run rank w of a W-rank layout alone (local stand-in comm)
+  /// Test hook (invariant 5, environment SUBDP_DUMP_LOCAL): after the run each rank writes
+  /// its values in the full layout, NaN where it holds none, to <dir>/rank<r>.safetensors.
+  std::string dump_local_dir;
 };
 
 /// Evaluation result: mean loss (nats per target position) and accuracy (fraction).

@@ -121,7 +121,6 @@ class NcclComm final : public NcclCommunicator {
   CommKind kind() const override { return CommKind::nccl; }
 
   void allreduce_sum(float* data, int64_t n) override {
-    bytes_ += n * static_cast<int64_t>(sizeof(float));
     in_place(data, n * sizeof(float), [&](void* d) {
       NCCL_CHECK(ncclAllReduce(d, d, static_cast<size_t>(n), ncclFloat, ncclSum, comm_, stream_));
     });
@@ -155,13 +154,11 @@ class NcclComm final : public NcclCommunicator {
   void reduce_scatter_sum(float* data, const std::vector<int64_t>& counts) override {
     // Variable counts: one ncclReduce per segment to its rank, grouped into one launch
     // (ncclReduceScatter wants equal counts).
-    bytes_ += counts.at(rank_) * static_cast<int64_t>(sizeof(float));
     per_segment(data, counts, [&](float* seg, size_t n, int r) {
       NCCL_CHECK(ncclReduce(seg, seg, n, ncclFloat, ncclSum, r, comm_, stream_));
     });
   }
   void allgather_segments(float* data, const std::vector<int64_t>& counts) override {
-    bytes_ += counts.at(rank_) * static_cast<int64_t>(sizeof(float));
     per_segment(data, counts, [&](float* seg, size_t n, int r) {
       NCCL_CHECK(ncclBroadcast(seg, seg, n, ncclFloat, r, comm_, stream_));
     });

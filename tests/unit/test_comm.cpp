@@ -17,13 +17,11 @@ TEST(Collectives, LocalAndSimulatedSegments) {
   local->reduce_scatter_sum(x.data(), {3});
   local->allgather_segments(x.data(), {3});
   EXPECT_EQ(x, (std::vector<float>{1, 2, 3}));
-  EXPECT_EQ(local->take_bytes(), 24);
 
   auto sim = make_simulated_communicator(1, 3);  // rank 1 of 3: segment [2, 5)
   std::vector<float> y = {1, 1, 2, 2, 2, 9};
   sim->reduce_scatter_sum(y.data(), {2, 3, 1});
   EXPECT_EQ(std::vector<float>(y.begin() + 2, y.begin() + 5), (std::vector<float>{6, 6, 6}));
-  EXPECT_EQ(sim->take_bytes(), 12);
   EXPECT_EQ(segment_offset({2, 3, 1}, 2, 3), 5);
   EXPECT_THROW(segment_offset({2, 3}, 1, 3), Error);  // one count per rank
 }

@@ -40,7 +40,8 @@ std::unique_ptr<Communicator> make_world(const Config& c) {
 
 }  // namespace
 
-int run_train(const Config& config, const TrainOptions& options) {
+int run_train(const Config& config, TrainOptions options) {
+  if (const char* dir = std::getenv("SUBDP_DUMP_LOCAL")) options.dump_local_dir = dir;  // tests/mpi: invariant 5
   std::unique_ptr<Communicator> world;
   if (!options.simulate_rank.empty()) {
     int w = 0, W = 0;
