@@ -104,16 +104,25 @@ TransformerBlock::TransformerBlock(ParamSet& ps, const SubnetMask& mask, const M
   const int64_t kept_attn_cols = dropped ? 0 : static_cast<int64_t>(mask.layers.at(heads_layer(index)).kept) * hd;
   // zero_init_residual: both branches' output projections (attention proj, MLP fc2) start at
   // 0, so the block starts as the identity (the transformer form of Goyal et al. 2017, 5.1).
-  const InitSpec* branch_out_init = c.zero_init_residual ? &kZero : &kGpt2Weight;
-  attn_ = std::make_unique<CausalSelfAttention>(ps, name, C_, heads_, c.context, max_rows,
-                                                neuron ? heads_layer(index) : -1, index,
-                                                neuron ? mask.scale : 1.f, kGpt2Weight,
-                                                shared ? &forward_scratch : nullptr, kept_attn_cols, branch_out_init,
-                                                kept ? &kept->attn : nullptr);
+  const InitSpec branch_out_init = c.zero_init_residual ? kZero : kGpt2Weight;
+  AttentionSpec attn;
+  attn.prefix = name;
+  attn.C = C_;
+  attn.heads = heads_;
+  attn.T = c.context;
+  attn.max_rows = max_rows;
+  attn.head_layer = neuron ? heads_layer(index) : -1;
+  attn.block = index;
+  attn.head_scale = neuron ? mask.scale : 1.f;
+  attn.weight_init = kGpt2Weight;
+  attn.proj_weight_init = branch_out_init;
+  attn.y_scratch = shared ? &forward_scratch : nullptr;
+  attn.y_kept_cols = kept_attn_cols;
+  attn.activation_area = kept ? &kept->attn : nullptr;
+  attn_ = std::make_unique<CausalSelfAttention>(ps, attn);
   const UnitRef out_units{neuron ? mlp_layer(index) : -1, 0, 1}, in_units{neuron ? mlp_layer(index) : -1, 1, 1};
-  fc_ = std::make_unique<Linear>(ps, name + ".fc", C_, H, true, out_units, UnitRef{}, index, &kGpt2Weight, &kZero);
-  fc2_ = std::make_unique<Linear>(ps, name + ".fc2", H, C_, true, UnitRef{}, in_units, index, branch_out_init,
-                                  &kZero);
+  fc_ = std::make_unique<Linear>(ps, name + ".fc", C_, H, true, out_units, UnitRef{}, index, kGpt2Weight, kZero);
+  fc2_ = std::make_unique<Linear>(ps, name + ".fc2", H, C_, true, UnitRef{}, in_units, index, branch_out_init, kZero);
   if (neuron) neuron_scale_ = mask.scale;
   else branch_scale_ = mask.block_scale(index);  // pinned blocks are never scaled
   if (kept) {

@@ -23,11 +23,13 @@ void AttentionScratch::bind(const Tensor& area, int64_t rows, int64_t Ck, int T,
   ws = Tensor::empty({backend().attention_workspace_floats(largest, slots)}, MemCategory::workspace);
 }
 
-CausalSelfAttention::CausalSelfAttention(ParamSet& ps, const std::string& prefix, int C, int heads, int T,
-                                         int64_t max_rows, int head_layer, int block, float head_scale,
-                                         InitSpec weight_init, const Tensor* y_scratch, int64_t y_kept_cols,
-                                         const InitSpec* proj_weight_init, const Tensor* activation_area)
-    : C_(C), heads_(heads), hd_(C / heads), head_scale_(head_scale) {
+CausalSelfAttention::CausalSelfAttention(ParamSet& ps, const AttentionSpec& spec)
+    : C_(spec.C), heads_(spec.heads), hd_(spec.C / spec.heads), head_scale_(spec.head_scale) {
+  const std::string& prefix = spec.prefix;
+  const int C = spec.C, heads = spec.heads, T = spec.T, head_layer = spec.head_layer, block = spec.block;
+  const int64_t max_rows = spec.max_rows, y_kept_cols = spec.y_kept_cols;
+  const InitSpec weight_init = spec.weight_init;
+  const Tensor *y_scratch = spec.y_scratch, *activation_area = spec.activation_area;
   SUBDP_ASSERT(heads > 0 && C % heads == 0);
   const InitSpec zero{InitSpec::constant, 0.f};
   if (head_layer >= 0) {
@@ -43,7 +45,7 @@ CausalSelfAttention::CausalSelfAttention(ParamSet& ps, const std::string& prefix
   local_heads_ = static_cast<int>(Ck / hd_);
   proj = std::make_unique<Linear>(ps, prefix + ".proj", C, C, true, UnitRef{},
                                   head_layer >= 0 ? UnitRef{head_layer, 1, hd_} : UnitRef{}, block,
-                                  proj_weight_init ? proj_weight_init : &weight_init, &zero);
+                                  spec.proj_weight_init.value_or(weight_init), zero);
   // Stored activations: tensors of their own, or views of the shared area (qkv at 0, the
   // stored attention output at 3C columns' worth, whatever this layer's Ck).
   auto stored = [&](int64_t offset, int64_t cols) {

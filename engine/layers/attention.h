@@ -10,6 +10,7 @@
 // and a backward-masked layer takes weight gradients for the first Hk heads of each section.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "engine/layers/linear.h"
@@ -31,6 +32,21 @@ struct AttentionScratch {
   void bind(const Tensor& area, int64_t rows, int64_t Ck, int T, int head_dim, int slots);
 };
 
+/// What a CausalSelfAttention layer is built from (named: most fields have defaults).
+struct AttentionSpec {
+  std::string prefix;        // parameter names <prefix>.qkv.weight, <prefix>.proj.bias, ...
+  int C = 0, heads = 0, T = 0;  // width, heads, context
+  int64_t max_rows = 0;      // B * T rows at most
+  int head_layer = -1;       // maskable layer whose units are the heads; -1: heads not maskable
+  int block = -1;            // residual block holding the layer; -1: none
+  float head_scale = 1.f;    // neuron-level forward masking: 1/keep on the kept heads' output
+  InitSpec weight_init;      // qkv weight, and proj weight unless proj_weight_init is set
+  std::optional<InitSpec> proj_weight_init;
+  const Tensor* y_scratch = nullptr;        // see the constructor; null: y_ is the layer's own
+  int64_t y_kept_cols = 0;
+  const Tensor* activation_area = nullptr;  // see the constructor; null: tensors of its own
+};
+
 class CausalSelfAttention {
  public:
   /// prefix: "blocks.<i>". head_layer: maskable layer id of the heads, -1 = not masked.
@@ -44,10 +60,7 @@ class CausalSelfAttention {
   /// activation_area: when non-null, a flat area of at least max_rows * 4C floats that holds
   /// qkv (its first max_rows * 3Ck floats) and the stored attention output (from float
   /// max_rows * 3C on) instead of tensors of the layer's own (shared under recompute).
-  CausalSelfAttention(ParamSet& ps, const std::string& prefix, int C, int heads, int T, int64_t max_rows,
-                      int head_layer, int block, float head_scale, InitSpec weight_init,
-                      const Tensor* y_scratch = nullptr, int64_t y_kept_cols = 0,
-                      const InitSpec* proj_weight_init = nullptr, const Tensor* activation_area = nullptr);
+  CausalSelfAttention(ParamSet& ps, const AttentionSpec& spec);
 
   int channels() const { return C_; }
   /// Heads present locally (Hk; all heads unless forward-masked).

@@ -9,15 +9,15 @@
 namespace subdp {
 
 Linear::Linear(ParamSet& ps, const std::string& name, int64_t in, int64_t out, bool has_bias,
-               UnitRef out_units, UnitRef in_units, int block, const InitSpec* weight_init,
-               const InitSpec* bias_init) {
+               UnitRef out_units, UnitRef in_units, int block, std::optional<InitSpec> weight_init,
+               std::optional<InitSpec> bias_init) {
   const float bound = 1.f / std::sqrt(static_cast<float>(in));
   const InitSpec def{InitSpec::uniform, bound};
   UnitRef wunit = out_units.layer >= 0 ? UnitRef{out_units.layer, 0, out_units.unit_size}
                                        : UnitRef{in_units.layer, 1, in_units.unit_size};
-  weight = &ps.add(name + ".weight", {out, in}, weight_init ? *weight_init : def, wunit, block);
+  weight = &ps.add(name + ".weight", {out, in}, weight_init.value_or(def), wunit, block);
   if (has_bias)
-    bias = &ps.add(name + ".bias", {out}, bias_init ? *bias_init : def,
+    bias = &ps.add(name + ".bias", {out}, bias_init.value_or(def),
                    out_units.layer >= 0 ? UnitRef{out_units.layer, 0, out_units.unit_size} : UnitRef{}, block);
 }
 

@@ -1,5 +1,6 @@
 // Linear layer: y (rows, out) = x (rows, in) W^T + b, W (out, in), b (out).
 #pragma once
+#include <optional>
 #include <string>
 
 #include "engine/subnet/param.h"
@@ -14,7 +15,7 @@ class Linear {
   /// Init as torch.nn.Linear (U(-1/sqrt(in), 1/sqrt(in))) unless `init` is given.
   Linear(ParamSet& ps, const std::string& name, int64_t in, int64_t out, bool bias,
          UnitRef out_units = {}, UnitRef in_units = {}, int block = -1,
-         const InitSpec* weight_init = nullptr, const InitSpec* bias_init = nullptr);
+         std::optional<InitSpec> weight_init = std::nullopt, std::optional<InitSpec> bias_init = std::nullopt);
 
   int64_t in() const { return weight->local_shape.at(1); }
   int64_t out() const { return weight->local_shape.at(0); }

@@ -34,6 +34,20 @@
 namespace subdp {
 namespace {
 
+/// An attention layer "blocks.0" outside any block, weights U(-0.5, 0.5).
+AttentionSpec attention_spec(int C, int heads, int T, int64_t max_rows, int head_layer, float head_scale) {
+  AttentionSpec spec;
+  spec.prefix = "blocks.0";
+  spec.C = C;
+  spec.heads = heads;
+  spec.T = T;
+  spec.max_rows = max_rows;
+  spec.head_layer = head_layer;
+  spec.head_scale = head_scale;
+  spec.weight_init = {InitSpec::uniform, 0.5f};
+  return spec;
+}
+
 using test::check_gradient;
 using test::dot;
 using test::grad_value_index;
@@ -85,7 +99,7 @@ void check_attention(const SubnetMask& mask, int head_layer, float head_scale) {
   const int C = 8, H = 2, T = 5, B = 2;
   const int64_t rows = static_cast<int64_t>(B) * T;
   ParamSet ps(mask, 3);
-  CausalSelfAttention attn(ps, "blocks.0", C, H, T, rows, head_layer, -1, head_scale, {InitSpec::uniform, 0.5f});
+  CausalSelfAttention attn(ps, attention_spec(C, H, T, rows, head_layer, head_scale));
   for (Param* p : ps.all()) test::fill_uniform(p->value, 0.5f, std::hash<std::string>{}(p->name));
   Tensor x = random_tensor({rows, C}, 1.f, 21), r = random_tensor({rows, C}, 1.f, 22);
   Tensor out = Tensor::zeros({rows, C}, MemCategory::activations), dx = Tensor::zeros({rows, C}, MemCategory::activations);
@@ -137,7 +151,7 @@ TEST(Attention, CausalRowsIgnoreTheFuture) {
   const int C = 8, H = 2, T = 5, B = 1;
   SubnetMask full;
   ParamSet ps(full, 3);
-  CausalSelfAttention attn(ps, "blocks.0", C, H, T, T, -1, -1, 1.f, {InitSpec::uniform, 0.5f});
+  CausalSelfAttention attn(ps, attention_spec(C, H, T, T, -1, 1.f));
   Tensor x = random_tensor({T, C}, 1.f, 3);
   Tensor a = Tensor::zeros({T, C}, MemCategory::activations), b = Tensor::zeros({T, C}, MemCategory::activations);
   AttentionScratch scratch;
