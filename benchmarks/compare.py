@@ -19,7 +19,8 @@ every rank's per-step metrics (log.metrics_file) and the evaluation lines, and w
   OUT/loss_vs_step.png, OUT/loss_vs_flops.png (training loss against cumulative FLOPs per
                       rank: the FLOP-matched comparison), OUT/eval.png
   OUT/<run>/          command.txt (the command, then "# <binary> built from commit C"), done.json
-                      (command, commit, wall_s), plan.txt, stdout.txt, stderr.txt
+                      (command, commit, wall_s), plan.txt (the planner's command, then its --json
+                      output), stdout.txt, stderr.txt; metrics-{rank}.jsonl until packed
 
 Recorded commands name paths relative to the repository root (they ran from it; a --out
 outside the repository is written $OUT): the binary as build/subdp (or its path in the
@@ -98,12 +99,12 @@ def modifier_sets(mod):
     if m:
         return [f"mask.redeal_every={m.group(1)}"]
     return MODIFIERS.get(mod)
-EVAL_RE = re.compile(r"^eval step (\d+) epoch ([\d.]+): full model test_loss (\S+) test_acc (\S+)"
-                     r"(?: bits_per_\w+ \S+)?(?: \| subnetworks \(own share\) loss (\S+) acc (\S+))?")
-FINAL_RE = re.compile(r"^final step=(\d+) train_loss=(\S+) test_loss=(\S+) test_acc=(\S+) peak_bytes=(\d+) "
-                      r"time_s=(\S+)")
-PLAN_ROW_RE = re.compile(r"^\s+(subnetwork \d+ \(ranks [^)]*\)|dp(?:\+\w+)+ \(rank 0\)|plain DP \(W=\d+\))"
-                         r"\s+((?:-?\d+\s+){6}-?\d+)")
+# Runs made by a binary older than the metrics file's eval and final records (committed
+# results reused with --reuse / --finished-only): their evaluations come from stdout.txt.
+LEGACY_EVAL_RE = re.compile(r"^eval step (\d+) epoch ([\d.]+): full model test_loss (\S+) test_acc (\S+)"
+                            r"(?: bits_per_\w+ \S+)?(?: \| subnetworks \(own share\) loss (\S+) acc (\S+))?")
+LEGACY_FINAL_RE = re.compile(r"^final step=(\d+) train_loss=(\S+) test_loss=(\S+) test_acc=(\S+) peak_bytes=(\d+) "
+                             r"time_s=(\S+)")
 REFUSED_RE = re.compile(r'mask\.granularity = "(block|neuron)": (.*)')
 
 
@@ -244,20 +245,18 @@ def mpi_env():
 
 
 def parse_plan(text):
-    """{'rows': {label: [6 categories + total]}, 'worst': row of the largest subnetwork, 'dp': dp row}."""
-    rows = {}
-    for line in text.splitlines():
-        m = PLAN_ROW_RE.match(line)
-        if m:
-            rows[m.group(1)] = [int(x) for x in m.group(2).split()]
-    dp = next((v for k, v in rows.items() if k.startswith("plain DP")), None)
-    subs = [v for k, v in rows.items() if k.startswith(("subnetwork", "dp+"))]
-    worst = max(subs, key=lambda r: r[-1]) if subs else dp
-    return {"rows": rows, "worst": worst, "dp": dp}
+    """`subdp plan --json`'s output as {'rows': {label: [6 categories + total]}, 'worst': row of the
+    largest subnetwork (or the configured DP baseline's), 'dp': plain DP's row}."""
+    plan = json.loads(text)
+    as_list = lambda row: [row["bytes"][c] for c in CATEGORIES] + [row["total"]]
+    rows = {r["label"]: as_list(r) for r in plan["rows"]}
+    rows[plan["dp"]["label"]] = dp = as_list(plan["dp"])
+    worst = max((as_list(r) for r in plan["rows"]), key=lambda r: r[-1], default=dp)
+    return {"rows": rows, "worst": worst, "dp": dp, "json": plan}
 
 
 def run_plan(a, sets, run_dir, name):
-    cmd = with_sets([a.binary, "plan", a.config, "--world", str(a.world)], sets)
+    cmd = with_sets([a.binary, "plan", a.config, "--world", str(a.world), "--json"], sets)
     p = subprocess.run(cmd, capture_output=True, text=True)
     with open(os.path.join(run_dir, "plan.txt"), "w") as f:
         f.write("$ " + shlex.join(recorded(a, cmd)) + "\n" + p.stdout + p.stderr)
@@ -337,20 +336,40 @@ def read_run(name, run_dir, world, steps, cmd, out):
         if len(rows) != steps:
             raise Failure(f"run '{name}': rank {r} logged {len(rows)} steps, expected {steps} ({path}): {shlex.join(cmd)}")
         ranks.append(rows)
-    evals, final = [], None
+    evals, final = read_evaluations(run_dir, out)
+    if final is None:
+        raise Failure(f"run '{name}': no final record in {run_dir}/metrics-0.jsonl (nor a 'final ...' line in "
+                      f"stdout.txt): {shlex.join(cmd)}")
+    return ranks, evals, final
+
+
+def read_evaluations(run_dir, out):
+    """Rank 0's eval records ([{step, test_loss, test_acc, subnet_loss, subnet_acc}]) and final
+    record, from its metrics file (or the packed rows); NaN where the engine wrote null. Runs of
+    binaries older than those records: from stdout.txt."""
+    path = os.path.join(run_dir, "metrics-0.jsonl")
+    events = pack_metrics.read_events(path) if os.path.exists(path) else \
+        pack_metrics.rows_of(out, os.path.relpath(run_dir, out), "metrics-0.jsonl", events=True)
+    num = lambda r, k: math.nan if r.get(k) is None else float(r[k])
+    evals = [{"step": e["step"], "test_loss": num(e, "test_loss"), "test_acc": num(e, "test_acc"),
+              "subnet_loss": num(e, "subnetwork_loss"), "subnet_acc": num(e, "subnetwork_acc")}
+             for e in events if e["event"] == "eval"]
+    final = next(({"step": e["step"], "train_loss": num(e, "train_loss"), "test_loss": num(e, "test_loss"),
+                   "test_acc": num(e, "test_acc"), "peak_bytes": int(e["peak_bytes"]), "time_s": num(e, "time_s")}
+                  for e in reversed(events) if e["event"] == "final"), None)
+    if events:
+        return evals, final
     with open(os.path.join(run_dir, "stdout.txt")) as f:
         for line in f:
-            m = EVAL_RE.match(line)
+            m = LEGACY_EVAL_RE.match(line)
             if m:
                 evals.append({"step": int(m.group(1)), "test_loss": fnum(m.group(3)), "test_acc": fnum(m.group(4)),
                               "subnet_loss": fnum(m.group(5)), "subnet_acc": fnum(m.group(6))})
-            m = FINAL_RE.match(line)
+            m = LEGACY_FINAL_RE.match(line)
             if m:
                 final = {"step": int(m.group(1)), "train_loss": fnum(m.group(2)), "test_loss": fnum(m.group(3)),
                          "test_acc": fnum(m.group(4)), "peak_bytes": int(m.group(5)), "time_s": fnum(m.group(6))}
-    if final is None:
-        raise Failure(f"run '{name}': no 'final ...' line in {run_dir}/stdout.txt: {shlex.join(cmd)}")
-    return ranks, evals, final
+    return evals, final
 
 
 def broadcast_bytes(regime, ranks, steps):

@@ -15,7 +15,6 @@ its commit column the binary's commit.
 """
 import argparse
 import csv
-import json
 import os
 import subprocess
 import sys
@@ -43,7 +42,7 @@ def measure(binary, config, sets, world, steps):
                          "train.eval_every=1000000", "train.eval_batches=1"]:
             cmd += ["--set", s]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
-        rows = [json.loads(line) for line in open(os.path.join(tmp, "m-0.jsonl"))]
+        rows = compare.pack_metrics.read_records(os.path.join(tmp, "m-0.jsonl"))  # the steps' records
     peaks = {c: max(r["mem_peak"][c] for r in rows) for c in compare.CATEGORIES}
     return peaks, max(r["mem_total_peak"] for r in rows), recorded(cmd, binary, config, tmp)
 
@@ -58,14 +57,15 @@ def recorded(cmd, binary, config, tmp):
 
 
 def predict(binary, config, sets, world):
-    cmd = [binary, "plan", config, "--world", str(world), "--set", "train.threads=1"]
+    cmd = [binary, "plan", config, "--world", str(world), "--json", "--set", "train.threads=1"]
     for s in sets:
         cmd += ["--set", s]
     text = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=ROOT).stdout
-    rows = compare.parse_plan(text)["rows"]
-    dp = next(v for k, v in rows.items() if k.startswith("plain DP"))
-    # Rank 0's row: subnetwork 0's under masking, "dp+..." with a baseline, else plain DP's.
-    return next((v for k, v in rows.items() if k.startswith(("subnetwork 0 ", "dp+"))), dp), dp
+    plan = compare.parse_plan(text)
+    dp = plan["dp"]
+    # Rank 0's row: subnetwork 0's under masking, the baseline's (dp+...) with one, else plain DP's.
+    rank0 = next((r for r in plan["json"]["rows"] if r.get("subnetwork", 0) == 0), None)
+    return (plan["rows"][rank0["label"]] if rank0 else dp), dp
 
 
 def main(argv=None):

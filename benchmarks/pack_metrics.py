@@ -10,14 +10,15 @@ FOLDER/steps.csv.gz, one row per (file, step), with columns
 
   run      the file's folder relative to FOLDER ("." for the folder itself)
   file     the file's name (metrics-2.jsonl, metrics.jsonl.rank1, ...)
-  ...      every key of the JSON lines, nested objects flattened as mem_peak.params etc.
+  ...      every key of the JSON lines, nested objects flattened as mem_peak.params etc.;
+           the step records first, then the eval and final records (their "event" column set)
 
 then the JSON-lines files and the uncompressed FOLDER/steps.csv (compare.py's older copy of
 the same rows) are removed. The gzip stream is written with mtime 0, so packing the same
 metrics twice gives the same bytes. Rows already in steps.csv.gz are kept, except every row
 of a run (folder) with metrics files found again: a run made anew replaces all its rows, also
 when it now has fewer ranks. read_rows() gives the rows back as dicts of the
-original JSON keys.
+original JSON keys; rows_of() one file's step records (or its eval and final records).
 """
 import csv
 import gzip
@@ -29,21 +30,32 @@ import sys
 PACKED = "steps.csv.gz"
 
 
-def read_records(path):
-    """The records of one log.metrics_file, one per step in step order: a line without its
-    newline (a run killed while writing it, by an engine older than whole-line writes) is
-    dropped, and a step logged twice (such an engine's resume appended after the
-    checkpoint's step) keeps its last record."""
+def _all_records(path):
+    """Every whole record of one log.metrics_file, in file order: a line without its newline (a
+    run killed while writing it, by an engine older than whole-line writes) is dropped."""
     with open(path) as f:
         text = f.read()
     lines = text.split("\n")
     if lines and lines[-1].strip():
         lines = lines[:-1]  # no newline: a half record
+    return [json.loads(line) for line in filter(str.strip, lines)]
+
+
+def read_records(path):
+    """The step records of one log.metrics_file (those without an "event" key), one per step in
+    step order: a step logged twice (an older engine's resume appended after the checkpoint's
+    step) keeps its last record."""
     by_step = {}
-    for line in filter(str.strip, lines):
-        record = json.loads(line)
-        by_step[record.get("step")] = record
+    for record in _all_records(path):
+        if "event" not in record:
+            by_step[record.get("step")] = record
     return [by_step[k] for k in sorted(by_step, key=lambda s: (s is None, s))]
+
+
+def read_events(path, event=None):
+    """The "eval" and "final" records of one log.metrics_file in file order (only `event`'s when
+    given). Values the engine could not write as numbers (NaN) are null: None here."""
+    return [r for r in _all_records(path) if "event" in r and (event is None or r["event"] == event)]
 
 
 def flatten(obj, prefix=""):
@@ -100,9 +112,12 @@ def read_rows(folder):
     return _cache[key]
 
 
-def rows_of(folder, run, file):
-    """The JSON rows of one packed metrics file, in step order, as log.metrics_file wrote them."""
-    rows = [r for r in read_rows(folder) if r["run"] == run and r["file"] == file]
+def rows_of(folder, run, file, events=False):
+    """The step records of one packed metrics file, in step order, as log.metrics_file wrote
+    them; with events=True its eval and final records instead, in file order (a value the
+    engine wrote as null is absent)."""
+    rows = [r for r in read_rows(folder) if r["run"] == run and r["file"] == file
+            and (r.get("event") is not None) == events]
     return [unflatten({k: v for k, v in r.items() if k not in ("run", "file") and v is not None}) for r in rows]
 
 
@@ -129,7 +144,7 @@ def pack(folder, skip=()):
     for path in files:
         run = os.path.relpath(os.path.dirname(path), folder)
         key = (run, os.path.basename(path))
-        for record in read_records(path):
+        for record in read_records(path) + read_events(path):
             rows.append({"run": run, "file": key[1], **flatten(record)})
             added += 1
     columns = ["run", "file"]

@@ -45,7 +45,7 @@ def subdp_rate(binary, model, batch, steps, warmup, threads, overrides=(), ranks
             cmd = ["mpirun", "-np", str(ranks), "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader"] + cmd
         env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=ROOT, env=env)  # configs name data/ from the root
-        rows = [json.loads(l) for l in open(metrics.replace("{rank}", "0"))][warmup:]
+        rows = [r for r in map(json.loads, open(metrics.replace("{rank}", "0"))) if "event" not in r][warmup:]  # the steps
         step_s = sum(r["step_time_s"] for r in rows) / len(rows)
         flops = sum(r["flops"] for r in rows) / len(rows) * ranks
     return {"step_s": step_s, "rate": items_per_step(model, per_rank * ranks) / step_s, "gflops": flops / step_s / 1e9}

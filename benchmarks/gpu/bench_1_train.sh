@@ -26,7 +26,8 @@ done
 python3 - "$OUT" <<'PY'
 import json, sys
 out = sys.argv[1]
-runs = {d: [json.loads(l) for l in open(f"{out}/train-{d}.jsonl") if l.strip()] for d in ("cuda", "cpu")}
+steps = lambda path: [r for r in map(json.loads, filter(str.strip, open(path))) if "event" not in r]  # no eval / final
+runs = {d: steps(f"{out}/train-{d}.jsonl") for d in ("cuda", "cpu")}
 with open(f"{out}/train.csv", "w") as f:
     f.write("step,loss_cuda,loss_cpu,rel_diff,step_s_cuda,step_s_cpu\n")
     worst = 0.0

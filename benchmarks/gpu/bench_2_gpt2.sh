@@ -64,7 +64,7 @@ rm -f "$tokens"
 python3 - "$OUT" "$B" "$T" "$V" "$C" "$L" <<'PY'
 import json, sys
 out, B, T, V, C, L = sys.argv[1], *map(int, sys.argv[2:7])
-steps = [json.loads(l) for l in open(f"{out}/gpt2-subdp.jsonl") if l.strip()][3:]  # after warm-up
+steps = [r for r in map(json.loads, filter(str.strip, open(f"{out}/gpt2-subdp.jsonl"))) if "event" not in r][3:]  # after warm-up
 mid = sorted(steps, key=lambda s: s["step_time_s"])[len(steps) // 2]
 # MFU by llm.c's formula (train_gpt2.cu, gpt2_estimate_mfu): 6 N + 6 L C T FLOPs per token,
 # N the parameters of this GPT (tied head; per block 12 C^2 + 13 C with biases and two

@@ -14,9 +14,16 @@ namespace subdp {
 /// environment variable SUBDP_DUMP_LOCAL=<dir> (tests) sets options.dump_local_dir.
 int run_train(const Config& config, TrainOptions options);
 
-/// `subdp plan`: prints the subnetwork plan and predicted per-rank memory.
-/// world = 0 means "use the MPI world size or S".
-int run_plan(const Config& config, int world, double budget_bytes);
+/// Options of `subdp plan` beside the config and the world size.
+struct PlanOptions {
+  double budget_bytes = 0;  // --budget: > 0 answers what fits in this many bytes per rank
+  bool json = false;        // --json: one JSON object on stdout instead of the text table
+  long long deal = 0;       // --deal: the config's mask.seed is already deal D's plan seed
+};
+
+/// `subdp plan`: prints the subnetwork plan and predicted per-rank memory (docs/outputs.md for
+/// --json). world = 0 means "use the MPI world size or S".
+int run_plan(const Config& config, int world, const PlanOptions& options);
 
 /// `subdp sample`: loads a byte-level GPT from `checkpoint` (a checkpoint directory, or a
 /// checkpoint.dir whose newest complete checkpoint is taken), prints `prompt` and `tokens`

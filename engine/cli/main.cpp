@@ -87,6 +87,7 @@ struct Args {
   int world = 0;
   std::string budget;
   long long deal = 0;
+  bool json = false;
 };
 
 void add_config_args(CLI::App* cmd, Args& a) {
@@ -146,6 +147,8 @@ int run(int argc, char** argv) {
                    "its plan seed; default 0, the configured plan")
       ->type_name("D")
       ->check(CLI::Range(0LL, 1LL << 50));
+  plan->add_flag("--json", a.json,
+                 "print the same content as one JSON object on stdout (keys and units: docs/outputs.md)");
 
   CLI::App* compare = app.add_subcommand(
       "compare", "compare DP and the masking regimes (runs benchmarks/compare.py; `subdp compare --help` for its options)");
@@ -200,12 +203,8 @@ int run(int argc, char** argv) {
     SUBDP_CHECK(world == 0 || a.world > 0 || world % config.parallel.subnetworks == 0,
                 "the launcher's world size {} (mpirun -np) is not a multiple of parallel.subnetworks = {}; give "
                 "--world or launch a multiple", world, config.parallel.subnetworks);
-    if (a.deal > 0) {
-      config.mask.seed = subdp::deal_seed(config.mask.seed, a.deal);
-      std::printf("deal %lld (mask.redeal_every): plan seed %llu\n", a.deal,
-                  static_cast<unsigned long long>(config.mask.seed));
-    }
-    return subdp::run_plan(config, world, a.budget.empty() ? 0.0 : parse_budget(a.budget));
+    if (a.deal > 0) config.mask.seed = subdp::deal_seed(config.mask.seed, a.deal);
+    return subdp::run_plan(config, world, {a.budget.empty() ? 0.0 : parse_budget(a.budget), a.json, a.deal});
   }
   return 2;
 }

@@ -28,15 +28,18 @@ int open_append(const std::string& path, const std::string& key) {
   return fd;
 }
 
-/// The lines of `path` that are records of steps 1..keep_through_step.
-std::string kept_lines(const std::string& path, int64_t keep_through_step) {
+/// The lines of `path` that are records of steps 1..keep_through_step, and eval records of
+/// steps 1..keep_evals_through_step; no final record.
+std::string kept_lines(const std::string& path, int64_t keep_through_step, int64_t keep_evals_through_step) {
   std::ifstream in(path, std::ios::binary);
   std::string line, out;
   while (std::getline(in, line)) {
     if (in.eof()) break;  // no newline: the half line of a crash
     const auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (!record.is_object() || !record.contains("step") || !record["step"].is_number_integer()) continue;
-    if (record["step"].get<int64_t>() <= keep_through_step) out += line + "\n";
+    const std::string event = record.contains("event") && record["event"].is_string() ? record["event"].get<std::string>() : "";
+    const int64_t through = event == "final" ? 0 : event == "eval" ? keep_evals_through_step : keep_through_step;
+    if (record["step"].get<int64_t>() <= through) out += line + "\n";
   }
   return out;
 }
@@ -47,10 +50,12 @@ MetricsFile::~MetricsFile() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-void MetricsFile::open(const std::string& path, int64_t keep_through_step, const std::string& key) {
+void MetricsFile::open(const std::string& path, int64_t keep_through_step, const std::string& key,
+                       int64_t keep_evals_through_step) {
   path_ = path;
   ::close(open_append(path, key));  // the folder and the file are writable
-  write_file_atomic(path, keep_through_step > 0 ? kept_lines(path, keep_through_step) : std::string());
+  if (keep_evals_through_step < 0) keep_evals_through_step = keep_through_step;
+  write_file_atomic(path, keep_through_step > 0 ? kept_lines(path, keep_through_step, keep_evals_through_step) : std::string());
   fd_ = open_append(path, key);
 }
 

@@ -19,8 +19,12 @@ class MetricsFile {
   /// Opens `path` (parent folders created) for appending. Records whose "step" is above
   /// `keep_through_step`, lines that do not parse (the half line a crash left) and records
   /// without a step are dropped first, by an atomic rewrite (temporary file, fsync, rename);
-  /// 0 keeps nothing (a fresh run). Errors name `key` (the config key) and the path.
-  void open(const std::string& path, int64_t keep_through_step, const std::string& key);
+  /// 0 keeps nothing (a fresh run). So are "final" records (the resumed run writes its own)
+  /// and "eval" records above `keep_evals_through_step` (a run resumed at its last step
+  /// evaluates that step again); -1: keep_through_step. Errors name `key` (the config key)
+  /// and the path.
+  void open(const std::string& path, int64_t keep_through_step, const std::string& key,
+            int64_t keep_evals_through_step = -1);
   bool is_open() const { return fd_ >= 0; }
   /// Appends `record` as one line in one write(2). Errors name the path.
   void write(const nlohmann::json& record);

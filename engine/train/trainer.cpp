@@ -79,9 +79,11 @@ Trainer::Trainer(const Config& config, std::unique_ptr<Communicator> world, cons
   total_steps_ = config_.train.epochs > 0 ? config_.train.epochs * steps_per_epoch_ : config_.train.steps;
   base_lr_ = config_.optim.lr * (config_.optim.lr_scaling == LrScaling::linear ? layout_.world : 1);
   if (!config_.checkpoint.resume.empty()) resume();
-  // After resume: the file keeps the steps up to the resumed one, so every step appears once.
+  // After resume: the file keeps the steps up to the resumed one, so every step appears once
+  // (resumed at the last step, run() evaluates it again: its eval record is written anew).
   if (!config_.log.metrics_file.empty())
-    metrics_.open(metrics_path(config_.log.metrics_file, layout_.rank, layout_.world), step_, "log.metrics_file");
+    metrics_.open(metrics_path(config_.log.metrics_file, layout_.rank, layout_.world), step_, "log.metrics_file",
+                  step_ >= total_steps_ ? step_ - 1 : step_);
   install_stop_signals(parse_stop_signals(config_.train.stop_signals));
 }
 
@@ -195,22 +197,30 @@ int Trainer::run() {
   }
   if (!config_.checkpoint.dir.empty() && step_ != last_saved_step_) save(true);
   if (!options_.dump_local_dir.empty()) dump_local_values(options_.dump_local_dir);
+  report_final(final_eval);
+  return 0;
+}
+
+void Trainer::report_final(const EvalResult& final_eval) {
   double peak = static_cast<double>(MemoryTracker::global().stats().total_peak);
   world_->allreduce_max(&peak, 1);
-  if (prints_) {
-    std::printf("memory: largest per-rank peak %s; plain DP would need %s per rank (%.2fx)\n",
-                mib(static_cast<int64_t>(peak)).c_str(), mib(dp_footprint_.total_peak).c_str(),
-                peak / std::max<double>(1, dp_footprint_.total_peak));
-    if (!std::isfinite(final_eval.loss) && final_eval.positions > 0)
-      std::fprintf(stderr, "subdp: warning: the final evaluation's loss is not finite\n");
-    std::printf("final step=%lld train_loss=%.6f test_loss=%.6f test_acc=%.6f peak_bytes=%lld time_s=%.2f",
-                static_cast<long long>(step_), last_train_loss_, final_eval.loss, final_eval.acc,
-                static_cast<long long>(peak), seconds_since(start_));
-    if (skipped_total_ > 0) std::printf(" skipped_steps=%lld", static_cast<long long>(skipped_total_));
-    std::printf("\n");
-    std::fflush(stdout);
-  }
-  return 0;
+  const double time_s = seconds_since(start_);
+  if (metrics_.is_open())  // the values of the final line below (train_loss: this rank's last batch)
+    metrics_.write({{"event", "final"}, {"step", step_}, {"train_loss", last_train_loss_}, {"test_loss", final_eval.loss},
+                    {"test_acc", final_eval.acc}, {"peak_bytes", static_cast<int64_t>(peak)}, {"time_s", time_s},
+                    {"skipped_steps", skipped_total_}});
+  if (!prints_) return;
+  std::printf("memory: largest per-rank peak %s; plain DP would need %s per rank (%.2fx)\n",
+              mib(static_cast<int64_t>(peak)).c_str(), mib(dp_footprint_.total_peak).c_str(),
+              peak / std::max<double>(1, dp_footprint_.total_peak));
+  if (!std::isfinite(final_eval.loss) && final_eval.positions > 0)
+    std::fprintf(stderr, "subdp: warning: the final evaluation's loss is not finite\n");
+  std::printf("final step=%lld train_loss=%.6f test_loss=%.6f test_acc=%.6f peak_bytes=%lld time_s=%.2f",
+              static_cast<long long>(step_), last_train_loss_, final_eval.loss, final_eval.acc,
+              static_cast<long long>(peak), time_s);
+  if (skipped_total_ > 0) std::printf(" skipped_steps=%lld", static_cast<long long>(skipped_total_));
+  std::printf("\n");
+  std::fflush(stdout);
 }
 
 int Trainer::stop_for_signal() {
@@ -231,16 +241,24 @@ int Trainer::stop_for_signal() {
 }
 
 void Trainer::print_eval(const EvalResult& full, const EvalResult& sub) {
+  const bool text = config_.data.name == DatasetKind::text || config_.data.name == DatasetKind::token_shards;
+  const char* bits_name = config_.data.name == DatasetKind::text ? "bits_per_byte" : "bits_per_token";
+  // A share with no examples gives 0/0; print it as "nan", not "-nan".
+  auto shown = [](double v) { return std::isnan(v) ? std::numeric_limits<double>::quiet_NaN() : v; };
+  if (metrics_.is_open()) {  // the values of the eval line below (the same on every rank)
+    nlohmann::json j = {{"event", "eval"}, {"step", step_}, {"epoch", static_cast<double>(step_) / steps_per_epoch_},
+                        {"test_loss", full.loss}, {"test_acc", full.acc}};
+    if (text) j[bits_name] = full.loss / std::log(2.0);
+    if (plan_.masked()) j["subnetwork_loss"] = shown(sub.loss), j["subnetwork_acc"] = shown(sub.acc);
+    metrics_.write(j);
+  }
   if (!prints_) return;
   std::printf("eval step %lld epoch %.2f: full model test_loss %.4f test_acc %.4f", static_cast<long long>(step_),
               static_cast<double>(step_) / steps_per_epoch_, full.loss, full.acc);
   if (full.positions == 0 && world_->simulated())
     std::printf(" (not evaluated: --simulate-rank runs this rank alone)");
   // Byte-level text: bits per byte (per token for token shards) = loss in nats / ln 2.
-  if (config_.data.name == DatasetKind::text || config_.data.name == DatasetKind::token_shards)
-    std::printf(" bits_per_%s %.4f", config_.data.name == DatasetKind::text ? "byte" : "token", full.loss / std::log(2.0));
-  // A share with no examples gives 0/0; print it as "nan", not "-nan".
-  auto shown = [](double v) { return std::isnan(v) ? std::numeric_limits<double>::quiet_NaN() : v; };
+  if (text) std::printf(" %s %.4f", bits_name, full.loss / std::log(2.0));
   if (plan_.masked()) std::printf(" | subnetworks (own share) loss %.4f acc %.4f", shown(sub.loss), shown(sub.acc));
   std::printf("\n");
   std::fflush(stdout);

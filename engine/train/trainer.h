@@ -141,7 +141,11 @@ class Trainer {
   /// Collective: loads the checkpoint (read on rank 0) into every rank's layout.
   void resume();
   void print_memory_comparison();
+  /// The eval line (rank 0) and the metrics file's eval record (every rank that writes one).
   void print_eval(const EvalResult& full, const EvalResult& subnetworks);
+  /// Collective (the largest peak): the final record in the metrics file and the memory and
+  /// final lines.
+  void report_final(const EvalResult& final_eval);
   void dump_local_values(const std::string& dir);
 
   Config config_;

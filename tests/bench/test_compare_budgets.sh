@@ -17,8 +17,8 @@ sys.path.insert(0, sys.argv[1] + "/benchmarks")
 import budget, pack_metrics
 out = sys.argv[2]
 runs = {}
-for row in pack_metrics.read_rows(out):
-    if not row["run"].startswith("calibration"):
+for row in pack_metrics.read_rows(out):  # the step records (eval and final rows have an event)
+    if not row["run"].startswith("calibration") and row.get("event") is None:
         runs.setdefault(row["run"], {}).setdefault(row["file"], []).append(row)
 def per_step(run):  # FLOPs per step per rank, constant for DP and forward masking
     rows = [r for f in runs[run].values() for r in f]
@@ -151,7 +151,7 @@ err=$(/usr/bin/python3 "$ROOT/benchmarks/compare.py" "$WORK/gpt.toml" --binary "
   --regimes dp --steps 2 2>&1) || rc=$?
 [[ $rc == 1 ]] && grep -qF -- "--out $WORK/in-the-way/out: cannot write there" <<<"$err" ||
   { echo "FAIL: unwritable --out (rc $rc): $err"; exit 1; }
-printf '{"step": 1, "loss": 3}\n{"step": 2, "loss": 2}\n{"step": 2, "loss": 1}\n{"step": 3, "lo' >"$WORK/cut.jsonl"
+printf '{"step": 1, "loss": 3}\n{"step": 2, "loss": 2}\n{"event": "eval", "step": 2, "test_loss": null}\n{"step": 2, "loss": 1}\n{"step": 3, "lo' >"$WORK/cut.jsonl"
 /usr/bin/python3 - "$ROOT" "$WORK/cut.jsonl" <<'PY'
 import sys
 sys.path.insert(0, sys.argv[1] + "/benchmarks")
@@ -159,5 +159,8 @@ import pack_metrics
 got = [(r["step"], r["loss"]) for r in pack_metrics.read_records(sys.argv[2])]
 if got != [(1, 3), (2, 1)]:
     sys.exit(f"FAIL: read_records gave {got}")
+events = pack_metrics.read_events(sys.argv[2])
+if events != [{"event": "eval", "step": 2, "test_loss": None}]:
+    sys.exit(f"FAIL: read_events gave {events}")
 PY
-echo "ok: compare.py names the bad option, refuses an unwritable --out; metrics read one record per step"
+echo "ok: compare.py names the bad option, refuses an unwritable --out; metrics read one record per step, events apart"

@@ -13,18 +13,67 @@ Usage:
                                             every step's KEY (default bytes_allreduced) is exactly EXPECTED
   check.py same-peaks A B                   the last step's peak bytes equal in every memory category
   check.py model-distance A B EXPECTED TOL  Euclidean distance over every tensor of A and B equals EXPECTED (rel tol)
+  check.py finite-tensors FILE...           every value of the safetensors FILEs is finite
+The metrics files' eval and final records (those with an "event" key, NaN written as null):
+  check.py same-evaluations A B             eval records and the final record's step and losses bit-identical
+  check.py positive-event METRICS EVENT KEY[=VALUE]...
+                                            the last EVENT record's KEYs are finite and > 0 (and VALUE)
+  check.py skipped-final METRICS STEP       final record at STEP, train_loss NaN (null), skipped_steps >= 1
+Probes in the step records:
+  check.py alignment METRICS REGIME WHAT    two alignment probes; cosines 1 (backward) or below 1 (forward)
+  check.py redeals TAG METRICS...           every rank's re-deal records: checksums kept, bytes moved,
+                                            peak within the largest training peak + one message
+Memory and the planner (tests/mpi/check_plan.py; PLAN: a file holding `subdp plan --json`'s output):
+  check.py peak-below A B CATEGORY          B's last-step peak bytes of CATEGORY below A's
+  check.py comm-buffer SMALL BIG CAP        SMALL's last-step comm peak is CAP bytes, BIG's above it
+  check.py sharded PLAIN SHARDED PLAN RANK REGIME TAG SHARD ZERO1
+                                            ZeRO-1 / ZeRO-2 / FSDP against the unsharded run (test_zero.sh)
+  check.py plan-field PLAN KEY.KEY...       prints one value (JSON for lists and objects)
+  check.py plan-peak PLAN [GiB]             largest per-rank total (subnetwork or baseline rows, else plain DP)
+  check.py one-plan PLAN W                  PLAN is one plan object, for world W
+  check.py planned-peaks PLAN ROW METRICS TOL
+                                            ROW's predicted bytes per category (ROW: dp, baseline or a
+                                            subnetwork index) equal the last step's peaks within TOL
+                                            (relative, and 4096 bytes; 0: exactly)
+  check.py budget-fits PLAN BUDGET NAMES    --budget's combinations: all fit, smallest first, the
+                                            expected ones listed, DP not; writes "name bytes" lines to NAMES
 Exits 1 with a message on the first violation.
 """
-import glob, json, os, sys
+import glob, json, math, os, sys
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from safetensors_reader import read_numpy  # noqa: E402
 
 
-def losses(path):
+CATEGORIES = ["params", "grads", "optimizer", "activations", "workspace", "comm"]
+
+
+def records(path):
+    """Every record of a metrics file, in file order."""
     with open(path) as f:
-        return [json.loads(line)["loss"] for line in f if line.strip()]
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def step_records(path):
+    """The per-step records (no "event" key)."""
+    return [r for r in records(path) if "event" not in r]
+
+
+def events(path, event):
+    """The records of one event ("eval", "final"), in file order."""
+    return [r for r in records(path) if r.get("event") == event]
+
+
+def losses(path):
+    return [r["loss"] for r in step_records(path)]
+
+
+def last_peaks(path):
+    rows = step_records(path)
+    if not rows:
+        fail(f"{path} has no steps")
+    return rows[-1]["mem_peak"]
 
 
 def fail(msg):
@@ -57,8 +106,7 @@ def close_losses(a, b, tol):
 
 def same_tail(full, resumed):
     def by_step(path):
-        with open(path) as f:
-            return {r["step"]: r["loss"] for r in map(json.loads, filter(str.strip, f))}
+        return {r["step"]: r["loss"] for r in step_records(path)}
     a, b = by_step(full), by_step(resumed)
     if not b:
         fail(f"{resumed} has no steps")
@@ -139,8 +187,7 @@ def holders_identical(d, require_all=False):
 
 
 def bytes_per_step(path, expected, key="bytes_allreduced"):
-    with open(path) as f:
-        rows = [json.loads(line) for line in f if line.strip()]
+    rows = step_records(path)
     if not rows:
         fail(f"{path} has no steps")
     for r in rows:
@@ -150,12 +197,6 @@ def bytes_per_step(path, expected, key="bytes_allreduced"):
 
 
 def same_peaks(a, b):
-    def last_peaks(path):
-        with open(path) as f:
-            rows = [json.loads(line) for line in f if line.strip()]
-        if not rows:
-            fail(f"{path} has no steps")
-        return rows[-1]["mem_peak"]
     pa, pb = last_peaks(a), last_peaks(b)
     if not pa:
         fail(f"{a}: mem_peak is empty")
@@ -165,27 +206,107 @@ def same_peaks(a, b):
     print(f"ok: peak bytes equal in {len(pa)} categories")
 
 
+def finite_tensors(paths):
+    for path in paths:
+        for name, a in read_numpy(path).items():
+            if not np.isfinite(a).all():
+                fail(f"{path}: {name} holds a non-finite value")
+    print(f"ok: {len(paths)} file(s) finite")
+
+
+def same_evaluations(a, b):
+    """Eval records equal in every key; the final records' step, train_loss, test_loss and
+    test_acc equal (peak bytes and times may differ). Bit for bit: JSON keeps every digit."""
+    ea, eb = events(a, "eval"), events(b, "eval")
+    if ea != eb:
+        fail(f"eval records differ: {ea} in {a}, {eb} in {b}")
+    keys = ("step", "train_loss", "test_loss", "test_acc")
+    fa, fb = ([{k: r[k] for k in keys} for r in events(p, "final")] for p in (a, b))
+    if len(fa) != 1 or fa != fb:
+        fail(f"final records differ (or not one each): {fa} in {a}, {fb} in {b}")
+    print(f"ok: {len(ea)} eval records and the final record identical: {fa[0]}")
+
+
+def positive_event(path, event, keys):
+    found = events(path, event)
+    if not found:
+        fail(f"{path}: no {event} record")
+    for k in keys:
+        k, _, want = k.partition("=")
+        v = found[-1].get(k)
+        if want and v != json.loads(want):
+            fail(f"{path}: the last {event} record's {k} = {v}, expected {want}")
+        if v is None or not math.isfinite(v) or not v > 0:  # null: NaN
+            fail(f"{path}: the last {event} record's {k} = {v}, expected a finite positive number")
+    print(f"ok: {event} " + ", ".join(f"{k} {found[-1][k.partition('=')[0]]:.6g}" for k in keys))
+
+
+def skipped_final(path, step):
+    final = events(path, "final")
+    if len(final) != 1:
+        fail(f"{path}: {len(final)} final records, expected 1")
+    f = final[0]
+    # train_loss is the last batch's: a skipped batch's is NaN, which JSON writes as null.
+    if f["step"] != step or f["train_loss"] is not None or not f["skipped_steps"] >= 1:
+        fail(f"{path}: final record {f}: expected step {step}, train_loss null (NaN), skipped_steps >= 1")
+    print(f"ok: final record at step {step}, {f['skipped_steps']} step(s) skipped")
+
+
+def alignment(path, regime, what):
+    probes = [r["alignment"] for r in step_records(path) if "alignment" in r]
+    if len(probes) != 2:
+        fail(f"{what}: {len(probes)} alignment probes in 4 steps, expected 2 (steps 2 and 4)")
+    if not {k for p in probes for k in p if k != "dense"}:
+        fail(f"{what}: no unit kind measured: {probes}")
+    for p in probes:
+        for kind, c in p.items():
+            if regime == "backward" and abs(c - 1) > 1e-6:
+                fail(f"{what}: backward masking's {kind} alignment {c} != 1")
+            if regime == "forward" and kind != "dense" and not c < 0.999:
+                fail(f"{what}: forward masking's {kind} alignment {c} is not below 1")
+    print(f"ok: {what}: " + ", ".join(f"{k} {v:.4f}" for k, v in probes[-1].items()) + "; training unchanged")
+
+
+def redeals(tag, paths):
+    deals = [[r["redeal"] for r in step_records(p) if "redeal" in r] for p in paths]
+    if not all(deals) or len({len(d) for d in deals}) != 1:
+        fail(f"{tag}: re-deal records missing on some rank: {[len(d) for d in deals]}")
+    bucket = 25 * 1048576  # parallel.bucket_mb's default
+    for i in range(len(deals[0])):
+        # Holders of a bigger subnetwork may come to a rank: the bound is the largest rank's.
+        largest = max(d[i]["training_peak_bytes"] for d in deals)
+        for r, d in enumerate(deals):
+            d = d[i]
+            if d["unchanged"] or d["checksum_before"] != d["checksum_after"] or d["bytes_moved"] <= 0:
+                fail(f"{tag} rank {r}: re-deal {d}")
+            if d["peak_bytes"] > largest + bucket:
+                fail(f"{tag} rank {r}: re-deal peak {d['peak_bytes']} > largest training peak {largest} + one message")
+    d = deals[0][0]
+    print(f"ok: {tag}: {len(deals[0])} re-deal(s) on {len(paths)} ranks, checksums equal, rank 0 peak {d['peak_bytes']} "
+          f"<= largest training peak {max(x[0]['training_peak_bytes'] for x in deals)}, {d['bytes_moved']} bytes moved")
+
+
+COMMANDS = {
+    "same-losses": lambda a: same_losses(*a),
+    "close-losses": lambda a: close_losses(a[0], a[1], float(a[2])),
+    "same-tail": lambda a: same_tail(*a),
+    "mean-losses": lambda a: mean_losses(a[0], float(a[1]), a[2:]),
+    "tensors-close": lambda a: tensors_close(a[0], a[1], float(a[2])),
+    "holders-identical": lambda a: holders_identical(a[0]),
+    "all-identical": lambda a: holders_identical(a[0], require_all=True),
+    "bytes-per-step": lambda a: bytes_per_step(a[0], int(a[1]), *a[2:3]),
+    "model-distance": lambda a: model_distance(a[0], a[1], float(a[2]), float(a[3])),
+    "same-peaks": lambda a: same_peaks(*a),
+    "finite-tensors": lambda a: finite_tensors(a),
+    "same-evaluations": lambda a: same_evaluations(*a),
+    "positive-event": lambda a: positive_event(a[0], a[1], a[2:]),
+    "skipped-final": lambda a: skipped_final(a[0], int(a[1])),
+    "alignment": lambda a: alignment(*a),
+    "redeals": lambda a: redeals(a[0], a[1:]),
+}
+
 if __name__ == "__main__":
+    from check_plan import COMMANDS as PLAN_COMMANDS  # the plan and memory commands
+    COMMANDS.update(PLAN_COMMANDS)
     cmd, args = sys.argv[1], sys.argv[2:]
-    if cmd == "same-losses":
-        same_losses(*args)
-    elif cmd == "close-losses":
-        close_losses(args[0], args[1], float(args[2]))
-    elif cmd == "same-tail":
-        same_tail(*args)
-    elif cmd == "mean-losses":
-        mean_losses(args[0], float(args[1]), args[2:])
-    elif cmd == "tensors-close":
-        tensors_close(args[0], args[1], float(args[2]))
-    elif cmd == "holders-identical":
-        holders_identical(args[0])
-    elif cmd == "all-identical":
-        holders_identical(args[0], require_all=True)
-    elif cmd == "bytes-per-step":
-        bytes_per_step(args[0], int(args[1]), *args[2:3])
-    elif cmd == "model-distance":
-        model_distance(args[0], args[1], float(args[2]), float(args[3]))
-    elif cmd == "same-peaks":
-        same_peaks(*args)
-    else:
-        fail(f"unknown command {cmd}")
+    COMMANDS.get(cmd, lambda _: fail(f"unknown command {cmd}"))(args)

@@ -68,11 +68,11 @@ for r in 0 1; do
 done
 echo "ok: reset_optimizer loads the weights, both ranks say so"
 # Resume exactly at the last step: the loaded model is evaluated and the final line complete.
-out=$("$SUBDP" $(resume_from "$WORK/ckpt/step-00000004") --set train.steps=4 2>&1)
-final=$(grep "^final " <<<"$out")
-grep -Eq "^final step=4 train_loss=[0-9.]+ test_loss=[0-9.]+ test_acc=[0-9.]+ " <<<"$final" ||
-  { echo "FAIL: incomplete final line at the last step: $final"; exit 1; }
-echo "ok: resume at the last step: $final"
+"$SUBDP" $(resume_from "$WORK/ckpt/step-00000004") --set train.steps=4 --set log.metrics_file="$WORK/last.jsonl" \
+  >/dev/null 2>&1 || { echo "FAIL: resume at the last step failed"; exit 1; }
+$CHECK positive-event "$WORK/last.jsonl" final step=4 train_loss test_loss test_acc ||
+  { echo "FAIL: incomplete final record at the last step"; exit 1; }
+$CHECK positive-event "$WORK/last.jsonl" eval test_loss test_acc >/dev/null || { echo "FAIL: no eval record"; exit 1; }
 # ... and it leaves the checkpoint it loaded as it was (it trained nothing: no final save),
 # even with reset_optimizer (which would otherwise write zeros over the saved moments).
 "$SUBDP" train "$WORK/mlp.toml" --set parallel.backend=local --set train.steps=4 --set checkpoint.dir="$WORK/last" >/dev/null

@@ -25,19 +25,11 @@ threads = 1
 name = "adamw"
 lr = 1e-3
 TOML
-finite() {  # finite LABEL VALUE
-  /usr/bin/python3 -c "import math, sys; v = float(sys.argv[2]); sys.exit(0 if math.isfinite(v) and v > 0 else 1)" "$@" ||
-    { echo "FAIL: $1 = $2, expected a finite positive loss"; exit 1; }
-}
-# Plain DP, 4 ranks, 2 evaluation batches: ranks 2 and 3 evaluate nothing.
-run_ranks 4 train "$WORK/gpt.toml" > "$WORK/dp.log"
-loss=$(grep -oE "^final .*test_loss=[^ ]+" "$WORK/dp.log" | sed 's/.*test_loss=//')
-finite "dp test_loss" "$loss"
+# Plain DP, 4 ranks, 2 evaluation batches: ranks 2 and 3 evaluate nothing; every rank's
+# metrics file holds the same evaluation.
+run_ranks 4 train "$WORK/gpt.toml" --set log.metrics_file="$WORK/dp-{rank}.jsonl" >/dev/null
+for r in 0 3; do $CHECK positive-event "$WORK/dp-$r.jsonl" final test_loss; done
 # Forward neuron masking, S = 2: the assembled model and the subnetworks on their shares.
 run_ranks 4 train "$WORK/gpt.toml" --set parallel.subnetworks=2 --set mask.regime=forward \
-  --set mask.granularity=neuron --set mask.keep=0.5 > "$WORK/sdp.log"
-full=$(grep -oE "full model test_loss [^ ]+" "$WORK/sdp.log" | tail -1 | awk '{print $4}')
-own=$(grep -oE "subnetworks \(own share\) loss [^ ]+" "$WORK/sdp.log" | tail -1 | awk '{print $NF}')
-finite "fwd-neuron full-model test_loss" "$full"
-finite "fwd-neuron subnetworks' loss" "$own"
-echo "ok: dp $loss, fwd-neuron full $full, subnetworks $own"
+  --set mask.granularity=neuron --set mask.keep=0.5 --set log.metrics_file="$WORK/sdp-{rank}.jsonl" >/dev/null
+for r in 0 3; do $CHECK positive-event "$WORK/sdp-$r.jsonl" eval test_loss subnetwork_loss; done

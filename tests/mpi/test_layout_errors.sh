@@ -42,7 +42,8 @@ run_ranks 1 train "$WORK/gpt.toml" --set checkpoint.dir="$WORK/sample-ckpt" >/de
 expect_error "sample runs the checkpoint's assembled full model" 1 "$SUBDP" sample "$WORK/sample-ckpt" --tokens 4 \
   --set mask.regime=forward
 # `subdp plan` under mpirun: rank 0 alone prints the plan, for the launcher's world size.
-out=$(run_ranks 2 plan "$WORK/gpt.toml" --set parallel.subnetworks=2 --set mask.regime=forward --set mask.keep=0.5)
-[[ $(grep -c '^plan:' <<<"$out") == 1 && $(grep -c 'plain DP (W=2)' <<<"$out") == 1 ]] ||
-  { echo "FAIL: plan under mpirun -np 2 should print one plan for W=2:"; echo "$out"; exit 1; }
+run_ranks 2 plan "$WORK/gpt.toml" --set parallel.subnetworks=2 --set mask.regime=forward --set mask.keep=0.5 --json \
+  >"$WORK/plan.json"
+$CHECK one-plan "$WORK/plan.json" 2 >/dev/null ||
+  { echo "FAIL: plan under mpirun -np 2 should print one plan for W=2:"; cat "$WORK/plan.json"; exit 1; }
 echo "ok: plan under mpirun prints one plan for the launcher's world"

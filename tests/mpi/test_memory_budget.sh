@@ -20,8 +20,8 @@ for np in 1 2; do
 done
 # The figure is the planner's: subdp plan's per-rank total for the same config, in GiB.
 needed=$(grep -o 'the plan needs [0-9.]* GiB' <<<"$out" | head -1 | grep -o '[0-9.]*')
-total=$("$SUBDP" plan "$WORK/resnet.toml" "${huge[@]}" --world 2 | tail -1 | awk '{print $NF}')
-planned=$(/usr/bin/python3 -c "print(f'{$total / 2**30:.2f}')")
+"$SUBDP" plan "$WORK/resnet.toml" "${huge[@]}" --world 2 --json >"$WORK/plan.json"
+planned=$($CHECK plan-peak "$WORK/plan.json" GiB)
 [[ $needed == "$planned" ]] || { echo "FAIL: message says $needed GiB, subdp plan $planned GiB"; exit 1; }
 echo "ok: the figure is subdp plan's ($planned GiB)"
 "$SUBDP" train "$WORK/mlp.toml" --set parallel.backend=local --set train.allow_overcommit=true >/dev/null ||

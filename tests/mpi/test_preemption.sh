@@ -23,7 +23,7 @@ start() {
 # after_step NAME N: waits until rank 1 has logged step N.
 after_step() {
   for _ in $(seq 1200); do
-    [[ -f "$WORK/$1-1.jsonl" ]] && (($(wc -l <"$WORK/$1-1.jsonl") >= $2)) && return
+    [[ -f "$WORK/$1-1.jsonl" ]] && (($(grep -vc '"event"' "$WORK/$1-1.jsonl") >= $2)) && return  # step records
     sleep 0.05
   done
   echo "FAIL: $1 never reached step $2"; cat "$WORK/$1.log"; exit 1
@@ -79,7 +79,7 @@ echo "ok: SIGKILL then resume: every step once in the metrics files"
 "$SUBDP" train "$WORK/mlp.toml" --set parallel.backend=local --set log.metrics_file="$WORK/nodir.jsonl" \
   >"$WORK/nodir.log" 2>&1 &
 pid=$!
-for _ in $(seq 1200); do [[ -s "$WORK/nodir.jsonl" ]] && (($(wc -l <"$WORK/nodir.jsonl") >= 300)) && break; sleep 0.05; done
+for _ in $(seq 1200); do [[ -s "$WORK/nodir.jsonl" ]] && (($(grep -vc '"event"' "$WORK/nodir.jsonl") >= 300)) && break; sleep 0.05; done
 kill -TERM "$pid"
 rc=0
 wait "$pid" || rc=$?

@@ -19,26 +19,7 @@ masked() { echo --set parallel.subnetworks=2 --set mask.regime=$1 --set mask.gra
 for model in mlp resnet gpt; do sed -i 's/^steps = .*/steps = 6/' "$WORK/$model.toml"; done
 
 check_redeal_metrics() {  # $1 tag, $2... every rank's metrics: checksums, memory and bytes of each re-deal
-  /usr/bin/python3 - "$@" <<'PY'
-import json, sys
-tag, paths = sys.argv[1], sys.argv[2:]
-deals = [[json.loads(l)["redeal"] for l in open(p) if '"redeal"' in l] for p in paths]
-if not all(deals) or len({len(d) for d in deals}) != 1:
-    sys.exit(f"FAIL {tag}: re-deal records missing on some rank: {[len(d) for d in deals]}")
-bucket = 25 * 1048576  # parallel.bucket_mb's default
-for i in range(len(deals[0])):
-    # Holders of a bigger subnetwork may come to a rank: the bound is the largest rank's.
-    largest = max(d[i]["training_peak_bytes"] for d in deals)
-    for r, d in enumerate(deals):
-        d = d[i]
-        if d["unchanged"] or d["checksum_before"] != d["checksum_after"] or d["bytes_moved"] <= 0:
-            sys.exit(f"FAIL {tag} rank {r}: re-deal {d}")
-        if d["peak_bytes"] > largest + bucket:
-            sys.exit(f"FAIL {tag} rank {r}: re-deal peak {d['peak_bytes']} > largest training peak {largest} + one message")
-d = deals[0][0]
-print(f"ok: {tag}: {len(deals[0])} re-deal(s) on {len(paths)} ranks, checksums equal, rank 0 peak {d['peak_bytes']} "
-      f"<= largest training peak {max(x[0]['training_peak_bytes'] for x in deals)}, {d['bytes_moved']} bytes moved")
-PY
+  $CHECK redeals "$@"
 }
 # same_final_tensors A B WHAT: the step-6 model and optimizer tensors of checkpoint dirs A and B
 # are bit-identical, else FAIL naming WHAT.
@@ -52,7 +33,7 @@ same_final_tensors() {
 seed_of_deal() {
   local d=$1
   shift
-  "$SUBDP" plan "$@" --deal "$d" | sed -n 's/^deal [0-9]* (mask.redeal_every): plan seed \([0-9]*\)$/\1/p'
+  "$SUBDP" plan "$@" --deal "$d" --json >"$WORK/deal.json" && $CHECK plan-field "$WORK/deal.json" deal.plan_seed
 }
 
 cases=(
@@ -94,7 +75,10 @@ for c in "${cases[@]}"; do
 done
 
 # Same plan: the first seed s whose deal 1 draws its deal 0's plan (block level, S = 2, 4 blocks).
-plan_of() { "$SUBDP" plan "$WORK/gpt.toml" --world 4 $(masked forward block) --set mask.seed=$1 --deal $2 | grep '^  subnetwork'; }
+plan_of() {  # plan_of SEED DEAL: which blocks each subnetwork keeps
+  "$SUBDP" plan "$WORK/gpt.toml" --world 4 $(masked forward block) --set mask.seed=$1 --deal $2 --json >"$WORK/of.json"
+  $CHECK plan-field "$WORK/of.json" plan.subnetworks
+}
 seed=-1
 for s in $(seq 0 200); do
   if [[ "$(plan_of $s 0)" == "$(plan_of $s 1)" ]]; then seed=$s; break; fi

@@ -17,7 +17,7 @@ for model in resnet gpt; do
       echo "FAIL: $model keep 0.5 trained exactly as DP (nothing dropped?)"; exit 1
     fi
   done
-  grep -q "^final .*test_loss=[0-9]" "$WORK/$model-k05.log" || { echo "FAIL: no evaluation"; exit 1; }
+  $CHECK positive-event "$WORK/$model-k05-0.jsonl" final test_loss >/dev/null || { echo "FAIL: no evaluation"; exit 1; }
   echo "ok: $model: keep 1 is DP bit for bit, keep 0.5 holds DP's bytes and trains differently"
 done
 out=$(run_ranks 1 train "$WORK/mlp.toml" --set mask.regime=stochastic --set mask.keep=0.5 2>&1) && {

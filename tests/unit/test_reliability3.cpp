@@ -149,6 +149,36 @@ TEST(MetricsFile, ResumeCutsBackToTheStepAndDropsAHalfLine) {
   fs::remove_all(dir);
 }
 
+TEST(MetricsFile, ResumeDropsFinalRecordsAndEvalsOfAStepEvaluatedAgain) {
+  const fs::path dir = fresh_dir("subdp_test_metrics_events");
+  const fs::path path = dir / "m.jsonl";
+  auto write_run = [&](int64_t keep, int64_t keep_evals) {
+    MetricsFile f;
+    f.open(path.string(), keep, "log.metrics_file", keep_evals);
+    if (keep > 0) return;
+    for (int64_t s = 1; s <= 4; ++s) f.write({{"step", s}, {"loss", 1.0 / s}});
+    f.write({{"event", "eval"}, {"step", 2}, {"test_loss", 0.5}});
+    f.write({{"event", "eval"}, {"step", 4}, {"test_loss", 0.25}});
+    f.write({{"event", "final"}, {"step", 4}, {"test_loss", 0.25}});
+  };
+  auto events_in = [&] {
+    std::ifstream in(path);
+    std::vector<std::string> out;
+    for (std::string line; std::getline(in, line);) {
+      const auto j = nlohmann::json::parse(line);
+      out.push_back(j.value("event", std::string("step")) + std::to_string(j.at("step").get<int64_t>()));
+    }
+    return out;
+  };
+  write_run(0, -1);
+  write_run(4, -1);  // resumed at step 4 of more: the final record goes, the evals stay
+  EXPECT_EQ(events_in(), (std::vector<std::string>{"step1", "step2", "step3", "step4", "eval2", "eval4"}));
+  write_run(0, -1);
+  write_run(4, 3);  // resumed at its last step, 4: evaluated again
+  EXPECT_EQ(events_in(), (std::vector<std::string>{"step1", "step2", "step3", "step4", "eval2"}));
+  fs::remove_all(dir);
+}
+
 TEST(DirectoryLock, ASecondHolderIsRefusedNamingTheFirst) {
   const fs::path dir = fresh_dir("subdp_test_lock") / "ckpt";
   {
