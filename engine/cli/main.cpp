@@ -121,18 +121,29 @@ int exec_compare(const std::vector<std::string>& extras) {
   return 1;
 }
 
-int run(int argc, char** argv) {
-  CLI::App app{"subdp: hybrid data parallelism with subnetwork masking (arXiv:2507.09029)", "subdp"};
-  app.require_subcommand(1);
-  Args a;
+/// Options of `subdp parity-dump` and `subdp sample`.
+struct ParityArgs {
+  std::string out;
+  int steps = 10;
+};
+struct SampleArgs {
+  std::string checkpoint, prompt;
+  int tokens = 256, top_k = 0;
+  double temperature = 1.0;
+  uint64_t seed = 0;
+};
 
+CLI::App* add_train(CLI::App& app, Args& a) {
   CLI::App* train = app.add_subcommand("train", "train a model per CONFIG");
   add_config_args(train, a);
   train->add_option("--simulate-rank", a.train.simulate_rank,
                     "run rank w of a W-rank layout alone (local stand-in communicator)")
       ->type_name("w/W")
       ->check(CLI::Validator(check_simulate_rank, ""));
+  return train;
+}
 
+CLI::App* add_plan(CLI::App& app, Args& a) {
   CLI::App* plan = app.add_subcommand("plan", "print the subnetwork plan and predicted memory");
   add_config_args(plan, a);
   plan->add_option("--world", a.world, "world size W (default: MPI world size or S)")
@@ -149,27 +160,18 @@ int run(int argc, char** argv) {
       ->check(CLI::Range(0LL, 1LL << 50));
   plan->add_flag("--json", a.json,
                  "print the same content as one JSON object on stdout (keys and units: docs/outputs.md)");
+  return plan;
+}
 
-  CLI::App* compare = app.add_subcommand(
-      "compare", "compare DP and the masking regimes (runs benchmarks/compare.py; `subdp compare --help` for its options)");
-  compare->allow_extras();
-  compare->set_help_flag();  // --help goes to compare.py
-
-  CLI::App* version = app.add_subcommand("version", "print the version and compiled-in backends");
-
-  std::string parity_out;
-  int parity_steps = 10;
+CLI::App* add_parity(CLI::App& app, Args& a, ParityArgs& p) {
   CLI::App* parity = app.add_subcommand("parity-dump", "write initial weights, a batch, outputs and gradients for the PyTorch parity tests");
   add_config_args(parity, a);
-  parity->add_option("OUT_DIR", parity_out, "directory for the safetensors files")->required();
-  parity->add_option("--steps", parity_steps, "optimizer steps whose losses are recorded")->check(CLI::NonNegativeNumber);
+  parity->add_option("OUT_DIR", p.out, "directory for the safetensors files")->required();
+  parity->add_option("--steps", p.steps, "optimizer steps whose losses are recorded")->check(CLI::NonNegativeNumber);
+  return parity;
+}
 
-  struct SampleArgs {
-    std::string checkpoint, prompt;
-    int tokens = 256, top_k = 0;
-    double temperature = 1.0;
-    uint64_t seed = 0;
-  } s;
+CLI::App* add_sample(CLI::App& app, Args& a, SampleArgs& s) {
   CLI::App* sample = app.add_subcommand("sample", "generate text with a byte-level GPT checkpoint");
   sample->add_option("CHECKPOINT", s.checkpoint, "checkpoint directory (or a checkpoint.dir: newest)")->required();
   sample->add_option("--prompt", s.prompt, "text to continue");
@@ -180,7 +182,34 @@ int run(int argc, char** argv) {
   sample->add_option("--set", a.overrides, "override a key of the checkpoint's config: table.key=value")
       ->type_name("KEY=VALUE")
       ->allow_extra_args(false);
+  return sample;
+}
 
+/// `subdp plan` once the config is read: the world size from --world or the launcher.
+int plan_command(subdp::Config config, const Args& a, const subdp::LauncherLayout& launched) {
+  const int world = a.world > 0 ? a.world : launched.size > 1 ? launched.size : 0;
+  SUBDP_CHECK(world == 0 || a.world > 0 || world % config.parallel.subnetworks == 0,
+              "the launcher's world size {} (mpirun -np) is not a multiple of parallel.subnetworks = {}; give "
+              "--world or launch a multiple", world, config.parallel.subnetworks);
+  if (a.deal > 0) config.mask.seed = subdp::deal_seed(config.mask.seed, a.deal);
+  return subdp::run_plan(config, world, {a.budget.empty() ? 0.0 : parse_budget(a.budget), a.json, a.deal});
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{"subdp: hybrid data parallelism with subnetwork masking (arXiv:2507.09029)", "subdp"};
+  app.require_subcommand(1);
+  Args a;
+  ParityArgs p;
+  SampleArgs s;
+  CLI::App* train = add_train(app, a);
+  CLI::App* plan = add_plan(app, a);
+  CLI::App* compare = app.add_subcommand(
+      "compare", "compare DP and the masking regimes (runs benchmarks/compare.py; `subdp compare --help` for its options)");
+  compare->allow_extras();
+  compare->set_help_flag();  // --help goes to compare.py
+  CLI::App* version = app.add_subcommand("version", "print the version and compiled-in backends");
+  CLI::App* parity = add_parity(app, a, p);
+  CLI::App* sample = add_sample(app, a, s);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -197,15 +226,8 @@ int run(int argc, char** argv) {
   if (*plan && launched.rank != 0) return 0;
   subdp::Config config = subdp::load_config(a.config, a.overrides);
   if (*train) return subdp::run_train(config, a.train);
-  if (*parity) return subdp::run_parity_dump(config, parity_out, parity_steps);
-  if (*plan) {
-    const int world = a.world > 0 ? a.world : launched.size > 1 ? launched.size : 0;
-    SUBDP_CHECK(world == 0 || a.world > 0 || world % config.parallel.subnetworks == 0,
-                "the launcher's world size {} (mpirun -np) is not a multiple of parallel.subnetworks = {}; give "
-                "--world or launch a multiple", world, config.parallel.subnetworks);
-    if (a.deal > 0) config.mask.seed = subdp::deal_seed(config.mask.seed, a.deal);
-    return subdp::run_plan(config, world, {a.budget.empty() ? 0.0 : parse_budget(a.budget), a.json, a.deal});
-  }
+  if (*parity) return subdp::run_parity_dump(config, p.out, p.steps);
+  if (*plan) return plan_command(std::move(config), a, launched);
   return 2;
 }
 
