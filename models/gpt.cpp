@@ -61,7 +61,8 @@ BlockActivations BlockActivations::allocate(int64_t rows, int64_t C, int64_t H) 
   a.mid = Tensor::empty({rows * C}, MemCategory::activations);  // flat: blocks view their own widths
   a.fc_pre = Tensor::empty({rows * H}, MemCategory::activations);
   a.attn = Tensor::empty({rows * 4 * C}, MemCategory::activations);
-  for (Tensor* t : {&a.ln1_mean, &a.ln1_rstd, &a.ln2_mean, &a.ln2_rstd}) *t = Tensor::zeros({rows}, MemCategory::activations);
+  for (Tensor* t : {&a.ln1_mean, &a.ln1_rstd, &a.ln2_mean, &a.ln2_rstd})
+    *t = Tensor::zeros({rows}, MemCategory::activations);
   return a;
 }
 
@@ -84,7 +85,30 @@ std::pair<int64_t, int64_t> local_widths(const ModelConfig& c, const SubnetMask&
   if (mask.skips_block(index)) return {0, 0};
   const int64_t H = int64_t{c.mlp_ratio} * c.width;
   if (!(mask.forward_masked() && mask.granularity == Granularity::neuron)) return {H, c.width};
-  return {mask.layers.at(mlp_layer(index)).kept, int64_t{mask.layers.at(heads_layer(index)).kept} * (c.width / c.heads)};
+  return {mask.layers.at(mlp_layer(index)).kept,
+          int64_t{mask.layers.at(heads_layer(index)).kept} * (c.width / c.heads)};
+}
+/// Block `index`'s attention layer: heads maskable at neuron level, its output kept for the
+/// proj weight gradient only as far as that gradient reads it (attention.h).
+AttentionSpec attention_spec(const SubnetMask& mask, const ModelConfig& c, int index, int64_t max_rows,
+                             InitSpec proj_init, const Tensor& forward_scratch, const BlockActivations* kept) {
+  const bool neuron = mask.granularity == Granularity::neuron;
+  const bool dropped = block_skips_weight_gradients(mask, index);  // nothing read by a dW GEMM
+  AttentionSpec attn;
+  attn.prefix = "blocks." + std::to_string(index);
+  attn.C = c.width;
+  attn.heads = c.heads;
+  attn.T = c.context;
+  attn.max_rows = max_rows;
+  attn.head_layer = neuron ? heads_layer(index) : -1;
+  attn.block = index;
+  attn.head_scale = neuron ? mask.scale : 1.f;
+  attn.weight_init = kGpt2Weight;
+  attn.proj_weight_init = proj_init;
+  attn.y_scratch = outputs_in_scratch(mask, index) ? &forward_scratch : nullptr;
+  attn.y_kept_cols = dropped ? 0 : static_cast<int64_t>(mask.layers.at(heads_layer(index)).kept) * (c.width / c.heads);
+  attn.activation_area = kept ? &kept->attn : nullptr;
+  return attn;
 }
 }  // namespace
 
@@ -98,33 +122,18 @@ TransformerBlock::TransformerBlock(ParamSet& ps, const SubnetMask& mask, const M
   // Parameters in torch's state_dict order: ln1, ln2, qkv, proj, fc, fc2.
   ln1_ = std::make_unique<LayerNorm>(ps, name + ".ln1", C_, index);
   ln2_ = std::make_unique<LayerNorm>(ps, name + ".ln2", C_, index);
-  const bool dropped = block_skips_weight_gradients(mask, index);  // nothing read by a dW GEMM
-  const bool shared = outputs_in_scratch(mask, index);
-  const int hd = C_ / heads_;
-  const int64_t kept_attn_cols = dropped ? 0 : static_cast<int64_t>(mask.layers.at(heads_layer(index)).kept) * hd;
   // zero_init_residual: both branches' output projections (attention proj, MLP fc2) start at
   // 0, so the block starts as the identity (the transformer form of Goyal et al. 2017, 5.1).
   const InitSpec branch_out_init = c.zero_init_residual ? kZero : kGpt2Weight;
-  AttentionSpec attn;
-  attn.prefix = name;
-  attn.C = C_;
-  attn.heads = heads_;
-  attn.T = c.context;
-  attn.max_rows = max_rows;
-  attn.head_layer = neuron ? heads_layer(index) : -1;
-  attn.block = index;
-  attn.head_scale = neuron ? mask.scale : 1.f;
-  attn.weight_init = kGpt2Weight;
-  attn.proj_weight_init = branch_out_init;
-  attn.y_scratch = shared ? &forward_scratch : nullptr;
-  attn.y_kept_cols = kept_attn_cols;
-  attn.activation_area = kept ? &kept->attn : nullptr;
-  attn_ = std::make_unique<CausalSelfAttention>(ps, attn);
+  attn_ = std::make_unique<CausalSelfAttention>(
+      ps, attention_spec(mask, c, index, max_rows, branch_out_init, forward_scratch, kept));
   const UnitRef out_units{neuron ? mlp_layer(index) : -1, 0, 1}, in_units{neuron ? mlp_layer(index) : -1, 1, 1};
   fc_ = std::make_unique<Linear>(ps, name + ".fc", C_, H, true, out_units, UnitRef{}, index, kGpt2Weight, kZero);
   fc2_ = std::make_unique<Linear>(ps, name + ".fc2", H, C_, true, UnitRef{}, in_units, index, branch_out_init, kZero);
-  if (neuron) neuron_scale_ = mask.scale;
-  else branch_scale_ = mask.block_scale(index);  // pinned blocks are never scaled
+  if (neuron)
+    neuron_scale_ = mask.scale;
+  else
+    branch_scale_ = mask.block_scale(index);  // pinned blocks are never scaled
   if (kept) {
     ln1_->bind_stats(kept->ln1_mean, kept->ln1_rstd, max_rows);
     ln2_->bind_stats(kept->ln2_mean, kept->ln2_rstd, max_rows);
@@ -192,8 +201,10 @@ void TransformerBlock::backward(const float* x, float* dres, int B, int T, GptSc
   // before its dx overwrites dh.
   const int64_t cols = fc2_grad_cols_;
   if (cols > 0) {
-    if (cols == fc_->out()) backend().gelu_forward(fc_pre_.f32(), dh, nh);
-    else backend().gelu_forward_columns(fc_pre_.f32(), rows, fc_->out(), cols, dh);
+    if (cols == fc_->out())
+      backend().gelu_forward(fc_pre_.f32(), dh, nh);
+    else
+      backend().gelu_forward_columns(fc_pre_.f32(), rows, fc_->out(), cols, dh);
     if (neuron_scale_ != 1.f) backend().scale(dh, neuron_scale_, rows * cols);
   }
   fc2_->backward(dh, branch_grad(), fc2_->in() > 0 ? dh : nullptr, rows, cols > 0 ? cols : fc2_->in());
@@ -204,7 +215,7 @@ void TransformerBlock::backward(const float* x, float* dres, int B, int T, GptSc
   if (fc_->weight->grad.defined()) ln2_->recompute(mid_.f32(), s.ln_out.f32(), rows);
   fc_->backward(s.ln_out.f32(), dh, fc_->out() > 0 ? dln : nullptr, rows);
   if (fc_->out() == 0) backend().fill(dln, 0.f, n);
-  ln2_->backward(mid_.f32(), dln, dres, rows);  // dres += ...: now d(mid)
+  ln2_->backward(mid_.f32(), dln, dres, rows);                                      // dres += ...: now d(mid)
   if (attn_->qkv_weight->grad.defined()) ln1_->recompute(x, s.ln_out.f32(), rows);  // for qkv's dW
   attn_->backward(s.ln_out.f32(), branch_grad(), dln, B, T, s.attn);
   ln1_->backward(x, dln, dres, rows);  // dres += ...: now d(x)
@@ -212,7 +223,12 @@ void TransformerBlock::backward(const float* x, float* dres, int B, int T, GptSc
 
 Gpt::Gpt(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed, bool recompute_blocks,
          ParamLayout layout)
-    : Model(mask, seed, layout), recompute_(recompute_blocks), T_(c.context), V_(c.vocab), C_(c.width), max_batch_(max_batch) {
+    : Model(mask, seed, layout),
+      recompute_(recompute_blocks),
+      T_(c.context),
+      V_(c.vocab),
+      C_(c.width),
+      max_batch_(max_batch) {
   gpt_units(c);  // validates the sizes
   const int64_t rows = static_cast<int64_t>(max_batch) * T_;
   wte_ = std::make_unique<Embedding>(params_, "wte", V_, C_, kGpt2Weight);
@@ -232,8 +248,8 @@ Gpt::Gpt(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t s
   // block); the backward pass rebuilds a block's set from its stored input.
   if (recompute_) shared_block_ = BlockActivations::allocate(rows, C_, hidden);
   for (int b = 0; b < c.depth; ++b) {
-    blocks_.push_back(std::make_unique<TransformerBlock>(params_, mask_, c, b, rows, shared_,
-                                                         recompute_ ? &shared_block_ : nullptr));
+    blocks_.push_back(
+        std::make_unique<TransformerBlock>(params_, mask_, c, b, rows, shared_, recompute_ ? &shared_block_ : nullptr));
     const auto [h, w] = local_widths(c, mask_, b);
     SUBDP_ASSERT(blocks_.back()->hidden() == h && blocks_.back()->attn_width() == w);
   }
@@ -268,7 +284,7 @@ void Gpt::run_forward(const int32_t* tokens, int B, int T, bool training) {
     pos_T_ = T;
   }
   const int32_t* pos = pos_ids_.i32();  // (B, T)
-  float* x0 = x0_.f32();  // (B, T, C)
+  float* x0 = x0_.f32();                // (B, T, C)
   wte_->forward(tokens, x0, rows, false);
   wpe_->forward(pos, x0, rows, true);
   const float* x = x0;
@@ -286,8 +302,8 @@ void Gpt::run_forward(const int32_t* tokens, int B, int T, bool training) {
   last_ = x;
   lnf_->forward(x, lnf_out_.f32(), rows);
   // logits (rows, V) = lnf_out (rows, C) . wte^T (C, V)
-  backend().sgemm(false, true, rows, V_, C_, 1.f, lnf_out_.f32(), C_, wte_->weight->value.f32(), C_, 0.f, head_->logits(),
-             V_);
+  backend().sgemm(false, true, rows, V_, C_, 1.f, lnf_out_.f32(), C_, wte_->weight->value.f32(), C_, 0.f,
+                  head_->logits(), V_);
   FlopCounter::add_gemm(rows, V_, C_);
 }
 

@@ -23,12 +23,12 @@ class Mlp : public Model {
   const float* last_logits() const override { return head_.logits(); }
 
  private:
-  std::vector<Linear> fcs_;      // fcs_[i]: width[i] -> width[i+1]
-  std::vector<Tensor> hidden_;   // hidden_[i] (N, width of fcs_[i] output), post-ReLU
-  std::vector<float> scale_;     // per hidden layer: 1/keep when forward-masked, else 1
-  Tensor dbuf_[2];               // (N, max width) activation-gradient ping-pong
+  std::vector<Linear> fcs_;     // fcs_[i]: width[i] -> width[i+1]
+  std::vector<Tensor> hidden_;  // hidden_[i] (N, width of fcs_[i] output), post-ReLU
+  std::vector<float> scale_;    // per hidden layer: 1/keep when forward-masked, else 1
+  Tensor dbuf_[2];              // (N, max width) activation-gradient ping-pong
   CrossEntropyHead head_;
-  const float* input_ = nullptr; // (N, in_features) of the last forward
+  const float* input_ = nullptr;  // (N, in_features) of the last forward
   const int32_t* targets_ = nullptr;
   int64_t rows_ = 0, in_features_ = 0;
 };

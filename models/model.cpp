@@ -10,7 +10,8 @@ namespace subdp {
 
 void Model::set_dropped_blocks(const std::vector<char>& dropped, const std::vector<char>& dense, float scale) {
   const size_t blocks = static_cast<size_t>(residual_blocks());
-  SUBDP_CHECK(blocks > 0, "mask.regime = \"stochastic\": this model has no residual blocks to drop (use resnet or gpt)");
+  SUBDP_CHECK(blocks > 0,
+              "mask.regime = \"stochastic\": this model has no residual blocks to drop (use resnet or gpt)");
   SUBDP_ASSERT(dropped.size() == blocks && dense.size() == blocks);
   dropped_ = dropped;
   dense_ = dense;
@@ -23,22 +24,32 @@ void Model::zero_grad() {
 
 ModelUnits model_units(const ModelConfig& c) {
   switch (c.name) {
-    case ModelKind::mlp: return mlp_units(c);
-    case ModelKind::resnet: return resnet_units(c);
-    case ModelKind::gpt: return gpt_units(c);
+    case ModelKind::mlp:
+      return mlp_units(c);
+    case ModelKind::resnet:
+      return resnet_units(c);
+    case ModelKind::gpt:
+      return gpt_units(c);
   }
   throw Error("model.name: not a model");
 }
 
 std::unique_ptr<Model> make_model(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed,
                                   bool recompute_blocks, ParamLayout layout) {
-  SUBDP_CHECK(!recompute_blocks || c.name != ModelKind::mlp, "train.recompute = \"blocks\": model.name = \"mlp\" has no "
+  SUBDP_CHECK(!recompute_blocks || c.name != ModelKind::mlp,
+              "train.recompute = \"blocks\": model.name = \"mlp\" has no "
               "blocks (use resnet or gpt)");
   std::unique_ptr<Model> model;
   switch (c.name) {
-    case ModelKind::mlp: model = std::make_unique<Mlp>(c, mask, max_batch, seed); break;  // no blocks: every layout per parameter
-    case ModelKind::resnet: model = std::make_unique<ResNet>(c, mask, max_batch, seed, recompute_blocks, layout); break;
-    case ModelKind::gpt: model = make_gpt(c, mask, max_batch, seed, recompute_blocks, layout); break;
+    case ModelKind::mlp:
+      model = std::make_unique<Mlp>(c, mask, max_batch, seed);
+      break;  // no blocks: every layout per parameter
+    case ModelKind::resnet:
+      model = std::make_unique<ResNet>(c, mask, max_batch, seed, recompute_blocks, layout);
+      break;
+    case ModelKind::gpt:
+      model = make_gpt(c, mask, max_batch, seed, recompute_blocks, layout);
+      break;
   }
   SUBDP_CHECK(model != nullptr, "model.name: not a model");
   model->params().allocate_shared_blocks();

@@ -98,8 +98,7 @@ ModelUnits model_units(const ModelConfig& config);
 /// recompute_blocks (train.recompute = "blocks"): the blocks share one set of activations
 /// and each block's is recomputed from its input in the backward pass (ResNet and GPT; the
 /// MLP has no blocks and refuses it). `layout`: how values and gradients are laid out (ParamLayout).
-std::unique_ptr<Model> make_model(const ModelConfig& config, const SubnetMask& mask, int max_batch,
-                                  uint64_t seed, bool recompute_blocks = false,
-                                  ParamLayout layout = ParamLayout::per_param);
+std::unique_ptr<Model> make_model(const ModelConfig& config, const SubnetMask& mask, int max_batch, uint64_t seed,
+                                  bool recompute_blocks = false, ParamLayout layout = ParamLayout::per_param);
 
 }  // namespace subdp

@@ -48,8 +48,8 @@ ResNetBlockActivations ResNetBlockActivations::allocate(int64_t elems) {
   return a;
 }
 
-BasicBlock::BasicBlock(ParamSet& ps, const SubnetMask& mask, int index, int cin, int cout, int stride,
-                       int H, int W, int max_batch, bool zero_init_residual, const ResNetBlockActivations* shared)
+BasicBlock::BasicBlock(ParamSet& ps, const SubnetMask& mask, int index, int cin, int cout, int stride, int H, int W,
+                       int max_batch, bool zero_init_residual, const ResNetBlockActivations* shared)
     : cin_(cin), cout_(cout), H_(H), W_(W) {
   const std::string name = "blocks." + std::to_string(index);
   Ho_ = (H + 2 - 3) / stride + 1;
@@ -60,8 +60,7 @@ BasicBlock::BasicBlock(ParamSet& ps, const SubnetMask& mask, int index, int cin,
     conv1_ = std::make_unique<Conv2d>(ps, name + ".c1", cin, cout, 3, stride, 1, channels, UnitRef{}, index);
     bn1_ = std::make_unique<BatchNorm2d>(ps, name + ".b1", cout, channels, index);
     conv2_ = std::make_unique<Conv2d>(ps, name + ".c2", cout, cout, 3, 1, 1, UnitRef{}, channels, index);
-    bn2_ = std::make_unique<BatchNorm2d>(ps, name + ".b2", cout, UnitRef{}, index,
-                                         zero_init_residual ? 0.f : 1.f);
+    bn2_ = std::make_unique<BatchNorm2d>(ps, name + ".b2", cout, UnitRef{}, index, zero_init_residual ? 0.f : 1.f);
     const int local = conv1_->cout();
     // Stored activations: the block's own, or views of the shared set (recompute).
     auto stored = [&](const Tensor* area, int C) {
@@ -71,8 +70,10 @@ BasicBlock::BasicBlock(ParamSet& ps, const SubnetMask& mask, int index, int cin,
     c1_ = stored(shared ? &shared->c1 : nullptr, local);
     h1_ = stored(shared ? &shared->h1 : nullptr, local);
     c2_ = stored(shared ? &shared->c2 : nullptr, cout);
-    if (mask.granularity == Granularity::neuron) neuron_scale_ = mask.scale;
-    else branch_scale_ = mask.block_scale(index);
+    if (mask.granularity == Granularity::neuron)
+      neuron_scale_ = mask.scale;
+    else
+      branch_scale_ = mask.block_scale(index);
   }
   if (stride != 1 || cin != cout) {
     sc_conv_ = std::make_unique<Conv2d>(ps, name + ".short.0", cin, cout, 1, stride, 0);
@@ -100,21 +101,21 @@ float* BasicBlock::forward(float* x, int N, bool training, ResNetScratch& s) {
   const int64_t n_out = static_cast<int64_t>(N) * cout_ * Ho_ * Wo_, HWo = Ho_ * Wo_;
   float* out = out_.f32();  // (N, cout, Ho, Wo)
   float* ws = s.workspace.f32();
-  float* t = s.grad.f32();  // the gradient scratch is free during the forward pass
-  if (!branch_present()) {  // a dropped block's projection: out = relu(bn(conv(x)))
+  float* t = s.grad.f32();                   // the gradient scratch is free during the forward pass
+  if (!branch_present()) {                   // a dropped block's projection: out = relu(bn(conv(x)))
     sc_conv_->forward(x, t, N, H_, W_, ws);  // (N, cout, Ho, Wo), recomputed in backward
     sc_bn_->forward(t, out, N, HWo, training, /*relu=*/true);
     return out;
   }
-  conv1_->forward(x, c1_.f32(), N, H_, W_, ws);                     // (N, C1, Ho, Wo)
+  conv1_->forward(x, c1_.f32(), N, H_, W_, ws);                          // (N, C1, Ho, Wo)
   bn1_->forward(c1_.f32(), h1_.f32(), N, HWo, training, /*relu=*/true);  // (N, C1, Ho, Wo)
   const int64_t n_h = static_cast<int64_t>(N) * conv1_->cout() * HWo;
   if (neuron_scale_ != 1.f) backend().scale(h1_.f32(), neuron_scale_, n_h);
-  conv2_->forward(h1_.f32(), c2_.f32(), N, Ho_, Wo_, ws);           // (N, cout, Ho, Wo)
+  conv2_->forward(h1_.f32(), c2_.f32(), N, Ho_, Wo_, ws);  // (N, cout, Ho, Wo)
   bn2_->forward(c2_.f32(), out, N, HWo, training);
   if (branch_scale() != 1.f) backend().scale(out, branch_scale(), n_out);
   if (sc_conv_) {
-    sc_conv_->forward(x, sc_.f32(), N, H_, W_, ws);                   // (N, cout, Ho, Wo)
+    sc_conv_->forward(x, sc_.f32(), N, H_, W_, ws);  // (N, cout, Ho, Wo)
     sc_bn_->forward(sc_.f32(), t, N, HWo, training);
     backend().add(out, t, out, n_out);
   } else {
@@ -155,8 +156,8 @@ void BasicBlock::backward(const float* x, float* dx, int N, ResNetScratch& s) {
   const int64_t n_h = static_cast<int64_t>(N) * conv1_->cout() * HWo;
   backend().relu_backward(h1_.f32(), dh1, dh1, n_h, false);
   if (neuron_scale_ != 1.f) backend().scale(dh1, neuron_scale_, n_h);
-  bn1_->backward(c1_.f32(), dh1, dh1, N, HWo);            // dh1: d(c1)
-  conv1_->backward(x, dh1, dx, N, H_, W_, ws, true);      // dx (N, cin, H, W) += branch's
+  bn1_->backward(c1_.f32(), dh1, dh1, N, HWo);        // dh1: d(c1)
+  conv1_->backward(x, dh1, dx, N, H_, W_, ws, true);  // dx (N, cin, H, W) += branch's
 }
 
 void BasicBlock::recompute(const float* x, int N, ResNetScratch& s) {
@@ -184,8 +185,12 @@ std::vector<BatchNorm2d*> ResNet::batchnorms() {
 
 ResNet::ResNet(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed, bool recompute_blocks,
                ParamLayout layout)
-    : Model(mask, seed, layout), recompute_(recompute_blocks), head_(max_batch, c.classes), C_in_(c.in_channels),
-      H_(c.image_size), W_(c.image_size) {
+    : Model(mask, seed, layout),
+      recompute_(recompute_blocks),
+      head_(max_batch, c.classes),
+      C_in_(c.in_channels),
+      H_(c.image_size),
+      W_(c.image_size) {
   const int N = max_batch, w0 = c.widths.at(0);
   stem_conv_ = std::make_unique<Conv2d>(params_, "stem.0", C_in_, w0, 3, 1, 1);
   stem_bn_ = std::make_unique<BatchNorm2d>(params_, "stem.1", w0);
@@ -203,9 +208,9 @@ ResNet::ResNet(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint
     shared_block_ = ResNetBlockActivations::allocate(largest);
   }
   for (size_t b = 0; b < geom.size(); ++b) {
-    auto blk = std::make_unique<BasicBlock>(params_, mask_, static_cast<int>(b), geom[b].cin, geom[b].cout,
-                                            geom[b].stride, H, W, N, c.zero_init_residual,
-                                            recompute_ ? &shared_block_ : nullptr);
+    auto blk =
+        std::make_unique<BasicBlock>(params_, mask_, static_cast<int>(b), geom[b].cin, geom[b].cout, geom[b].stride, H,
+                                     W, N, c.zero_init_residual, recompute_ ? &shared_block_ : nullptr);
     max_elems = std::max(max_elems, blk->max_elems(N));
     ws = std::max(ws, blk->workspace_floats(N));
     H = blk->Ho();
@@ -245,9 +250,9 @@ double ResNet::forward(const Batch& batch, bool training, int64_t* correct) {
     x = blocks_[b]->forward(x, N, training, scratch_);
     if (blocks_[b]->computes_branch()) last_branch_ = static_cast<int>(b);
   }
-  last_out_ = x;  // (N, C, Hf, Wf)
+  last_out_ = x;                                                                          // (N, C, Hf, Wf)
   backend().global_avg_pool_forward(x, pooled_.f32(), N, final_C_, final_H_ * final_W_);  // (N, C)
-  fc_->forward(pooled_.f32(), head_.logits(), rows_);                                  // (N, classes)
+  fc_->forward(pooled_.f32(), head_.logits(), rows_);                                     // (N, classes)
   return head_.loss(batch.y.i32(), rows_, training, correct);
 }
 

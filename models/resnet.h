@@ -46,8 +46,8 @@ class BasicBlock {
   /// zero_init_residual: bn2's gamma starts at 0, so the branch starts as the zero function
   /// and the block as its shortcut (Goyal et al. 2017, section 5.1; torchvision's flag).
   /// shared: the model's one ResNetBlockActivations under recompute, null for tensors of its own.
-  BasicBlock(ParamSet& ps, const SubnetMask& mask, int index, int cin, int cout, int stride, int H,
-             int W, int max_batch, bool zero_init_residual, const ResNetBlockActivations* shared = nullptr);
+  BasicBlock(ParamSet& ps, const SubnetMask& mask, int index, int cin, int cout, int stride, int H, int W,
+             int max_batch, bool zero_init_residual, const ResNetBlockActivations* shared = nullptr);
   /// x (N, cin, H, W) -> (N, cout, Ho, Wo), post-ReLU. Returns the output buffer (x itself
   /// when the block is the identity), which the caller overwrites with its gradient.
   float* forward(float* x, int N, bool training, ResNetScratch& s);
@@ -112,7 +112,7 @@ class ResNet : public Model {
   // forward puts it in the scratch and the backward recomputes it (a 3x3 conv from the
   // in_channels-channel image: 1 for Fashion-MNIST, 3 for CIFAR-10).
   Tensor stem_h_, pooled_, dpooled_;
-  std::vector<float*> block_in_;  // input of each block in the last forward
+  std::vector<float*> block_in_;         // input of each block in the last forward
   ResNetBlockActivations shared_block_;  // under recompute: the one set every block views
   bool recompute_ = false;
   int last_branch_ = -1;  // last block whose branch computed in the last forward (its set is live)

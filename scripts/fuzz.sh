@@ -11,7 +11,7 @@ mkdir -p "$out"
 sources=()
 for src in "$root"/engine/data/*.cpp; do [[ $src == *_source.cpp ]] || sources+=("$src"); done
 sources+=("$root/engine/io/safetensors.cpp" "$root/engine/cli/config_toml.cpp" "$root/engine/cli/config_rules.cpp"
-  "$root/engine/cli/suggest.cpp"
+  "$root/engine/cli/config_schema.cpp" "$root/engine/cli/suggest.cpp"
   "$root/engine/train/stop_signals.cpp")
 flags=(-std=c++17 -O1 -g -DNDEBUG -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I"$root")
 libs=(-lz -lfmt)

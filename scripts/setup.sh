@@ -11,7 +11,7 @@ packages=(
   libgtest-dev googletest
   dataset-fashion-mnist
   python3 python3-torch python3-numpy python3-matplotlib
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev clang-format
   libboost-context-dev  # fibers of the emulated CUDA device (kernels/emu)
 )
 # npm (for the Brown corpus) often comes with Node.js outside Debian; add Debian's only when absent.

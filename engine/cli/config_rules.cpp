@@ -13,30 +13,34 @@ namespace {
 void check_model_and_masking(const Config& c, const std::string& path) {
   const auto& t = c.train;
   SUBDP_CHECK(!(t.epochs > 0 && t.steps > 0),
-              "{}: [train] epochs = {} and steps = {}: give exactly one of epochs > 0 or steps > 0",
-              path, t.epochs, t.steps);
+              "{}: [train] epochs = {} and steps = {}: give exactly one of epochs > 0 or steps > 0", path, t.epochs,
+              t.steps);
   SUBDP_CHECK(t.epochs > 0 || t.steps > 0,
               "{}: [train] epochs and steps are both 0 or missing: give exactly one of "
-              "epochs > 0 or steps > 0", path);
+              "epochs > 0 or steps > 0",
+              path);
   SUBDP_CHECK(!c.model.zero_init_residual || c.model.name != ModelKind::mlp,
               "{}: [model] zero_init_residual = true: the MLP has no residual branches "
-              "(the key applies to resnet and gpt)", path);
+              "(the key applies to resnet and gpt)",
+              path);
   SUBDP_CHECK(c.train.recompute == Recompute::none || c.model.name != ModelKind::mlp,
               "{}: [train] recompute = \"{}\": the MLP has no blocks to recompute (the key applies to resnet and "
-              "gpt); use \"none\"", path, c.train.recompute);
-  SUBDP_CHECK(c.model.width % c.model.heads == 0,
-              "{}: [model] width = {}: must be divisible by heads = {}", path, c.model.width,
-              c.model.heads);
-  SUBDP_CHECK(c.mask.regime != MaskRegime::stochastic || (c.parallel.subnetworks == 1 && c.mask.granularity == Granularity::block),
+              "gpt); use \"none\"",
+              path, c.train.recompute);
+  SUBDP_CHECK(c.model.width % c.model.heads == 0, "{}: [model] width = {}: must be divisible by heads = {}", path,
+              c.model.width, c.model.heads);
+  SUBDP_CHECK(c.mask.regime != MaskRegime::stochastic ||
+                  (c.parallel.subnetworks == 1 && c.mask.granularity == Granularity::block),
               "{}: [mask] regime = \"stochastic\" (stochastic depth) keeps the whole model on every rank and drops "
               "whole blocks: it needs [parallel] subnetworks = 1 (got {}) and [mask] granularity = \"block\" (got "
-              "\"{}\")", path, c.parallel.subnetworks, c.mask.granularity);
+              "\"{}\")",
+              path, c.parallel.subnetworks, c.mask.granularity);
   if (masks_subnetworks(c.mask.regime)) {
     double cov = c.mask.keep * c.parallel.subnetworks;
     SUBDP_CHECK(std::fabs(cov - std::round(cov)) < 1e-9,
                 "{}: [mask] keep = {}: keep * subnetworks = {} * {} = {:.12g} must be a whole "
-                "number (coverage c = r * S)", path, c.mask.keep, c.mask.keep,
-                c.parallel.subnetworks, cov);
+                "number (coverage c = r * S)",
+                path, c.mask.keep, c.mask.keep, c.parallel.subnetworks, cov);
   }
 }
 
@@ -49,22 +53,25 @@ void check_features(const Config& c, const std::string& path) {
   }
   SUBDP_CHECK(c.log.alignment_every == 0 || masks_subnetworks(c.mask.regime),
               "{}: [log] alignment_every = {}: gradient alignment compares a subnetwork with the full model; it "
-              "needs [mask] regime = \"forward\" or \"backward\" (got \"{}\")", path, c.log.alignment_every,
-              c.mask.regime);
-  SUBDP_CHECK(c.mask.redeal_every == 0 || (masks_subnetworks(c.mask.regime) &&
-                                            c.parallel.subnetworks > 1 && c.mask.keep < 1),
-              "{}: [mask] redeal_every = {}: re-dealing moves slices between the holders of a subnetwork plan; it "
-              "needs [mask] regime = \"forward\" or \"backward\" with keep < 1 and [parallel] subnetworks > 1 "
-              "(got regime \"{}\", keep {}, subnetworks {})", path, c.mask.redeal_every, c.mask.regime, c.mask.keep,
-              c.parallel.subnetworks);
+              "needs [mask] regime = \"forward\" or \"backward\" (got \"{}\")",
+              path, c.log.alignment_every, c.mask.regime);
+  SUBDP_CHECK(
+      c.mask.redeal_every == 0 || (masks_subnetworks(c.mask.regime) && c.parallel.subnetworks > 1 && c.mask.keep < 1),
+      "{}: [mask] redeal_every = {}: re-dealing moves slices between the holders of a subnetwork plan; it "
+      "needs [mask] regime = \"forward\" or \"backward\" with keep < 1 and [parallel] subnetworks > 1 "
+      "(got regime \"{}\", keep {}, subnetworks {})",
+      path, c.mask.redeal_every, c.mask.regime, c.mask.keep, c.parallel.subnetworks);
   SUBDP_CHECK(c.parallel.shard != Sharding::parameters || c.mask.regime != MaskRegime::backward,
               "{}: [parallel] shard = \"parameters\" (FSDP) with [mask] regime = \"backward\": backward masking runs "
               "every block's forward on every rank, so each rank would gather blocks it does not hold; FSDP composes "
-              "with \"none\", \"forward\" and \"stochastic\" (use shard = \"gradients\" with backward masking)", path);
-  SUBDP_CHECK(c.log.alignment_every == 0 || c.parallel.shard == Sharding::none || c.parallel.shard == Sharding::optimizer,
-              "{}: [log] alignment_every = {}: gradient alignment reads each block's whole gradient, which [parallel] "
-              "shard = \"{}\" frees block by block during the backward pass; use shard = \"optimizer\" or "
-              "\"none\" to measure alignment", path, c.log.alignment_every, c.parallel.shard);
+              "with \"none\", \"forward\" and \"stochastic\" (use shard = \"gradients\" with backward masking)",
+              path);
+  SUBDP_CHECK(
+      c.log.alignment_every == 0 || c.parallel.shard == Sharding::none || c.parallel.shard == Sharding::optimizer,
+      "{}: [log] alignment_every = {}: gradient alignment reads each block's whole gradient, which [parallel] "
+      "shard = \"{}\" frees block by block during the backward pass; use shard = \"optimizer\" or "
+      "\"none\" to measure alignment",
+      path, c.log.alignment_every, c.parallel.shard);
   SUBDP_CHECK(!c.checkpoint.reset_optimizer || !c.checkpoint.resume.empty(),
               "{}: [checkpoint] reset_optimizer = true: it applies to a resume; set [checkpoint] resume", path);
   SUBDP_CHECK(!c.checkpoint.resumes_newest() || !c.checkpoint.dir.empty(),
@@ -73,8 +80,8 @@ void check_features(const Config& c, const std::string& path) {
   // device was found" on a machine without one, rather than a config error.
   SUBDP_CHECK(c.device.precision == Precision::fp32,
               "{}: [device] precision = \"{}\": every backend computes in fp32 (bf16 is not implemented yet); use "
-              "\"fp32\"", path,
-              c.device.precision);
+              "\"fp32\"",
+              path, c.device.precision);
 }
 
 }  // namespace

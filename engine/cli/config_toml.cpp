@@ -1,8 +1,8 @@
 // TOML run configs: parsing, validation, "--set" overrides and canonical output.
 // toml++ is heavy: it is included in this translation unit only.
 //
-// Every key is registered once in fields() with a pointer to its Config member and
-// a rule; parsing, validation, override checks and config_to_toml all walk that list.
+// Every key is registered once in fields() (config_schema.cpp) with a pointer to its Config
+// member and a rule; parsing, validation, override checks and config_to_toml all walk that list.
 #include <toml++/toml.h>
 
 #include <algorithm>
@@ -22,143 +22,16 @@
 #include "engine/config/config.h"
 #include "engine/core/error.h"
 #include "engine/cli/config_rules.h"
+#include "engine/cli/config_schema.h"
 #include "engine/cli/suggest.h"
 
 namespace subdp {
 namespace {
 
-/// A key whose value is one of a config enum's spellings (Choices<E>): reads and writes the
-/// enum through its index.
-struct ChoiceRef {
-  const char* const* names;
-  size_t count;
-  std::function<size_t()> get;
-  std::function<void(size_t)> set;
-  std::vector<std::string> spellings() const { return {names, names + count}; }
-};
-
-template <class E>
-ChoiceRef choice(E& e) {
-  const auto& names = Choices<E>::names;
-  return {names.data(), names.size(), [&e] { return static_cast<size_t>(e); },
-          [&e](size_t i) { e = static_cast<E>(i); }};
-}
-
-using Target = std::variant<int*, int64_t*, uint64_t*, double*, bool*, std::string*,
-                            std::vector<int>*, ChoiceRef>;
-
-/// What a value (or each element of a list) must satisfy.
-struct Rule {
-  std::optional<double> lo, hi;       // numeric bounds
-  bool lo_open = false, hi_open = false;
-  bool nonempty = false;              // lists: at least one element
-};
-
-Rule any() { return {}; }
-Rule at_least(double lo) { Rule r; r.lo = lo; return r; }
-Rule above(double lo) { Rule r; r.lo = lo; r.lo_open = true; return r; }
-Rule range(double lo, double hi, bool lo_open, bool hi_open) {
-  Rule r; r.lo = lo; r.hi = hi; r.lo_open = lo_open; r.hi_open = hi_open; return r;
-}
-/// lo <= value <= hi. The upper bounds on sizes are sanity limits far above any model this
-/// engine trains; they keep the shape arithmetic (int, int64) from overflowing.
-Rule between(double lo, double hi) { return range(lo, hi, false, false); }
-Rule nonempty_list(Rule element) { element.nonempty = true; return element; }
-
-struct Field {
-  const char* table;
-  const char* key;
-  Target target;
-  Rule rule;
-};
-
-/// The keys of [model], [data] and [train], in canonical order.
-std::vector<Field> model_data_train_fields(Config& c) {
-  auto &m = c.model; auto &d = c.data; auto &t = c.train;
-  return {
-      {"model", "name", choice(m.name), any()},
-      {"model", "hidden", &m.hidden, nonempty_list(between(1, 1 << 24))},
-      {"model", "widths", &m.widths, nonempty_list(between(1, 1 << 16))},
-      {"model", "blocks_per_stage", &m.blocks_per_stage, between(1, 4096)},
-      {"model", "zero_init_residual", &m.zero_init_residual, any()},
-      {"model", "in_channels", &m.in_channels, between(1, 1 << 16)},
-      {"model", "image_size", &m.image_size, between(1, 1 << 14)},
-      {"model", "classes", &m.classes, between(2, 1 << 24)},
-      {"model", "vocab", &m.vocab, between(2, 1 << 24)},
-      {"model", "context", &m.context, between(1, 1 << 20)},
-      {"model", "width", &m.width, between(1, 1 << 16)},
-      {"model", "heads", &m.heads, between(1, 1 << 16)},
-      {"model", "depth", &m.depth, between(1, 4096)},
-      {"model", "mlp_ratio", &m.mlp_ratio, between(1, 64)},
-      {"data", "name", choice(d.name), any()},
-      {"data", "path", &d.path, any()},
-      {"data", "val_fraction", &d.val_fraction, range(0, 1, true, true)},
-      {"data", "normalize", &d.normalize, any()},
-      {"train", "epochs", &t.epochs, at_least(0)},
-      {"train", "steps", &t.steps, at_least(0)},
-      {"train", "batch_size", &t.batch_size, between(1, 1 << 20)},
-      {"train", "eval_every", &t.eval_every, at_least(0)},
-      {"train", "eval_batches", &t.eval_batches, at_least(1)},
-      {"train", "seed", &t.seed, at_least(0)},
-      {"train", "threads", &t.threads, between(0, 1024)},
-      {"train", "nonfinite", choice(t.nonfinite), any()},
-      {"train", "recompute", choice(t.recompute), any()},
-      {"train", "max_skipped_steps", &t.max_skipped_steps, between(0, 1000000)},
-      {"train", "winograd_tile", choice(t.winograd_tile), any()},
-      {"train", "stop_signals", &t.stop_signals, any()},
-      {"train", "allow_overcommit", &t.allow_overcommit, any()},
-  };
-}
-
-/// The keys of [optim], [parallel], [mask], [device], [checkpoint] and [log], in canonical order.
-std::vector<Field> optim_to_log_fields(Config& c) {
-  auto &o = c.optim; auto &p = c.parallel; auto &k = c.mask; auto &v = c.device; auto &ck = c.checkpoint;
-  auto &l = c.log;
-  return {
-      {"optim", "name", choice(o.name), any()},
-      {"optim", "lr", &o.lr, above(0)},
-      {"optim", "momentum", &o.momentum, range(0, 1, false, true)},
-      {"optim", "nesterov", &o.nesterov, any()},
-      {"optim", "weight_decay", &o.weight_decay, at_least(0)},
-      {"optim", "beta1", &o.beta1, range(0, 1, false, true)},
-      {"optim", "beta2", &o.beta2, range(0, 1, false, true)},
-      {"optim", "eps", &o.eps, above(0)},
-      {"optim", "warmup_steps", &o.warmup_steps, at_least(0)},
-      {"optim", "schedule", choice(o.schedule), any()},
-      {"optim", "min_lr_ratio", &o.min_lr_ratio, range(0, 1, false, false)},
-      {"optim", "lr_scaling", choice(o.lr_scaling), any()},
-      {"optim", "grad_clip", &o.grad_clip, at_least(0)},
-      {"parallel", "subnetworks", &p.subnetworks, between(1, 4096)},
-      {"parallel", "backend", choice(p.backend), any()},
-      {"parallel", "bucket_mb", &p.bucket_mb, above(0)},
-      {"parallel", "collective_timeout_s", &p.collective_timeout_s, above(0)},
-      {"parallel", "shard", choice(p.shard), any()},
-      {"mask", "regime", choice(k.regime), any()},
-      {"mask", "granularity", choice(k.granularity), any()},
-      {"mask", "keep", &k.keep, range(0, 1, true, false)},
-      {"mask", "seed", &k.seed, at_least(0)},
-      {"mask", "scale", choice(k.scale), any()},
-      {"mask", "pinned", &k.pinned, at_least(0)},
-      {"mask", "redeal_every", &k.redeal_every, at_least(0)},
-      {"device", "type", choice(v.type), any()},
-      {"device", "precision", choice(v.precision), any()},
-      {"checkpoint", "dir", &ck.dir, any()},
-      {"checkpoint", "every", &ck.every, at_least(0)},
-      {"checkpoint", "keep_last", &ck.keep_last, at_least(1)},
-      {"checkpoint", "resume", &ck.resume, any()},
-      {"checkpoint", "reset_optimizer", &ck.reset_optimizer, any()},
-      {"log", "every", &l.every, at_least(1)},
-      {"log", "metrics_file", &l.metrics_file, any()},
-      {"log", "alignment_every", &l.alignment_every, at_least(0)},
-  };
-}
-
-/// The registry: every key of every table, in canonical order.
-std::vector<Field> fields(Config& c) {
-  std::vector<Field> all = model_data_train_fields(c);
-  for (Field& f : optim_to_log_fields(c)) all.push_back(std::move(f));
-  return all;
-}
+using schema::ChoiceRef;
+using schema::Field;
+using schema::fields;
+using schema::Rule;
 
 // ---------------------------------------------------------------- names and text
 
@@ -182,8 +55,7 @@ std::vector<std::string> keys_of(const std::vector<Field>& fs, std::string_view 
   return out;
 }
 
-const Field* find_field(const std::vector<Field>& fs, std::string_view table,
-                        std::string_view key) {
+const Field* find_field(const std::vector<Field>& fs, std::string_view table, std::string_view key) {
   for (const auto& f : fs)
     if (table == f.table && key == f.key) return &f;
   return nullptr;
@@ -191,24 +63,36 @@ const Field* find_field(const std::vector<Field>& fs, std::string_view table,
 
 std::string type_name(const toml::node& n) {
   switch (n.type()) {
-    case toml::node_type::string: return "a string";
-    case toml::node_type::integer: return "an integer";
-    case toml::node_type::floating_point: return "a float";
-    case toml::node_type::boolean: return "a boolean";
-    case toml::node_type::array: return "an array";
-    case toml::node_type::table: return "a table";
-    default: return "a date/time";
+    case toml::node_type::string:
+      return "a string";
+    case toml::node_type::integer:
+      return "an integer";
+    case toml::node_type::floating_point:
+      return "a float";
+    case toml::node_type::boolean:
+      return "a boolean";
+    case toml::node_type::array:
+      return "an array";
+    case toml::node_type::table:
+      return "a table";
+    default:
+      return "a date/time";
   }
 }
 
 std::string quote(const std::string& s) {
   std::string out = "\"";
   for (unsigned char ch : s) {
-    if (ch == '"' || ch == '\\') out += {'\\', static_cast<char>(ch)};
-    else if (ch == '\n') out += "\\n";
-    else if (ch == '\t') out += "\\t";
-    else if (ch < 0x20 || ch == 0x7f) out += fmt::format("\\u{:04X}", ch);
-    else out += static_cast<char>(ch);
+    if (ch == '"' || ch == '\\')
+      out += {'\\', static_cast<char>(ch)};
+    else if (ch == '\n')
+      out += "\\n";
+    else if (ch == '\t')
+      out += "\\t";
+    else if (ch < 0x20 || ch == 0x7f)
+      out += fmt::format("\\u{:04X}", ch);
+    else
+      out += static_cast<char>(ch);
   }
   return out + "\"";
 }
@@ -260,8 +144,7 @@ struct Where {
   }
 };
 
-int64_t read_integer(const toml::node& n, const Rule& rule, const Where& w, int64_t lo,
-                     int64_t hi) {
+int64_t read_integer(const toml::node& n, const Rule& rule, const Where& w, int64_t lo, int64_t hi) {
   if (!n.is_integer()) w.fail("expected an integer, found " + type_name(n));
   int64_t v = n.as_integer()->get();
   if (!satisfies(rule, static_cast<double>(v))) w.fail(describe(rule));
@@ -281,8 +164,7 @@ void read(const toml::node& n, uint64_t* out, const Rule& r, const Where& w) {
 
 void read(const toml::node& n, double* out, const Rule& r, const Where& w) {
   if (!n.is_number()) w.fail("expected a number, found " + type_name(n));
-  double v = n.is_integer() ? static_cast<double>(n.as_integer()->get())
-                            : n.as_floating_point()->get();
+  double v = n.is_integer() ? static_cast<double>(n.as_integer()->get()) : n.as_floating_point()->get();
   if (!std::isfinite(v)) w.fail("must be finite");
   // The engine computes in float32: a value it cannot hold would overflow to inf or vanish.
   if (std::fabs(v) > FLT_MAX) w.fail("must be representable in float32 (|x| <= 3.4e38)");
@@ -335,17 +217,16 @@ void check_known(const toml::table& root, const std::vector<Field>& fs, const st
   for (const auto& [name, node] : root) {
     std::string t(name.str());
     if (std::find(tables.begin(), tables.end(), t) == tables.end())
-      throw Error(fmt::format("{}: unknown table [{}]{}; valid tables: {}", path, t,
-                              suggestion(t, tables), join(tables)));
+      throw Error(
+          fmt::format("{}: unknown table [{}]{}; valid tables: {}", path, t, suggestion(t, tables), join(tables)));
     if (!node.is_table())
-      throw Error(fmt::format("{}: {} = {}: expected a table [{}], found {}", path, t,
-                              show(node), t, type_name(node)));
+      throw Error(fmt::format("{}: {} = {}: expected a table [{}], found {}", path, t, show(node), t, type_name(node)));
     auto keys = keys_of(fs, t);
     for (const auto& [kname, knode] : *node.as_table()) {
       std::string k(kname.str());
       if (!find_field(fs, t, k))
-        throw Error(fmt::format("{}: unknown key {}.{}{}; valid keys of [{}]: {}", path, t, k,
-                                suggestion(k, keys), t, join(keys)));
+        throw Error(fmt::format("{}: unknown key {}.{}{}; valid keys of [{}]: {}", path, t, k, suggestion(k, keys), t,
+                                join(keys)));
     }
   }
 }
@@ -380,8 +261,10 @@ void check_ascii(const std::string& text, const std::string& path) {
   for (char ch : text) {
     if (ch == '\n') ++line;
     if (static_cast<unsigned char>(ch) >= 0x80)
-      throw subdp::Error(fmt::format("{}:{}: non-ASCII byte in the config: subdp configs must be ASCII "
-                                     "(a limitation of the TOML parser it uses)", path, line));
+      throw subdp::Error(
+          fmt::format("{}:{}: non-ASCII byte in the config: subdp configs must be ASCII "
+                      "(a limitation of the TOML parser it uses)",
+                      path, line));
   }
 }
 
@@ -405,8 +288,7 @@ toml::table parse_override_value(const std::string& text, bool string_key, const
 }
 
 /// Applies "table.key=value" to the document; returns the dotted key.
-std::string apply_override(toml::table& root, const std::vector<Field>& fs,
-                           const std::string& spec) {
+std::string apply_override(toml::table& root, const std::vector<Field>& fs, const std::string& spec) {
   auto eq = spec.find('=');
   SUBDP_CHECK(eq != std::string::npos, "--set {}: expected table.key=value (e.g. train.batch_size=64)", spec);
   std::string dotted = trim(spec.substr(0, eq)), text = trim(spec.substr(eq + 1));
@@ -420,8 +302,8 @@ std::string apply_override(toml::table& root, const std::vector<Field>& fs,
               suggestion(table, tables), join(tables));
   const Field* f = find_field(fs, table, key);
   auto keys = keys_of(fs, table);
-  SUBDP_CHECK(f, "--set {}: unknown key {}{}; valid keys of [{}]: {}", spec, dotted,
-              suggestion(key, keys), table, join(keys));
+  SUBDP_CHECK(f, "--set {}: unknown key {}{}; valid keys of [{}]: {}", spec, dotted, suggestion(key, keys), table,
+              join(keys));
   bool string_key = std::holds_alternative<std::string*>(f->target) || std::holds_alternative<ChoiceRef>(f->target);
   toml::table value = parse_override_value(text, string_key, spec);
   if (!root.contains(table) || !root[table].is_table()) root.insert_or_assign(table, toml::table{});
@@ -443,8 +325,7 @@ std::string to_text(const std::vector<int>* v) { return "[" + fmt::format("{}", 
 
 }  // namespace
 
-Config parse_config(const std::string& text, const std::string& path,
-                    const std::vector<std::string>& overrides) {
+Config parse_config(const std::string& text, const std::string& path, const std::vector<std::string>& overrides) {
   toml::table root;
   try {
     check_ascii(text, path);

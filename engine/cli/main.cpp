@@ -38,20 +38,31 @@ double parse_bytes(const std::string& text) {
   for (char ch : text.substr(pos))
     if (!std::isspace(static_cast<unsigned char>(ch)))
       unit += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  struct Unit { const char* name; double scale; };
-  static const Unit units[] = {
-      {"", 1},       {"b", 1},       {"kb", 1e3},   {"mb", 1e6},    {"gb", 1e9},
-      {"tb", 1e12},  {"k", 1024.0},  {"kib", 1024.0}, {"m", 1048576.0}, {"mib", 1048576.0},
-      {"g", 1073741824.0}, {"gib", 1073741824.0}, {"t", 1099511627776.0},
-      {"tib", 1099511627776.0}};
+  struct Unit {
+    const char* name;
+    double scale;
+  };
+  static const Unit units[] = {{"", 1},
+                               {"b", 1},
+                               {"kb", 1e3},
+                               {"mb", 1e6},
+                               {"gb", 1e9},
+                               {"tb", 1e12},
+                               {"k", 1024.0},
+                               {"kib", 1024.0},
+                               {"m", 1048576.0},
+                               {"mib", 1048576.0},
+                               {"g", 1073741824.0},
+                               {"gib", 1073741824.0},
+                               {"t", 1099511627776.0},
+                               {"tib", 1099511627776.0}};
   for (const Unit& u : units)
     if (unit == u.name) {
       SUBDP_CHECK(std::isfinite(value) && value >= 0, "invalid byte count '{}': must be >= 0", text);
       return value * u.scale;
     }
   throw subdp::Error(fmt::format(
-      "invalid byte count '{}': unknown unit '{}' (use B, kB, MB, GB, TB, KiB, MiB, GiB, TiB)",
-      text, unit));
+      "invalid byte count '{}': unknown unit '{}' (use B, kB, MB, GB, TB, KiB, MiB, GiB, TiB)", text, unit));
 }
 
 /// CLI11 check for --simulate-rank: "w/W" with 0 <= w < W <= 2^20 (plan --world's cap).
@@ -136,8 +147,9 @@ struct SampleArgs {
 CLI::App* add_train(CLI::App& app, Args& a) {
   CLI::App* train = app.add_subcommand("train", "train a model per CONFIG");
   add_config_args(train, a);
-  train->add_option("--simulate-rank", a.train.simulate_rank,
-                    "run rank w of a W-rank layout alone (local stand-in communicator)")
+  train
+      ->add_option("--simulate-rank", a.train.simulate_rank,
+                   "run rank w of a W-rank layout alone (local stand-in communicator)")
       ->type_name("w/W")
       ->check(CLI::Validator(check_simulate_rank, ""));
   return train;
@@ -146,8 +158,7 @@ CLI::App* add_train(CLI::App& app, Args& a) {
 CLI::App* add_plan(CLI::App& app, Args& a) {
   CLI::App* plan = app.add_subcommand("plan", "print the subnetwork plan and predicted memory");
   add_config_args(plan, a);
-  plan->add_option("--world", a.world, "world size W (default: MPI world size or S)")
-      ->check(CLI::Range(0, 1 << 20));
+  plan->add_option("--world", a.world, "world size W (default: MPI world size or S)")->check(CLI::Range(0, 1 << 20));
   plan->add_option("--budget", a.budget,
                    "per-rank memory budget, e.g. 512MiB, 2GiB, 1.5GB: prints the largest batch and keep ratio that "
                    "fit, and every regime with ZeRO-1 / recompute that fits at the configured batch, smallest first")
@@ -164,7 +175,8 @@ CLI::App* add_plan(CLI::App& app, Args& a) {
 }
 
 CLI::App* add_parity(CLI::App& app, Args& a, ParityArgs& p) {
-  CLI::App* parity = app.add_subcommand("parity-dump", "write initial weights, a batch, outputs and gradients for the PyTorch parity tests");
+  CLI::App* parity = app.add_subcommand(
+      "parity-dump", "write initial weights, a batch, outputs and gradients for the PyTorch parity tests");
   add_config_args(parity, a);
   parity->add_option("OUT_DIR", p.out, "directory for the safetensors files")->required();
   parity->add_option("--steps", p.steps, "optimizer steps whose losses are recorded")->check(CLI::NonNegativeNumber);
@@ -177,7 +189,8 @@ CLI::App* add_sample(CLI::App& app, Args& a, SampleArgs& s) {
   sample->add_option("--prompt", s.prompt, "text to continue");
   sample->add_option("--tokens", s.tokens, "bytes to generate")->check(CLI::Range(0, 1 << 30));
   sample->add_option("--temperature", s.temperature, "softmax temperature; 0 = greedy")->check(CLI::NonNegativeNumber);
-  sample->add_option("--top-k", s.top_k, "sample among the k most likely bytes; 0 = all")->check(CLI::NonNegativeNumber);
+  sample->add_option("--top-k", s.top_k, "sample among the k most likely bytes; 0 = all")
+      ->check(CLI::NonNegativeNumber);
   sample->add_option("--seed", s.seed, "seed of the draws");
   sample->add_option("--set", a.overrides, "override a key of the checkpoint's config: table.key=value")
       ->type_name("KEY=VALUE")
@@ -190,7 +203,8 @@ int plan_command(subdp::Config config, const Args& a, const subdp::LauncherLayou
   const int world = a.world > 0 ? a.world : launched.size > 1 ? launched.size : 0;
   SUBDP_CHECK(world == 0 || a.world > 0 || world % config.parallel.subnetworks == 0,
               "the launcher's world size {} (mpirun -np) is not a multiple of parallel.subnetworks = {}; give "
-              "--world or launch a multiple", world, config.parallel.subnetworks);
+              "--world or launch a multiple",
+              world, config.parallel.subnetworks);
   if (a.deal > 0) config.mask.seed = subdp::deal_seed(config.mask.seed, a.deal);
   return subdp::run_plan(config, world, {a.budget.empty() ? 0.0 : parse_budget(a.budget), a.json, a.deal});
 }
@@ -204,7 +218,8 @@ int run(int argc, char** argv) {
   CLI::App* train = add_train(app, a);
   CLI::App* plan = add_plan(app, a);
   CLI::App* compare = app.add_subcommand(
-      "compare", "compare DP and the masking regimes (runs benchmarks/compare.py; `subdp compare --help` for its options)");
+      "compare",
+      "compare DP and the masking regimes (runs benchmarks/compare.py; `subdp compare --help` for its options)");
   compare->allow_extras();
   compare->set_help_flag();  // --help goes to compare.py
   CLI::App* version = app.add_subcommand("version", "print the version and compiled-in backends");

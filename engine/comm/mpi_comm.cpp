@@ -11,16 +11,16 @@
 #include "engine/comm/watchdog.h"
 #include "engine/core/error.h"
 
-#define MPI_CHECK(call)                                                                    \
-  do {                                                                                     \
-    int mpi_status_ = (call);                                                              \
-    if (mpi_status_ != MPI_SUCCESS) {                                                      \
-      char msg_[MPI_MAX_ERROR_STRING];                                                     \
-      int len_ = 0;                                                                        \
-      MPI_Error_string(mpi_status_, msg_, &len_);                                          \
-      throw ::subdp::Error(fmt::format("MPI error in {} at {}:{}: {}", #call, __FILE__, \
-                                       __LINE__, std::string(msg_, len_)));                \
-    }                                                                                      \
+#define MPI_CHECK(call)                                                                                     \
+  do {                                                                                                      \
+    int mpi_status_ = (call);                                                                               \
+    if (mpi_status_ != MPI_SUCCESS) {                                                                       \
+      char msg_[MPI_MAX_ERROR_STRING];                                                                      \
+      int len_ = 0;                                                                                         \
+      MPI_Error_string(mpi_status_, msg_, &len_);                                                           \
+      throw ::subdp::Error(                                                                                 \
+          fmt::format("MPI error in {} at {}:{}: {}", #call, __FILE__, __LINE__, std::string(msg_, len_))); \
+    }                                                                                                       \
   } while (0)
 
 namespace subdp {
@@ -49,8 +49,8 @@ class MpiCommunicator : public Communicator {
     CollectiveScope open;  // the buffers are backend memory
     CollectiveWatchdog::Guard guard(*watchdog_, "MPI_Allreduce");
     for (int64_t off = 0; off < n; off += kMaxCount)
-      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data + off, static_cast<int>(std::min(kMaxCount, n - off)),
-                              MPI_FLOAT, MPI_SUM, comm_));
+      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data + off, static_cast<int>(std::min(kMaxCount, n - off)), MPI_FLOAT,
+                              MPI_SUM, comm_));
   }
   void allreduce_sum(double* data, int64_t n) override {
     CollectiveWatchdog::Guard guard(*watchdog_, "MPI_Allreduce");
@@ -66,8 +66,8 @@ class MpiCommunicator : public Communicator {
     for (int64_t off = 0; off < n; off += kMaxCount) {
       const int count = static_cast<int>(std::min(kMaxCount, n - off));
       if (rank_ == root)
-        MPI_CHECK(MPI_Reduce(recv == data ? MPI_IN_PLACE : data + off, recv + off, count, MPI_FLOAT, MPI_SUM,
-                             root, comm_));
+        MPI_CHECK(
+            MPI_Reduce(recv == data ? MPI_IN_PLACE : data + off, recv + off, count, MPI_FLOAT, MPI_SUM, root, comm_));
       else
         MPI_CHECK(MPI_Reduce(data + off, nullptr, count, MPI_FLOAT, MPI_SUM, root, comm_));
     }
@@ -131,8 +131,10 @@ class MpiCommunicator : public Communicator {
   /// MPI's int counts of a segment list whose total fits an int (callers cut larger buffers).
   std::vector<int> int_counts(const std::vector<int64_t>& counts) const {
     SUBDP_ASSERT(static_cast<int>(counts.size()) == size_);
-    SUBDP_CHECK(segment_offset(counts, size_, size_) < kMaxCount, "reduce-scatter / all-gather of {} values: at most "
-                "{} per call (cut the buffer: parallel.bucket_mb)", segment_offset(counts, size_, size_), kMaxCount);
+    SUBDP_CHECK(segment_offset(counts, size_, size_) < kMaxCount,
+                "reduce-scatter / all-gather of {} values: at most "
+                "{} per call (cut the buffer: parallel.bucket_mb)",
+                segment_offset(counts, size_, size_), kMaxCount);
     return std::vector<int>(counts.begin(), counts.end());
   }
   MPI_Comm comm_;
@@ -170,7 +172,8 @@ std::unique_ptr<Communicator> make_mpi_world(double collective_timeout_s) {
   }
   int rank = 0;
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-  return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, std::make_shared<CollectiveWatchdog>(collective_timeout_s, rank));
+  return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD,
+                                           std::make_shared<CollectiveWatchdog>(collective_timeout_s, rank));
 }
 
 void finalize_mpi() {

@@ -36,13 +36,12 @@ class SimulatedCommunicator : public Communicator {
     segment_offset(counts, rank_, size_);  // other segments stay as they are; checks the counts
   }
   void broadcast(void*, int64_t, int) override {}
-  std::vector<std::string> allgather(const std::string& mine) override {
-    return std::vector<std::string>(size_, mine);
-  }
+  std::vector<std::string> allgather(const std::string& mine) override { return std::vector<std::string>(size_, mine); }
   void barrier() override {}
   std::unique_ptr<Communicator> subgroup(const std::vector<int>& ranks) override {
     for (size_t i = 0; i < ranks.size(); ++i)
-      if (ranks[i] == rank_) return std::make_unique<SimulatedCommunicator>(static_cast<int>(i), static_cast<int>(ranks.size()));
+      if (ranks[i] == rank_)
+        return std::make_unique<SimulatedCommunicator>(static_cast<int>(i), static_cast<int>(ranks.size()));
     return nullptr;
   }
   CommKind kind() const override { return CommKind::simulated; }

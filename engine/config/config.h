@@ -37,10 +37,10 @@ std::optional<E> choice_named(std::string_view name) {
   return std::nullopt;
 }
 
-#define SUBDP_CHOICES(E, ...)                                     \
-  template <>                                                     \
-  struct Choices<E> {                                             \
-    static constexpr auto names = std::array{__VA_ARGS__};        \
+#define SUBDP_CHOICES(E, ...)                              \
+  template <>                                              \
+  struct Choices<E> {                                      \
+    static constexpr auto names = std::array{__VA_ARGS__}; \
   }
 
 enum class ModelKind { mlp, resnet, gpt };
@@ -68,12 +68,12 @@ enum class CommBackend { automatic, mpi, nccl, local };
 SUBDP_CHOICES(CommBackend, "auto", "mpi", "nccl", "local");
 /// parallel.shard: what is split over each slice's holders (Rajbhandari et al. 2020).
 enum class Sharding {
-  none,       // all-reduce every gradient; every holder updates every slice it holds
-  optimizer,  // ZeRO-1: reduce-scatter, each holder updates its shard, all-gather the values
-  gradients,  // ZeRO-2: ZeRO-1 with each block reduce-scattered right after its backward and
-              // only this rank's shard of its gradient kept (ParamLayout::shared_block_grads)
-  parameters, // FSDP (ZeRO-3): ZeRO-2 with each block's values kept as this rank's shard only
-              // and all-gathered before the block's forward and backward (shared_block_params)
+  none,        // all-reduce every gradient; every holder updates every slice it holds
+  optimizer,   // ZeRO-1: reduce-scatter, each holder updates its shard, all-gather the values
+  gradients,   // ZeRO-2: ZeRO-1 with each block reduce-scattered right after its backward and
+               // only this rank's shard of its gradient kept (ParamLayout::shared_block_grads)
+  parameters,  // FSDP (ZeRO-3): ZeRO-2 with each block's values kept as this rank's shard only
+               // and all-gathered before the block's forward and backward (shared_block_params)
 };
 SUBDP_CHOICES(Sharding, "none", "optimizer", "gradients", "parameters");
 /// mask.regime: subnetwork masking (forward: dropped parts absent; backward: full forward,
@@ -120,23 +120,23 @@ struct ModelConfig {
 /// [data]: dataset and where it lives.
 struct DataConfig {
   DatasetKind name = DatasetKind::fashion_mnist;
-  std::string path;                    // directory or file; empty = dataset default
-  double val_fraction = 0.1;           // text: share of bytes held out for validation
-  bool normalize = true;               // images: subtract mean / divide std of the train split
+  std::string path;           // directory or file; empty = dataset default
+  double val_fraction = 0.1;  // text: share of bytes held out for validation
+  bool normalize = true;      // images: subtract mean / divide std of the train split
 };
 
 /// [train]: loop length, batch and logging cadence.
 struct TrainConfig {
-  int epochs = 0;           // 0 = use steps
-  int64_t steps = 0;        // total optimizer steps when epochs = 0
-  int batch_size = 128;     // per rank
-  int64_t eval_every = 0;   // steps between evaluations; 0 = once per epoch (text: every 200)
-  int eval_batches = 64;    // text: validation batches per evaluation
-  uint64_t seed = 0;        // weights, data order, sampler
-  int threads = 0;          // BLAS/OpenMP threads per rank; 0 = cores / local ranks
+  int epochs = 0;          // 0 = use steps
+  int64_t steps = 0;       // total optimizer steps when epochs = 0
+  int batch_size = 128;    // per rank
+  int64_t eval_every = 0;  // steps between evaluations; 0 = once per epoch (text: every 200)
+  int eval_batches = 64;   // text: validation batches per evaluation
+  uint64_t seed = 0;       // weights, data order, sampler
+  int threads = 0;         // BLAS/OpenMP threads per rank; 0 = cores / local ranks
   NonfinitePolicy nonfinite = NonfinitePolicy::stop;
   Recompute recompute = Recompute::none;
-  int max_skipped_steps = 5;       // skip: at most this many consecutive skipped steps, then stop (non-zero)
+  int max_skipped_steps = 5;  // skip: at most this many consecutive skipped steps, then stop (non-zero)
   WinogradTile winograd_tile = WinogradTile::t2x2;
   // Signals that stop the run at the end of its step with a checkpoint (engine/train/stop_signals.h).
   std::string stop_signals = "SIGTERM,SIGUSR1";
@@ -149,24 +149,24 @@ inline int winograd_tile_side(const TrainConfig& t) { return t.winograd_tile == 
 /// [optim]: optimizer and learning-rate schedule.
 struct OptimConfig {
   OptimizerKind name = OptimizerKind::sgd;
-  double lr = 0.05;          // base learning rate (per reference batch, see lr_scaling)
+  double lr = 0.05;  // base learning rate (per reference batch, see lr_scaling)
   double momentum = 0.9;
   bool nesterov = false;
   double weight_decay = 0.0;
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   int64_t warmup_steps = 0;
   Schedule schedule = Schedule::cosine;
-  double min_lr_ratio = 0.0;        // cosine floor as a fraction of lr
+  double min_lr_ratio = 0.0;  // cosine floor as a fraction of lr
   LrScaling lr_scaling = LrScaling::none;
-  double grad_clip = 0.0;           // global gradient-norm clip; 0 = off
+  double grad_clip = 0.0;  // global gradient-norm clip; 0 = off
 };
 
 /// [parallel]: layout of ranks.
 struct ParallelConfig {
-  int subnetworks = 1;               // S; S = 1 is plain DP
+  int subnetworks = 1;  // S; S = 1 is plain DP
   CommBackend backend = CommBackend::automatic;
-  double bucket_mb = 25.0;           // largest all-reduce or owner-broadcast message, and the comm buffer's cap, MiB
-  double collective_timeout_s = 300; // watchdog on a collective
+  double bucket_mb = 25.0;            // largest all-reduce or owner-broadcast message, and the comm buffer's cap, MiB
+  double collective_timeout_s = 300;  // watchdog on a collective
   Sharding shard = Sharding::none;
 };
 
@@ -174,11 +174,11 @@ struct ParallelConfig {
 struct MaskConfig {
   MaskRegime regime = MaskRegime::none;
   Granularity granularity = Granularity::block;
-  double keep = 1.0;                  // keep ratio r; r * S must be whole
-  uint64_t seed = 0;                  // plan seed
+  double keep = 1.0;  // keep ratio r; r * S must be whole
+  uint64_t seed = 0;  // plan seed
   MaskScale scale = MaskScale::inverse_keep;
-  std::vector<int> pinned;            // block indices always kept (block level)
-  int64_t redeal_every = 0;           // steps between re-deals of the plan (deal d: seed + d); 0 = never
+  std::vector<int> pinned;   // block indices always kept (block level)
+  int64_t redeal_every = 0;  // steps between re-deals of the plan (deal d: seed + d); 0 = never
 };
 
 /// [device]
@@ -189,10 +189,10 @@ struct DeviceConfig {
 
 /// [checkpoint]
 struct CheckpointConfig {
-  std::string dir;        // empty = no checkpoints
-  int64_t every = 0;      // steps between checkpoints; 0 = only at the end (when dir is set)
+  std::string dir;    // empty = no checkpoints
+  int64_t every = 0;  // steps between checkpoints; 0 = only at the end (when dir is set)
   int keep_last = 3;
-  std::string resume;     // empty, "auto" (newest complete in dir) or a checkpoint path
+  std::string resume;  // empty, "auto" (newest complete in dir) or a checkpoint path
   /// True for resume = "auto": the newest complete checkpoint in dir.
   bool resumes_newest() const { return resume == "auto"; }
   bool reset_optimizer = false;  // resume: load the weights only; optimizer state starts from zero
@@ -200,8 +200,8 @@ struct CheckpointConfig {
 
 /// [log]
 struct LogConfig {
-  int64_t every = 50;        // steps between progress lines
-  std::string metrics_file;  // JSON lines; empty = none. "{rank}" is replaced by the rank.
+  int64_t every = 50;           // steps between progress lines
+  std::string metrics_file;     // JSON lines; empty = none. "{rank}" is replaced by the rank.
   int64_t alignment_every = 0;  // steps between gradient-alignment probes (masked regimes); 0 = none
 };
 
@@ -224,8 +224,7 @@ struct Config {
 Config load_config(const std::string& path, const std::vector<std::string>& overrides);
 
 /// Parses TOML text (path used only in messages). Same checks as load_config.
-Config parse_config(const std::string& text, const std::string& path,
-                    const std::vector<std::string>& overrides);
+Config parse_config(const std::string& text, const std::string& path, const std::vector<std::string>& overrides);
 
 /// Canonical TOML text of a config (every key), stored in checkpoints and hashed across ranks.
 std::string config_to_toml(const Config& c);

@@ -144,8 +144,8 @@ class Backend {
   // returns how many non-finite values it wrote (weights and state), counted in the loop.
   virtual int64_t sgd_update(float* w, const float* g, float* buf, int64_t n, float lr, float momentum,
                              float weight_decay, bool nesterov, bool first) = 0;
-  virtual int64_t adamw_update(float* w, const float* g, float* m, float* v, int64_t n, float step_size,
-                               float bc2_sqrt, float decay, float eps, float beta1, float beta2) = 0;
+  virtual int64_t adamw_update(float* w, const float* g, float* m, float* v, int64_t n, float step_size, float bc2_sqrt,
+                               float decay, float eps, float beta1, float beta2) = 0;
 };
 
 /// Keeps the run's backend memory open for one collective (see Backend::open_for_collective).

@@ -17,15 +17,13 @@ class Error : public std::runtime_error {
 }  // namespace subdp
 
 /// Throws subdp::Error with a formatted message when cond is false.
-#define SUBDP_CHECK(cond, ...)                                           \
-  do {                                                                   \
-    if (!(cond)) throw ::subdp::Error(fmt::format(__VA_ARGS__));         \
+#define SUBDP_CHECK(cond, ...)                                   \
+  do {                                                           \
+    if (!(cond)) throw ::subdp::Error(fmt::format(__VA_ARGS__)); \
   } while (0)
 
 /// Internal invariant: names file and line (a bug in subdp, not user error).
-#define SUBDP_ASSERT(cond)                                                            \
-  do {                                                                                \
-    if (!(cond))                                                                      \
-      throw ::subdp::Error(fmt::format("internal error: {} failed at {}:{}", #cond, \
-                                       __FILE__, __LINE__));                          \
+#define SUBDP_ASSERT(cond)                                                                                           \
+  do {                                                                                                               \
+    if (!(cond)) throw ::subdp::Error(fmt::format("internal error: {} failed at {}:{}", #cond, __FILE__, __LINE__)); \
   } while (0)

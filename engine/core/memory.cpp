@@ -12,8 +12,7 @@
 namespace subdp {
 
 const char* category_name(MemCategory c) {
-  static const char* names[kNumMemCategories] = {"params", "grads", "optimizer",
-                                                 "activations", "workspace", "comm"};
+  static const char* names[kNumMemCategories] = {"params", "grads", "optimizer", "activations", "workspace", "comm"};
   return names[static_cast<int>(c)];
 }
 
@@ -71,10 +70,12 @@ int64_t meminfo_available() {
 int64_t host_memory_available_bytes(std::string* where) {
   int64_t best = meminfo_available();
   std::string from = "MemAvailable in /proc/meminfo";
-  struct Cgroup { const char *limit, *usage, *name; };
+  struct Cgroup {
+    const char *limit, *usage, *name;
+  };
   const Cgroup groups[] = {{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current", "the cgroup's memory.max"},
-                           {"/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes",
-                            "the cgroup's memory.limit_in_bytes"}};
+                           {"/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                            "/sys/fs/cgroup/memory/memory.usage_in_bytes", "the cgroup's memory.limit_in_bytes"}};
   for (const Cgroup& g : groups) {
     const int64_t limit = read_bytes_file(g.limit), usage = read_bytes_file(g.usage);
     // v1 reports "no limit" as a huge number; anything above the host's memory is no bound.
@@ -91,10 +92,11 @@ int64_t host_memory_available_bytes(std::string* where) {
 
 std::string memory_fit_error(int64_t predicted, int64_t available, const std::string& what) {
   if (predicted < 0 || available < 0 || predicted <= available) return "";
-  return fmt::format("the plan needs {:.2f} GiB on this rank (subdp plan), but only {:.2f} GiB are available to it "
-                     "({}); lower train.batch_size or the model's size, add ranks or subnetworks, or set "
-                     "train.allow_overcommit = true to try anyway",
-                     predicted / 1073741824.0, available / 1073741824.0, what);
+  return fmt::format(
+      "the plan needs {:.2f} GiB on this rank (subdp plan), but only {:.2f} GiB are available to it "
+      "({}); lower train.batch_size or the model's size, add ranks or subnetworks, or set "
+      "train.allow_overcommit = true to try anyway",
+      predicted / 1073741824.0, available / 1073741824.0, what);
 }
 
 }  // namespace subdp

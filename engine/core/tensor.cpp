@@ -12,10 +12,14 @@ namespace subdp {
 
 size_t dtype_size(DType t) {
   switch (t) {
-    case DType::f32: return 4;
-    case DType::bf16: return 2;
-    case DType::i32: return 4;
-    case DType::u8: return 1;
+    case DType::f32:
+      return 4;
+    case DType::bf16:
+      return 2;
+    case DType::i32:
+      return 4;
+    case DType::u8:
+      return 1;
   }
   return 4;
 }
@@ -108,16 +112,15 @@ int32_t* Tensor::i32() const {
 }
 
 Tensor Tensor::view(const Shape& shape) const {
-  SUBDP_CHECK(shape_numel(shape) == numel(), "cannot view {} as {}", shape_str(shape_),
-              shape_str(shape));
+  SUBDP_CHECK(shape_numel(shape) == numel(), "cannot view {} as {}", shape_str(shape_), shape_str(shape));
   Tensor t = *this;
   t.shape_ = shape;
   return t;
 }
 
 Tensor Tensor::slice0(int64_t begin, int64_t end) const {
-  SUBDP_CHECK(ndim() >= 1 && begin >= 0 && begin <= end && end <= shape_[0],
-              "slice [{}, {}) out of range for {}", begin, end, shape_str(shape_));
+  SUBDP_CHECK(ndim() >= 1 && begin >= 0 && begin <= end && end <= shape_[0], "slice [{}, {}) out of range for {}",
+              begin, end, shape_str(shape_));
   Tensor t = *this;
   int64_t row = numel() / (shape_[0] == 0 ? 1 : shape_[0]);
   t.offset_ += begin * row;
@@ -127,18 +130,24 @@ Tensor Tensor::slice0(int64_t begin, int64_t end) const {
 
 void Tensor::zero_() const {
   if (!defined() || !storage_->data()) return;
-  if (on_host()) std::memset(raw(), 0, nbytes());
-  else backend().zero(raw(), nbytes());
+  if (on_host())
+    std::memset(raw(), 0, nbytes());
+  else
+    backend().zero(raw(), nbytes());
 }
 
 void Tensor::copy_from(const Tensor& other) const {
-  SUBDP_CHECK(other.numel() == numel() && other.dtype_ == dtype_, "copy from {} into {}",
-              shape_str(other.shape_), shape_str(shape_));
+  SUBDP_CHECK(other.numel() == numel() && other.dtype_ == dtype_, "copy from {} into {}", shape_str(other.shape_),
+              shape_str(shape_));
   if (!storage_->data() || !other.storage_->data()) return;  // dry run
-  if (on_host() && other.on_host()) std::memcpy(raw(), other.raw(), nbytes());
-  else if (on_host()) backend().to_host(raw(), other.raw(), nbytes());
-  else if (other.on_host()) backend().to_device(raw(), other.raw(), nbytes());
-  else backend().copy_bytes(raw(), other.raw(), nbytes());
+  if (on_host() && other.on_host())
+    std::memcpy(raw(), other.raw(), nbytes());
+  else if (on_host())
+    backend().to_host(raw(), other.raw(), nbytes());
+  else if (other.on_host())
+    backend().to_device(raw(), other.raw(), nbytes());
+  else
+    backend().copy_bytes(raw(), other.raw(), nbytes());
 }
 
 HostCopy::HostCopy(const Tensor& t, bool load) : tensor_(t) {

@@ -13,7 +13,7 @@ namespace fs = std::filesystem;
 
 constexpr int kSide = 32, kChannels = 3, kClasses = 10;
 constexpr size_t kPixels = size_t{kChannels} * kSide * kSide;
-constexpr size_t kRecord = 1 + kPixels;  // 3073
+constexpr size_t kRecord = 1 + kPixels;     // 3073
 constexpr size_t kStandardRecords = 10000;  // per batch file of the published dataset
 
 /// The batch files of a split, in order. Accepts dir or dir/cifar-10-batches-bin.
@@ -21,8 +21,7 @@ std::vector<std::string> batch_paths(const std::string& dir, bool train) {
   SUBDP_CHECK(fs::is_directory(dir), "{}: CIFAR-10 directory not found", dir);
   fs::path root(dir);
   const std::string first = train ? "data_batch_1.bin" : "test_batch.bin";
-  if (!fs::exists(root / first) && fs::exists(root / "cifar-10-batches-bin" / first))
-    root /= "cifar-10-batches-bin";
+  if (!fs::exists(root / first) && fs::exists(root / "cifar-10-batches-bin" / first)) root /= "cifar-10-batches-bin";
   if (!train) return {(root / "test_batch.bin").string()};
   std::vector<std::string> paths;
   for (int i = 1; i <= 5; ++i) paths.push_back((root / fmt::format("data_batch_{}.bin", i)).string());
@@ -33,8 +32,8 @@ std::vector<std::string> batch_paths(const std::string& dir, bool train) {
 void append_batch(const std::string& path, ImageDataset& d) {
   const std::vector<uint8_t> bytes = read_file_bytes(path, false);
   SUBDP_CHECK(!bytes.empty() && bytes.size() % kRecord == 0,
-              "{}: size {} bytes is not a positive multiple of the {}-byte CIFAR-10 record", path,
-              bytes.size(), kRecord);
+              "{}: size {} bytes is not a positive multiple of the {}-byte CIFAR-10 record", path, bytes.size(),
+              kRecord);
   const size_t records = bytes.size() / kRecord;
   if (records != kStandardRecords)  // whole records missing (or extra): readable, but not the standard set
     std::fprintf(stderr, "subdp: warning: %s holds %zu records; a standard CIFAR-10 batch file holds %zu\n",
@@ -45,8 +44,7 @@ void append_batch(const std::string& path, ImageDataset& d) {
   d.images.resize((base + records) * kPixels);
   for (size_t r = 0; r < records; ++r) {
     const uint8_t* rec = bytes.data() + r * kRecord;
-    SUBDP_CHECK(rec[0] < kClasses, "{}: label {} in record {} out of range [0, {})", path,
-                int{rec[0]}, r, kClasses);
+    SUBDP_CHECK(rec[0] < kClasses, "{}: label {} in record {} out of range [0, {})", path, int{rec[0]}, r, kClasses);
     d.labels[base + r] = rec[0];
     float* dst = d.images.data() + (base + r) * kPixels;
     for (size_t i = 0; i < kPixels; ++i) dst[i] = rec[1 + i] * (1.0f / 255.0f);

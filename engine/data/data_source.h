@@ -41,7 +41,8 @@ auto with_data_path_key(const Config& c, Load&& load) -> decltype(load()) {
   try {
     return load();
   } catch (const Error& e) {
-    throw Error((c.data.path.empty() ? std::string("data.path (default for ") + name_of(c.data.name) + "): " : std::string("data.path: ")) +
+    throw Error((c.data.path.empty() ? std::string("data.path (default for ") + name_of(c.data.name) + "): "
+                                     : std::string("data.path: ")) +
                 e.what());
   }
 }

@@ -14,8 +14,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr uint32_t kIdxImagesMagic = 0x00000803;  // unsigned byte, 3 dimensions
-constexpr uint32_t kIdxLabelsMagic = 0x00000801;  // unsigned byte, 1 dimension
+constexpr uint32_t kIdxImagesMagic = 0x00000803;          // unsigned byte, 3 dimensions
+constexpr uint32_t kIdxLabelsMagic = 0x00000801;          // unsigned byte, 1 dimension
 constexpr uint64_t kMaxDecompressed = uint64_t{1} << 34;  // 16 GiB: refuse gzip bombs
 constexpr uint32_t kMaxSide = 1u << 16;                   // implausible image side beyond this
 
@@ -30,8 +30,7 @@ std::vector<uint8_t> read_raw(const std::string& path) {
   SUBDP_CHECK(in.good(), "{}: cannot open file for reading", path);
   std::vector<uint8_t> bytes(size);
   in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(size));
-  SUBDP_CHECK(static_cast<uint64_t>(in.gcount()) == size,
-              "{}: read only {} of {} bytes", path, in.gcount(), size);
+  SUBDP_CHECK(static_cast<uint64_t>(in.gcount()) == size, "{}: read only {} of {} bytes", path, in.gcount(), size);
   return bytes;
 }
 
@@ -83,13 +82,13 @@ std::vector<uint8_t> gunzip_bytes(const std::string& path, std::vector<uint8_t>&
   }
   const std::string msg = zs.msg ? zs.msg : "";
   inflateEnd(&zs);
-  SUBDP_CHECK(out_pos < kMaxDecompressed, "{}: decompressed size exceeds {} bytes", path,
-              kMaxDecompressed);
+  SUBDP_CHECK(out_pos < kMaxDecompressed, "{}: decompressed size exceeds {} bytes", path, kMaxDecompressed);
   SUBDP_CHECK(ret != Z_DATA_ERROR && ret != Z_NEED_DICT && ret != Z_MEM_ERROR,
               "{}: corrupt gzip data ({}) after {} decompressed bytes", path, msg, out_pos);
   SUBDP_CHECK(ret == Z_STREAM_END,
               "{}: truncated gzip stream: compressed data ended after {} decompressed bytes "
-              "without the end-of-stream marker", path, out_pos);
+              "without the end-of-stream marker",
+              path, out_pos);
   out.resize(out_pos);
   out.shrink_to_fit();
   return out;
@@ -100,15 +99,14 @@ uint32_t read_be32(const uint8_t* p) {
 }
 
 /// Checks the IDX magic (first, so a swapped file reads as such) and the header length.
-void check_header(const std::string& path, const std::vector<uint8_t>& bytes, uint32_t expected,
-                  const char* what, size_t header_bytes) {
+void check_header(const std::string& path, const std::vector<uint8_t>& bytes, uint32_t expected, const char* what,
+                  size_t header_bytes) {
   if (bytes.size() >= 4) {
     const uint32_t magic = read_be32(bytes.data());
-    SUBDP_CHECK(magic == expected, "{}: wrong magic {:#010x}, expected {:#010x} ({})", path, magic,
-                expected, what);
+    SUBDP_CHECK(magic == expected, "{}: wrong magic {:#010x}, expected {:#010x} ({})", path, magic, expected, what);
   }
-  SUBDP_CHECK(bytes.size() >= header_bytes, "{}: too short for an {} header: {} bytes, expected {}",
-              path, what, bytes.size(), header_bytes);
+  SUBDP_CHECK(bytes.size() >= header_bytes, "{}: too short for an {} header: {} bytes, expected {}", path, what,
+              bytes.size(), header_bytes);
 }
 
 /// Decodes an IDX3 image file into d (n, 1, rows, cols) scaled to [0, 1].
@@ -118,10 +116,14 @@ void decode_images(const std::string& path, const std::vector<uint8_t>& bytes, I
   SUBDP_CHECK(rows > 0 && cols > 0 && rows <= kMaxSide && cols <= kMaxSide,
               "{}: implausible image size {}x{} in header", path, rows, cols);
   const uint64_t have = bytes.size() - 16, need = n * rows * cols;
-  SUBDP_CHECK(have >= need, "{}: truncated: header says {} images of {}x{} ({} bytes) but only {} "
-              "bytes follow", path, n, rows, cols, need, have);
-  SUBDP_CHECK(have == need, "{}: header says {} images of {}x{} ({} bytes) but {} bytes follow "
-              "({} extra)", path, n, rows, cols, need, have, have - need);
+  SUBDP_CHECK(have >= need,
+              "{}: truncated: header says {} images of {}x{} ({} bytes) but only {} "
+              "bytes follow",
+              path, n, rows, cols, need, have);
+  SUBDP_CHECK(have == need,
+              "{}: header says {} images of {}x{} ({} bytes) but {} bytes follow "
+              "({} extra)",
+              path, n, rows, cols, need, have, have - need);
   d.n = static_cast<int64_t>(n);
   d.channels = 1;
   d.height = static_cast<int>(rows);
@@ -136,20 +138,17 @@ void decode_labels(const std::string& path, const std::vector<uint8_t>& bytes, I
   const uint64_t n = read_be32(&bytes[4]), have = bytes.size() - 8;
   SUBDP_CHECK(have == n, "{}: {}: header says {} labels but {} bytes follow", path,
               have < n ? "truncated" : "size mismatch", n, have);
-  SUBDP_CHECK(static_cast<int64_t>(n) == d.n, "{}: {} labels but the image file has {} images",
-              path, n, d.n);
+  SUBDP_CHECK(static_cast<int64_t>(n) == d.n, "{}: {} labels but the image file has {} images", path, n, d.n);
   d.labels.resize(n);
   for (uint64_t i = 0; i < n; ++i) {
     const int label = bytes[8 + i];
-    SUBDP_CHECK(label < d.classes, "{}: label {} at index {} out of range [0, {})", path, label, i,
-                d.classes);
+    SUBDP_CHECK(label < d.classes, "{}: label {} at index {} out of range [0, {})", path, label, i, d.classes);
     d.labels[i] = label;
   }
 }
 
 /// First existing file among dir/prefix + suffixes; error lists what was tried.
-std::string find_one(const std::string& dir, const std::string& prefix,
-                     const std::vector<std::string>& names) {
+std::string find_one(const std::string& dir, const std::string& prefix, const std::vector<std::string>& names) {
   std::string tried;
   for (const auto& name : names) {
     const std::string p = (fs::path(dir) / (prefix + name)).string();
@@ -186,17 +185,17 @@ void check_labels(const ImageDataset& d, int classes, const std::string& split) 
   for (size_t i = 0; i < d.labels.size(); ++i)
     SUBDP_CHECK(d.labels[i] >= 0 && d.labels[i] < classes,
                 "{}: label {} of {} example {} is not a class of the model: [model] classes = {} allows labels in "
-                "[0, {}) (this dataset has {} classes)", d.label_file(static_cast<int64_t>(i)), d.labels[i], split, i,
-                classes, classes, d.classes);
+                "[0, {}) (this dataset has {} classes)",
+                d.label_file(static_cast<int64_t>(i)), d.labels[i], split, i, classes, classes, d.classes);
 }
 
 ImageDataset load_mnist_dir(const std::string& dir, bool train) {
   SUBDP_CHECK(fs::is_directory(dir), "{}: dataset directory not found", dir);
   const std::string prefix = train ? "train" : "t10k";
-  const std::string images = find_one(dir, prefix, {"-images-idx3-ubyte.gz", "-images-idx3-ubyte",
-                                                    "-images.idx3-ubyte"});
-  const std::string labels = find_one(dir, prefix, {"-labels-idx1-ubyte.gz", "-labels-idx1-ubyte",
-                                                    "-labels.idx1-ubyte"});
+  const std::string images =
+      find_one(dir, prefix, {"-images-idx3-ubyte.gz", "-images-idx3-ubyte", "-images.idx3-ubyte"});
+  const std::string labels =
+      find_one(dir, prefix, {"-labels-idx1-ubyte.gz", "-labels-idx1-ubyte", "-labels.idx1-ubyte"});
   return load_idx_pair(images, labels);
 }
 

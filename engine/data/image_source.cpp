@@ -21,8 +21,7 @@ std::string default_path(DatasetKind name) {
 class ImageSource : public DataSource {
  public:
   ImageSource(const Config& c, int rank, int world)
-      : config_(c), name_(c.data.name), batch_size_(c.train.batch_size),
-        sampler_(0, 1, 0, 1, 0) {
+      : config_(c), name_(c.data.name), batch_size_(c.train.batch_size), sampler_(0, 1, 0, 1, 0) {
     const std::string dir = c.data.path.empty() ? default_path(c.data.name) : c.data.path;
     const bool cifar = c.data.name == DatasetKind::cifar10;
     with_data_path_key(c, [&] {
@@ -55,7 +54,8 @@ class ImageSource : public DataSource {
     // Share r holds test examples r, r + shares, ...; batch i covers its i-th chunk.
     const int64_t n = share_size(share_rank, shares);
     std::vector<int64_t> idx;
-    for (int64_t k = i * batch_size_; k < std::min(n, (i + 1) * batch_size_); ++k) idx.push_back(k * shares + share_rank);
+    for (int64_t k = i * batch_size_; k < std::min(n, (i + 1) * batch_size_); ++k)
+      idx.push_back(k * shares + share_rank);
     fill(test_, idx, b);
   }
   std::string describe() const override {
@@ -86,9 +86,10 @@ class ImageSource : public DataSource {
 }  // namespace
 
 std::unique_ptr<DataSource> make_data_source(const Config& c, int rank, int world) {
-  if (c.data.name == DatasetKind::text || c.data.name == DatasetKind::token_shards) return make_text_source(c, rank, world);
-  SUBDP_CHECK(c.model.name != ModelKind::gpt, "model.name = \"gpt\" needs data.name = \"text\" or \"token_shards\", not \"{}\"",
-              c.data.name);
+  if (c.data.name == DatasetKind::text || c.data.name == DatasetKind::token_shards)
+    return make_text_source(c, rank, world);
+  SUBDP_CHECK(c.model.name != ModelKind::gpt,
+              "model.name = \"gpt\" needs data.name = \"text\" or \"token_shards\", not \"{}\"", c.data.name);
   return std::make_unique<ImageSource>(c, rank, world);
 }
 

@@ -31,16 +31,15 @@ uint64_t to_range(uint64_t h, uint64_t range) { return mul_high(h, range); }
 EpochSampler::EpochSampler(int64_t n, int batch, int rank, int world, uint64_t seed)
     : n_(n), batch_(batch), rank_(rank), world_(world), seed_(seed) {
   SUBDP_CHECK(batch > 0, "EpochSampler: batch size {} must be positive", batch);
-  SUBDP_CHECK(world > 0 && rank >= 0 && rank < world,
-              "EpochSampler: rank {} out of range for world size {}", rank, world);
+  SUBDP_CHECK(world > 0 && rank >= 0 && rank < world, "EpochSampler: rank {} out of range for world size {}", rank,
+              world);
   SUBDP_CHECK(n >= 0, "EpochSampler: example count {} must be >= 0", n);
 }
 
 // Throws (rather than the constructor) so that an empty placeholder sampler can exist.
 int64_t EpochSampler::steps_per_epoch() const {
   const int64_t per_step = static_cast<int64_t>(batch_) * world_;
-  SUBDP_CHECK(n_ >= per_step,
-              "dataset too small: {} examples cannot fill one step of batch {} x world {} = {}", n_,
+  SUBDP_CHECK(n_ >= per_step, "dataset too small: {} examples cannot fill one step of batch {} x world {} = {}", n_,
               batch_, world_, per_step);
   return n_ / per_step;
 }
@@ -59,8 +58,8 @@ static std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t 
 
 std::vector<int64_t> EpochSampler::batch_indices(int64_t epoch, int64_t step) const {
   SUBDP_CHECK(epoch >= 0, "EpochSampler: epoch {} must be >= 0", epoch);
-  SUBDP_CHECK(step >= 0 && step < steps_per_epoch(),
-              "EpochSampler: step {} out of range [0, {})", step, steps_per_epoch());
+  SUBDP_CHECK(step >= 0 && step < steps_per_epoch(), "EpochSampler: step {} out of range [0, {})", step,
+              steps_per_epoch());
   if (epoch != cached_epoch_) {
     perm_ = epoch_permutation(n_, seed_, epoch);
     cached_epoch_ = epoch;
@@ -72,17 +71,15 @@ std::vector<int64_t> EpochSampler::batch_indices(int64_t epoch, int64_t step) co
 WindowSampler::WindowSampler(int64_t n_tokens, int T, int batch, int rank, uint64_t seed)
     : n_tokens_(n_tokens), T_(T), batch_(batch), rank_(rank), seed_(seed) {
   SUBDP_CHECK(T > 0 && batch > 0 && rank >= 0,
-              "WindowSampler: need T > 0, batch > 0, rank >= 0 (got T={}, batch={}, rank={})", T,
-              batch, rank);
+              "WindowSampler: need T > 0, batch > 0, rank >= 0 (got T={}, batch={}, rank={})", T, batch, rank);
   SUBDP_CHECK(n_tokens >= static_cast<int64_t>(T) + 2,
-              "token stream too short: {} tokens, need at least T + 2 = {} for windows of T + 1",
-              n_tokens, static_cast<int64_t>(T) + 2);
+              "token stream too short: {} tokens, need at least T + 2 = {} for windows of T + 1", n_tokens,
+              static_cast<int64_t>(T) + 2);
 }
 
 std::vector<int64_t> WindowSampler::starts(int64_t step) const {
   SUBDP_CHECK(step >= 0, "WindowSampler: step {} must be >= 0", step);
-  const uint64_t key = combine(combine(seed_, static_cast<uint64_t>(step)),
-                               static_cast<uint64_t>(rank_));
+  const uint64_t key = combine(combine(seed_, static_cast<uint64_t>(step)), static_cast<uint64_t>(rank_));
   const uint64_t range = static_cast<uint64_t>(n_tokens_ - T_);  // starts 0 .. n - T - 1
   std::vector<int64_t> out(batch_);
   for (int b = 0; b < batch_; ++b)

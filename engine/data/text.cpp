@@ -16,8 +16,7 @@ constexpr int32_t kShardVersion = 1;
 constexpr size_t kHeaderBytes = 256 * 4;
 
 int32_t read_le32(const uint8_t* p) {
-  return static_cast<int32_t>(uint32_t{p[0]} | (uint32_t{p[1]} << 8) | (uint32_t{p[2]} << 16) |
-                              (uint32_t{p[3]} << 24));
+  return static_cast<int32_t>(uint32_t{p[0]} | (uint32_t{p[1]} << 8) | (uint32_t{p[2]} << 16) | (uint32_t{p[3]} << 24));
 }
 
 /// The shard files named by path: the file itself, or the *.bin files of a directory by name.
@@ -35,14 +34,12 @@ std::vector<std::string> shard_paths(const std::string& path) {
 /// Validates one shard and appends its tokens to out.
 void append_shard(const std::string& path, int vocab, std::vector<int32_t>& out) {
   const std::vector<uint8_t> bytes = read_file_bytes(path, false);
-  SUBDP_CHECK(bytes.size() >= kHeaderBytes, "{}: short header: {} bytes, expected at least {}",
-              path, bytes.size(), kHeaderBytes);
+  SUBDP_CHECK(bytes.size() >= kHeaderBytes, "{}: short header: {} bytes, expected at least {}", path, bytes.size(),
+              kHeaderBytes);
   const int32_t magic = read_le32(&bytes[0]), version = read_le32(&bytes[4]);
   const int32_t count = read_le32(&bytes[8]);
-  SUBDP_CHECK(magic == kShardMagic, "{}: wrong magic {}, expected {} (llm.c token shard)", path,
-              magic, kShardMagic);
-  SUBDP_CHECK(version == kShardVersion, "{}: unsupported version {}, expected {}", path, version,
-              kShardVersion);
+  SUBDP_CHECK(magic == kShardMagic, "{}: wrong magic {}, expected {} (llm.c token shard)", path, magic, kShardMagic);
+  SUBDP_CHECK(version == kShardVersion, "{}: unsupported version {}, expected {}", path, version, kShardVersion);
   const uint64_t have = bytes.size() - kHeaderBytes;
   SUBDP_CHECK(count >= 0 && have == 2 * static_cast<uint64_t>(count),
               "{}: header says {} tokens ({} bytes) but {} bytes follow the header", path, count,
@@ -69,8 +66,7 @@ TokenStream load_text_bytes(const std::string& path) {
 }
 
 TokenStream load_token_shards(const std::string& path, int vocab) {
-  SUBDP_CHECK(vocab > 0 && vocab <= 65536, "{}: vocab {} out of range (1..65536 for uint16 tokens)",
-              path, vocab);
+  SUBDP_CHECK(vocab > 0 && vocab <= 65536, "{}: vocab {} out of range (1..65536 for uint16 tokens)", path, vocab);
   TokenStream s;
   s.vocab = vocab;
   for (const auto& shard : shard_paths(path)) append_shard(shard, vocab, s.tokens);

@@ -24,23 +24,32 @@ constexpr uint64_t kEvalSeed = 0x76616c6964617465ULL;  // "validate": fixed, ind
 class TextSource : public DataSource {
  public:
   TextSource(const Config& c, int rank, int world)
-      : name_(c.data.name), batch_size_(c.train.batch_size), T_(c.model.context), world_(world),
+      : name_(c.data.name),
+        batch_size_(c.train.batch_size),
+        T_(c.model.context),
+        world_(world),
         eval_total_(c.train.eval_batches) {
-    SUBDP_CHECK(c.model.name == ModelKind::gpt, "data.name = \"{}\" is token data: it needs model.name = \"gpt\", not \"{}\"",
-                c.data.name, c.model.name);
+    SUBDP_CHECK(c.model.name == ModelKind::gpt,
+                "data.name = \"{}\" is token data: it needs model.name = \"gpt\", not \"{}\"", c.data.name,
+                c.model.name);
     SUBDP_CHECK(name_ == DatasetKind::text || !c.data.path.empty(),
                 "data.name = \"token_shards\" needs data.path (an llm.c .bin shard or a directory of them)");
     path_ = c.data.path.empty() ? "data/brown/brown.txt" : c.data.path;
-    TokenStream s = with_data_path_key(
-        c, [&] { return name_ == DatasetKind::text ? load_text_bytes(path_) : load_token_shards(path_, c.model.vocab); });
+    TokenStream s = with_data_path_key(c, [&] {
+      return name_ == DatasetKind::text ? load_text_bytes(path_) : load_token_shards(path_, c.model.vocab);
+    });
     check_vocab(s, c.model.vocab);
     const int64_t n = static_cast<int64_t>(s.tokens.size());
     const int64_t n_val = static_cast<int64_t>(static_cast<double>(n) * c.data.val_fraction);
     const int64_t need = static_cast<int64_t>(T_) + 2;  // one window of T+1 and a start to draw
-    SUBDP_CHECK(n - n_val >= need, "{}: {} tokens leave {} for training after data.val_fraction = {}; need at least "
-                "context + 2 = {}", path_, n, n - n_val, c.data.val_fraction, need);
-    SUBDP_CHECK(n_val >= need, "{}: the validation split (data.val_fraction = {}) holds {} of its {} tokens, "
-                "fewer than context + 2 = {}; raise data.val_fraction", path_, c.data.val_fraction, n_val, n, need);
+    SUBDP_CHECK(n - n_val >= need,
+                "{}: {} tokens leave {} for training after data.val_fraction = {}; need at least "
+                "context + 2 = {}",
+                path_, n, n - n_val, c.data.val_fraction, need);
+    SUBDP_CHECK(n_val >= need,
+                "{}: the validation split (data.val_fraction = {}) holds {} of its {} tokens, "
+                "fewer than context + 2 = {}; raise data.val_fraction",
+                path_, c.data.val_fraction, n_val, n, need);
     train_.assign(s.tokens.begin(), s.tokens.end() - n_val);
     val_.assign(s.tokens.end() - n_val, s.tokens.end());
     const uint64_t train_seed = mix64(c.train.seed ^ 0x74726169ULL);  // "trai"
@@ -78,8 +87,8 @@ class TextSource : public DataSource {
  private:
   void check_vocab(const TokenStream& s, int vocab) const {
     const auto mx = std::max_element(s.tokens.begin(), s.tokens.end());
-    SUBDP_CHECK(mx == s.tokens.end() || *mx < vocab, "{}: token {} at position {} is >= model.vocab = {}{}", path_,
-                *mx, mx - s.tokens.begin(), vocab, name_ == DatasetKind::text ? " (text is bytes: use vocab = 256)" : "");
+    SUBDP_CHECK(mx == s.tokens.end() || *mx < vocab, "{}: token {} at position {} is >= model.vocab = {}{}", path_, *mx,
+                mx - s.tokens.begin(), vocab, name_ == DatasetKind::text ? " (text is bytes: use vocab = 256)" : "");
   }
 
   /// x[b] = tokens[s_b, s_b + T), y[b] = tokens[s_b + 1, s_b + T + 1) for each start s_b.

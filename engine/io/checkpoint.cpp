@@ -50,15 +50,21 @@ nlohmann::json read_manifest(const std::string& path) {
     SUBDP_CHECK(ok, "{}: \"{}\" = {}: expected {}", manifest, key, m[key].dump(), expected);
   };
   has("format", m.contains("format") && m["format"].is_string(), "a string such as \"" + std::string(kFormat) + "\"");
-  SUBDP_CHECK(m["format"] == kFormat, "{}: \"format\" = {}: this subdp reads \"{}\" only (a checkpoint of another "
-              "subdp version?)", manifest, m["format"].dump(), kFormat);
+  SUBDP_CHECK(m["format"] == kFormat,
+              "{}: \"format\" = {}: this subdp reads \"{}\" only (a checkpoint of another "
+              "subdp version?)",
+              manifest, m["format"].dump(), kFormat);
   for (const char* key : {"step", "optimizer_steps"})
-    has(key, m.contains(key) && m[key].is_number_integer() && m[key].get<int64_t>() >= 0 &&
-                 m[key].get<int64_t>() <= (int64_t{1} << 50), "a whole number in [0, 2^50]");
+    has(key,
+        m.contains(key) && m[key].is_number_integer() && m[key].get<int64_t>() >= 0 &&
+            m[key].get<int64_t>() <= (int64_t{1} << 50),
+        "a whole number in [0, 2^50]");
   for (const char* key : {"model", "config", "plan_hash"}) has(key, m.contains(key) && m[key].is_string(), "a string");
   for (const char* key : {"world", "subnetworks"})
-    has(key, m.contains(key) && m[key].is_number_integer() && m[key].get<int64_t>() >= 1 &&
-                 m[key].get<int64_t>() <= (1 << 20), "a whole number in [1, 2^20]");
+    has(key,
+        m.contains(key) && m[key].is_number_integer() && m[key].get<int64_t>() >= 1 &&
+            m[key].get<int64_t>() <= (1 << 20),
+        "a whole number in [1, 2^20]");
   if (m.contains("train_loss")) has("train_loss", m["train_loss"].is_number(), "a number");
   has("files", m.contains("files") && m["files"].is_object(), "an object of file name -> CRC32");
   for (const char* file : {"model.safetensors", "optimizer.safetensors"})
@@ -141,9 +147,10 @@ std::string save_checkpoint(const std::string& dir, const CheckpointInfo& info, 
     const std::string why = verify_checkpoint_files(final_path.string());
     if (!why.empty()) {
       fs::remove_all(tmp, ec);
-      throw Error(fmt::format("checkpoint.dir = \"{}\": {} exists and is not a checkpoint this run can verify ({}); "
-                              "not overwriting it: move it away, or set checkpoint.dir elsewhere",
-                              dir, final_path.string(), why));
+      throw Error(
+          fmt::format("checkpoint.dir = \"{}\": {} exists and is not a checkpoint this run can verify ({}); "
+                      "not overwriting it: move it away, or set checkpoint.dir elsewhere",
+                      dir, final_path.string(), why));
     }
   }
   fs::remove_all(final_path, ec);
@@ -220,14 +227,18 @@ std::string newest_checkpoint(const std::string& dir, LoadedCheckpoint* loaded) 
     } catch (const Error& e) {
       // Not damaged but unreadable here (another format version, ...): skipping it would let
       // this run write newer checkpoints past it and keep_last prune it.
-      throw Error(fmt::format("checkpoint.resume = \"auto\": cannot read {}: {}; \"auto\" neither skips nor "
-                              "overwrites a checkpoint it cannot read: resume from an older one by its path, or move "
-                              "it out of {}", it->string(), e.what(), dir));
+      throw Error(
+          fmt::format("checkpoint.resume = \"auto\": cannot read {}: {}; \"auto\" neither skips nor "
+                      "overwrites a checkpoint it cannot read: resume from an older one by its path, or move "
+                      "it out of {}",
+                      it->string(), e.what(), dir));
     }
   }
   // Starting fresh would write new checkpoints over the damaged ones: refuse instead.
-  SUBDP_CHECK(all.empty(), "checkpoint.resume = \"auto\": every one of the {} checkpoints in {} is damaged (see the "
-              "warnings above); move them away to start fresh, or resume from a path", all.size(), dir);
+  SUBDP_CHECK(all.empty(),
+              "checkpoint.resume = \"auto\": every one of the {} checkpoints in {} is damaged (see the "
+              "warnings above); move them away to start fresh, or resume from a path",
+              all.size(), dir);
   return "";
 }
 

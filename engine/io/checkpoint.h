@@ -15,8 +15,8 @@ namespace subdp {
 
 /// What a checkpoint records besides tensors.
 struct CheckpointInfo {
-  int64_t step = 0;            // optimizer steps completed
-  int64_t optimizer_steps = 0; // optimizer's own step counter (AdamW bias correction)
+  int64_t step = 0;             // optimizer steps completed
+  int64_t optimizer_steps = 0;  // optimizer's own step counter (AdamW bias correction)
   std::string config_toml;
   std::string model_name;
   uint64_t plan_hash = 0;
@@ -59,9 +59,9 @@ struct CheckpointLedger {
 /// space in dir than the checkpoint's bytes (check_free_space). `ledger` (may be null) gains
 /// the new checkpoint. A checkpoint of the same step already in dir is replaced only when this
 /// run wrote it or it verifies; otherwise the save fails naming it (never destroyed unread).
-std::string save_checkpoint(const std::string& dir, const CheckpointInfo& info,
-                            const std::vector<NamedTensor>& model, const std::vector<NamedTensor>& optimizer,
-                            int keep_last, CheckpointLedger* ledger = nullptr);
+std::string save_checkpoint(const std::string& dir, const CheckpointInfo& info, const std::vector<NamedTensor>& model,
+                            const std::vector<NamedTensor>& optimizer, int keep_last,
+                            CheckpointLedger* ledger = nullptr);
 
 /// Deletes the complete checkpoints of dir older than its newest keep_last, but only those in
 /// ledger.trusted or that verify now (this format, every CRC32 right), and never `newest` (the
@@ -122,8 +122,8 @@ void check_checkpoint_for(const std::string& path, const std::string& model_name
 /// and k < optimizer_states, with its shape, and no other. Errors name the file, the tensor
 /// and both shapes. OptimizerLoad::reset and ignore empty `optimizer`. Resume (through
 /// load_checkpoint_for) and sample both check with it, so they accept the same checkpoints.
-void check_checkpoint_tensors(const std::string& path, const std::vector<FullTensorSpec>& specs,
-                              int optimizer_states, OptimizerLoad policy, const std::vector<NamedTensor>& model,
+void check_checkpoint_tensors(const std::string& path, const std::vector<FullTensorSpec>& specs, int optimizer_states,
+                              OptimizerLoad policy, const std::vector<NamedTensor>& model,
                               std::vector<NamedTensor>& optimizer);
 
 /// Throws when t holds inf or NaN, naming `file`, the tensor and the first such element.

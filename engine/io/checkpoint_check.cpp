@@ -34,12 +34,14 @@ void check_names_and_shapes(const std::string& file, const std::map<std::string,
 
 void check_finite(const std::string& file, const NamedTensor& t) {
   for (size_t i = 0; i < t.data.size(); ++i)
-    SUBDP_CHECK(std::isfinite(t.data[i]), "{}: tensor {} holds {} at element {} of {}: a checkpoint never holds "
-                "inf or NaN", file, t.name, t.data[i], element_str(t.shape, static_cast<int64_t>(i)), shape_str(t.shape));
+    SUBDP_CHECK(std::isfinite(t.data[i]),
+                "{}: tensor {} holds {} at element {} of {}: a checkpoint never holds "
+                "inf or NaN",
+                file, t.name, t.data[i], element_str(t.shape, static_cast<int64_t>(i)), shape_str(t.shape));
 }
 
-void check_checkpoint_tensors(const std::string& path, const std::vector<FullTensorSpec>& specs,
-                              int optimizer_states, OptimizerLoad policy, const std::vector<NamedTensor>& model,
+void check_checkpoint_tensors(const std::string& path, const std::vector<FullTensorSpec>& specs, int optimizer_states,
+                              OptimizerLoad policy, const std::vector<NamedTensor>& model,
                               std::vector<NamedTensor>& optimizer) {
   const std::string hint = " (a checkpoint of another model, other sizes or another optimizer?)";
   std::map<std::string, std::vector<int64_t>> weights, states;
@@ -57,7 +59,8 @@ void check_checkpoint_tensors(const std::string& path, const std::vector<FullTen
   check_names_and_shapes((dir / "optimizer.safetensors").string(), states, optimizer, "optimizer state",
                          fmt::format(" (the run's optimizer keeps {} state tensor(s) per parameter; "
                                      "checkpoint.reset_optimizer = true loads the weights alone and starts the "
-                                     "optimizer state from zero)", optimizer_states));
+                                     "optimizer state from zero)",
+                                     optimizer_states));
 }
 
 void load_checkpoint_for(const std::string& path, const std::string& model_name,

@@ -44,12 +44,15 @@ DirectoryLock::DirectoryLock(const std::string& dir, const std::string& key) {
     const std::string holder = read_holder(fd_);
     ::close(fd_);
     fd_ = -1;
-    SUBDP_CHECK(err != EWOULDBLOCK, "{} = \"{}\" is in use by another run ({}, lock file {}); give this run its own "
-                "folder, or wait for that one to end", key, dir, holder, path_);
+    SUBDP_CHECK(err != EWOULDBLOCK,
+                "{} = \"{}\" is in use by another run ({}, lock file {}); give this run its own "
+                "folder, or wait for that one to end",
+                key, dir, holder, path_);
     throw Error(fmt::format("{} = \"{}\": cannot lock {}: {}", key, dir, path_, std::strerror(err)));
   }
   const std::string me = this_process();
-  const bool written = ::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, me.data(), me.size(), 0) == static_cast<ssize_t>(me.size());
+  const bool written =
+      ::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, me.data(), me.size(), 0) == static_cast<ssize_t>(me.size());
   if (!written) {
     const int err = errno;
     ::close(fd_);

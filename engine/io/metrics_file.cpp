@@ -37,7 +37,8 @@ std::string kept_lines(const std::string& path, int64_t keep_through_step, int64
     if (in.eof()) break;  // no newline: the half line of a crash
     const auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (!record.is_object() || !record.contains("step") || !record["step"].is_number_integer()) continue;
-    const std::string event = record.contains("event") && record["event"].is_string() ? record["event"].get<std::string>() : "";
+    const std::string event =
+        record.contains("event") && record["event"].is_string() ? record["event"].get<std::string>() : "";
     const int64_t through = event == "final" ? 0 : event == "eval" ? keep_evals_through_step : keep_through_step;
     if (record["step"].get<int64_t>() <= through) out += line + "\n";
   }
@@ -55,7 +56,8 @@ void MetricsFile::open(const std::string& path, int64_t keep_through_step, const
   path_ = path;
   ::close(open_append(path, key));  // the folder and the file are writable
   if (keep_evals_through_step < 0) keep_evals_through_step = keep_through_step;
-  write_file_atomic(path, keep_through_step > 0 ? kept_lines(path, keep_through_step, keep_evals_through_step) : std::string());
+  write_file_atomic(
+      path, keep_through_step > 0 ? kept_lines(path, keep_through_step, keep_evals_through_step) : std::string());
   fd_ = open_append(path, key);
 }
 
@@ -69,7 +71,8 @@ void MetricsFile::write(const nlohmann::json& record) {
 }
 
 void MetricsFile::sync() {
-  if (fd_ >= 0) SUBDP_CHECK(::fdatasync(fd_) == 0, "log.metrics_file = \"{}\": fdatasync: {}", path_, std::strerror(errno));
+  if (fd_ >= 0)
+    SUBDP_CHECK(::fdatasync(fd_) == 0, "log.metrics_file = \"{}\": fdatasync: {}", path_, std::strerror(errno));
 }
 
 void check_writable_file(const std::string& path, const std::string& key) { ::close(open_append(path, key)); }

@@ -49,14 +49,12 @@ void fsync_parent_dir(const std::string& path) {
   std::filesystem::path dir = std::filesystem::path(path).parent_path();
   if (dir.empty()) dir = ".";
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  SUBDP_CHECK(fd >= 0, "{}: cannot open directory {} to fsync it: {}", path, dir.string(),
-              errno_text());
+  SUBDP_CHECK(fd >= 0, "{}: cannot open directory {} to fsync it: {}", path, dir.string(), errno_text());
   int rc = ::fsync(fd);
   int err = errno;
   ::close(fd);
   // Some filesystems do not support fsync on directories (EINVAL); nothing more to do there.
-  SUBDP_CHECK(rc == 0 || err == EINVAL, "{}: cannot fsync directory {}: {}", path, dir.string(),
-              std::strerror(err));
+  SUBDP_CHECK(rc == 0 || err == EINVAL, "{}: cannot fsync directory {}: {}", path, dir.string(), std::strerror(err));
 }
 
 /// Writes path atomically: `body` writes the contents to an open FILE* (returning
@@ -87,13 +85,9 @@ void atomic_write(const std::string& path, const std::function<bool(FILE*)>& bod
   fsync_parent_dir(path);
 }
 
-bool write_all(FILE* f, const void* data, size_t n) {
-  return n == 0 || std::fwrite(data, 1, n, f) == n;
-}
+bool write_all(FILE* f, const void* data, size_t n) { return n == 0 || std::fwrite(data, 1, n, f) == n; }
 
-std::string shape_str(const std::vector<int64_t>& shape) {
-  return fmt::format("[{}]", fmt::join(shape, ", "));
-}
+std::string shape_str(const std::vector<int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
 /// Number of elements of shape, or throws when a dimension is negative or the
 /// count overflows. `what` prefixes the message.
@@ -107,8 +101,8 @@ uint64_t element_count(const std::vector<int64_t>& shape, const std::string& wha
   if (zero) return 0;
   for (int64_t d : shape) {
     const auto ud = static_cast<uint64_t>(d);
-    SUBDP_CHECK(n <= std::numeric_limits<uint64_t>::max() / 4 / ud,
-                "{}: shape {} has too many elements", what, shape_str(shape));
+    SUBDP_CHECK(n <= std::numeric_limits<uint64_t>::max() / 4 / ud, "{}: shape {} has too many elements", what,
+                shape_str(shape));
     n *= ud;
   }
   return n;
@@ -125,8 +119,8 @@ struct Entry {
 /// Reads a non-negative integer from a JSON value, or throws with `what`.
 uint64_t json_uint(const ordered_json& v, const std::string& what) {
   if (v.is_number_unsigned()) return v.get<uint64_t>();
-  SUBDP_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0,
-              "{} must be a non-negative integer, got {}", what, v.dump());
+  SUBDP_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0, "{} must be a non-negative integer, got {}", what,
+              v.dump());
   return static_cast<uint64_t>(v.get<int64_t>());
 }
 
@@ -146,20 +140,18 @@ Entry parse_entry(const std::string& path, const std::string& name, const ordere
   SUBDP_CHECK(shape.is_array(), "{}: \"shape\" is not an array", where);
   for (const auto& d : shape) {
     uint64_t ud = json_uint(d, where + ": shape dimension");
-    SUBDP_CHECK(ud <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()),
-                "{}: shape dimension {} is too large", where, ud);
+    SUBDP_CHECK(ud <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), "{}: shape dimension {} is too large",
+                where, ud);
     e.shape.push_back(static_cast<int64_t>(ud));
   }
   const auto& offs = v.at("data_offsets");
-  SUBDP_CHECK(offs.is_array() && offs.size() == 2,
-              "{}: \"data_offsets\" must be an array [begin, end], got {}", where, offs.dump());
+  SUBDP_CHECK(offs.is_array() && offs.size() == 2, "{}: \"data_offsets\" must be an array [begin, end], got {}", where,
+              offs.dump());
   e.begin = json_uint(offs[0], where + ": data_offsets begin");
   e.end = json_uint(offs[1], where + ": data_offsets end");
-  SUBDP_CHECK(e.begin <= e.end, "{}: data_offsets [{}, {}] end before they begin", where, e.begin,
-              e.end);
+  SUBDP_CHECK(e.begin <= e.end, "{}: data_offsets [{}, {}] end before they begin", where, e.begin, e.end);
   const uint64_t nbytes = element_count(e.shape, where) * 4;
-  SUBDP_CHECK(e.end - e.begin == nbytes,
-              "{}: shape {} needs {} bytes of F32 but data_offsets [{}, {}] span {}", where,
+  SUBDP_CHECK(e.end - e.begin == nbytes, "{}: shape {} needs {} bytes of F32 but data_offsets [{}, {}] span {}", where,
               shape_str(e.shape), nbytes, e.begin, e.end, e.end - e.begin);
   return e;
 }
@@ -182,20 +174,17 @@ void save_safetensors(const std::string& path, const std::vector<NamedTensor>& t
     SUBDP_CHECK(seen.insert(t.name).second, "{}: duplicate tensor name '{}'", path, t.name);
     const std::string where = fmt::format("{}: tensor '{}'", path, t.name);
     const uint64_t n = element_count(t.shape, where);
-    SUBDP_CHECK(n == t.data.size(), "{}: shape {} holds {} elements but data has {}", where,
-                shape_str(t.shape), n, t.data.size());
+    SUBDP_CHECK(n == t.data.size(), "{}: shape {} holds {} elements but data has {}", where, shape_str(t.shape), n,
+                t.data.size());
     const uint64_t nbytes = n * 4;
-    header[t.name] = {{"dtype", "F32"},
-                      {"shape", t.shape},
-                      {"data_offsets", {offset, offset + nbytes}}};
+    header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + nbytes}}};
     offset += nbytes;
   }
   std::string text;
   try {
     text = header.dump();
   } catch (const nlohmann::json::exception& e) {
-    throw Error(fmt::format("{}: cannot encode header (tensor names and metadata must be UTF-8): {}",
-                            path, e.what()));
+    throw Error(fmt::format("{}: cannot encode header (tensor names and metadata must be UTF-8): {}", path, e.what()));
   }
   // Pad with spaces so that the data section starts 8-byte aligned, as the reference does.
   text.append((8 - text.size() % 8) % 8, ' ');
@@ -211,31 +200,24 @@ void save_safetensors(const std::string& path, const std::vector<NamedTensor>& t
   });
 }
 
-std::vector<NamedTensor> load_safetensors(const std::string& path,
-                                          std::map<std::string, std::string>* metadata) {
-  FILE* f = std::fopen(path.c_str(), "rb");
-  SUBDP_CHECK(f != nullptr, "{}: cannot open: {}", path, errno_text());
-  FileCloser closer{f};
-  struct stat st {};
-  SUBDP_CHECK(::fstat(::fileno(f), &st) == 0, "{}: cannot stat: {}", path, errno_text());
-  SUBDP_CHECK(S_ISREG(st.st_mode), "{}: not a regular file", path);
-  const auto file_size = static_cast<uint64_t>(st.st_size);
+namespace {
+
+/// Reads the 8-byte length and the JSON header of an open safetensors file of file_size
+/// bytes; sets header_len. Errors name the path.
+ordered_json read_header(FILE* f, const std::string& path, uint64_t file_size, uint64_t& header_len) {
   SUBDP_CHECK(file_size >= 8,
               "{}: truncated: {} bytes, too small for a safetensors file (needs an 8-byte "
               "header length)",
               path, file_size);
-
   unsigned char len_bytes[8];
   SUBDP_CHECK(std::fread(len_bytes, 1, 8, f) == 8, "{}: cannot read header length", path);
-  uint64_t header_len = 0;
+  header_len = 0;
   for (int i = 0; i < 8; ++i) header_len |= static_cast<uint64_t>(len_bytes[i]) << (8 * i);
   SUBDP_CHECK(header_len <= file_size - 8,
-              "{}: truncated: header length is {} bytes, file holds {} after the length field",
-              path, header_len, file_size - 8);
-  SUBDP_CHECK(header_len <= kMaxHeaderBytes,
-              "{}: header length {} exceeds the {} byte limit (corrupt file?)", path, header_len,
-              kMaxHeaderBytes);
-
+              "{}: truncated: header length is {} bytes, file holds {} after the length field", path, header_len,
+              file_size - 8);
+  SUBDP_CHECK(header_len <= kMaxHeaderBytes, "{}: header length {} exceeds the {} byte limit (corrupt file?)", path,
+              header_len, kMaxHeaderBytes);
   std::string text(header_len, '\0');
   SUBDP_CHECK(header_len == 0 || std::fread(text.data(), 1, header_len, f) == header_len,
               "{}: cannot read the {}-byte header", path, header_len);
@@ -246,15 +228,18 @@ std::vector<NamedTensor> load_safetensors(const std::string& path,
     throw Error(fmt::format("{}: header is not valid JSON: {}", path, e.what()));
   }
   SUBDP_CHECK(header.is_object(), "{}: header is not a JSON object", path);
+  return header;
+}
 
-  std::map<std::string, std::string> meta;
+/// The header's tensor entries in header order, and its "__metadata__" strings into meta.
+std::vector<Entry> parse_entries(const std::string& path, const ordered_json& header,
+                                 std::map<std::string, std::string>& meta) {
   std::vector<Entry> entries;
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") {
       SUBDP_CHECK(it.value().is_object(), "{}: \"__metadata__\" is not a JSON object", path);
       for (auto m = it.value().begin(); m != it.value().end(); ++m) {
-        SUBDP_CHECK(m.value().is_string(), "{}: \"__metadata__\" value for '{}' is not a string",
-                    path, m.key());
+        SUBDP_CHECK(m.value().is_string(), "{}: \"__metadata__\" value for '{}' is not a string", path, m.key());
         meta[m.key()] = m.value().get<std::string>();
       }
       continue;
@@ -263,9 +248,12 @@ std::vector<NamedTensor> load_safetensors(const std::string& path,
     e.order = entries.size();
     entries.push_back(std::move(e));
   }
+  return entries;
+}
 
-  // Offsets are relative to the data section, which starts right after the header.
-  const uint64_t data_bytes = file_size - 8 - header_len;
+/// Checks that the entries fit in the data section of data_bytes and do not overlap; sorts
+/// them by offset (header order among equal offsets).
+void check_layout(const std::string& path, std::vector<Entry>& entries, uint64_t data_bytes) {
   uint64_t declared = 0;
   const Entry* last = nullptr;
   for (const auto& e : entries)
@@ -273,9 +261,7 @@ std::vector<NamedTensor> load_safetensors(const std::string& path,
   SUBDP_CHECK(declared <= data_bytes,
               "{}: truncated: header declares {} data bytes, file holds {} (tensor '{}' has "
               "data_offsets [{}, {}])",
-              path, declared, data_bytes, last ? last->name : "", last ? last->begin : 0,
-              last ? last->end : 0);
-
+              path, declared, data_bytes, last ? last->name : "", last ? last->begin : 0, last ? last->end : 0);
   std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
     return std::tie(a.begin, a.end, a.order) < std::tie(b.begin, b.end, b.order);
   });
@@ -285,12 +271,14 @@ std::vector<NamedTensor> load_safetensors(const std::string& path,
     SUBDP_CHECK(prev == nullptr || e.begin >= prev->end,
                 "{}: tensors '{}' (data_offsets [{}, {}]) and '{}' (data_offsets [{}, {}]) "
                 "overlap",
-                path, prev ? prev->name : "", prev ? prev->begin : 0, prev ? prev->end : 0,
-                e.name, e.begin, e.end);
+                path, prev ? prev->name : "", prev ? prev->begin : 0, prev ? prev->end : 0, e.name, e.begin, e.end);
     prev = &e;
   }
+}
 
-  const uint64_t data_start = 8 + header_len;
+/// Reads each entry's bytes from the data section, which starts at data_start.
+std::vector<NamedTensor> read_tensors(FILE* f, const std::string& path, const std::vector<Entry>& entries,
+                                      uint64_t data_start) {
   std::vector<NamedTensor> out;
   out.reserve(entries.size());
   for (const auto& e : entries) {
@@ -303,11 +291,30 @@ std::vector<NamedTensor> load_safetensors(const std::string& path,
       SUBDP_CHECK(::fseeko(f, static_cast<off_t>(data_start + e.begin), SEEK_SET) == 0,
                   "{}: cannot seek to tensor '{}': {}", path, e.name, errno_text());
       SUBDP_CHECK(std::fread(t.data.data(), 1, nbytes, f) == nbytes,
-                  "{}: cannot read the {} bytes of tensor '{}' (file changed or unreadable)",
-                  path, nbytes, e.name);
+                  "{}: cannot read the {} bytes of tensor '{}' (file changed or unreadable)", path, nbytes, e.name);
     }
     out.push_back(std::move(t));
   }
+  return out;
+}
+
+}  // namespace
+
+std::vector<NamedTensor> load_safetensors(const std::string& path, std::map<std::string, std::string>* metadata) {
+  FILE* f = std::fopen(path.c_str(), "rb");
+  SUBDP_CHECK(f != nullptr, "{}: cannot open: {}", path, errno_text());
+  FileCloser closer{f};
+  struct stat st {};
+  SUBDP_CHECK(::fstat(::fileno(f), &st) == 0, "{}: cannot stat: {}", path, errno_text());
+  SUBDP_CHECK(S_ISREG(st.st_mode), "{}: not a regular file", path);
+  const auto file_size = static_cast<uint64_t>(st.st_size);
+  uint64_t header_len = 0;
+  const ordered_json header = read_header(f, path, file_size, header_len);
+  std::map<std::string, std::string> meta;
+  std::vector<Entry> entries = parse_entries(path, header, meta);
+  // Offsets are relative to the data section, which starts right after the header.
+  check_layout(path, entries, file_size - 8 - header_len);
+  std::vector<NamedTensor> out = read_tensors(f, path, entries, 8 + header_len);
   if (metadata) *metadata = std::move(meta);
   return out;
 }

@@ -34,15 +34,15 @@ struct AttentionScratch {
 
 /// What a CausalSelfAttention layer is built from (named: most fields have defaults).
 struct AttentionSpec {
-  std::string prefix;        // parameter names <prefix>.qkv.weight, <prefix>.proj.bias, ...
+  std::string prefix;           // parameter names <prefix>.qkv.weight, <prefix>.proj.bias, ...
   int C = 0, heads = 0, T = 0;  // width, heads, context
-  int64_t max_rows = 0;      // B * T rows at most
-  int head_layer = -1;       // maskable layer whose units are the heads; -1: heads not maskable
-  int block = -1;            // residual block holding the layer; -1: none
-  float head_scale = 1.f;    // neuron-level forward masking: 1/keep on the kept heads' output
-  InitSpec weight_init;      // qkv weight, and proj weight unless proj_weight_init is set
+  int64_t max_rows = 0;         // B * T rows at most
+  int head_layer = -1;          // maskable layer whose units are the heads; -1: heads not maskable
+  int block = -1;               // residual block holding the layer; -1: none
+  float head_scale = 1.f;       // neuron-level forward masking: 1/keep on the kept heads' output
+  InitSpec weight_init;         // qkv weight, and proj weight unless proj_weight_init is set
   std::optional<InitSpec> proj_weight_init;
-  const Tensor* y_scratch = nullptr;        // see the constructor; null: y_ is the layer's own
+  const Tensor* y_scratch = nullptr;  // see the constructor; null: y_ is the layer's own
   int64_t y_kept_cols = 0;
   const Tensor* activation_area = nullptr;  // see the constructor; null: tensors of its own
 };
@@ -75,16 +75,16 @@ class CausalSelfAttention {
   /// dx may be dout: dout is read (by proj's backward) before dx is written.
   void backward(const float* x, const float* dout, float* dx, int B, int T, AttentionScratch& s) const;
 
-  Param* qkv_weight = nullptr;  // (3, Ck, C) local, torch (3C, C)
-  Param* qkv_bias = nullptr;    // (3, Ck)
-  std::unique_ptr<Linear> proj; // weight (C, Ck), bias (C) dense
+  Param* qkv_weight = nullptr;   // (3, Ck, C) local, torch (3C, C)
+  Param* qkv_bias = nullptr;     // (3, Ck)
+  std::unique_ptr<Linear> proj;  // weight (C, Ck), bias (C) dense
 
  private:
   int C_, heads_, hd_, local_heads_;
   float head_scale_;
-  Tensor qkv_;  // (B, T, 3 Ck)
-  Tensor y_;    // (B, T, Ck) attention output (scaled); a view of the scratch when shared
-  Tensor y_kept_;         // (B, T, y_kept_cols_) stored prefix of y when y_ is shared
+  Tensor qkv_;     // (B, T, 3 Ck)
+  Tensor y_;       // (B, T, Ck) attention output (scaled); a view of the scratch when shared
+  Tensor y_kept_;  // (B, T, y_kept_cols_) stored prefix of y when y_ is shared
   int64_t y_kept_cols_ = 0;
 };
 

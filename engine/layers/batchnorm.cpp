@@ -8,8 +8,7 @@
 
 namespace subdp {
 
-BatchNorm2d::BatchNorm2d(ParamSet& ps, const std::string& name, int C, UnitRef units, int block,
-                         float gamma_init) {
+BatchNorm2d::BatchNorm2d(ParamSet& ps, const std::string& name, int C, UnitRef units, int block, float gamma_init) {
   UnitRef u = units.layer >= 0 ? UnitRef{units.layer, 0, 1} : UnitRef{};
   gamma = &ps.add(name + ".weight", {C}, {InitSpec::constant, gamma_init}, u, block);
   beta = &ps.add(name + ".bias", {C}, {InitSpec::constant, 0.f}, u, block);
@@ -25,8 +24,8 @@ void BatchNorm2d::allocate_stats() {
 
 void BatchNorm2d::forward(const float* x, float* y, int N, int HW, bool training, bool relu) {
   backend().batchnorm_forward(x, gamma->value.f32(), beta->value.f32(), y, mean.f32(), rstd.f32(),
-                         running_mean->value.f32(), running_var->value.f32(), N, channels(), HW,
-                         training, momentum, eps, relu);
+                              running_mean->value.f32(), running_var->value.f32(), N, channels(), HW, training,
+                              momentum, eps, relu);
 }
 
 void BatchNorm2d::recompute(const float* x, float* y, int N, int HW, bool relu) {
@@ -41,9 +40,8 @@ void BatchNorm2d::recompute(const float* x, float* y, int N, int HW, bool relu) 
 
 void BatchNorm2d::backward(const float* x, const float* dy, float* dx, int N, int HW) const {
   const int gc = gamma->grad.defined() ? static_cast<int>(gamma->grad_extent()) : 0;
-  backend().batchnorm_backward(x, gamma->value.f32(), mean.f32(), rstd.f32(), dy, dx,
-                          gc ? gamma->grad.f32() : nullptr, gc ? beta->grad.f32() : nullptr, N,
-                          channels(), HW, gc);
+  backend().batchnorm_backward(x, gamma->value.f32(), mean.f32(), rstd.f32(), dy, dx, gc ? gamma->grad.f32() : nullptr,
+                               gc ? beta->grad.f32() : nullptr, N, channels(), HW, gc);
 }
 
 }  // namespace subdp

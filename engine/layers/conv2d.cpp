@@ -8,8 +8,8 @@
 
 namespace subdp {
 
-Conv2d::Conv2d(ParamSet& ps, const std::string& name, int cin_, int cout_, int k_, int stride_,
-               int pad_, UnitRef out_units, UnitRef in_units, int block)
+Conv2d::Conv2d(ParamSet& ps, const std::string& name, int cin_, int cout_, int k_, int stride_, int pad_,
+               UnitRef out_units, UnitRef in_units, int block)
     : k(k_), stride(stride_), pad(pad_) {
   // torch default: kaiming_uniform(a=sqrt(5)) gives U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
   const InitSpec init{InitSpec::uniform, 1.f / std::sqrt(static_cast<float>(cin_ * k * k))};

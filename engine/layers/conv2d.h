@@ -11,8 +11,8 @@ namespace subdp {
 /// or input channels (axis 1) may be maskable units.
 class Conv2d {
  public:
-  Conv2d(ParamSet& ps, const std::string& name, int cin, int cout, int k, int stride, int pad,
-         UnitRef out_units = {}, UnitRef in_units = {}, int block = -1);
+  Conv2d(ParamSet& ps, const std::string& name, int cin, int cout, int k, int stride, int pad, UnitRef out_units = {},
+         UnitRef in_units = {}, int block = -1);
 
   int cin() const { return static_cast<int>(weight->local_shape.at(1)); }
   int cout() const { return static_cast<int>(weight->local_shape.at(0)); }

@@ -21,8 +21,8 @@ void LayerNorm::bind_stats(const Tensor& mean_area, const Tensor& rstd_area, int
 }
 
 void LayerNorm::forward(const float* x, float* y, int64_t rows) {
-  backend().layernorm_forward(x, gamma->value.f32(), beta->value.f32(), y, mean.f32(), rstd.f32(), rows,
-                         channels(), eps);
+  backend().layernorm_forward(x, gamma->value.f32(), beta->value.f32(), y, mean.f32(), rstd.f32(), rows, channels(),
+                              eps);
 }
 
 void LayerNorm::recompute(const float* x, float* y, int64_t rows) const {
@@ -32,8 +32,7 @@ void LayerNorm::recompute(const float* x, float* y, int64_t rows) const {
 void LayerNorm::backward(const float* x, const float* dy, float* dx, int64_t rows) const {
   const bool held = gamma->grad.defined();
   backend().layernorm_backward(x, gamma->value.f32(), mean.f32(), rstd.f32(), dy, dx,
-                          held ? gamma->grad.f32() : nullptr, held ? beta->grad.f32() : nullptr,
-                          rows, channels());
+                               held ? gamma->grad.f32() : nullptr, held ? beta->grad.f32() : nullptr, rows, channels());
 }
 
 }  // namespace subdp

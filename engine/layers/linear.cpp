@@ -8,9 +8,8 @@
 
 namespace subdp {
 
-Linear::Linear(ParamSet& ps, const std::string& name, int64_t in, int64_t out, bool has_bias,
-               UnitRef out_units, UnitRef in_units, int block, std::optional<InitSpec> weight_init,
-               std::optional<InitSpec> bias_init) {
+Linear::Linear(ParamSet& ps, const std::string& name, int64_t in, int64_t out, bool has_bias, UnitRef out_units,
+               UnitRef in_units, int block, std::optional<InitSpec> weight_init, std::optional<InitSpec> bias_init) {
   const float bound = 1.f / std::sqrt(static_cast<float>(in));
   const InitSpec def{InitSpec::uniform, bound};
   UnitRef wunit = out_units.layer >= 0 ? UnitRef{out_units.layer, 0, out_units.unit_size}

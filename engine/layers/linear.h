@@ -13,9 +13,9 @@ class Linear {
  public:
   /// in_units/out_units: unit structure of W's columns / rows (at most one maskable).
   /// Init as torch.nn.Linear (U(-1/sqrt(in), 1/sqrt(in))) unless `init` is given.
-  Linear(ParamSet& ps, const std::string& name, int64_t in, int64_t out, bool bias,
-         UnitRef out_units = {}, UnitRef in_units = {}, int block = -1,
-         std::optional<InitSpec> weight_init = std::nullopt, std::optional<InitSpec> bias_init = std::nullopt);
+  Linear(ParamSet& ps, const std::string& name, int64_t in, int64_t out, bool bias, UnitRef out_units = {},
+         UnitRef in_units = {}, int block = -1, std::optional<InitSpec> weight_init = std::nullopt,
+         std::optional<InitSpec> bias_init = std::nullopt);
 
   int64_t in() const { return weight->local_shape.at(1); }
   int64_t out() const { return weight->local_shape.at(0); }

@@ -43,7 +43,8 @@ class StatefulOptimizer : public Optimizer {
       }
       std::vector<Tensor> s;
       for (int i = 0; i < states; ++i)
-        s.push_back(shard ? Tensor::zeros({n}, MemCategory::optimizer) : Tensor::zeros(p->grad.shape(), MemCategory::optimizer));
+        s.push_back(shard ? Tensor::zeros({n}, MemCategory::optimizer)
+                          : Tensor::zeros(p->grad.shape(), MemCategory::optimizer));
       state_.push_back(std::move(s));
       runs_.push_back(std::move(runs));
       grads_.push_back(std::move(grads));
@@ -95,8 +96,8 @@ class Sgd : public StatefulOptimizer {
       int64_t bad = 0;
       for (size_t k = 0; k < runs_[i].size(); ++k) {
         const StateRun& r = runs_[i][k];
-        bad += backend().sgd_update(values_[i][k], grads_[i][k], buf ? buf + r.state_off : nullptr, r.len, flr,
-                                    mu, wd, c_.nesterov, first);
+        bad += backend().sgd_update(values_[i][k], grads_[i][k], buf ? buf + r.state_off : nullptr, r.len, flr, mu, wd,
+                                    c_.nesterov, first);
       }
       note_update(i, bad);
     }
@@ -128,8 +129,8 @@ class AdamW : public StatefulOptimizer {
       int64_t bad = 0;
       for (size_t k = 0; k < runs_[i].size(); ++k) {
         const StateRun& r = runs_[i][k];
-        bad += backend().adamw_update(values_[i][k], grads_[i][k], m + r.state_off, v + r.state_off, r.len,
-                                      step_size, bc2_sqrt, decay, eps, fb1, fb2);
+        bad += backend().adamw_update(values_[i][k], grads_[i][k], m + r.state_off, v + r.state_off, r.len, step_size,
+                                      bc2_sqrt, decay, eps, fb1, fb2);
       }
       note_update(i, bad);
     }

@@ -24,7 +24,11 @@ ParamLayout param_layout_of(Sharding sharding) {
 
 BucketSet::BucketSet(Communicator& world, const Layout& layout, const SubnetworkPlan& plan, std::vector<Param*> params,
                      double bucket_mb, bool contiguous, int blocks)
-    : world_(world), layout_(layout), plan_(plan), params_(std::move(params)), blocks_(blocks),
+    : world_(world),
+      layout_(layout),
+      plan_(plan),
+      params_(std::move(params)),
+      blocks_(blocks),
       contiguous_(contiguous) {
   for (const Param* p : params_) SUBDP_ASSERT(p->block < blocks_ || blocks_ == 0);
   std::vector<int> everyone(layout.world);
@@ -159,9 +163,12 @@ void BucketSet::add_param(Param& p) {
     const int64_t outer = p.outer(), inner = p.inner(), us = p.unit.unit_size;
     // Contiguous runs where a whole parameter shares one group (DP, block level: they merge
     // into one) or units are whole rows.
-    const bool units_in_rows = p.unit.layer >= 0 && outer > 1 && plan_.granularity == Granularity::neuron && plan_.masked();
+    const bool units_in_rows =
+        p.unit.layer >= 0 && outer > 1 && plan_.granularity == Granularity::neuron && plan_.masked();
     if (!units_in_rows || contiguous_) {
-      for_each_grad_run(p, [&](int64_t vo, int64_t go, int64_t len, int pos) { add_run(p, {g + go, len, v + vo, &p}, pos); });
+      for_each_grad_run(p, [&](int64_t vo, int64_t go, int64_t len, int pos) {
+        add_run(p, {g + go, len, v + vo, &p}, pos);
+      });
       return;
     }
     // Unsharded, units inside rows: each kept unit's slice across the rows is one strided run

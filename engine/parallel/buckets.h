@@ -45,13 +45,13 @@ struct BucketRun {
 
 /// Everything averaged over one communicator.
 struct Bucket {
-  int group = -1;                  // plan group id, -1 = world
-  int phase = -1;                  // ZeRO-2: the block whose gradients it holds; -1 = after the backward pass
-  std::vector<int> ranks;          // world ranks holding it
-  Communicator* comm = nullptr;    // nullptr when this rank is not a member
-  std::vector<BucketRun> runs;     // this rank's pieces (members only)
+  int group = -1;                // plan group id, -1 = world
+  int phase = -1;                // ZeRO-2: the block whose gradients it holds; -1 = after the backward pass
+  std::vector<int> ranks;        // world ranks holding it
+  Communicator* comm = nullptr;  // nullptr when this rank is not a member
+  std::vector<BucketRun> runs;   // this rank's pieces (members only)
   int64_t elems = 0;
-  size_t first_piece = 0;          // sharded: index of its first piece in the shard pieces
+  size_t first_piece = 0;  // sharded: index of its first piece in the shard pieces
 };
 
 /// The model layout a sharding needs.
@@ -136,7 +136,7 @@ class BucketSet {
   std::vector<Bucket> buckets_;  // by bucket_index: per phase, the world's, then group g's at g + 1
   int blocks_ = 0;               // phases before the last: blocks 0 .. blocks_ - 1
   bool contiguous_ = false;
-  Tensor buffer_;                // packs every collective's chunk
+  Tensor buffer_;  // packs every collective's chunk
   int64_t bucket_elems_ = 1;
   int64_t bytes_ = 0;
 };

@@ -62,8 +62,8 @@ void GradientSync::average() {
 void GradientSync::reduce_block(int block) {
   if (!shards_blocks()) return;
   if (block == set_.blocks() - 1) next_block_ = block;  // a new backward pass
-  SUBDP_CHECK(block == next_block_, "internal error: ZeRO-2 expected block {}'s gradients, got block {}'s",
-              next_block_, block);
+  SUBDP_CHECK(block == next_block_, "internal error: ZeRO-2 expected block {}'s gradients, got block {}'s", next_block_,
+              block);
   --next_block_;
   for (size_t i = set_.bucket_index(block, -1); i < set_.bucket_index(block - 1, -1); ++i)
     reduce_bucket(set_.buckets()[i]);

@@ -37,8 +37,8 @@ class GradientSync {
   /// reduce_block(b) during the backward pass for each of the model's `blocks` residual
   /// blocks (held or not); it needs the model's gradients laid out with
   /// ParamLayout::shared_block_grads and allocates the shard-gradient tensor (category grads).
-  GradientSync(Communicator& world, const Layout& layout, const SubnetworkPlan& plan,
-               std::vector<Param*> params, double bucket_mb, Sharding sharding = Sharding::none, int blocks = 0);
+  GradientSync(Communicator& world, const Layout& layout, const SubnetworkPlan& plan, std::vector<Param*> params,
+               double bucket_mb, Sharding sharding = Sharding::none, int blocks = 0);
   /// Averages gradients and running statistics over their holders (ZeRO-2: what no block's
   /// reduce_block took: parameters outside blocks, running statistics). Sharded: only this
   /// rank's shard of each bucket is averaged (the rest of its gradients are stale).
@@ -102,7 +102,7 @@ class GradientSync {
   std::unique_ptr<ShardedState> state_;        // ZeRO-1/2 and FSDP
   std::unique_ptr<ShardedParams> params_;      // FSDP
   HolderAllReduce allreduce_;
-  int next_block_ = -1;                        // ZeRO-2: the block reduce_block expects next (checks the order)
+  int next_block_ = -1;                            // ZeRO-2: the block reduce_block expects next (checks the order)
   std::vector<std::vector<Param*>> block_params_;  // ZeRO-2, FSDP: block b's trained parameters
   bool blocks_finite_ = true;
   double hook_s_ = 0;

@@ -71,7 +71,8 @@ void ShardedState::gather_values(Bucket& b) {
       backend().copy(trained ? (piece++)->value : r.value + from, buf + at + from, to - from);
     });
     comm.allgather_segments(buf, BucketSet::segment_counts(filled, static_cast<int64_t>(b.ranks.size())));
-    if (set_.layout().world > 1) set_.count_bytes(filled * static_cast<int64_t>(sizeof(float)) / 2);  // as the reduce-scatter
+    if (set_.layout().world > 1)
+      set_.count_bytes(filled * static_cast<int64_t>(sizeof(float)) / 2);  // as the reduce-scatter
     int64_t at = 0;
     for (const BucketRun& r : pieces) {
       backend().copy(buf + at, r.value, r.len);

@@ -48,8 +48,8 @@ int64_t Param::outer() const {
   return n;
 }
 
-Param& ParamSet::add(const std::string& name, const Shape& full_shape, InitSpec init, UnitRef unit,
-                     int block, bool trainable) {
+Param& ParamSet::add(const std::string& name, const Shape& full_shape, InitSpec init, UnitRef unit, int block,
+                     bool trainable) {
   Param p;
   p.name = name;
   p.full_shape = full_shape;
@@ -136,7 +136,8 @@ std::vector<Param*> ParamSet::all() {
 }
 
 void for_each_value_run(const Param& p, const std::function<void(int64_t, int64_t, int64_t)>& fn) {
-  for_each_value_run_at(p, [&](int64_t local_off, int64_t full_off, int64_t len, int) { fn(local_off, full_off, len); });
+  for_each_value_run_at(p,
+                        [&](int64_t local_off, int64_t full_off, int64_t len, int) { fn(local_off, full_off, len); });
 }
 
 void for_each_value_run_at(const Param& p, const std::function<void(int64_t, int64_t, int64_t, int)>& fn) {
@@ -195,8 +196,8 @@ int64_t full_offset_of_grad(const Param& p, int64_t grad_off) {
 namespace {
 
 std::string describe_full_element(const Param& p, int64_t full, int unit) {
-  std::string out = fmt::format("element {} of the full {} tensor", element_str(p.full_shape, full),
-                                shape_str(p.full_shape));
+  std::string out =
+      fmt::format("element {} of the full {} tensor", element_str(p.full_shape, full), shape_str(p.full_shape));
   if (unit >= 0) out += fmt::format(", unit {} of maskable layer {}", unit, p.unit.layer);
   return out;
 }

@@ -33,10 +33,10 @@ struct StateRun {
 struct SubnetMask {
   Regime regime = Regime::none;
   Granularity granularity = Granularity::block;
-  std::vector<LayerMask> layers;   // neuron level (always filled, identity when unmasked)
-  std::vector<char> block_kept;    // block level (all 1 when unmasked)
-  std::vector<char> block_dense;   // pinned or undroppable blocks: never scaled
-  float scale = 1.f;               // forward masking: 1 / keep (inverted dropout), else 1
+  std::vector<LayerMask> layers;  // neuron level (always filled, identity when unmasked)
+  std::vector<char> block_kept;   // block level (all 1 when unmasked)
+  std::vector<char> block_dense;  // pinned or undroppable blocks: never scaled
+  float scale = 1.f;              // forward masking: 1 / keep (inverted dropout), else 1
   bool forward_masked() const { return regime == Regime::forward; }
   /// True when the forward pass should skip block b (forward masking, dropped block).
   bool skips_block(int b) const { return regime == Regime::forward && !block_kept.at(b); }
@@ -68,10 +68,10 @@ struct InitSpec {
 struct Param {
   std::string name;  // full-model name, the safetensors / PyTorch state_dict key
   Shape full_shape;
-  Tensor value;      // local values, (kept prefix along unit axis when forward masked)
-  Tensor grad;       // kept prefix along unit axis; undefined when this rank holds no gradient
-  Shape local_shape; // the local value's shape, known before `value` is allocated (FSDP)
-  Shape grad_shape;  // the gradient's shape when trained (set by ParamSet::add, before allocation)
+  Tensor value;          // local values, (kept prefix along unit axis when forward masked)
+  Tensor grad;           // kept prefix along unit axis; undefined when this rank holds no gradient
+  Shape local_shape;     // the local value's shape, known before `value` is allocated (FSDP)
+  Shape grad_shape;      // the gradient's shape when trained (set by ParamSet::add, before allocation)
   bool trained = false;  // this rank holds a gradient for it (trainable, in a block it keeps)
   /// FSDP (ParamLayout::shared_block_params, a trained block parameter): this rank's shard of
   /// the value, the only copy kept between steps, laid out as sharded optimizer state: pieces
@@ -82,8 +82,8 @@ struct Param {
   std::vector<StateRun> shard_runs;
   UnitRef unit;
   const LayerMask* mask = nullptr;  // for unit.layer >= 0
-  int block = -1;    // residual block whose branch holds it, -1 = outside any branch
-  bool trainable = true;  // false for buffers (BatchNorm running statistics)
+  int block = -1;                   // residual block whose branch holds it, -1 = outside any branch
+  bool trainable = true;            // false for buffers (BatchNorm running statistics)
   InitSpec init;
 
   int64_t value_extent() const { return local_shape.at(unit.axis); }
@@ -116,8 +116,8 @@ class ParamSet {
   /// where this rank trains it. For a trained block parameter under a shared layout, the
   /// shared tensors come from allocate_shared_blocks (FSDP: no value until then; its shard
   /// is initialised by GradientSync).
-  Param& add(const std::string& name, const Shape& full_shape, InitSpec init, UnitRef unit = {},
-             int block = -1, bool trainable = true);
+  Param& add(const std::string& name, const Shape& full_shape, InitSpec init, UnitRef unit = {}, int block = -1,
+             bool trainable = true);
   /// Shared layouts: allocates the buffers the blocks share (gradients; FSDP: values too)
   /// and points each trained block parameter into them, once every parameter exists
   /// (make_model calls it; a no-op for ParamLayout::per_param).

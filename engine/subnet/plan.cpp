@@ -12,10 +12,13 @@ namespace subdp {
 
 Regime plan_regime(MaskRegime regime) {
   switch (regime) {
-    case MaskRegime::forward: return Regime::forward;
-    case MaskRegime::backward: return Regime::backward;
+    case MaskRegime::forward:
+      return Regime::forward;
+    case MaskRegime::backward:
+      return Regime::backward;
     case MaskRegime::none:
-    case MaskRegime::stochastic: return Regime::none;
+    case MaskRegime::stochastic:
+      return Regime::none;
   }
   throw Error("mask.regime: not a regime");
 }
@@ -220,7 +223,8 @@ void deal_blocks(SubnetworkPlan& plan, std::map<std::vector<int>, int>& ids, con
     const bool pinned = std::count(mask.pinned.begin(), mask.pinned.end(), b) > 0;
     if (units.blocks[b].droppable && !pinned) stages[units.blocks[b].stage].push_back(b);
   }
-  SUBDP_CHECK(!stages.empty(), "mask.granularity = \"block\": no droppable residual block is left to deal "
+  SUBDP_CHECK(!stages.empty(),
+              "mask.granularity = \"block\": no droppable residual block is left to deal "
               "(the model has {} blocks, {} of them in mask.pinned); use granularity = \"neuron\" or unpin blocks",
               nblocks, mask.pinned.size());
   // Each stage is dealt with the brief's construction. Its rotation is chosen so the block
@@ -252,9 +256,8 @@ void deal_blocks(SubnetworkPlan& plan, std::map<std::vector<int>, int>& ids, con
 /// step by the trainer (stochastic_drop).
 MaskConfig stochastic_depth_as_dp(const ModelUnits& units, const MaskConfig& mask, int S) {
   SUBDP_CHECK(S == 1, "mask.regime = \"stochastic\": parallel.subnetworks = {} must be 1", S);
-  const bool droppable = std::any_of(units.blocks.begin(), units.blocks.end(), [](const BlockSpec& b) {
-    return b.droppable;
-  });
+  const bool droppable =
+      std::any_of(units.blocks.begin(), units.blocks.end(), [](const BlockSpec& b) { return b.droppable; });
   SUBDP_CHECK(droppable, "mask.regime = \"stochastic\": this model has no residual blocks to drop (use resnet or gpt)");
   MaskConfig dp = mask;
   dp.regime = MaskRegime::none;
@@ -273,7 +276,8 @@ SubnetworkPlan make_plan(const ModelUnits& units, const MaskConfig& mask, int S)
   if (!plan.masked()) {
     SUBDP_CHECK(S == 1 || mask.keep == 1.0,
                 "mask.regime = \"none\" with parallel.subnetworks = {}: plain DP has one "
-                "subnetwork; set mask.regime to forward or backward, or subnetworks = 1", S);
+                "subnetwork; set mask.regime to forward or backward, or subnetworks = 1",
+                S);
     plan.c = S;
     return plan;
   }
@@ -288,7 +292,9 @@ SubnetworkPlan make_plan(const ModelUnits& units, const MaskConfig& mask, int S)
 
 std::string SubnetworkPlan::describe(const ModelUnits& units) const {
   std::string out = fmt::format("plan: regime={} granularity={} S={} coverage c={} keep={:.4g} groups={}\n",
-                                regime == Regime::none ? "none" : regime == Regime::forward ? "forward" : "backward",
+                                regime == Regime::none      ? "none"
+                                : regime == Regime::forward ? "forward"
+                                                            : "backward",
                                 name_of(granularity), S, c, keep(), groups.size());
   for (size_t g = 0; g < groups.size(); ++g) {
     out += fmt::format("  group {}: subnetworks {{", g);
@@ -301,7 +307,9 @@ std::string SubnetworkPlan::describe(const ModelUnits& units) const {
     if (granularity == Granularity::block) {
       for (size_t b = 0; b < block_group.size(); ++b)
         out += fmt::format(" {}{}", units.blocks[b].name,
-                           block_group[b] < 0 ? "(dense)" : keeps_block(s, b) ? "" : "(dropped)");
+                           block_group[b] < 0  ? "(dense)"
+                           : keeps_block(s, b) ? ""
+                                               : "(dropped)");
     } else {
       for (size_t l = 0; l < unit_group.size(); ++l) {
         int kept = 0;
@@ -309,7 +317,8 @@ std::string SubnetworkPlan::describe(const ModelUnits& units) const {
         out += fmt::format(" {}={}/{}", units.layers[l].name, kept, units.layers[l].units);
       }
     }
-    out += fmt::format(" | kept params {} ({:.2f} MiB)\n", kept_params(units, s), kept_params(units, s) * 4.0 / 1048576);
+    out +=
+        fmt::format(" | kept params {} ({:.2f} MiB)\n", kept_params(units, s), kept_params(units, s) * 4.0 / 1048576);
   }
   return out;
 }

@@ -7,9 +7,7 @@
 
 namespace subdp {
 
-double AlignmentSums::cosine() const {
-  return sub > 0 && full > 0 ? dot / std::sqrt(sub * full) : std::nan("");
-}
+double AlignmentSums::cosine() const { return sub > 0 && full > 0 ? dot / std::sqrt(sub * full) : std::nan(""); }
 
 std::string unit_kind(const Param& p, int pos, const ModelUnits& units, const SubnetworkPlan& plan) {
   if (plan.granularity == Granularity::neuron && p.unit.layer >= 0 && pos >= 0) {

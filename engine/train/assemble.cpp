@@ -92,8 +92,10 @@ void for_each_stored_run(const Param& p, int k, Optimizer* opt, const std::map<c
     return;
   }
   for_each_value_run_at(p, [&](int64_t lo, int64_t fo, int64_t len, int pos) {
-    if (k < 0) fn(lo, fo, len);
-    else if (p.unit.layer < 0 || pos < p.mask->kept) fn(grad_offset_of(p, lo, pos), fo, len);
+    if (k < 0)
+      fn(lo, fo, len);
+    else if (p.unit.layer < 0 || pos < p.mask->kept)
+      fn(grad_offset_of(p, lo, pos), fo, len);
   });
 }
 
@@ -124,7 +126,8 @@ std::vector<NamedTensor> gather_full(Model& model, Optimizer* opt, const Gradien
       }
       world.reduce_sum(full.data(), full.data(), static_cast<int64_t>(full.size()), 0);
       if (to_all) world.broadcast(full.data(), static_cast<int64_t>(sizeof(float) * full.size()), 0);
-      if (rank == 0 || to_all) out.push_back({k < 0 ? spec.name : spec.name + "::" + std::to_string(k), spec.shape, std::move(full)});
+      if (rank == 0 || to_all)
+        out.push_back({k < 0 ? spec.name : spec.name + "::" + std::to_string(k), spec.shape, std::move(full)});
     }
   }
   return out;
@@ -269,7 +272,8 @@ int64_t scatter_owned_slices(Model& model, Optimizer* opt, Communicator& world,
         for (size_t r = 0, v = 0; r < mine.len.size(); v += mine.len[r++]) {
           const int64_t a = std::max(lo, mine.full_off[r]), b = std::min(hi, mine.full_off[r] + mine.len[r]);
           if (a < b)
-            std::memcpy(window.data() + (a - lo), mine.values.data() + v + (a - mine.full_off[r]), sizeof(float) * (b - a));
+            std::memcpy(window.data() + (a - lo), mine.values.data() + v + (a - mine.full_off[r]),
+                        sizeof(float) * (b - a));
         }
         world.reduce_sum(window.data(), window.data(), hi - lo, 0);
         world.broadcast(window.data(), static_cast<int64_t>(sizeof(float) * (hi - lo)), 0);

@@ -22,9 +22,8 @@ std::vector<FullTensorSpec> full_specs(const ModelConfig& config);
 /// unit taken from the owner of its holder group (lowest rank), dense tensors from rank 0.
 /// Empty on other ranks. With an optimizer, also returns its state as "<name>::<k>" tensors
 /// (zeros where unheld).
-std::vector<NamedTensor> gather_full(Model& model, Optimizer* opt, const GradientSync& sync,
-                                     Communicator& world, const std::vector<FullTensorSpec>& specs,
-                                     bool to_all = false);
+std::vector<NamedTensor> gather_full(Model& model, Optimizer* opt, const GradientSync& sync, Communicator& world,
+                                     const std::vector<FullTensorSpec>& specs, bool to_all = false);
 
 /// Collective: rank 0 holds `full` (read by load_checkpoint_for, which checked names and
 /// shapes); every rank copies its slices of each parameter and, when opt is given, of the

@@ -18,9 +18,9 @@ MemStats predict_rank_memory(const Config& c, int world, int rank) {
   return MemoryTracker::global().measure([&] {
     auto comm = make_simulated_communicator(rank, world);
     const Sharding sharding = c.parallel.shard;
-    auto model = make_model(c.model, make_subnet_mask(plan, units, layout.subnet(), c.mask.scale == MaskScale::inverse_keep),
-                            c.train.batch_size, c.train.seed, c.train.recompute == Recompute::blocks,
-                            param_layout_of(sharding));
+    auto model =
+        make_model(c.model, make_subnet_mask(plan, units, layout.subnet(), c.mask.scale == MaskScale::inverse_keep),
+                   c.train.batch_size, c.train.seed, c.train.recompute == Recompute::blocks, param_layout_of(sharding));
     GradientSync sync(*comm, layout, plan, model->params().all(), c.parallel.bucket_mb, sharding,
                       static_cast<int>(units.blocks.size()));
     auto opt = make_optimizer(c.optim, model->params().trainable(), sync.sharded() ? &sync.shard_pieces() : nullptr);

@@ -45,8 +45,10 @@ std::vector<int> parse_stop_signals(const std::string& names) {
     int signo = 0;
     for (const KnownSignal& k : kKnown)
       if (name == k.name) signo = k.signo;
-    SUBDP_CHECK(signo != 0, "[train] stop_signals = \"{}\": unknown signal \"{}\" (expected a comma-separated list of "
-                "SIGTERM, SIGUSR1, SIGUSR2, SIGINT, SIGHUP, or \"\" for none)", names, name);
+    SUBDP_CHECK(signo != 0,
+                "[train] stop_signals = \"{}\": unknown signal \"{}\" (expected a comma-separated list of "
+                "SIGTERM, SIGUSR1, SIGUSR2, SIGINT, SIGHUP, or \"\" for none)",
+                names, name);
     out.push_back(signo);
     begin = end + 1;
   }

@@ -57,8 +57,8 @@ Trainer::Trainer(const Config& config, std::unique_ptr<Communicator> world, cons
   prints_ = layout_.rank == 0 || world_->simulated();
   layout_.S = config_.parallel.subnetworks;
   SUBDP_CHECK(layout_.world % layout_.S == 0,
-              "parallel.subnetworks = {} does not divide the world size W = {}: W must be S x R replicas",
-              layout_.S, layout_.world);
+              "parallel.subnetworks = {} does not divide the world size W = {}: W must be S x R replicas", layout_.S,
+              layout_.world);
   units_ = model_units(config_.model);
   plan_ = make_plan(units_, config_.mask, layout_.S);
   check_layout_agreement();
@@ -132,15 +132,16 @@ void Trainer::stop_on_any_error(const std::vector<std::string>& errors) const {
 }
 
 void Trainer::build_local_model() {
-  const SubnetMask mask = make_subnet_mask(plan_, units_, layout_.subnet(), config_.mask.scale == MaskScale::inverse_keep);
+  const SubnetMask mask =
+      make_subnet_mask(plan_, units_, layout_.subnet(), config_.mask.scale == MaskScale::inverse_keep);
   const Sharding sharding = config_.parallel.shard;
   model_ = make_model(config_.model, mask, config_.train.batch_size, config_.train.seed,
                       config_.train.recompute == Recompute::blocks, param_layout_of(sharding));
   sync_ = std::make_unique<GradientSync>(*world_, layout_, plan_, model_->params().all(), config_.parallel.bucket_mb,
                                          sharding, static_cast<int>(units_.blocks.size()));
   sync_->initialise_shard_values(config_.train.seed);  // FSDP: the shards hold the blocks' values
-  optimizer_ = make_optimizer(config_.optim, model_->params().trainable(),
-                              sync_->sharded() ? &sync_->shard_pieces() : nullptr);
+  optimizer_ =
+      make_optimizer(config_.optim, model_->params().trainable(), sync_->sharded() ? &sync_->shard_pieces() : nullptr);
   // ZeRO-2 / FSDP: the sync's collectives inside the passes, each block's gradients checked first.
   model_->set_block_hooks(sync_->block_hooks([this](const Param& p) { return gradient_finite(p); }));
 }
@@ -157,10 +158,13 @@ void Trainer::check_layout_agreement() {
   if (bad < 0) return;
   const auto texts = world_->allgather(text);
   const ConfigDifference d = first_config_difference(texts[bad], texts[0]);
-  const std::string what = d.key.empty() ? fmt::format("plan (hashes {} vs {})", all[bad].substr(17), all[0].substr(17))
-                                         : fmt::format("config: {} = {} on rank {}, {} on rank 0", d.key, d.a, bad, d.b);
-  throw Error(fmt::format("rank {} was started with a different {}; every rank must run the same config file and "
-                          "overrides", bad, what));
+  const std::string what = d.key.empty()
+                               ? fmt::format("plan (hashes {} vs {})", all[bad].substr(17), all[0].substr(17))
+                               : fmt::format("config: {} = {} on rank {}, {} on rank 0", d.key, d.a, bad, d.b);
+  throw Error(
+      fmt::format("rank {} was started with a different {}; every rank must run the same config file and "
+                  "overrides",
+                  bad, what));
 }
 
 int Trainer::run() {
@@ -170,9 +174,10 @@ int Trainer::run() {
                 name_of(world_->kind()), threads_per_rank(config_.train.threads));
     std::printf("%s", plan_.describe(units_).c_str());
     if (world_->simulated() && sync_->sharded())
-      std::printf("note: --simulate-rank with parallel.shard = \"%s\": the other ranks' shards never arrive, so "
-                  "losses and accuracies mean nothing; memory and bytes are this rank's\n",
-                  name_of(config_.parallel.shard));
+      std::printf(
+          "note: --simulate-rank with parallel.shard = \"%s\": the other ranks' shards never arrive, so "
+          "losses and accuracies mean nothing; memory and bytes are this rank's\n",
+          name_of(config_.parallel.shard));
     print_memory_comparison();
     std::fflush(stdout);
   }
@@ -206,8 +211,13 @@ void Trainer::report_final(const EvalResult& final_eval) {
   world_->allreduce_max(&peak, 1);
   const double time_s = seconds_since(start_);
   if (metrics_.is_open())  // the values of the final line below (train_loss: this rank's last batch)
-    metrics_.write({{"event", "final"}, {"step", step_}, {"train_loss", last_train_loss_}, {"test_loss", final_eval.loss},
-                    {"test_acc", final_eval.acc}, {"peak_bytes", static_cast<int64_t>(peak)}, {"time_s", time_s},
+    metrics_.write({{"event", "final"},
+                    {"step", step_},
+                    {"train_loss", last_train_loss_},
+                    {"test_loss", final_eval.loss},
+                    {"test_acc", final_eval.acc},
+                    {"peak_bytes", static_cast<int64_t>(peak)},
+                    {"time_s", time_s},
                     {"skipped_steps", skipped_total_}});
   if (!prints_) return;
   std::printf("memory: largest per-rank peak %s; plain DP would need %s per rank (%.2fx)\n",
@@ -228,9 +238,11 @@ int Trainer::stop_for_signal() {
   if (saves && step_ != last_saved_step_) save(false);
   if (prints_) {
     if (saves)
-      std::printf("stopped by %s at step %lld of %lld: checkpoint in %s; run again with checkpoint.resume = \"auto\" "
-                  "to continue (exit status %d)\n", signal_name(stop_signal_).c_str(), static_cast<long long>(step_),
-                  static_cast<long long>(total_steps_), config_.checkpoint.dir.c_str(), kExitStopped);
+      std::printf(
+          "stopped by %s at step %lld of %lld: checkpoint in %s; run again with checkpoint.resume = \"auto\" "
+          "to continue (exit status %d)\n",
+          signal_name(stop_signal_).c_str(), static_cast<long long>(step_), static_cast<long long>(total_steps_),
+          config_.checkpoint.dir.c_str(), kExitStopped);
     else
       std::printf("stopped by %s at step %lld of %lld: no checkpoint.dir, nothing saved (exit status %d)\n",
                   signal_name(stop_signal_).c_str(), static_cast<long long>(step_),
@@ -246,8 +258,11 @@ void Trainer::print_eval(const EvalResult& full, const EvalResult& sub) {
   // A share with no examples gives 0/0; print it as "nan", not "-nan".
   auto shown = [](double v) { return std::isnan(v) ? std::numeric_limits<double>::quiet_NaN() : v; };
   if (metrics_.is_open()) {  // the values of the eval line below (the same on every rank)
-    nlohmann::json j = {{"event", "eval"}, {"step", step_}, {"epoch", static_cast<double>(step_) / steps_per_epoch_},
-                        {"test_loss", full.loss}, {"test_acc", full.acc}};
+    nlohmann::json j = {{"event", "eval"},
+                        {"step", step_},
+                        {"epoch", static_cast<double>(step_) / steps_per_epoch_},
+                        {"test_loss", full.loss},
+                        {"test_acc", full.acc}};
     if (text) j[bits_name] = full.loss / std::log(2.0);
     if (plan_.masked()) j["subnetwork_loss"] = shown(sub.loss), j["subnetwork_acc"] = shown(sub.acc);
     metrics_.write(j);
@@ -255,8 +270,7 @@ void Trainer::print_eval(const EvalResult& full, const EvalResult& sub) {
   if (!prints_) return;
   std::printf("eval step %lld epoch %.2f: full model test_loss %.4f test_acc %.4f", static_cast<long long>(step_),
               static_cast<double>(step_) / steps_per_epoch_, full.loss, full.acc);
-  if (full.positions == 0 && world_->simulated())
-    std::printf(" (not evaluated: --simulate-rank runs this rank alone)");
+  if (full.positions == 0 && world_->simulated()) std::printf(" (not evaluated: --simulate-rank runs this rank alone)");
   // Byte-level text: bits per byte (per token for token shards) = loss in nats / ln 2.
   if (text) std::printf(" %s %.4f", bits_name, full.loss / std::log(2.0));
   if (plan_.masked()) std::printf(" | subnetworks (own share) loss %.4f acc %.4f", shown(sub.loss), shown(sub.acc));
@@ -287,15 +301,15 @@ void Trainer::dump_local_values(const std::string& dir) {
     if (p->shard_value.defined()) {  // FSDP: a block's values live in this rank's shard only
       const HostCopy host(p->shard_value);
       for (const StateRun& r : p->shard_runs)
-        for (int64_t i = 0; i < r.len; ++i) t.data[full_offset_of_grad(*p, r.grad_off + i)] = host.f32()[r.state_off + i];
+        for (int64_t i = 0; i < r.len; ++i)
+          t.data[full_offset_of_grad(*p, r.grad_off + i)] = host.f32()[r.state_off + i];
       out.push_back(std::move(t));
       continue;
     }
     const HostCopy host(p->value);
     const float* v = host.f32();
-    for_each_value_run(*p, [&](int64_t lo, int64_t fo, int64_t len) {
-      std::copy(v + lo, v + lo + len, t.data.begin() + fo);
-    });
+    for_each_value_run(
+        *p, [&](int64_t lo, int64_t fo, int64_t len) { std::copy(v + lo, v + lo + len, t.data.begin() + fo); });
     out.push_back(std::move(t));
   }
   save_safetensors(dir + "/rank" + std::to_string(layout_.rank) + ".safetensors", out);

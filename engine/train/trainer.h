@@ -67,12 +67,12 @@ class Trainer {
   };
   /// What one step measured: its phases fill it, record() writes it.
   struct StepFigures {
-    double loss = 0;       // mean cross-entropy of this rank's batch (nats)
-    int64_t correct = 0;   // target positions whose argmax is the target
-    int64_t flops = 0;     // forward and backward FLOPs (engine/layers/flops.h)
-    double lr = 0;         // learning rate of the update
-    double comm_s = 0;     // seconds in collectives (inside the backward pass included)
-    double step_s = 0;     // seconds of the whole step
+    double loss = 0;      // mean cross-entropy of this rank's batch (nats)
+    int64_t correct = 0;  // target positions whose argmax is the target
+    int64_t flops = 0;    // forward and backward FLOPs (engine/layers/flops.h)
+    double lr = 0;        // learning rate of the update
+    double comm_s = 0;    // seconds in collectives (inside the backward pass included)
+    double step_s = 0;    // seconds of the whole step
     StepTraffic bytes;
   };
   /// One optimizer step, as named phases in order: prepare_step, forward_backward,
@@ -174,10 +174,10 @@ class Trainer {
   double window_loss_ = 0, window_acc_ = 0;
   int64_t window_n_ = 0, window_examples_ = 0;
   double window_time_ = 0;
-  nlohmann::json pending_alignment_;  // measured this step, written with its metrics line
-  nlohmann::json pending_redeal_;     // a re-deal before this step: written with its metrics line
-  int stop_signal_ = 0;               // a stop signal every rank has agreed on (0: none)
-  int64_t deal_ = 0;                  // the plan in use is that of deal deal_ (mask.redeal_every)
+  nlohmann::json pending_alignment_;       // measured this step, written with its metrics line
+  nlohmann::json pending_redeal_;          // a re-deal before this step: written with its metrics line
+  int stop_signal_ = 0;                    // a stop signal every rank has agreed on (0: none)
+  int64_t deal_ = 0;                       // the plan in use is that of deal deal_ (mask.redeal_every)
   double last_train_loss_ = std::nan("");  // NaN until a step runs (a resume at the last step runs none)
   std::chrono::steady_clock::time_point start_;
 };

@@ -18,7 +18,7 @@ EvalResult Trainer::evaluate(Model& model, int share_rank, int shares, int64_t f
   double loss_sum = 0;
   int64_t correct_sum = 0, positions = 0;
   const int64_t batches = data_->eval_batches(share_rank, shares);
-  if (forwards > batches) data_->eval_batch(0, 0, shares, batch_);  // share 0 has the most batches
+  if (forwards > batches) data_->eval_batch(0, 0, shares, batch_);                     // share 0 has the most batches
   for (int64_t i = batches; i < forwards; ++i) model.forward(batch_, false, nullptr);  // uncounted
   for (int64_t i = 0; i < batches; ++i) {
     data_->eval_batch(i, share_rank, shares, batch_);
@@ -55,7 +55,7 @@ EvalResult Trainer::evaluate_shares(Model& model) {
 EvalResult Trainer::evaluate_full() {
   // Sharded evaluation (design brief): every rank assembles the full model and evaluates a
   // 1/W share of the test split, so no rank idles while one evaluates everything.
-  if (!plan_.masked()) return evaluate_shares(*model_);  // every rank holds the full model
+  if (!plan_.masked()) return evaluate_shares(*model_);             // every rank holds the full model
   if (world_->simulated()) return {std::nan(""), std::nan(""), 0};  // other ranks' units are not here
   assemble_eval_model();
   recalibrate_batchnorm(*eval_model_, /*across_world=*/true);
@@ -140,7 +140,7 @@ EvalResult Trainer::evaluate_local() {
 }
 
 nlohmann::json Trainer::measure_alignment() {
-  assemble_eval_model();  // collective; the full model after this step's update
+  assemble_eval_model();             // collective; the full model after this step's update
   data_->train_batch(0, 0, batch_);  // the fixed batch: this rank's first
   eval_model_->zero_grad();
   eval_model_->forward(batch_, true, nullptr);
@@ -157,8 +157,9 @@ nlohmann::json Trainer::measure_alignment() {
     const double c = sums.cosine();
     out[kind] = std::isnan(c) ? nlohmann::json(nullptr) : nlohmann::json(c);
   }
-  if (prints_) std::printf("alignment step %lld (rank 0, cosine to the full model's gradient): %s\n",
-                           static_cast<long long>(step_), out.dump().c_str());
+  if (prints_)
+    std::printf("alignment step %lld (rank 0, cosine to the full model's gradient): %s\n",
+                static_cast<long long>(step_), out.dump().c_str());
   return out;
 }
 
@@ -198,8 +199,8 @@ Trainer::ResumeSource Trainer::read_resume_source(OptimizerLoad policy) {
     check_checkpoint_for(path, name_of(config_.model.name), specs_, optimizer_->num_states(), policy, src.info,
                          src.full, src.opt);
   } else if (!path.empty()) {
-    load_checkpoint_for(path, name_of(config_.model.name), specs_, optimizer_->num_states(), policy, src.info,
-                        src.full, src.opt);
+    load_checkpoint_for(path, name_of(config_.model.name), specs_, optimizer_->num_states(), policy, src.info, src.full,
+                        src.opt);
   }
   if (path.empty()) {
     std::printf("checkpoint.resume = \"auto\": no checkpoint in %s, starting fresh\n", ck.dir.c_str());
@@ -207,10 +208,12 @@ Trainer::ResumeSource Trainer::read_resume_source(OptimizerLoad policy) {
   }
   checkpoints_.trusted.insert(path);  // read and verified: keep_last may prune it
   std::error_code ec;
-  src.in_own_dir = !ck.dir.empty() && std::filesystem::equivalent(std::filesystem::path(path).parent_path(), ck.dir, ec);
+  src.in_own_dir =
+      !ck.dir.empty() && std::filesystem::equivalent(std::filesystem::path(path).parent_path(), ck.dir, ec);
   SUBDP_CHECK(src.info.step <= total_steps_,
               "{}: checkpoint at step {}, past the run's last step {} ([train] steps / epochs): nothing to "
-              "train; raise train.steps or train.epochs", path, src.info.step, total_steps_);
+              "train; raise train.steps or train.epochs",
+              path, src.info.step, total_steps_);
   std::printf("resuming from %s at step %lld%s\n", path.c_str(), static_cast<long long>(src.info.step),
               src.info.step == total_steps_ ? " (the run's last step: no training steps)" : "");
   return src;
@@ -253,8 +256,10 @@ void Trainer::resume() {
   optimizer_->set_steps_taken(reset ? 0 : header[1]);
   last_train_loss_ = info.train_loss;
   if (reset)  // every rank says so: its optimizer state is not what the checkpoint's run had
-    std::printf("rank %d: checkpoint.reset_optimizer = true: weights loaded at step %lld, optimizer state and "
-                "its step count start from zero\n", layout_.rank, static_cast<long long>(step_));
+    std::printf(
+        "rank %d: checkpoint.reset_optimizer = true: weights loaded at step %lld, optimizer state and "
+        "its step count start from zero\n",
+        layout_.rank, static_cast<long long>(step_));
 }
 
 }  // namespace subdp

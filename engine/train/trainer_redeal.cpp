@@ -20,8 +20,7 @@ namespace {
 // Collective: the sum over ranks of each rank's checksum of its owned elements (exact, mod 2^64).
 uint64_t world_checksum_of(Communicator& world, uint64_t mine) {
   uint64_t sum = 0;
-  for (const std::string& s : world.allgather(fmt::format("{:016x}", mine)))
-    sum += std::stoull(s, nullptr, 16);
+  for (const std::string& s : world.allgather(fmt::format("{:016x}", mine))) sum += std::stoull(s, nullptr, 16);
   return sum;
 }
 
@@ -67,14 +66,20 @@ void Trainer::redeal(int64_t deal) {
     after = world_checksum_of(*world_, owned_checksum(*model_, optimizer_.get(), *sync_, *world_, specs_));
     SUBDP_CHECK(before == after || world_->simulated(),
                 "internal error: the re-deal before step {} changed the model or optimizer state (checksum {:016x} "
-                "before, {:016x} after)", step_ + 1, before, after);
+                "before, {:016x} after)",
+                step_ + 1, before, after);
   }
   deal_ = deal;
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  nlohmann::json record = {{"deal", deal}, {"plan_seed", seed},
-                           {"plan_hash", fmt::format("{:016x}", plan_.hash())}, {"unchanged", unchanged},
-                           {"seconds", seconds}, {"bytes_moved", moved}, {"host_staged_bytes", staged},
-                           {"peak_bytes", peak}, {"training_peak_bytes", training_peak},
+  nlohmann::json record = {{"deal", deal},
+                           {"plan_seed", seed},
+                           {"plan_hash", fmt::format("{:016x}", plan_.hash())},
+                           {"unchanged", unchanged},
+                           {"seconds", seconds},
+                           {"bytes_moved", moved},
+                           {"host_staged_bytes", staged},
+                           {"peak_bytes", peak},
+                           {"training_peak_bytes", training_peak},
                            {"checksum_before", fmt::format("{:016x}", before)},
                            {"checksum_after", fmt::format("{:016x}", after)}};
   if (!pending_redeal_.is_null()) {  // the step after the last re-deal was skipped (train.nonfinite)
@@ -87,12 +92,12 @@ void Trainer::redeal(int64_t deal) {
   double largest[3] = {static_cast<double>(peak), static_cast<double>(training_peak), seconds};
   world_->allreduce_max(largest, 3);
   if (prints_)
-    std::printf("before step %lld: masks re-dealt (deal %lld, plan seed %llu%s): %.1f MiB moved per rank in %.2fs "
-                "(slowest rank); device peak %.1f MiB, training peak %.1f MiB (largest ranks)\n",
-                static_cast<long long>(step_ + 1), static_cast<long long>(deal),
-                static_cast<unsigned long long>(seed),
-                unchanged ? ", plan unchanged: nothing moved" : "", moved / 1048576.0, largest[2],
-                largest[0] / 1048576.0, largest[1] / 1048576.0);
+    std::printf(
+        "before step %lld: masks re-dealt (deal %lld, plan seed %llu%s): %.1f MiB moved per rank in %.2fs "
+        "(slowest rank); device peak %.1f MiB, training peak %.1f MiB (largest ranks)\n",
+        static_cast<long long>(step_ + 1), static_cast<long long>(deal), static_cast<unsigned long long>(seed),
+        unchanged ? ", plan unchanged: nothing moved" : "", moved / 1048576.0, largest[2], largest[0] / 1048576.0,
+        largest[1] / 1048576.0);
 }
 
 }  // namespace subdp

@@ -58,9 +58,11 @@ bool Trainer::skip_if_nonfinite(const StepFigures& f) {
     skipped_in_a_row_ = 0;
     return false;
   }
-  SUBDP_CHECK(config_.train.nonfinite == NonfinitePolicy::skip, "non-finite loss or gradient at step {} (see the rank's "
+  SUBDP_CHECK(config_.train.nonfinite == NonfinitePolicy::skip,
+              "non-finite loss or gradient at step {} (see the rank's "
               "message above); stopping before the optimizer step, no checkpoint written over the last good one "
-              "(train.nonfinite = \"skip\" skips such steps instead)", step_ + 1);
+              "(train.nonfinite = \"skip\" skips such steps instead)",
+              step_ + 1);
   ++skipped_in_a_row_;
   ++skipped_total_;
   last_train_loss_ = f.loss;  // the last batch's loss, as the final line says (non-finite here)
@@ -69,8 +71,9 @@ bool Trainer::skip_if_nonfinite(const StepFigures& f) {
               "skips at most train.max_skipped_steps = {} in a row; stopping, no checkpoint written over the last "
               "good one",
               skipped_in_a_row_, step_ + 1, config_.train.max_skipped_steps);
-  if (prints_) std::fprintf(stderr, "subdp: warning: skipping step %lld: non-finite values (%lld in a row)\n",
-                            static_cast<long long>(step_ + 1), static_cast<long long>(skipped_in_a_row_));
+  if (prints_)
+    std::fprintf(stderr, "subdp: warning: skipping step %lld: non-finite values (%lld in a row)\n",
+                 static_cast<long long>(step_ + 1), static_cast<long long>(skipped_in_a_row_));
   ++step_;
   return true;
 }
@@ -103,8 +106,9 @@ void Trainer::draw_dropped_blocks() {
   for (int b = 0; b < n; ++b) {
     const bool pinned = std::count(config_.mask.pinned.begin(), config_.mask.pinned.end(), b) > 0;
     dense[b] = pinned || !units_.blocks[b].droppable;
-    if (!dense[b]) dropped[b] = stochastic_drop(config_.train.seed ^ mix64(config_.mask.seed), layout_.rank, step_, b,
-                                                config_.mask.keep);
+    if (!dense[b])
+      dropped[b] =
+          stochastic_drop(config_.train.seed ^ mix64(config_.mask.seed), layout_.rank, step_, b, config_.mask.keep);
   }
   const float scale = config_.mask.scale == MaskScale::inverse_keep ? static_cast<float>(1.0 / config_.mask.keep) : 1.f;
   model_->set_dropped_blocks(dropped, dense, scale);
@@ -145,8 +149,8 @@ void Trainer::check_updated_values() {
       return "";
     };
     // FSDP keeps a block's values in its shard (the shared buffer holds another block's).
-    std::string where = p.shard_value.defined() ? first_bad(p.shard_value, p.shard_runs)
-                                                : locate_nonfinite(p, HostCopy(p.value).f32());
+    std::string where =
+        p.shard_value.defined() ? first_bad(p.shard_value, p.shard_runs) : locate_nonfinite(p, HostCopy(p.value).f32());
     if (!where.empty()) mine = fmt::format("tensor {}, {}", p.name, where);
     const auto states = optimizer_->state(i);
     for (size_t k = 0; k < states.size() && mine.empty(); ++k) {
@@ -160,9 +164,11 @@ void Trainer::check_updated_values() {
   if (bad == 0) return;
   const auto all = world_->allgather(mine);
   for (int r = 0; r < static_cast<int>(all.size()); ++r)
-    SUBDP_CHECK(all[r].empty(), "non-finite value at step {} (written by the optimizer update) on rank {}: {}; every rank "
+    SUBDP_CHECK(all[r].empty(),
+                "non-finite value at step {} (written by the optimizer update) on rank {}: {}; every rank "
                 "stops here and no checkpoint is written (a smaller optim.lr, optim.grad_clip, or a checkpoint "
-                "before the fault)", step_ + 1, r, all[r]);
+                "before the fault)",
+                step_ + 1, r, all[r]);
 }
 
 void Trainer::clip_gradients() {
@@ -201,13 +207,24 @@ void Trainer::record(const StepFigures& f) {
   const double loss = f.loss, acc = f.correct / positions, lr = f.lr, step_s = f.step_s, comm_s = f.comm_s;
   const MemStats& mem = MemoryTracker::global().stats();
   if (metrics_.is_open()) {
-    nlohmann::json j = {{"step", step_}, {"epoch", static_cast<double>(step_) / steps_per_epoch_}, {"rank", layout_.rank},
-                        {"subnetwork", layout_.subnet()}, {"loss", loss}, {"acc", acc}, {"lr", lr},
-                        {"step_time_s", step_s}, {"compute_s", step_s - comm_s}, {"comm_s", comm_s},
+    nlohmann::json j = {{"step", step_},
+                        {"epoch", static_cast<double>(step_) / steps_per_epoch_},
+                        {"rank", layout_.rank},
+                        {"subnetwork", layout_.subnet()},
+                        {"loss", loss},
+                        {"acc", acc},
+                        {"lr", lr},
+                        {"step_time_s", step_s},
+                        {"compute_s", step_s - comm_s},
+                        {"comm_s", comm_s},
                         {"bytes_allreduced", f.bytes.allreduced},
-                        {"bytes_broadcast", f.bytes.broadcast}, {"flops", f.flops}, {"mem_current", memory_json(mem.current)},
-                        {"mem_peak", memory_json(mem.peak)}, {"mem_total_current", mem.total_current},
-                        {"mem_total_peak", mem.total_peak}, {"peak_rss", process_peak_rss_bytes()}};
+                        {"bytes_broadcast", f.bytes.broadcast},
+                        {"flops", f.flops},
+                        {"mem_current", memory_json(mem.current)},
+                        {"mem_peak", memory_json(mem.peak)},
+                        {"mem_total_current", mem.total_current},
+                        {"mem_total_peak", mem.total_peak},
+                        {"peak_rss", process_peak_rss_bytes()}};
     if (const int64_t used = backend().device_used_bytes(); used >= 0) j["device_used_bytes"] = used;
     if (!pending_alignment_.is_null()) j["alignment"] = pending_alignment_;
     if (!pending_redeal_.is_null()) j["redeal"] = pending_redeal_;
@@ -225,12 +242,16 @@ void Trainer::record(const StepFigures& f) {
   world_->allreduce_max(worst, 2);
   if (prints_) {
     // Examples per second over all ranks; tokens per second for language models.
-    const double rate = window_examples_ * layout_.world * model_->positions_per_example() / std::max(window_time_, 1e-9);
+    const double rate =
+        window_examples_ * layout_.world * model_->positions_per_example() / std::max(window_time_, 1e-9);
     const double eta = (total_steps_ - step_) * window_time_ / window_n_;
-    std::printf("epoch %lld step %lld/%lld loss %.4f acc %.4f lr %.5f %s %.0f step %.3fs (slowest rank) "
-                "peak %s (largest rank) eta %.0fs\n", static_cast<long long>((step_ - 1) / steps_per_epoch_ + 1),
-                static_cast<long long>(step_), static_cast<long long>(total_steps_), window_loss_ / window_n_,
-                window_acc_ / window_n_, lr, model_->positions_per_example() > 1 ? "tokens/s" : "samples/s", rate, worst[0], mib(static_cast<int64_t>(worst[1])).c_str(), eta);
+    std::printf(
+        "epoch %lld step %lld/%lld loss %.4f acc %.4f lr %.5f %s %.0f step %.3fs (slowest rank) "
+        "peak %s (largest rank) eta %.0fs\n",
+        static_cast<long long>((step_ - 1) / steps_per_epoch_ + 1), static_cast<long long>(step_),
+        static_cast<long long>(total_steps_), window_loss_ / window_n_, window_acc_ / window_n_, lr,
+        model_->positions_per_example() > 1 ? "tokens/s" : "samples/s", rate, worst[0],
+        mib(static_cast<int64_t>(worst[1])).c_str(), eta);
     std::fflush(stdout);
   }
   window_loss_ = window_acc_ = window_time_ = 0;

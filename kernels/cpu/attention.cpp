@@ -48,9 +48,7 @@ int thread_count(int slots) { return std::max(1, std::min(slots, omp_get_max_thr
 
 /// True when a call is worth spreading over threads: waking a team costs more than a tiny
 /// problem (and under an oversubscribed CPU, far more).
-bool worth_threads(const AttentionShape& s) {
-  return static_cast<int64_t>(s.B) * s.H * s.T * s.T * s.hd >= (1 << 15);
-}
+bool worth_threads(const AttentionShape& s) { return static_cast<int64_t>(s.B) * s.H * s.T * s.T * s.hd >= (1 << 15); }
 
 }  // namespace
 
@@ -94,8 +92,8 @@ void attention_forward(const AttentionShape& s, const float* qkv, float* att, fl
   }
 }
 
-void attention_backward(const AttentionShape& s, const float* qkv, const float* att, const float* dy,
-                        float* dqkv, float* ws, int slots) {
+void attention_backward(const AttentionShape& s, const float* qkv, const float* att, const float* dy, float* dqkv,
+                        float* ws, int slots) {
   const int T = s.T, hd = s.hd, C = static_cast<int>(s.width()), ld = 3 * C;
   const float scale = 1.f / std::sqrt(static_cast<float>(hd));
   const int64_t pairs = static_cast<int64_t>(s.B) * s.H;

@@ -28,7 +28,7 @@ void attention_forward(const AttentionShape& s, const float* qkv, float* att, fl
 /// forward's qkv and att, or, with att null, probabilities recomputed from qkv with the
 /// forward's arithmetic (bit-identical). ws: attention_workspace_floats(s, slots) floats;
 /// at most `slots` threads run.
-void attention_backward(const AttentionShape& s, const float* qkv, const float* att, const float* dy,
-                        float* dqkv, float* ws, int slots);
+void attention_backward(const AttentionShape& s, const float* qkv, const float* att, const float* dy, float* dqkv,
+                        float* ws, int slots);
 
 }  // namespace subdp::cpu

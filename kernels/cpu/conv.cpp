@@ -174,10 +174,9 @@ void conv2d_forward(const ConvShape& s, const float* x, const float* w, float* y
   conv2d_im2col_forward(s, x, w, y, ws);
 }
 
-void conv2d_backward(const ConvShape& s, const float* x, const float* w, const float* dy,
-                     float* dx, float* dw, int dw_cout, int dw_cin, float* ws, bool accumulate_dx) {
-  if (winograd_applies(s))
-    return winograd_backward(s, x, w, dy, dx, dw, dw_cout, dw_cin, ws, accumulate_dx);
+void conv2d_backward(const ConvShape& s, const float* x, const float* w, const float* dy, float* dx, float* dw,
+                     int dw_cout, int dw_cin, float* ws, bool accumulate_dx) {
+  if (winograd_applies(s)) return winograd_backward(s, x, w, dy, dx, dw, dw_cout, dw_cin, ws, accumulate_dx);
   if (channels_last_applies(s))
     return conv2d_channels_last_backward(s, x, w, dy, dx, dw, dw_cout, dw_cin, ws, accumulate_dx);
   conv2d_im2col_backward(s, x, w, dy, dx, dw, dw_cout, dw_cin, ws, accumulate_dx);
@@ -200,9 +199,8 @@ void conv2d_im2col_forward(const ConvShape& s, const float* x, const float* w, f
   }
 }
 
-void conv2d_im2col_backward(const ConvShape& s, const float* x, const float* w, const float* dy,
-                            float* dx, float* dw, int dw_cout, int dw_cin, float* ws,
-                            bool accumulate_dx) {
+void conv2d_im2col_backward(const ConvShape& s, const float* x, const float* w, const float* dy, float* dx, float* dw,
+                            int dw_cout, int dw_cin, float* ws, bool accumulate_dx) {
   const int P = s.Ho() * s.Wo(), kk = s.k * s.k, CK = s.Cin * kk;
   const int64_t in_size = static_cast<int64_t>(s.Cin) * s.H * s.W, out_size = static_cast<int64_t>(s.Cout) * P;
   const bool want_dw = dw && dw_cout > 0 && dw_cin > 0;
@@ -255,8 +253,7 @@ void global_avg_pool_backward(const float* dy, float* dx, int N, int C, int HW) 
   }
 }
 
-void max_pool_forward(const float* x, float* y, int32_t* argmax, int N, int C, int H, int W,
-                      int k, int s) {
+void max_pool_forward(const float* x, float* y, int32_t* argmax, int N, int C, int H, int W, int k, int s) {
   const int Ho = (H - k) / s + 1, Wo = (W - k) / s + 1;
 #pragma omp parallel for schedule(static)
   for (int64_t nc = 0; nc < static_cast<int64_t>(N) * C; ++nc) {
@@ -275,8 +272,7 @@ void max_pool_forward(const float* x, float* y, int32_t* argmax, int N, int C, i
   }
 }
 
-void max_pool_backward(const float* dy, const int32_t* argmax, float* dx, int N, int C, int H,
-                       int W, int Ho, int Wo) {
+void max_pool_backward(const float* dy, const int32_t* argmax, float* dx, int N, int C, int H, int W, int Ho, int Wo) {
 #pragma omp parallel for schedule(static)
   for (int64_t nc = 0; nc < static_cast<int64_t>(N) * C; ++nc) {
     float* img = dx + nc * H * W;

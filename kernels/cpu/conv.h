@@ -23,18 +23,16 @@ void conv2d_forward(const ConvShape& s, const float* x, const float* w, float* y
 /// dw, when non-null, accumulates (+=) the gradient of the prefix w[:dw_cout, :dw_cin] into
 /// a compact (dw_cout, dw_cin, k, k) array: backward masking computes weight gradients for
 /// kept channels only.
-void conv2d_backward(const ConvShape& s, const float* x, const float* w, const float* dy,
-                     float* dx, float* dw, int dw_cout, int dw_cin, float* ws,
-                     bool accumulate_dx = false);
+void conv2d_backward(const ConvShape& s, const float* x, const float* w, const float* dy, float* dx, float* dw,
+                     int dw_cout, int dw_cin, float* ws, bool accumulate_dx = false);
 
 /// The NCHW im2col + GEMM path for any shape (what conv2d_* use when neither Winograd nor the
 /// channels-last path applies: the stem's single input channel, 1x1 convolutions).
 /// Workspace: per OpenMP thread, one sample's im2col columns and a weight-gradient partial.
 int64_t conv2d_im2col_workspace_floats(const ConvShape& s);
 void conv2d_im2col_forward(const ConvShape& s, const float* x, const float* w, float* y, float* ws);
-void conv2d_im2col_backward(const ConvShape& s, const float* x, const float* w, const float* dy,
-                            float* dx, float* dw, int dw_cout, int dw_cin, float* ws,
-                            bool accumulate_dx = false);
+void conv2d_im2col_backward(const ConvShape& s, const float* x, const float* w, const float* dy, float* dx, float* dw,
+                            int dw_cout, int dw_cin, float* ws, bool accumulate_dx = false);
 
 /// Global average pool: x (N, C, HW) -> y (N, C).
 void global_avg_pool_forward(const float* x, float* y, int N, int C, int HW);
@@ -43,10 +41,8 @@ void global_avg_pool_backward(const float* dy, float* dx, int N, int C, int HW);
 
 /// 2-D max pooling, square window k, stride s, no padding: x (N, C, H, W) -> y (N, C, Ho, Wo);
 /// argmax (N, C, Ho, Wo) records the flat input index of each maximum for the backward pass.
-void max_pool_forward(const float* x, float* y, int32_t* argmax, int N, int C, int H, int W,
-                      int k, int s);
+void max_pool_forward(const float* x, float* y, int32_t* argmax, int N, int C, int H, int W, int k, int s);
 /// dx (N, C, H, W) = scatter of dy through argmax (dx zeroed first).
-void max_pool_backward(const float* dy, const int32_t* argmax, float* dx, int N, int C, int H,
-                       int W, int Ho, int Wo);
+void max_pool_backward(const float* dy, const int32_t* argmax, float* dx, int N, int C, int H, int W, int Ho, int Wo);
 
 }  // namespace subdp::cpu

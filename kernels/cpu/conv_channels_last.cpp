@@ -28,8 +28,12 @@ constexpr int kTargetRows = 128;  // GEMM rows per chunk of samples, as winograd
 struct Layout {
   int P_in, P_out, kk, KC, chunk, rows;
   explicit Layout(const ConvShape& s)
-      : P_in(s.H * s.W), P_out(s.Ho() * s.Wo()), kk(s.k * s.k), KC(kk * s.Cin),
-        chunk(std::max(1, std::min(s.N, (kTargetRows + P_out - 1) / P_out))), rows(chunk * P_out) {}
+      : P_in(s.H * s.W),
+        P_out(s.Ho() * s.Wo()),
+        kk(s.k * s.k),
+        KC(kk * s.Cin),
+        chunk(std::max(1, std::min(s.N, (kTargetRows + P_out - 1) / P_out))),
+        rows(chunk * P_out) {}
   int chunks(int N) const { return (N + chunk - 1) / chunk; }
   int64_t filter_floats(const ConvShape& s) const { return int64_t{s.Cout} * KC; }
   int64_t thread_floats(const ConvShape& s) const {
@@ -135,9 +139,7 @@ void fold_weight_gradients(const ConvShape& s, const Layout& l, float* ws, int t
 
 }  // namespace
 
-bool channels_last_applies(const ConvShape& s) {
-  return s.k > 1 && !winograd_applies(s) && s.Cin >= 8 && s.Cout >= 8;
-}
+bool channels_last_applies(const ConvShape& s) { return s.k > 1 && !winograd_applies(s) && s.Cin >= 8 && s.Cout >= 8; }
 
 int64_t conv2d_channels_last_workspace_floats(const ConvShape& s) {
   const Layout l(s);
@@ -165,9 +167,8 @@ void conv2d_channels_last_forward(const ConvShape& s, const float* x, const floa
   }
 }
 
-void conv2d_channels_last_backward(const ConvShape& s, const float* x, const float* w, const float* dy,
-                                   float* dx, float* dw, int dw_cout, int dw_cin, float* ws,
-                                   bool accumulate_dx) {
+void conv2d_channels_last_backward(const ConvShape& s, const float* x, const float* w, const float* dy, float* dx,
+                                   float* dw, int dw_cout, int dw_cin, float* ws, bool accumulate_dx) {
   const Layout l(s);
   const bool want_dw = dw && dw_cout > 0 && dw_cin > 0;
   if (!dx && !want_dw) return;

@@ -34,8 +34,7 @@ void conv2d_channels_last_forward(const ConvShape& s, const float* x, const floa
 /// dWp += dy x cols, per-thread partials summed in thread order (deterministic for a fixed
 /// thread count). y and dx do not depend on the thread count (each chunk of samples is one
 /// thread's, whatever the count).
-void conv2d_channels_last_backward(const ConvShape& s, const float* x, const float* w, const float* dy,
-                                   float* dx, float* dw, int dw_cout, int dw_cin, float* ws,
-                                   bool accumulate_dx = false);
+void conv2d_channels_last_backward(const ConvShape& s, const float* x, const float* w, const float* dy, float* dx,
+                                   float* dw, int dw_cout, int dw_cin, float* ws, bool accumulate_dx = false);
 
 }  // namespace subdp::cpu

@@ -11,16 +11,17 @@ extern "C" void openblas_set_num_threads(int);
 
 namespace subdp::cpu {
 
-void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
-           int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+           int ldb, float beta, float* C, int ldc) {
   if (M == 0 || N == 0) return;
   if (K == 0) {  // empty inner dimension (e.g. a subnetwork keeping no head): C = beta * C
     for (int i = 0; i < M; ++i)
-      for (int j = 0; j < N; ++j) C[static_cast<int64_t>(i) * ldc + j] = beta == 0.f ? 0.f : beta * C[static_cast<int64_t>(i) * ldc + j];
+      for (int j = 0; j < N; ++j)
+        C[static_cast<int64_t>(i) * ldc + j] = beta == 0.f ? 0.f : beta * C[static_cast<int64_t>(i) * ldc + j];
     return;
   }
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha,
+              A, lda, B, ldb, beta, C, ldc);
 }
 
 void set_num_threads(int threads) {

@@ -7,8 +7,8 @@ namespace subdp::cpu {
 /// C (M, N) = alpha * op(A) (M, K) * op(B) (K, N) + beta * C, all row-major float32.
 /// op(A) = A^T when trans_a (A stored (K, M) with leading dimension lda), likewise B.
 /// Leading dimensions are in elements and allow strided sub-matrices (masked prefixes).
-void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
-           int lda, const float* B, int ldb, float beta, float* C, int ldc);
+void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+           int ldb, float beta, float* C, int ldc);
 
 /// Sets the number of BLAS threads (OpenBLAS) and OpenMP threads; at least 1. Turns off
 /// OpenMP dynamic thread adjustment (OMP_DYNAMIC), under which OpenBLAS can hang.

@@ -6,9 +6,9 @@
 
 namespace subdp::cpu {
 
-void batchnorm_forward(const float* x, const float* gamma, const float* beta, float* y,
-                       float* mean, float* rstd, float* running_mean, float* running_var, int N,
-                       int C, int HW, bool training, float momentum, float eps, bool relu) {
+void batchnorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
+                       float* running_mean, float* running_var, int N, int C, int HW, bool training, float momentum,
+                       float eps, bool relu) {
   const int64_t M = static_cast<int64_t>(N) * HW;
 #pragma omp parallel for schedule(static)
   for (int c = 0; c < C; ++c) {
@@ -61,9 +61,8 @@ void batchnorm_forward(const float* x, const float* gamma, const float* beta, fl
   }
 }
 
-void batchnorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd,
-                        const float* dy, float* dx, float* dgamma, float* dbeta, int N, int C,
-                        int HW, int grad_channels) {
+void batchnorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd, const float* dy,
+                        float* dx, float* dgamma, float* dbeta, int N, int C, int HW, int grad_channels) {
   const int64_t M = static_cast<int64_t>(N) * HW;
 #pragma omp parallel for schedule(static)
   for (int c = 0; c < C; ++c) {
@@ -106,8 +105,8 @@ inline void layernorm_row(const float* __restrict p, const float* __restrict gam
 }
 }  // namespace
 
-void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y,
-                       float* mean, float* rstd, int64_t rows, int C, float eps) {
+void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
+                       int64_t rows, int C, float eps) {
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* p = x + r * C;
@@ -126,15 +125,14 @@ void layernorm_forward(const float* x, const float* gamma, const float* beta, fl
   }
 }
 
-void layernorm_apply(const float* x, const float* gamma, const float* beta, const float* mean,
-                     const float* rstd, float* y, int64_t rows, int C) {
+void layernorm_apply(const float* x, const float* gamma, const float* beta, const float* mean, const float* rstd,
+                     float* y, int64_t rows, int C) {
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) layernorm_row(x + r * C, gamma, beta, mean[r], rstd[r], y + r * C, C);
 }
 
-void layernorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd,
-                        const float* dy, float* dx, float* dgamma, float* dbeta, int64_t rows,
-                        int C) {
+void layernorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd, const float* dy,
+                        float* dx, float* dgamma, float* dbeta, int64_t rows, int C) {
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* p = x + r * C;

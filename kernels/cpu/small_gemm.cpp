@@ -18,7 +18,7 @@ namespace {
 #ifdef __AVX512F__
 constexpr int kMr = 14;  // 28 accumulators + 2 panel vectors + 1 broadcast of 32 registers
 #else
-constexpr int kMr = 6;   // 12 accumulators + 2 panel vectors + 1 broadcast of 16 registers
+constexpr int kMr = 6;  // 12 accumulators + 2 panel vectors + 1 broadcast of 16 registers
 #endif
 constexpr int kNr = 2 * kLanes;  // columns per micro-tile: two vectors
 constexpr int kKc = 256;         // inner indices per packed panel (kKc * kNr floats on the stack)
@@ -47,8 +47,8 @@ void pack_panel(const float* B, int ldb, bool b_trans, int k0, int kc, int j0, i
 // C block (MR, nc) (=, or += when add) A rows (MR, kc) x panel (kc, kNr). Full-width blocks
 // load and store C directly; partial ones go through a (MR, kNr) buffer.
 template <int MR>
-void micro_kernel(int kc, const float* A, int64_t a_row, int64_t a_col, const float* panel, float* C, int ldc,
-                  int nc, bool add) {
+void micro_kernel(int kc, const float* A, int64_t a_row, int64_t a_col, const float* panel, float* C, int ldc, int nc,
+                  bool add) {
   Vec acc[MR][2] = {};
   for (int k = 0; k < kc; ++k) {
     const Vec b0 = load<Vec>(panel + k * kNr), b1 = load<Vec>(panel + k * kNr + kLanes);
@@ -98,7 +98,8 @@ void small_sgemm(int M, int N, int K, const float* A, int64_t a_row, int64_t a_c
   if (M == 0 || N == 0) return;  // B and C untouched (they may be empty)
   if (K == 0) {
     if (!accumulate)
-      for (int i = 0; i < M; ++i) std::fill(C + static_cast<int64_t>(i) * ldc, C + static_cast<int64_t>(i) * ldc + N, 0.f);
+      for (int i = 0; i < M; ++i)
+        std::fill(C + static_cast<int64_t>(i) * ldc, C + static_cast<int64_t>(i) * ldc + N, 0.f);
     return;
   }
   for (int j0 = 0; j0 < N; j0 += kNr) {
@@ -109,8 +110,9 @@ void small_sgemm(int M, int N, int K, const float* A, int64_t a_row, int64_t a_c
       const bool add = accumulate || k0 > 0;
       for (int i0 = 0; i0 < M; i0 += kMr) {
         const int mr = std::min(kMr, M - i0);
-        kernel_for_rows(mr, std::make_integer_sequence<int, kMr>{})(
-            kc, A + i0 * a_row + k0 * a_col, a_row, a_col, panel, C + static_cast<int64_t>(i0) * ldc + j0, ldc, nc, add);
+        kernel_for_rows(mr, std::make_integer_sequence<int, kMr>{})(kc, A + i0 * a_row + k0 * a_col, a_row, a_col,
+                                                                    panel, C + static_cast<int64_t>(i0) * ldc + j0, ldc,
+                                                                    nc, add);
       }
     }
   }

@@ -24,8 +24,8 @@ void softmax_rows(float* x, int64_t rows, int V) {
   }
 }
 
-double cross_entropy_forward(const float* logits, const int32_t* targets, float* probs,
-                             int64_t rows, int V, int64_t* correct) {
+double cross_entropy_forward(const float* logits, const int32_t* targets, float* probs, int64_t rows, int V,
+                             int64_t* correct) {
   std::vector<double> row_loss(rows);
   std::vector<char> row_hit(rows);
 #pragma omp parallel for schedule(static)
@@ -57,8 +57,8 @@ double cross_entropy_forward(const float* logits, const int32_t* targets, float*
   return rows ? total / rows : 0.0;
 }
 
-void cross_entropy_backward(const float* probs, const int32_t* targets, float* dlogits,
-                            int64_t rows, int V, float scale) {
+void cross_entropy_backward(const float* probs, const int32_t* targets, float* dlogits, int64_t rows, int V,
+                            float scale) {
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     for (int i = 0; i < V; ++i) dlogits[r * V + i] = probs[r * V + i] * scale;

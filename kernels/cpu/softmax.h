@@ -12,11 +12,11 @@ void softmax_rows(float* x, int64_t rows, int V);
 /// correct != nullptr, the number of rows whose argmax equals the target.
 /// Returns the mean loss in nats; NaN if a target lies outside [0, V) (the data sources check
 /// labels and tokens when they load, so that only a broken caller sees it).
-double cross_entropy_forward(const float* logits, const int32_t* targets, float* probs,
-                             int64_t rows, int V, int64_t* correct);
+double cross_entropy_forward(const float* logits, const int32_t* targets, float* probs, int64_t rows, int V,
+                             int64_t* correct);
 
 /// dlogits (rows, V) = (probs - onehot(targets)) * scale; scale is 1/rows for a mean loss.
-void cross_entropy_backward(const float* probs, const int32_t* targets, float* dlogits,
-                            int64_t rows, int V, float scale);
+void cross_entropy_backward(const float* probs, const int32_t* targets, float* dlogits, int64_t rows, int V,
+                            float scale);
 
 }  // namespace subdp::cpu

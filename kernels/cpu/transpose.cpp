@@ -37,8 +37,8 @@ inline void transpose8x8(Vec8 r[8]) {
 
 }  // namespace
 
-void transpose(const float* __restrict src, int rows, int cols, int64_t ld_src, float* __restrict dst,
-               int64_t ld_dst, bool accumulate) {
+void transpose(const float* __restrict src, int rows, int cols, int64_t ld_src, float* __restrict dst, int64_t ld_dst,
+               bool accumulate) {
   const int rows8 = rows - rows % 8, cols8 = cols - cols % 8;
   for (int r0 = 0; r0 < rows8; r0 += 8)
     for (int c0 = 0; c0 < cols8; c0 += 8) {

@@ -18,12 +18,16 @@ typedef float Vec __attribute__((vector_size(kLanes * sizeof(float))));
 typedef float Vec8 __attribute__((vector_size(8 * sizeof(float))));
 
 /// Unaligned load / store of a V (Vec, Vec8 or float) at p.
-template <class V> inline V load(const float* p) {
+template <class V>
+inline V load(const float* p) {
   V v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-template <class V> inline void store(float* p, V v) { std::memcpy(p, &v, sizeof v); }
+template <class V>
+inline void store(float* p, V v) {
+  std::memcpy(p, &v, sizeof v);
+}
 
 /// Calls f(c, tag) for channel offsets c covering [0, C), tag a Vec, Vec8 or float saying how
 /// many channels from c to take: whole Vecs first, then (under AVX-512) whole Vec8s, then

@@ -29,7 +29,7 @@ namespace subdp::cpu {
 
 namespace {
 
-constexpr int kTargetTiles = 128;  // tiles per GEMM row block: chunks of samples reach it...
+constexpr int kTargetTiles = 128;               // tiles per GEMM row block: chunks of samples reach it...
 constexpr int64_t kTileBufferFloats = 1 << 18;  // ...unless a tile buffer would pass 1 MiB
 // F(4x4, 3x3) serves images at least 4 x 4 whose transformed filters (36 Cout Cin floats, one
 // slot per thread) fit in a tile buffer's budget; wider layers keep F(2x2, 3x3). Filter
@@ -40,15 +40,18 @@ constexpr int kMinTile4Side = 4;
 // Transform matrices of F(m x m, 3x3) (Lavin and Gray 2016, section 4; interpolation points
 // 0, 1, -1 for m = 2 and 0, 1, -1, 2, -2 for m = 4, plus the point at infinity). A is A^T
 // transposed, kept as its own table so every transform reads matrix rows.
-template <int M> struct Minimal;
-template <> struct Minimal<2> {
+template <int M>
+struct Minimal;
+template <>
+struct Minimal<2> {
   static constexpr int m = 2, alpha = 4;
   static constexpr float BT[4][4] = {{1, 0, -1, 0}, {0, 1, 1, 0}, {0, -1, 1, 0}, {0, 1, 0, -1}};
   static constexpr float G[4][3] = {{1, 0, 0}, {.5f, .5f, .5f}, {.5f, -.5f, .5f}, {0, 0, 1}};
   static constexpr float AT[2][4] = {{1, 1, 1, 0}, {0, 1, -1, -1}};
   static constexpr float A[4][2] = {{1, 0}, {1, 1}, {1, -1}, {0, -1}};
 };
-template <> struct Minimal<4> {
+template <>
+struct Minimal<4> {
   static constexpr int m = 4, alpha = 6;
   static constexpr float BT[6][6] = {{4, 0, -5, 0, 1, 0},  {0, -4, -4, 1, 1, 0}, {0, 4, -4, -1, 1, 0},
                                      {0, -2, -1, 2, 1, 0}, {0, 2, -1, -2, 1, 0}, {0, 4, 0, -5, 0, 1}};
@@ -58,8 +61,10 @@ template <> struct Minimal<4> {
                                     {1.f / 24, 1.f / 12, 1.f / 6},
                                     {1.f / 24, -1.f / 12, 1.f / 6},
                                     {0, 0, 1}};
-  static constexpr float AT[4][6] = {{1, 1, 1, 1, 1, 0}, {0, 1, -1, 2, -2, 0}, {0, 1, 1, 4, 4, 0}, {0, 1, -1, 8, -8, 1}};
-  static constexpr float A[6][4] = {{1, 0, 0, 0}, {1, 1, 1, 1}, {1, -1, 1, -1}, {1, 2, 4, 8}, {1, -2, 4, -8}, {0, 0, 0, 1}};
+  static constexpr float AT[4][6] = {
+      {1, 1, 1, 1, 1, 0}, {0, 1, -1, 2, -2, 0}, {0, 1, 1, 4, 4, 0}, {0, 1, -1, 8, -8, 1}};
+  static constexpr float A[6][4] = {{1, 0, 0, 0}, {1, 1, 1, 1},   {1, -1, 1, -1},
+                                    {1, 2, 4, 8}, {1, -2, 4, -8}, {0, 0, 0, 1}};
 };
 
 // sum_k c[k] * x[k] over the nonzero c[k]. c is a row of a transform matrix: once the
@@ -87,8 +92,14 @@ int64_t max_channels(const ConvShape& s) { return std::max(s.Cin, s.Cout); }
 struct Tiling {
   int m, alpha, xis, th, tw, per_sample, chunk, T;
   Tiling(const ConvShape& s, int tile)
-      : m(tile), alpha(tile + 2), xis(alpha * alpha), th((s.H + m - 1) / m), tw((s.W + m - 1) / m),
-        per_sample(th * tw), chunk(samples_per_chunk(s)), T(chunk * per_sample) {}
+      : m(tile),
+        alpha(tile + 2),
+        xis(alpha * alpha),
+        th((s.H + m - 1) / m),
+        tw((s.W + m - 1) / m),
+        per_sample(th * tw),
+        chunk(samples_per_chunk(s)),
+        T(chunk * per_sample) {}
   int chunks(int N) const { return (N + chunk - 1) / chunk; }
 
  private:
@@ -148,8 +159,8 @@ void transform_filters(const ConvShape& s, const float* w, bool flip, float* U) 
   const int inner_stride = flip ? 9 : s.Cin * 9;
 #pragma omp parallel for schedule(static)
   for (int o = 0; o < outer; ++o)
-    small_sgemm(W::alpha * W::alpha, inner, 9, flip ? &coef.flipped[0][0] : &coef.c[0][0], 9, 1,
-                w + o * outer_stride, inner_stride, true, U + int64_t{o} * inner, outer * inner, false);
+    small_sgemm(W::alpha * W::alpha, inner, 9, flip ? &coef.flipped[0][0] : &coef.c[0][0], 9, 1, w + o * outer_stride,
+                inner_stride, true, U + int64_t{o} * inner, outer * inner, false);
 }
 
 // dw (dw_cout, dw_cin, 3, 3) += G^T du G per filter, du (alpha^2, dw_cout, dw_cin): one GEMM,
@@ -205,8 +216,7 @@ inline void two_sided(const float (&L)[R][n], const float* const (&ptr)[n][n], i
 // padded by one zero on the top and left (and as far as the tile grid needs on the bottom
 // and right). `zero` is C zeros.
 template <class W>
-void transform_input(const ConvShape& s, const Tiling& t, const float* xt, int C, const float* zero,
-                     int t0, float* V) {
+void transform_input(const ConvShape& s, const Tiling& t, const float* xt, int C, const float* zero, int t0, float* V) {
   constexpr int a = W::alpha;
   const int64_t step = static_cast<int64_t>(t.T) * C;  // next xi
   for (int ty = 0; ty < t.th; ++ty)
@@ -223,8 +233,8 @@ void transform_input(const ConvShape& s, const Tiling& t, const float* xt, int C
 // E rows of one sample's tiles, E (alpha^2, T, C) from tile t0: E = A dY A^T per m x m tile of
 // the channels-last gradient gt (H * W, C), zero beyond the image edge (`zero` is C zeros).
 template <class W>
-void transform_output_gradient(const ConvShape& s, const Tiling& t, const float* gt, int C,
-                               const float* zero, int t0, float* E) {
+void transform_output_gradient(const ConvShape& s, const Tiling& t, const float* gt, int C, const float* zero, int t0,
+                               float* E) {
   constexpr int a = W::alpha, m = W::m;
   const int64_t step = static_cast<int64_t>(t.T) * C;
   for (int ty = 0; ty < t.th; ++ty)
@@ -276,8 +286,8 @@ struct ThreadBuffers {
 // transform_output_gradient<W>: E) from its first tile. Tiles of absent samples are left
 // alone (the GEMMs only read count * per_sample rows).
 using TileTransform = void (*)(const ConvShape&, const Tiling&, const float*, int, const float*, int, float*);
-void transform_chunk(TileTransform transform, const ConvShape& s, const Tiling& t, const float* x, int C,
-                     int n0, int count, const ThreadBuffers& tb, float* out) {
+void transform_chunk(TileTransform transform, const ConvShape& s, const Tiling& t, const float* x, int C, int n0,
+                     int count, const ThreadBuffers& tb, float* out) {
   const int P = s.H * s.W;
   for (int ln = 0; ln < count; ++ln) {
     to_channels_last(x + static_cast<int64_t>(n0 + ln) * C * P, C, P, tb.plane);
@@ -290,8 +300,8 @@ void transform_chunk(TileTransform transform, const ConvShape& s, const Tiling& 
 // gradient. U is (alpha^2, cin, cout) (transform_filters). Per chunk
 // and xi: M (rows, cout) = V (rows, cin) x U[xi].
 template <class W>
-void convolve(const ConvShape& s, const Tiling& t, const float* U, const float* in, int cin,
-              int cout, float* out, float* regions, bool accumulate) {
+void convolve(const ConvShape& s, const Tiling& t, const float* U, const float* in, int cin, int cout, float* out,
+              float* regions, bool accumulate) {
   const int P = s.H * s.W;
 #pragma omp parallel
   {
@@ -302,8 +312,8 @@ void convolve(const ConvShape& s, const Tiling& t, const float* U, const float* 
       transform_chunk(transform_input<W>, s, t, in, cin, n0, count, tb, tb.a);
       for (int xi = 0; xi < t.xis; ++xi)
         small_sgemm(rows, cout, cin, tb.a + static_cast<int64_t>(xi) * t.T * cin, cin, 1,
-                    U + static_cast<int64_t>(xi) * cin * cout, cout, false, tb.b + static_cast<int64_t>(xi) * t.T * cout,
-                    cout, false);
+                    U + static_cast<int64_t>(xi) * cin * cout, cout, false,
+                    tb.b + static_cast<int64_t>(xi) * t.T * cout, cout, false);
       for (int ln = 0; ln < count; ++ln) {
         transform_output<W>(s, t, tb.b, cout, ln * t.per_sample, tb.plane);
         from_channels_last(tb.plane, cout, P, out + static_cast<int64_t>(n0 + ln) * cout * P, accumulate);
@@ -359,8 +369,8 @@ void weight_gradient(const ConvShape& s, const float* x, const float* dy, float*
 }
 
 template <class W>
-void backward(const ConvShape& s, const float* x, const float* w, const float* dy, float* dx, float* dw,
-              int dw_cout, int dw_cin, float* ws, bool accumulate_dx) {
+void backward(const ConvShape& s, const float* x, const float* w, const float* dy, float* dx, float* dw, int dw_cout,
+              int dw_cin, float* ws, bool accumulate_dx) {
   const Tiling t(s, W::m);
   if (dx) {
     float* U = filter_slot(s, t, ws, 0);
@@ -401,8 +411,8 @@ void winograd_forward(const ConvShape& s, const float* x, const float* w, float*
   forward<Minimal<2>>(s, x, w, y, ws);
 }
 
-void winograd_backward(const ConvShape& s, const float* x, const float* w, const float* dy,
-                       float* dx, float* dw, int dw_cout, int dw_cin, float* ws, bool accumulate_dx) {
+void winograd_backward(const ConvShape& s, const float* x, const float* w, const float* dy, float* dx, float* dw,
+                       int dw_cout, int dw_cin, float* ws, bool accumulate_dx) {
   if (winograd_tile(s) == 4) return backward<Minimal<4>>(s, x, w, dy, dx, dw, dw_cout, dw_cin, ws, accumulate_dx);
   backward<Minimal<2>>(s, x, w, dy, dx, dw, dw_cout, dw_cin, ws, accumulate_dx);
 }

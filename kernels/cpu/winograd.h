@@ -24,10 +24,10 @@ void set_winograd_max_tile(int m);
 
 /// The output tile side m the Winograd path uses for shape s: 4 (F(4x4, 3x3)) when allowed
 /// (set_winograd_max_tile(4)), the image is at least 4 x 4 and the transformed filters
-/// (36 * Cout * Cin floats) take at most 1 MiB, else 2 (F(2x2, 3x3)). F(4x4) needs more workspace than F(2x2) for the same layer (up to
-/// 1.8x), but no more than 1 MiB per filter slot and per tile buffer, what F(2x2) needs for
-/// a layer of about 90 channels or more (the ResNet's 128-channel stage), so where such a
-/// layer is present the model's workspace peak stays where F(2x2) put it.
+/// (36 * Cout * Cin floats) take at most 1 MiB, else 2 (F(2x2, 3x3)). F(4x4) needs more workspace than F(2x2) for the
+/// same layer (up to 1.8x), but no more than 1 MiB per filter slot and per tile buffer, what F(2x2) needs for a layer
+/// of about 90 channels or more (the ResNet's 128-channel stage), so where such a layer is present the model's
+/// workspace peak stays where F(2x2) put it.
 int winograd_tile(const ConvShape& s);
 
 /// Floats of workspace winograd_forward / winograd_backward need: per OpenMP thread two
@@ -45,8 +45,7 @@ void winograd_forward(const ConvShape& s, const float* x, const float* w, float*
 /// accumulates (+=) the gradient of w[:dw_cout, :dw_cin] into a compact (dw_cout, dw_cin, 3, 3)
 /// array (backward masking). Weight-gradient partials are summed in thread order:
 /// deterministic for a fixed thread count.
-void winograd_backward(const ConvShape& s, const float* x, const float* w, const float* dy,
-                       float* dx, float* dw, int dw_cout, int dw_cin, float* ws,
-                       bool accumulate_dx = false);
+void winograd_backward(const ConvShape& s, const float* x, const float* w, const float* dy, float* dx, float* dw,
+                       int dw_cout, int dw_cin, float* ws, bool accumulate_dx = false);
 
 }  // namespace subdp::cpu

@@ -32,8 +32,8 @@ __global__ void causal_softmax_kernel(const float* scores, float* att, int64_t r
   for (int j = lane; j < T; j += 32) out[j] = j <= i ? expf(scale * in[j] - mx) * inv : 0.f;
 }
 
-__global__ void causal_softmax_backward_kernel(const float* att, const float* datt, float* dscores,
-                                               int64_t rows, int T, float scale) {
+__global__ void causal_softmax_backward_kernel(const float* att, const float* datt, float* dscores, int64_t rows, int T,
+                                               float scale) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   if (row >= rows) return;
   const int lane = threadIdx.x & 31, i = static_cast<int>(row % T);
@@ -50,50 +50,45 @@ unsigned row_blocks(int64_t rows) { return static_cast<unsigned>((rows + kWarpsP
 
 }  // namespace
 
-void attention_softmax_forward(const float* scores, float* att, int64_t mats, int T, float scale,
-                               cudaStream_t s) {
+void attention_softmax_forward(const float* scores, float* att, int64_t mats, int T, float scale, cudaStream_t s) {
   const int64_t rows = mats * T;
   if (rows <= 0) return;
   SUBDP_LAUNCH(row_blocks(rows), kWarpsPerBlock * 32, 0, s, causal_softmax_kernel)(scores, att, rows, T, scale);
   CUDA_CHECK_LAUNCH();
 }
 
-void attention_softmax_backward(const float* att, const float* datt, float* dscores, int64_t mats,
-                                int T, float scale, cudaStream_t s) {
+void attention_softmax_backward(const float* att, const float* datt, float* dscores, int64_t mats, int T, float scale,
+                                cudaStream_t s) {
   const int64_t rows = mats * T;
   if (rows <= 0) return;
-  SUBDP_LAUNCH(row_blocks(rows), kWarpsPerBlock * 32, 0, s, causal_softmax_backward_kernel)(att, datt, dscores,
-                                                                                rows, T, scale);
+  SUBDP_LAUNCH(row_blocks(rows), kWarpsPerBlock * 32, 0, s, causal_softmax_backward_kernel)
+  (att, datt, dscores, rows, T, scale);
   CUDA_CHECK_LAUNCH();
 }
 
-int64_t attention_workspace_floats(const AttentionShape& s) {
-  return static_cast<int64_t>(s.H) * s.T * s.T;
-}
+int64_t attention_workspace_floats(const AttentionShape& s) { return static_cast<int64_t>(s.H) * s.T * s.T; }
 
-void attention_forward(const AttentionShape& s, const float* qkv, float* att, float* y,
-                       cudaStream_t stream) {
+void attention_forward(const AttentionShape& s, const float* qkv, float* att, float* y, cudaStream_t stream) {
   const int T = s.T, hd = s.hd, H = s.H, C = static_cast<int>(s.width()), ld = 3 * C;
   const float scale = 1.f / std::sqrt(static_cast<float>(hd));
   const int64_t TT = static_cast<int64_t>(T) * T;
   for (int b = 0; b < s.B; ++b) {
     const float* q = qkv + static_cast<int64_t>(b) * T * ld;  // head h at column h*hd
-    float* a = att + static_cast<int64_t>(b) * H * TT;         // (H, T, T)
+    float* a = att + static_cast<int64_t>(b) * H * TT;        // (H, T, T)
     // a_h (T, T) = q_h (T, hd) . k_h^T (hd, T) * scale
-    sgemm_strided_batched(false, true, T, T, hd, scale, q, ld, hd, q + C, ld, hd, 0.f, a, T, TT, H,
-                          stream);
+    sgemm_strided_batched(false, true, T, T, hd, scale, q, ld, hd, q + C, ld, hd, 0.f, a, T, TT, H, stream);
   }
   attention_softmax_forward(att, att, static_cast<int64_t>(s.B) * H, T, 1.f, stream);
   for (int b = 0; b < s.B; ++b) {
     const float* v = qkv + static_cast<int64_t>(b) * T * ld + 2 * C;
     // y_h (T, hd) = a_h (T, T) . v_h (T, hd), row stride C
-    sgemm_strided_batched(false, false, T, hd, T, 1.f, att + static_cast<int64_t>(b) * H * TT, T, TT,
-                          v, ld, hd, 0.f, y + static_cast<int64_t>(b) * T * C, C, hd, H, stream);
+    sgemm_strided_batched(false, false, T, hd, T, 1.f, att + static_cast<int64_t>(b) * H * TT, T, TT, v, ld, hd, 0.f,
+                          y + static_cast<int64_t>(b) * T * C, C, hd, H, stream);
   }
 }
 
-void attention_backward(const AttentionShape& s, const float* qkv, const float* att, const float* dy,
-                        float* dqkv, float* ws, cudaStream_t stream) {
+void attention_backward(const AttentionShape& s, const float* qkv, const float* att, const float* dy, float* dqkv,
+                        float* ws, cudaStream_t stream) {
   const int T = s.T, hd = s.hd, H = s.H, C = static_cast<int>(s.width()), ld = 3 * C;
   const float scale = 1.f / std::sqrt(static_cast<float>(hd));
   const int64_t TT = static_cast<int64_t>(T) * T;
@@ -102,7 +97,7 @@ void attention_backward(const AttentionShape& s, const float* qkv, const float* 
     const float *q = qkv + off, *k = q + C, *v = q + 2 * C;
     float *dq = dqkv + off, *dk = dq + C, *dv = dq + 2 * C;
     const float* a = att + static_cast<int64_t>(b) * H * TT;  // (H, T, T)
-    const float* g = dy + static_cast<int64_t>(b) * T * C;     // (T, H*hd)
+    const float* g = dy + static_cast<int64_t>(b) * T * C;    // (T, H*hd)
     // da_h (T, T) = g_h (T, hd) . v_h^T;  dv_h (T, hd) = a_h^T (T, T) . g_h
     sgemm_strided_batched(false, true, T, T, hd, 1.f, g, C, hd, v, ld, hd, 0.f, ws, T, TT, H, stream);
     sgemm_strided_batched(true, false, T, hd, T, 1.f, a, T, TT, g, C, hd, 0.f, dv, ld, hd, H, stream);

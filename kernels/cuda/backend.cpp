@@ -148,8 +148,10 @@ class CudaBackend final : public Backend {
     cuda::sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, stream_);
   }
   void fill(float* x, float value, int64_t n) override {
-    if (value == 0.f) zero(x, sizeof(float) * n);
-    else cuda::fill(x, value, n, stream_);
+    if (value == 0.f)
+      zero(x, sizeof(float) * n);
+    else
+      cuda::fill(x, value, n, stream_);
   }
   void copy(const float* src, float* dst, int64_t n) override { copy_bytes(dst, src, sizeof(float) * n); }
 
@@ -278,8 +280,8 @@ class CudaBackend final : public Backend {
   void batchnorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
                          float* running_mean, float* running_var, int N, int C, int HW, bool training, float momentum,
                          float eps, bool relu) override {
-    cuda::batchnorm_forward(x, gamma, beta, y, mean, rstd, running_mean, running_var, N, C, HW, training, momentum,
-                            eps, stream_);
+    cuda::batchnorm_forward(x, gamma, beta, y, mean, rstd, running_mean, running_var, N, C, HW, training, momentum, eps,
+                            stream_);
     if (relu) cuda::relu_forward(y, y, static_cast<int64_t>(N) * C * HW, stream_);
   }
   void batchnorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd, const float* dy,

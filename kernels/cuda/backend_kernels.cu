@@ -22,8 +22,8 @@ __global__ void scale_copy_kernel(const float* x, float alpha, float* y, int64_t
   for (int64_t i = grid_first(); i < n; i += grid_stride()) y[i] = x[i] * alpha;
 }
 
-__global__ void scale_copy_rows_kernel(const float* x, int64_t ldx, float alpha, float* y, int64_t ldy,
-                                       int64_t rows, int64_t cols) {
+__global__ void scale_copy_rows_kernel(const float* x, int64_t ldx, float alpha, float* y, int64_t ldy, int64_t rows,
+                                       int64_t cols) {
   const int64_t n = rows * cols;
   for (int64_t i = grid_first(); i < n; i += grid_stride()) {
     const int64_t r = i / cols, c = i % cols;
@@ -41,8 +41,7 @@ __global__ void layernorm_apply_kernel(const float* x, const float* gamma, const
   }
 }
 
-__global__ void count_out_of_range_kernel(const int32_t* ids, int64_t rows, int64_t num,
-                                          unsigned long long* count) {
+__global__ void count_out_of_range_kernel(const int32_t* ids, int64_t rows, int64_t num, unsigned long long* count) {
   for (int64_t i = grid_first(); i < rows; i += grid_stride())
     if (ids[i] < 0 || ids[i] >= num) atomicAdd(count, 1ull);
 }
@@ -77,12 +76,12 @@ void scale_copy_rows(const float* x, int64_t ldx, float alpha, float* y, int64_t
 void layernorm_apply(const float* x, const float* gamma, const float* beta, const float* mean, const float* rstd,
                      float* y, int64_t rows, int C, cudaStream_t stream) {
   if (rows * C <= 0) return;
-  SUBDP_LAUNCH(blocks_for(rows * C), kThreads, 0, stream, layernorm_apply_kernel)(x, gamma, beta, mean, rstd, y, rows, C);
+  SUBDP_LAUNCH(blocks_for(rows * C), kThreads, 0, stream, layernorm_apply_kernel)
+  (x, gamma, beta, mean, rstd, y, rows, C);
   CUDA_CHECK_LAUNCH();
 }
 
-void count_out_of_range(const int32_t* ids, int64_t rows, int64_t num, unsigned long long* count,
-                        cudaStream_t stream) {
+void count_out_of_range(const int32_t* ids, int64_t rows, int64_t num, unsigned long long* count, cudaStream_t stream) {
   if (rows <= 0) return;
   SUBDP_LAUNCH(blocks_for(rows), kThreads, 0, stream, count_out_of_range_kernel)(ids, rows, num, count);
   CUDA_CHECK_LAUNCH();

@@ -18,8 +18,7 @@ void scale_copy_rows(const float* x, int64_t ldx, float alpha, float* y, int64_t
 void layernorm_apply(const float* x, const float* gamma, const float* beta, const float* mean, const float* rstd,
                      float* y, int64_t rows, int C, cudaStream_t stream);
 /// *count (one device counter) += number of ids outside [0, num).
-void count_out_of_range(const int32_t* ids, int64_t rows, int64_t num, unsigned long long* count,
-                        cudaStream_t stream);
+void count_out_of_range(const int32_t* ids, int64_t rows, int64_t num, unsigned long long* count, cudaStream_t stream);
 /// *count += number of non-finite values of x (n); x may be null (nothing counted).
 void count_nonfinite(const float* x, int64_t n, unsigned long long* count, cudaStream_t stream);
 

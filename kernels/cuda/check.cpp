@@ -9,13 +9,12 @@
 namespace subdp::cuda {
 
 void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line) {
-  throw Error(fmt::format("CUDA error in {} at {}:{}: {} ({})", call, file, line,
-                          cudaGetErrorString(status), cudaGetErrorName(status)));
+  throw Error(fmt::format("CUDA error in {} at {}:{}: {} ({})", call, file, line, cudaGetErrorString(status),
+                          cudaGetErrorName(status)));
 }
 
 void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line) {
-  throw Error(fmt::format("cuBLAS error in {} at {}:{}: {}", call, file, line,
-                          cublasGetStatusString(status)));
+  throw Error(fmt::format("cuBLAS error in {} at {}:{}: {}", call, file, line, cublasGetStatusString(status)));
 }
 
 namespace {

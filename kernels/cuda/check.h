@@ -15,8 +15,7 @@ namespace subdp::cuda {
 /// Throw subdp::Error "CUDA error in <call> at <file>:<line>: <string> (<name>)".
 [[noreturn]] void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line);
 /// Throw subdp::Error "cuBLAS error in <call> at <file>:<line>: <status string>".
-[[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* call, const char* file,
-                                     int line);
+[[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line);
 /// The body of CUDA_CHECK_LAUNCH: cudaGetLastError, then with SUBDP_CUDA_SYNC_LAUNCHES=1
 /// cudaDeviceSynchronize; throws subdp::Error naming the launch's file and line.
 void check_launch(const char* file, int line);
@@ -28,11 +27,10 @@ void check_launch(const char* file, int line);
 
 }  // namespace subdp::cuda
 
-#define CUDA_CHECK(call)                                                               \
-  do {                                                                                 \
-    cudaError_t cuda_status_ = (call);                                                 \
-    if (cuda_status_ != cudaSuccess)                                                   \
-      ::subdp::cuda::throw_cuda_error(cuda_status_, #call, __FILE__, __LINE__);        \
+#define CUDA_CHECK(call)                                                                                       \
+  do {                                                                                                         \
+    cudaError_t cuda_status_ = (call);                                                                         \
+    if (cuda_status_ != cudaSuccess) ::subdp::cuda::throw_cuda_error(cuda_status_, #call, __FILE__, __LINE__); \
   } while (0)
 
 /// After every kernel launch: reports launch errors (bad grid, missing kernel image). With
@@ -41,18 +39,17 @@ void check_launch(const char* file, int line);
 /// line instead of at some later synchronisation. Slow: for finding a faulting kernel only.
 #define CUDA_CHECK_LAUNCH() ::subdp::cuda::check_launch(__FILE__, __LINE__)
 
-#define CUBLAS_CHECK(call)                                                             \
-  do {                                                                                 \
-    cublasStatus_t cublas_status_ = (call);                                            \
-    if (cublas_status_ != CUBLAS_STATUS_SUCCESS)                                       \
-      ::subdp::cuda::throw_cublas_error(cublas_status_, #call, __FILE__, __LINE__);    \
+#define CUBLAS_CHECK(call)                                                          \
+  do {                                                                              \
+    cublasStatus_t cublas_status_ = (call);                                         \
+    if (cublas_status_ != CUBLAS_STATUS_SUCCESS)                                    \
+      ::subdp::cuda::throw_cublas_error(cublas_status_, #call, __FILE__, __LINE__); \
   } while (0)
 
 #if defined(SUBDP_WITH_NCCL)
-#define NCCL_CHECK(call)                                                               \
-  do {                                                                                 \
-    ncclResult_t nccl_status_ = (call);                                                \
-    if (nccl_status_ != ncclSuccess)                                                   \
-      ::subdp::cuda::throw_nccl_error(nccl_status_, #call, __FILE__, __LINE__);        \
+#define NCCL_CHECK(call)                                                                                       \
+  do {                                                                                                         \
+    ncclResult_t nccl_status_ = (call);                                                                        \
+    if (nccl_status_ != ncclSuccess) ::subdp::cuda::throw_nccl_error(nccl_status_, #call, __FILE__, __LINE__); \
   } while (0)
 #endif

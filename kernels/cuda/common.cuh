@@ -13,7 +13,7 @@
 
 namespace subdp::cuda::detail {
 
-constexpr int kThreads = 256;       // threads per block of the elementwise kernels
+constexpr int kThreads = 256;         // threads per block of the elementwise kernels
 constexpr int64_t kMaxBlocks = 8192;  // grid-stride loops cover the rest
 
 /// Blocks for n elements, one per thread, capped (kernels use grid-stride loops).
@@ -28,17 +28,17 @@ __device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float
 template <class T>
 __device__ __forceinline__ T from_f(float x);
 template <>
-__device__ __forceinline__ float from_f<float>(float x) { return x; }
+__device__ __forceinline__ float from_f<float>(float x) {
+  return x;
+}
 template <>
-__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
+__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) {
+  return __float2bfloat16(x);
+}
 
 /// Grid-stride index range: for (int64_t i = first(); i < n; i += stride()).
-__device__ __forceinline__ int64_t grid_first() {
-  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ __forceinline__ int64_t grid_stride() {
-  return static_cast<int64_t>(gridDim.x) * blockDim.x;
-}
+__device__ __forceinline__ int64_t grid_first() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
+__device__ __forceinline__ int64_t grid_stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
 template <class T>
 __device__ __forceinline__ T warp_sum(T v) {

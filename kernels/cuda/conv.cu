@@ -97,8 +97,8 @@ int64_t conv2d_workspace_floats(const ConvShape& s, int chunk) {
   return static_cast<int64_t>(std::max(chunk, 1)) * s.Cin * s.k * s.k * s.Ho() * s.Wo();
 }
 
-void conv2d_forward(const ConvShape& s, const float* x, const float* w, float* y, float* ws,
-                    int chunk, cudaStream_t stream) {
+void conv2d_forward(const ConvShape& s, const float* x, const float* w, float* y, float* ws, int chunk,
+                    cudaStream_t stream) {
   const int P = s.Ho() * s.Wo(), CK = s.Cin * s.k * s.k;
   const int64_t in_size = static_cast<int64_t>(s.Cin) * s.H * s.W;
   const int64_t out_size = static_cast<int64_t>(s.Cout) * P, cols_size = static_cast<int64_t>(CK) * P;
@@ -112,15 +112,13 @@ void conv2d_forward(const ConvShape& s, const float* x, const float* w, float* y
       cols = ws;
     }
     // y_n (Cout, P) = w (Cout, CK) . cols_n (CK, P), w shared by the batch
-    sgemm_strided_batched(false, false, s.Cout, P, CK, 1.f, w, CK, 0, cols, P,
-                          is_direct(s) ? in_size : cols_size, 0.f, y + n0 * out_size, P, out_size,
-                          nc, stream);
+    sgemm_strided_batched(false, false, s.Cout, P, CK, 1.f, w, CK, 0, cols, P, is_direct(s) ? in_size : cols_size, 0.f,
+                          y + n0 * out_size, P, out_size, nc, stream);
   }
 }
 
-void conv2d_backward(const ConvShape& s, const float* x, const float* w, const float* dy,
-                     float* dx, float* dw, int dw_cout, int dw_cin, float* ws, int chunk,
-                     cudaStream_t stream) {
+void conv2d_backward(const ConvShape& s, const float* x, const float* w, const float* dy, float* dx, float* dw,
+                     int dw_cout, int dw_cin, float* ws, int chunk, cudaStream_t stream) {
   const int P = s.Ho() * s.Wo(), kk = s.k * s.k, CK = s.Cin * kk;
   const int64_t in_size = static_cast<int64_t>(s.Cin) * s.H * s.W;
   const int64_t out_size = static_cast<int64_t>(s.Cout) * P, cols_size = static_cast<int64_t>(CK) * P;
@@ -139,14 +137,14 @@ void conv2d_backward(const ConvShape& s, const float* x, const float* w, const f
       const int64_t cstride = direct ? in_size : cols_size;
       // dw (dw_cout, dw_cin*kk) += dy_n[:dw_cout] (dw_cout, P) . cols_n[:dw_cin*kk]^T, in sample order
       for (int i = 0; i < nc; ++i)
-        sgemm(false, true, dw_cout, dw_cin * kk, P, 1.f, dyn + i * out_size, P, cols + i * cstride, P,
-              1.f, dw, dw_cin * kk, stream);
+        sgemm(false, true, dw_cout, dw_cin * kk, P, 1.f, dyn + i * out_size, P, cols + i * cstride, P, 1.f, dw,
+              dw_cin * kk, stream);
     }
     if (dx) {
       float* dxn = dx + n0 * in_size;
       // dcols_n (CK, P) = w^T (CK, Cout) . dy_n (Cout, P)
-      sgemm_strided_batched(true, false, CK, P, s.Cout, 1.f, w, CK, 0, dyn, P, out_size, 0.f,
-                            direct ? dxn : ws, P, direct ? in_size : cols_size, nc, stream);
+      sgemm_strided_batched(true, false, CK, P, s.Cout, 1.f, w, CK, 0, dyn, P, out_size, 0.f, direct ? dxn : ws, P,
+                            direct ? in_size : cols_size, nc, stream);
       if (!direct) col2im(s, ws, dxn, nc, stream);
     }
   }
@@ -156,8 +154,8 @@ void global_avg_pool_forward(const float* x, float* y, int N, int C, int HW, cud
   const int64_t planes = static_cast<int64_t>(N) * C;
   if (planes <= 0) return;
   constexpr int kWarps = 8;
-  SUBDP_LAUNCH(static_cast<unsigned>((planes + kWarps - 1) / kWarps), kWarps * 32, 0, stream, avg_pool_forward_kernel)(
-      x, y, planes, HW);
+  SUBDP_LAUNCH(static_cast<unsigned>((planes + kWarps - 1) / kWarps), kWarps * 32, 0, stream, avg_pool_forward_kernel)
+  (x, y, planes, HW);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -39,9 +39,10 @@ size_t ArenaAllocator::allocate(size_t bytes) {
     used_ += need;
     return offset;
   }
-  throw Error(fmt::format("device pool out of memory: {} bytes requested, {} of {} bytes free, "
-                          "largest free block {} bytes (raise the pool size or lower batch_size)",
-                          bytes, capacity_ - used_, capacity_, largest_free()));
+  throw Error(
+      fmt::format("device pool out of memory: {} bytes requested, {} of {} bytes free, "
+                  "largest free block {} bytes (raise the pool size or lower batch_size)",
+                  bytes, capacity_ - used_, capacity_, largest_free()));
 }
 
 void ArenaAllocator::release(size_t offset) {
@@ -107,7 +108,8 @@ void DevicePool::release(void* ptr) {
   auto it = blocks_.find(offset);
   SUBDP_CHECK(it != blocks_.end(), "device pool: release of unknown block at offset {}", offset);
   arena_.release(offset);
-  if (it->second.tracked) MemoryTracker::global().on_free(it->second.category, static_cast<int64_t>(it->second.requested));
+  if (it->second.tracked)
+    MemoryTracker::global().on_free(it->second.category, static_cast<int64_t>(it->second.requested));
   blocks_.erase(it);
 }
 

@@ -58,8 +58,7 @@ __global__ void add_kernel(const T* a, const T* b, T* y, int64_t n) {
 
 template <class T>
 __global__ void axpy_kernel(float alpha, const T* x, T* y, int64_t n) {
-  for (int64_t i = grid_first(); i < n; i += grid_stride())
-    y[i] = from_f<T>(to_f(y[i]) + alpha * to_f(x[i]));
+  for (int64_t i = grid_first(); i < n; i += grid_stride()) y[i] = from_f<T>(to_f(y[i]) + alpha * to_f(x[i]));
 }
 
 template <class T>
@@ -82,8 +81,7 @@ __global__ void add_bias_rows_kernel(T* y, const float* b, int64_t rows, int64_t
 // order, then the 32 partials are added in lane order. Fixed order: deterministic.
 constexpr int kBiasRowLanes = 32;
 
-__global__ void bias_grad_rows_kernel(const float* dy, float* db, int64_t rows, int64_t cols_used,
-                                      int64_t ld) {
+__global__ void bias_grad_rows_kernel(const float* dy, float* db, int64_t rows, int64_t cols_used, int64_t ld) {
   __shared__ float part[kBiasRowLanes][32];
   const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
   float acc = 0.f;
@@ -101,35 +99,55 @@ __global__ void bias_grad_rows_kernel(const float* dy, float* db, int64_t rows, 
 }  // namespace
 
 // One grid-stride launch over n elements (nothing when n <= 0).
-#define LAUNCH_ELEMENTWISE(kernel, n, stream, ...)                            \
-  do {                                                                        \
-    if ((n) <= 0) return;                                                     \
-    SUBDP_LAUNCH(blocks_for(n), kThreads, 0, stream, kernel)(__VA_ARGS__);   \
-    CUDA_CHECK_LAUNCH();                                                      \
+#define LAUNCH_ELEMENTWISE(kernel, n, stream, ...)                         \
+  do {                                                                     \
+    if ((n) <= 0) return;                                                  \
+    SUBDP_LAUNCH(blocks_for(n), kThreads, 0, stream, kernel)(__VA_ARGS__); \
+    CUDA_CHECK_LAUNCH();                                                   \
   } while (0)
 
-void relu_forward(const float* x, float* y, int64_t n, cudaStream_t s) { LAUNCH_ELEMENTWISE(relu_forward_kernel<float>, n, s, x, y, n); }
-void relu_forward(const bf16* x, bf16* y, int64_t n, cudaStream_t s) { LAUNCH_ELEMENTWISE(relu_forward_kernel<bf16>, n, s, x, y, n); }
+void relu_forward(const float* x, float* y, int64_t n, cudaStream_t s) {
+  LAUNCH_ELEMENTWISE(relu_forward_kernel<float>, n, s, x, y, n);
+}
+void relu_forward(const bf16* x, bf16* y, int64_t n, cudaStream_t s) {
+  LAUNCH_ELEMENTWISE(relu_forward_kernel<bf16>, n, s, x, y, n);
+}
 void relu_backward(const float* y, const float* dy, float* dx, int64_t n, bool acc, cudaStream_t s) {
   LAUNCH_ELEMENTWISE(relu_backward_kernel<float>, n, s, y, dy, dx, n, acc);
 }
 void relu_backward(const bf16* y, const bf16* dy, bf16* dx, int64_t n, bool acc, cudaStream_t s) {
   LAUNCH_ELEMENTWISE(relu_backward_kernel<bf16>, n, s, y, dy, dx, n, acc);
 }
-void gelu_forward(const float* x, float* y, int64_t n, cudaStream_t s) { LAUNCH_ELEMENTWISE(gelu_forward_kernel<float>, n, s, x, y, n); }
-void gelu_forward(const bf16* x, bf16* y, int64_t n, cudaStream_t s) { LAUNCH_ELEMENTWISE(gelu_forward_kernel<bf16>, n, s, x, y, n); }
+void gelu_forward(const float* x, float* y, int64_t n, cudaStream_t s) {
+  LAUNCH_ELEMENTWISE(gelu_forward_kernel<float>, n, s, x, y, n);
+}
+void gelu_forward(const bf16* x, bf16* y, int64_t n, cudaStream_t s) {
+  LAUNCH_ELEMENTWISE(gelu_forward_kernel<bf16>, n, s, x, y, n);
+}
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, cudaStream_t s) {
   LAUNCH_ELEMENTWISE(gelu_backward_kernel<float>, n, s, x, dy, dx, n);
 }
 void gelu_backward(const bf16* x, const bf16* dy, bf16* dx, int64_t n, cudaStream_t s) {
   LAUNCH_ELEMENTWISE(gelu_backward_kernel<bf16>, n, s, x, dy, dx, n);
 }
-void add(const float* a, const float* b, float* y, int64_t n, cudaStream_t s) { LAUNCH_ELEMENTWISE(add_kernel<float>, n, s, a, b, y, n); }
-void add(const bf16* a, const bf16* b, bf16* y, int64_t n, cudaStream_t s) { LAUNCH_ELEMENTWISE(add_kernel<bf16>, n, s, a, b, y, n); }
-void axpy(float alpha, const float* x, float* y, int64_t n, cudaStream_t s) { LAUNCH_ELEMENTWISE(axpy_kernel<float>, n, s, alpha, x, y, n); }
-void axpy(float alpha, const bf16* x, bf16* y, int64_t n, cudaStream_t s) { LAUNCH_ELEMENTWISE(axpy_kernel<bf16>, n, s, alpha, x, y, n); }
-void scale(float* x, float alpha, int64_t n, cudaStream_t s) { LAUNCH_ELEMENTWISE(scale_kernel<float>, n, s, x, alpha, n); }
-void scale(bf16* x, float alpha, int64_t n, cudaStream_t s) { LAUNCH_ELEMENTWISE(scale_kernel<bf16>, n, s, x, alpha, n); }
+void add(const float* a, const float* b, float* y, int64_t n, cudaStream_t s) {
+  LAUNCH_ELEMENTWISE(add_kernel<float>, n, s, a, b, y, n);
+}
+void add(const bf16* a, const bf16* b, bf16* y, int64_t n, cudaStream_t s) {
+  LAUNCH_ELEMENTWISE(add_kernel<bf16>, n, s, a, b, y, n);
+}
+void axpy(float alpha, const float* x, float* y, int64_t n, cudaStream_t s) {
+  LAUNCH_ELEMENTWISE(axpy_kernel<float>, n, s, alpha, x, y, n);
+}
+void axpy(float alpha, const bf16* x, bf16* y, int64_t n, cudaStream_t s) {
+  LAUNCH_ELEMENTWISE(axpy_kernel<bf16>, n, s, alpha, x, y, n);
+}
+void scale(float* x, float alpha, int64_t n, cudaStream_t s) {
+  LAUNCH_ELEMENTWISE(scale_kernel<float>, n, s, x, alpha, n);
+}
+void scale(bf16* x, float alpha, int64_t n, cudaStream_t s) {
+  LAUNCH_ELEMENTWISE(scale_kernel<bf16>, n, s, x, alpha, n);
+}
 void to_bf16(const float* x, bf16* y, int64_t n, cudaStream_t s) {
   if (n <= 0) return;
   SUBDP_LAUNCH(blocks_for(n), kThreads, 0, s, convert_kernel<float, bf16>)(x, y, n);
@@ -149,8 +167,7 @@ void add_bias_rows(bf16* y, const float* b, int64_t rows, int64_t cols, cudaStre
 
 #undef LAUNCH_ELEMENTWISE
 
-void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols_used, int64_t ld,
-                    cudaStream_t s) {
+void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols_used, int64_t ld, cudaStream_t s) {
   if (rows <= 0 || cols_used <= 0) return;
   const dim3 block(32, kBiasRowLanes);
   const dim3 grid(static_cast<unsigned>((cols_used + 31) / 32));

@@ -18,8 +18,8 @@ using detail::kThreads;
 
 constexpr int kColThreads = 128;
 
-__global__ void embedding_forward_kernel(const int32_t* ids, const float* w, float* y, int64_t rows,
-                                         int64_t C, int64_t num, bool accumulate) {
+__global__ void embedding_forward_kernel(const int32_t* ids, const float* w, float* y, int64_t rows, int64_t C,
+                                         int64_t num, bool accumulate) {
   const int64_t n = rows * C;
   for (int64_t i = grid_first(); i < n; i += grid_stride()) {
     const int64_t r = i / C, c = i % C;
@@ -35,8 +35,8 @@ __global__ void iota_kernel(int32_t* v, int64_t n) {
 }
 
 // grid (rows, column blocks). Block p acts only when sorted position p starts a run of one id.
-__global__ void embedding_backward_kernel(const int32_t* keys, const int32_t* order, const float* dy,
-                                          float* dw, int64_t rows, int64_t C, int64_t num) {
+__global__ void embedding_backward_kernel(const int32_t* keys, const int32_t* order, const float* dy, float* dw,
+                                          int64_t rows, int64_t C, int64_t num) {
   const int64_t p = blockIdx.x;
   const int32_t id = keys[p];
   if ((p > 0 && keys[p - 1] == id) || id < 0 || id >= num) return;
@@ -48,9 +48,9 @@ __global__ void embedding_backward_kernel(const int32_t* keys, const int32_t* or
 }
 
 struct Workspace {
-  int32_t* keys;    // (rows) sorted ids
+  int32_t* keys;     // (rows) sorted ids
   int32_t* rows_in;  // (rows) 0..rows-1
-  int32_t* order;   // (rows) row indices in sorted order
+  int32_t* order;    // (rows) row indices in sorted order
   void* temp;
   size_t temp_bytes;
 };
@@ -60,8 +60,7 @@ size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 size_t sort_temp_bytes(int64_t rows) {
   size_t bytes = 0;
   CUDA_CHECK((cub::DeviceRadixSort::SortPairs(nullptr, bytes, static_cast<const int32_t*>(nullptr),
-                                              static_cast<int32_t*>(nullptr),
-                                              static_cast<const int32_t*>(nullptr),
+                                              static_cast<int32_t*>(nullptr), static_cast<const int32_t*>(nullptr),
                                               static_cast<int32_t*>(nullptr), static_cast<int>(rows))));
   return bytes;
 }
@@ -80,8 +79,8 @@ Workspace carve(void* ws, int64_t rows) {
 
 }  // namespace
 
-void embedding_forward(const int32_t* ids, const float* w, float* y, int64_t rows, int64_t C,
-                       int64_t num, bool accumulate, cudaStream_t s) {
+void embedding_forward(const int32_t* ids, const float* w, float* y, int64_t rows, int64_t C, int64_t num,
+                       bool accumulate, cudaStream_t s) {
   if (rows <= 0 || C <= 0) return;
   SUBDP_LAUNCH(blocks_for(rows * C), kThreads, 0, s, embedding_forward_kernel)(ids, w, y, rows, C, num, accumulate);
   CUDA_CHECK_LAUNCH();
@@ -91,12 +90,14 @@ size_t embedding_backward_workspace_bytes(int64_t rows) {
   return 3 * align256(sizeof(int32_t) * std::max<int64_t>(rows, 1)) + sort_temp_bytes(rows);
 }
 
-void embedding_backward(const int32_t* ids, const float* dy, float* dw, int64_t rows, int64_t C,
-                        int64_t num, void* ws, size_t ws_bytes, cudaStream_t s) {
+void embedding_backward(const int32_t* ids, const float* dy, float* dw, int64_t rows, int64_t C, int64_t num, void* ws,
+                        size_t ws_bytes, cudaStream_t s) {
   if (rows <= 0 || C <= 0) return;
   if (ws_bytes < embedding_backward_workspace_bytes(rows))
-    throw_cuda_error(cudaErrorInvalidValue, "embedding_backward: workspace smaller than "
-                     "embedding_backward_workspace_bytes(rows)", __FILE__, __LINE__);
+    throw_cuda_error(cudaErrorInvalidValue,
+                     "embedding_backward: workspace smaller than "
+                     "embedding_backward_workspace_bytes(rows)",
+                     __FILE__, __LINE__);
   Workspace w = carve(ws, rows);
   SUBDP_LAUNCH(blocks_for(rows), kThreads, 0, s, iota_kernel)(w.rows_in, rows);
   CUDA_CHECK_LAUNCH();

@@ -30,13 +30,11 @@ cublasHandle_t bound_handle(cudaStream_t stream) {
 }
 
 template <class TC>
-void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda,
-               const bf16* B, int ldb, float beta, TC* C, int ldc, cudaDataType_t c_type,
-               cudaStream_t stream) {
+void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda, const bf16* B,
+               int ldb, float beta, TC* C, int ldc, cudaDataType_t c_type, cudaStream_t stream) {
   if (M == 0 || N == 0) return;
-  CUBLAS_CHECK(cublasGemmEx(bound_handle(stream), op(trans_b), op(trans_a), N, M, K, &alpha, B,
-                            CUDA_R_16BF, ldb, A, CUDA_R_16BF, lda, &beta, C, c_type, ldc,
-                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  CUBLAS_CHECK(cublasGemmEx(bound_handle(stream), op(trans_b), op(trans_a), N, M, K, &alpha, B, CUDA_R_16BF, ldb, A,
+                            CUDA_R_16BF, lda, &beta, C, c_type, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace
@@ -55,30 +53,28 @@ cublasHandle_t cublas_handle() {
   return h;
 }
 
-void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
-           const float* B, int ldb, float beta, float* C, int ldc, cudaStream_t stream) {
+void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+           int ldb, float beta, float* C, int ldc, cudaStream_t stream) {
   if (M == 0 || N == 0) return;
-  CUBLAS_CHECK(cublasSgemm(bound_handle(stream), op(trans_b), op(trans_a), N, M, K, &alpha, B, ldb,
-                           A, lda, &beta, C, ldc));
+  CUBLAS_CHECK(
+      cublasSgemm(bound_handle(stream), op(trans_b), op(trans_a), N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc));
 }
 
-void sgemm_strided_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
-                           const float* A, int lda, int64_t stride_a, const float* B, int ldb,
-                           int64_t stride_b, float beta, float* C, int ldc, int64_t stride_c,
-                           int batch, cudaStream_t stream) {
+void sgemm_strided_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+                           int64_t stride_a, const float* B, int ldb, int64_t stride_b, float beta, float* C, int ldc,
+                           int64_t stride_c, int batch, cudaStream_t stream) {
   if (M == 0 || N == 0 || batch == 0) return;
-  CUBLAS_CHECK(cublasSgemmStridedBatched(bound_handle(stream), op(trans_b), op(trans_a), N, M, K,
-                                         &alpha, B, ldb, stride_b, A, lda, stride_a, &beta, C, ldc,
-                                         stride_c, batch));
+  CUBLAS_CHECK(cublasSgemmStridedBatched(bound_handle(stream), op(trans_b), op(trans_a), N, M, K, &alpha, B, ldb,
+                                         stride_b, A, lda, stride_a, &beta, C, ldc, stride_c, batch));
 }
 
-void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda,
-          const bf16* B, int ldb, float beta, bf16* C, int ldc, cudaStream_t stream) {
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda, const bf16* B, int ldb,
+          float beta, bf16* C, int ldc, cudaStream_t stream) {
   gemm_bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, CUDA_R_16BF, stream);
 }
 
-void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda,
-          const bf16* B, int ldb, float beta, float* C, int ldc, cudaStream_t stream) {
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda, const bf16* B, int ldb,
+          float beta, float* C, int ldc, cudaStream_t stream) {
   gemm_bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, CUDA_R_32F, stream);
 }
 

@@ -29,10 +29,8 @@ using ::subdp::ConvShape;
 void relu_forward(const float* x, float* y, int64_t n, cudaStream_t stream);
 void relu_forward(const bf16* x, bf16* y, int64_t n, cudaStream_t stream);
 /// dx (=|+=) dy * (y > 0); y is relu's output.
-void relu_backward(const float* y, const float* dy, float* dx, int64_t n, bool accumulate,
-                   cudaStream_t stream);
-void relu_backward(const bf16* y, const bf16* dy, bf16* dx, int64_t n, bool accumulate,
-                   cudaStream_t stream);
+void relu_backward(const float* y, const float* dy, float* dx, int64_t n, bool accumulate, cudaStream_t stream);
+void relu_backward(const bf16* y, const bf16* dy, bf16* dx, int64_t n, bool accumulate, cudaStream_t stream);
 /// GELU, tanh approximation (as cpu::gelu_forward).
 void gelu_forward(const float* x, float* y, int64_t n, cudaStream_t stream);
 void gelu_forward(const bf16* x, bf16* y, int64_t n, cudaStream_t stream);
@@ -56,8 +54,7 @@ void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols, cudaStr
 void add_bias_rows(bf16* y, const float* b, int64_t rows, int64_t cols, cudaStream_t stream);
 /// db[c] += sum_r dy[r, c] over the first cols_used columns of a (rows, ld) matrix; rows are
 /// summed in a fixed order (deterministic).
-void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols_used, int64_t ld,
-                    cudaStream_t stream);
+void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols_used, int64_t ld, cudaStream_t stream);
 
 // ---- reductions (reduce.cu) ------------------------------------------------------------
 
@@ -94,71 +91,63 @@ void softmax_rows(bf16* x, int64_t rows, int V, cudaStream_t stream);
 /// probs (rows, V) = softmax(logits); row_loss (rows) = -log probs[target] in nats;
 /// row_hit (rows, may be null) = 1 where argmax == target. The mean loss is
 /// sum(row_loss) / rows (see sum()). Targets outside [0, V) give row_loss = NaN.
-void cross_entropy_forward(const float* logits, const int32_t* targets, float* probs,
-                           float* row_loss, int32_t* row_hit, int64_t rows, int V,
-                           cudaStream_t stream);
+void cross_entropy_forward(const float* logits, const int32_t* targets, float* probs, float* row_loss, int32_t* row_hit,
+                           int64_t rows, int V, cudaStream_t stream);
 /// dlogits (rows, V) = (probs - onehot(targets)) * scale; may alias probs.
-void cross_entropy_backward(const float* probs, const int32_t* targets, float* dlogits,
-                            int64_t rows, int V, float scale, cudaStream_t stream);
+void cross_entropy_backward(const float* probs, const int32_t* targets, float* dlogits, int64_t rows, int V,
+                            float scale, cudaStream_t stream);
 
 // ---- normalisation (norm.cu) -----------------------------------------------------------
 
 /// LayerNorm over the last dimension: x (rows, C) -> y; mean, rstd (rows) for the backward.
-void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y,
-                       float* mean, float* rstd, int64_t rows, int C, float eps,
-                       cudaStream_t stream);
-void layernorm_forward(const bf16* x, const float* gamma, const float* beta, bf16* y,
-                       float* mean, float* rstd, int64_t rows, int C, float eps,
-                       cudaStream_t stream);
+void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
+                       int64_t rows, int C, float eps, cudaStream_t stream);
+void layernorm_forward(const bf16* x, const float* gamma, const float* beta, bf16* y, float* mean, float* rstd,
+                       int64_t rows, int C, float eps, cudaStream_t stream);
 /// LayerNorm backward: dx (rows, C) accumulated (+=); dgamma, dbeta (C) accumulated when
 /// non-null (rows summed in a fixed order).
-void layernorm_backward(const float* x, const float* gamma, const float* mean,
-                        const float* rstd, const float* dy, float* dx, float* dgamma,
-                        float* dbeta, int64_t rows, int C, cudaStream_t stream);
+void layernorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd, const float* dy,
+                        float* dx, float* dgamma, float* dbeta, int64_t rows, int C, cudaStream_t stream);
 /// BatchNorm2d forward on x (N, C, HW), as cpu::batchnorm_forward (training: batch
 /// statistics, mean/rstd written, running stats updated with unbiased variance; eval:
 /// running statistics).
-void batchnorm_forward(const float* x, const float* gamma, const float* beta, float* y,
-                       float* mean, float* rstd, float* running_mean, float* running_var,
-                       int N, int C, int HW, bool training, float momentum, float eps,
-                       cudaStream_t stream);
+void batchnorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
+                       float* running_mean, float* running_var, int N, int C, int HW, bool training, float momentum,
+                       float eps, cudaStream_t stream);
 /// BatchNorm2d backward: dx written; dgamma/dbeta accumulated for channels < grad_channels.
-void batchnorm_backward(const float* x, const float* gamma, const float* mean,
-                        const float* rstd, const float* dy, float* dx, float* dgamma,
-                        float* dbeta, int N, int C, int HW, int grad_channels,
+void batchnorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd, const float* dy,
+                        float* dx, float* dgamma, float* dbeta, int N, int C, int HW, int grad_channels,
                         cudaStream_t stream);
 
 // ---- embedding (embedding.cu) ----------------------------------------------------------
 
 /// y (rows, C) (=|+=) w[ids[r]] (w: (num, C)). A row whose id lies outside [0, num) is left
 /// untouched (the CUDA backend counts them with count_out_of_range and raises the error).
-void embedding_forward(const int32_t* ids, const float* w, float* y, int64_t rows, int64_t C,
-                       int64_t num, bool accumulate, cudaStream_t stream);
+void embedding_forward(const int32_t* ids, const float* w, float* y, int64_t rows, int64_t C, int64_t num,
+                       bool accumulate, cudaStream_t stream);
 /// Bytes of workspace embedding_backward needs for `rows` ids.
 size_t embedding_backward_workspace_bytes(int64_t rows);
 /// dw[ids[r]] += dy[r] for every row: rows are sorted by id (stable radix sort) and each id's
 /// rows summed in row order, so the result is deterministic (no float atomics).
-void embedding_backward(const int32_t* ids, const float* dy, float* dw, int64_t rows,
-                        int64_t C, int64_t num, void* ws, size_t ws_bytes, cudaStream_t stream);
+void embedding_backward(const int32_t* ids, const float* dy, float* dw, int64_t rows, int64_t C, int64_t num, void* ws,
+                        size_t ws_bytes, cudaStream_t stream);
 
 // ---- attention (attention.cu) ----------------------------------------------------------
 
 /// Causal softmax of `mats` (T, T) score matrices: att = softmax over j <= i of
 /// scale * scores[i, j], zero above the diagonal. att may alias scores.
-void attention_softmax_forward(const float* scores, float* att, int64_t mats, int T,
-                               float scale, cudaStream_t stream);
+void attention_softmax_forward(const float* scores, float* att, int64_t mats, int T, float scale, cudaStream_t stream);
 /// dscores = scale * att * (datt - rowsum(att * datt)), zero above the diagonal. dscores
 /// may alias datt.
-void attention_softmax_backward(const float* att, const float* datt, float* dscores,
-                                int64_t mats, int T, float scale, cudaStream_t stream);
+void attention_softmax_backward(const float* att, const float* datt, float* dscores, int64_t mats, int T, float scale,
+                                cudaStream_t stream);
 /// Floats of workspace attention_backward needs: H (T, T) matrices.
 int64_t attention_workspace_floats(const AttentionShape& s);
 /// As cpu::attention_forward: y (B, T, H*hd) from qkv (B, T, 3*H*hd); att (B, H, T, T).
-void attention_forward(const AttentionShape& s, const float* qkv, float* att, float* y,
-                       cudaStream_t stream);
+void attention_forward(const AttentionShape& s, const float* qkv, float* att, float* y, cudaStream_t stream);
 /// As cpu::attention_backward: dqkv (B, T, 3*H*hd) written. ws: attention_workspace_floats.
-void attention_backward(const AttentionShape& s, const float* qkv, const float* att,
-                        const float* dy, float* dqkv, float* ws, cudaStream_t stream);
+void attention_backward(const AttentionShape& s, const float* qkv, const float* att, const float* dy, float* dqkv,
+                        float* ws, cudaStream_t stream);
 
 // ---- convolution and pooling (conv.cu) -------------------------------------------------
 
@@ -171,32 +160,29 @@ void col2im(const ConvShape& s, const float* cols, float* dx, int n, cudaStream_
 /// im2col pass (larger chunks: fewer, larger GEMMs).
 int64_t conv2d_workspace_floats(const ConvShape& s, int chunk);
 /// As cpu::conv2d_forward: y (N, Cout, Ho, Wo) = conv(x, w), no bias.
-void conv2d_forward(const ConvShape& s, const float* x, const float* w, float* y, float* ws,
-                    int chunk, cudaStream_t stream);
+void conv2d_forward(const ConvShape& s, const float* x, const float* w, float* y, float* ws, int chunk,
+                    cudaStream_t stream);
 /// As cpu::conv2d_backward (without its accumulate_dx): dx written when non-null; dw
 /// (dw_cout, dw_cin, k, k) accumulated
 /// (+=) with the gradient of the prefix w[:dw_cout, :dw_cin] when non-null.
-void conv2d_backward(const ConvShape& s, const float* x, const float* w, const float* dy,
-                     float* dx, float* dw, int dw_cout, int dw_cin, float* ws, int chunk,
-                     cudaStream_t stream);
+void conv2d_backward(const ConvShape& s, const float* x, const float* w, const float* dy, float* dx, float* dw,
+                     int dw_cout, int dw_cin, float* ws, int chunk, cudaStream_t stream);
 /// y (N, C) = mean over HW of x (N, C, HW).
 void global_avg_pool_forward(const float* x, float* y, int N, int C, int HW, cudaStream_t stream);
 /// dx (N, C, HW) = dy (N, C) / HW broadcast.
-void global_avg_pool_backward(const float* dy, float* dx, int N, int C, int HW,
-                              cudaStream_t stream);
+void global_avg_pool_backward(const float* dy, float* dx, int N, int C, int HW, cudaStream_t stream);
 
 // ---- optimizers (optimizer.cu), formulas of engine/optim/optimizer.cpp -----------------------
 
 /// torch.optim.SGD on one run of n values: d = g + wd * w; with buf: buf = first ? d :
 /// momentum * buf + d, d = nesterov ? d + momentum * buf : buf; w -= lr * d. buf may be null
 /// (no momentum).
-void sgd_update(float* w, const float* g, float* buf, int64_t n, float lr, float momentum,
-                float weight_decay, bool nesterov, bool first, cudaStream_t stream);
+void sgd_update(float* w, const float* g, float* buf, int64_t n, float lr, float momentum, float weight_decay,
+                bool nesterov, bool first, cudaStream_t stream);
 /// torch.optim.AdamW on one run of n values at step t (1-based, already incremented):
 /// w = w * (1 - lr*wd) - lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps) after the moment updates.
-void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, double lr,
-                  double beta1, double beta2, double eps, double weight_decay, int64_t t,
-                  cudaStream_t stream);
+void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, double lr, double beta1, double beta2,
+                  double eps, double weight_decay, int64_t t, cudaStream_t stream);
 /// The same update from the scalars cpu::adamw_update takes: step_size = lr / (1 - beta1^t),
 /// bc2_sqrt = sqrt(1 - beta2^t), decay = 1 - lr * weight_decay (the CUDA backend's entry).
 void adamw_update_scaled(float* w, const float* g, float* m, float* v, int64_t n, float step_size, float bc2_sqrt,
@@ -208,18 +194,17 @@ void adamw_update_scaled(float* w, const float* g, float* m, float* v, int64_t n
 cublasHandle_t cublas_handle();
 /// As cpu::sgemm, row-major: C (M, N) = alpha * op(A) (M, K) * op(B) (K, N) + beta * C.
 /// Pure fp32 (no TF32). Runs cublasSgemm on the column-major transposes (operands swapped).
-void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
-           int lda, const float* B, int ldb, float beta, float* C, int ldc, cudaStream_t stream);
+void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+           int ldb, float beta, float* C, int ldc, cudaStream_t stream);
 /// `batch` independent sgemm calls; matrix i starts stride_* elements after matrix i-1
 /// (stride 0 shares one operand).
-void sgemm_strided_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
-                           const float* A, int lda, int64_t stride_a, const float* B, int ldb,
-                           int64_t stride_b, float beta, float* C, int ldc, int64_t stride_c,
-                           int batch, cudaStream_t stream);
+void sgemm_strided_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+                           int64_t stride_a, const float* B, int ldb, int64_t stride_b, float beta, float* C, int ldc,
+                           int64_t stride_c, int batch, cudaStream_t stream);
 /// bf16 GEMM (cublasGemmEx, fp32 accumulation: CUBLAS_COMPUTE_32F), bf16 or fp32 output.
-void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda,
-          const bf16* B, int ldb, float beta, bf16* C, int ldc, cudaStream_t stream);
-void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda,
-          const bf16* B, int ldb, float beta, float* C, int ldc, cudaStream_t stream);
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda, const bf16* B, int ldb,
+          float beta, bf16* C, int ldc, cudaStream_t stream);
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda, const bf16* B, int ldb,
+          float beta, float* C, int ldc, cudaStream_t stream);
 
 }  // namespace subdp::cuda

@@ -64,16 +64,21 @@ int choose_device(Communicator& bootstrap) {
   const std::vector<std::string> all = bootstrap.allgather(mine);
   for (size_t r = 0; r < all.size(); ++r) {
     if (all[r].find("|none|0|") != std::string::npos)
-      throw Error(fmt::format("[device] type = \"cuda\": no CUDA device was found on rank {} ({} of "
-                              "host|none|visible GPUs|reason); use \"cpu\"", r, all[r]));
+      throw Error(
+          fmt::format("[device] type = \"cuda\": no CUDA device was found on rank {} ({} of "
+                      "host|none|visible GPUs|reason); use \"cpu\"",
+                      r, all[r]));
     if (all[r].find("|none|") != std::string::npos)
-      throw Error(fmt::format("NCCL 2.28 refuses two ranks on one GPU: run W = 1 or --simulate-rank "
-                              "(rank {} has no GPU of its own: {} of host|none|visible GPUs|reason)",
-                              r, all[r]));
+      throw Error(
+          fmt::format("NCCL 2.28 refuses two ranks on one GPU: run W = 1 or --simulate-rank "
+                      "(rank {} has no GPU of its own: {} of host|none|visible GPUs|reason)",
+                      r, all[r]));
     for (size_t q = 0; q < r; ++q)
       if (all[q] == all[r])
-        throw Error(fmt::format("NCCL 2.28 refuses two ranks on one GPU: run W = 1 or --simulate-rank "
-                                "(ranks {} and {} both map to {})", q, r, all[r]));
+        throw Error(
+            fmt::format("NCCL 2.28 refuses two ranks on one GPU: run W = 1 or --simulate-rank "
+                        "(ranks {} and {} both map to {})",
+                        q, r, all[r]));
   }
   return local;
 }
@@ -84,8 +89,7 @@ class NcclComm final : public NcclCommunicator {
   /// make_nccl_world) or borrowed (make_nccl_communicator's world).
   NcclComm(ncclComm_t comm, int device, Communicator* bootstrap, std::unique_ptr<Communicator> owned_bootstrap,
            std::optional<cudaStream_t> compute)
-      : comm_(comm), device_(device), bootstrap_(bootstrap), owned_(std::move(owned_bootstrap)),
-        compute_(compute) {
+      : comm_(comm), device_(device), bootstrap_(bootstrap), owned_(std::move(owned_bootstrap)), compute_(compute) {
     NCCL_CHECK(ncclCommUserRank(comm_, &rank_));
     NCCL_CHECK(ncclCommCount(comm_, &size_));
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -140,8 +144,8 @@ class NcclComm final : public NcclCommunicator {
     const bool root_recv = rank_ == root && recv != data;
     if (is_device_pointer(data) && (!root_recv || is_device_pointer(recv))) {
       enqueue([&] {
-        NCCL_CHECK(ncclReduce(data, rank_ == root ? recv : const_cast<float*>(data),
-                              static_cast<size_t>(n), ncclFloat, ncclSum, root, comm_, stream_));
+        NCCL_CHECK(ncclReduce(data, rank_ == root ? recv : const_cast<float*>(data), static_cast<size_t>(n), ncclFloat,
+                              ncclSum, root, comm_, stream_));
       });
       return;
     }
@@ -168,9 +172,7 @@ class NcclComm final : public NcclCommunicator {
       NCCL_CHECK(ncclBroadcast(d, d, static_cast<size_t>(bytes), ncclUint8, root, comm_, stream_));
     });
   }
-  std::vector<std::string> allgather(const std::string& mine) override {
-    return bootstrap_->allgather(mine);
-  }
+  std::vector<std::string> allgather(const std::string& mine) override { return bootstrap_->allgather(mine); }
   void barrier() override {
     CUDA_CHECK(cudaSetDevice(device_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -276,8 +278,7 @@ class NcclComm final : public NcclCommunicator {
 namespace cuda {
 void throw_nccl_error(ncclResult_t status, const char* call, const char* file, int line) {
   const char* last = ncclGetLastError(nullptr);
-  throw Error(fmt::format("NCCL error in {} at {}:{}: {}{}", call, file, line,
-                          ncclGetErrorString(status),
+  throw Error(fmt::format("NCCL error in {} at {}:{}: {}{}", call, file, line, ncclGetErrorString(status),
                           last && *last ? fmt::format(" (last: {})", last) : std::string()));
 }
 }  // namespace cuda
@@ -298,9 +299,7 @@ std::unique_ptr<Communicator> make_world(Communicator& bootstrap, std::unique_pt
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap) {
-  return make_world(bootstrap, nullptr);
-}
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap) { return make_world(bootstrap, nullptr); }
 
 std::unique_ptr<Communicator> make_nccl_world(std::unique_ptr<Communicator> bootstrap) {
   Communicator& boot = *bootstrap;

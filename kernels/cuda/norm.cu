@@ -17,13 +17,13 @@ using detail::grid_stride;
 using detail::kThreads;
 using detail::to_f;
 
-constexpr int kRowThreads = 128;     // LayerNorm threads per row
+constexpr int kRowThreads = 128;      // LayerNorm threads per row
 constexpr int kChannelThreads = 512;  // BatchNorm threads per channel
 constexpr int kColLanes = 32;         // row lanes of the column-sum kernel
 
 template <class T>
-__global__ void layernorm_forward_kernel(const T* x, const float* gamma, const float* beta, T* y,
-                                         float* mean, float* rstd, int C, float eps) {
+__global__ void layernorm_forward_kernel(const T* x, const float* gamma, const float* beta, T* y, float* mean,
+                                         float* rstd, int C, float eps) {
   __shared__ float shared[32];
   const int64_t r = blockIdx.x;
   const T* p = x + r * C;
@@ -37,16 +37,15 @@ __global__ void layernorm_forward_kernel(const T* x, const float* gamma, const f
     v += d * d;
   }
   const float rs = 1.f / sqrtf(block_sum(v, shared) / C + eps);
-  for (int i = threadIdx.x; i < C; i += blockDim.x)
-    q[i] = from_f<T>((to_f(p[i]) - m) * rs * gamma[i] + beta[i]);
+  for (int i = threadIdx.x; i < C; i += blockDim.x) q[i] = from_f<T>((to_f(p[i]) - m) * rs * gamma[i] + beta[i]);
   if (threadIdx.x == 0) {
     mean[r] = m;
     rstd[r] = rs;
   }
 }
 
-__global__ void layernorm_backward_dx_kernel(const float* x, const float* gamma, const float* mean,
-                                             const float* rstd, const float* dy, float* dx, int C) {
+__global__ void layernorm_backward_dx_kernel(const float* x, const float* gamma, const float* mean, const float* rstd,
+                                             const float* dy, float* dx, int C) {
   __shared__ float shared[32];
   const int64_t r = blockIdx.x;
   const float* p = x + r * C;
@@ -68,9 +67,8 @@ __global__ void layernorm_backward_dx_kernel(const float* x, const float* gamma,
 
 // Block (32, kColLanes): column c = blockIdx.x*32 + tx; lane ty sums rows ty, ty+32, ...
 // in order, lanes combined in order: deterministic.
-__global__ void layernorm_param_grad_kernel(const float* x, const float* mean, const float* rstd,
-                                            const float* dy, float* dgamma, float* dbeta,
-                                            int64_t rows, int C) {
+__global__ void layernorm_param_grad_kernel(const float* x, const float* mean, const float* rstd, const float* dy,
+                                            float* dgamma, float* dbeta, int64_t rows, int C) {
   __shared__ float sg[kColLanes][32];
   __shared__ float sb[kColLanes][32];
   const int c = blockIdx.x * 32 + threadIdx.x;
@@ -100,9 +98,8 @@ __device__ __forceinline__ int64_t bn_index(int64_t m, int c, int C, int HW) {
   return ((m / HW) * C + c) * HW + m % HW;
 }
 
-__global__ void batchnorm_stats_kernel(const float* x, float* mean, float* rstd,
-                                       float* running_mean, float* running_var, int N, int C,
-                                       int HW, float momentum, float eps) {
+__global__ void batchnorm_stats_kernel(const float* x, float* mean, float* rstd, float* running_mean,
+                                       float* running_var, int N, int C, int HW, float momentum, float eps) {
   __shared__ double shared[32];
   const int c = blockIdx.x;
   const int64_t M = static_cast<int64_t>(N) * HW;
@@ -128,9 +125,9 @@ __global__ void batchnorm_stats_kernel(const float* x, float* mean, float* rstd,
 
 // y = x * a + b per channel, a = gamma * rstd, b = beta - mean * a; rstd from the batch
 // (training) or from the running variance (eval).
-__global__ void batchnorm_apply_kernel(const float* x, const float* gamma, const float* beta,
-                                       float* y, const float* mean, const float* rstd,
-                                       const float* var, float eps, int C, int HW, int64_t n) {
+__global__ void batchnorm_apply_kernel(const float* x, const float* gamma, const float* beta, float* y,
+                                       const float* mean, const float* rstd, const float* var, float eps, int C, int HW,
+                                       int64_t n) {
   for (int64_t i = grid_first(); i < n; i += grid_stride()) {
     const int c = static_cast<int>((i / HW) % C);
     const float rs = rstd ? rstd[c] : 1.f / sqrtf(var[c] + eps);
@@ -139,9 +136,8 @@ __global__ void batchnorm_apply_kernel(const float* x, const float* gamma, const
   }
 }
 
-__global__ void batchnorm_backward_kernel(const float* x, const float* gamma, const float* mean,
-                                          const float* rstd, const float* dy, float* dx,
-                                          float* dgamma, float* dbeta, int N, int C, int HW,
+__global__ void batchnorm_backward_kernel(const float* x, const float* gamma, const float* mean, const float* rstd,
+                                          const float* dy, float* dx, float* dgamma, float* dbeta, int N, int C, int HW,
                                           int grad_channels) {
   __shared__ double shared[32];
   const int c = blockIdx.x;
@@ -170,59 +166,58 @@ __global__ void batchnorm_backward_kernel(const float* x, const float* gamma, co
 
 }  // namespace
 
-void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y,
-                       float* mean, float* rstd, int64_t rows, int C, float eps, cudaStream_t s) {
+void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
+                       int64_t rows, int C, float eps, cudaStream_t s) {
   if (rows <= 0 || C <= 0) return;
-  SUBDP_LAUNCH(static_cast<unsigned>(rows), kRowThreads, 0, s, layernorm_forward_kernel<float>)(
-      x, gamma, beta, y, mean, rstd, C, eps);
+  SUBDP_LAUNCH(static_cast<unsigned>(rows), kRowThreads, 0, s, layernorm_forward_kernel<float>)
+  (x, gamma, beta, y, mean, rstd, C, eps);
   CUDA_CHECK_LAUNCH();
 }
 
-void layernorm_forward(const bf16* x, const float* gamma, const float* beta, bf16* y,
-                       float* mean, float* rstd, int64_t rows, int C, float eps, cudaStream_t s) {
+void layernorm_forward(const bf16* x, const float* gamma, const float* beta, bf16* y, float* mean, float* rstd,
+                       int64_t rows, int C, float eps, cudaStream_t s) {
   if (rows <= 0 || C <= 0) return;
-  SUBDP_LAUNCH(static_cast<unsigned>(rows), kRowThreads, 0, s, layernorm_forward_kernel<bf16>)(
-      x, gamma, beta, y, mean, rstd, C, eps);
+  SUBDP_LAUNCH(static_cast<unsigned>(rows), kRowThreads, 0, s, layernorm_forward_kernel<bf16>)
+  (x, gamma, beta, y, mean, rstd, C, eps);
   CUDA_CHECK_LAUNCH();
 }
 
-void layernorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd,
-                        const float* dy, float* dx, float* dgamma, float* dbeta, int64_t rows,
-                        int C, cudaStream_t s) {
+void layernorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd, const float* dy,
+                        float* dx, float* dgamma, float* dbeta, int64_t rows, int C, cudaStream_t s) {
   if (rows <= 0 || C <= 0) return;
-  SUBDP_LAUNCH(static_cast<unsigned>(rows), kRowThreads, 0, s, layernorm_backward_dx_kernel)(
-      x, gamma, mean, rstd, dy, dx, C);
+  SUBDP_LAUNCH(static_cast<unsigned>(rows), kRowThreads, 0, s, layernorm_backward_dx_kernel)
+  (x, gamma, mean, rstd, dy, dx, C);
   CUDA_CHECK_LAUNCH();
   if (dgamma == nullptr) return;
-  SUBDP_LAUNCH((C + 31) / 32, dim3(32, kColLanes), 0, s, layernorm_param_grad_kernel)(
-      x, mean, rstd, dy, dgamma, dbeta, rows, C);
+  SUBDP_LAUNCH((C + 31) / 32, dim3(32, kColLanes), 0, s, layernorm_param_grad_kernel)
+  (x, mean, rstd, dy, dgamma, dbeta, rows, C);
   CUDA_CHECK_LAUNCH();
 }
 
-void batchnorm_forward(const float* x, const float* gamma, const float* beta, float* y,
-                       float* mean, float* rstd, float* running_mean, float* running_var, int N,
-                       int C, int HW, bool training, float momentum, float eps, cudaStream_t s) {
+void batchnorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
+                       float* running_mean, float* running_var, int N, int C, int HW, bool training, float momentum,
+                       float eps, cudaStream_t s) {
   const int64_t n = static_cast<int64_t>(N) * C * HW;
   if (n <= 0) return;
   if (training) {
-    SUBDP_LAUNCH(C, kChannelThreads, 0, s, batchnorm_stats_kernel)(x, mean, rstd, running_mean,
-                                                         running_var, N, C, HW, momentum, eps);
+    SUBDP_LAUNCH(C, kChannelThreads, 0, s, batchnorm_stats_kernel)
+    (x, mean, rstd, running_mean, running_var, N, C, HW, momentum, eps);
     CUDA_CHECK_LAUNCH();
-    SUBDP_LAUNCH(blocks_for(n), kThreads, 0, s, batchnorm_apply_kernel)(x, gamma, beta, y, mean, rstd,
-                                                              nullptr, eps, C, HW, n);
+    SUBDP_LAUNCH(blocks_for(n), kThreads, 0, s, batchnorm_apply_kernel)
+    (x, gamma, beta, y, mean, rstd, nullptr, eps, C, HW, n);
   } else {
-    SUBDP_LAUNCH(blocks_for(n), kThreads, 0, s, batchnorm_apply_kernel)(
-        x, gamma, beta, y, running_mean, nullptr, running_var, eps, C, HW, n);
+    SUBDP_LAUNCH(blocks_for(n), kThreads, 0, s, batchnorm_apply_kernel)
+    (x, gamma, beta, y, running_mean, nullptr, running_var, eps, C, HW, n);
   }
   CUDA_CHECK_LAUNCH();
 }
 
-void batchnorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd,
-                        const float* dy, float* dx, float* dgamma, float* dbeta, int N, int C,
-                        int HW, int grad_channels, cudaStream_t s) {
+void batchnorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd, const float* dy,
+                        float* dx, float* dgamma, float* dbeta, int N, int C, int HW, int grad_channels,
+                        cudaStream_t s) {
   if (static_cast<int64_t>(N) * C * HW <= 0) return;
-  SUBDP_LAUNCH(C, kChannelThreads, 0, s, batchnorm_backward_kernel)(x, gamma, mean, rstd, dy, dx, dgamma,
-                                                          dbeta, N, C, HW, grad_channels);
+  SUBDP_LAUNCH(C, kChannelThreads, 0, s, batchnorm_backward_kernel)
+  (x, gamma, mean, rstd, dy, dx, dgamma, dbeta, N, C, HW, grad_channels);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -98,8 +98,12 @@ void sum_squares_batch(const SquareSpan* spans, int count, double* out, cudaStre
 
 void sum(const float* x, int64_t n, double* out, double* ws, cudaStream_t s) { reduce<float, false>(x, n, out, ws, s); }
 void sum(const bf16* x, int64_t n, double* out, double* ws, cudaStream_t s) { reduce<bf16, false>(x, n, out, ws, s); }
-void sum_squares(const float* x, int64_t n, double* out, double* ws, cudaStream_t s) { reduce<float, true>(x, n, out, ws, s); }
-void sum_squares(const bf16* x, int64_t n, double* out, double* ws, cudaStream_t s) { reduce<bf16, true>(x, n, out, ws, s); }
+void sum_squares(const float* x, int64_t n, double* out, double* ws, cudaStream_t s) {
+  reduce<float, true>(x, n, out, ws, s);
+}
+void sum_squares(const bf16* x, int64_t n, double* out, double* ws, cudaStream_t s) {
+  reduce<bf16, true>(x, n, out, ws, s);
+}
 void all_finite(const float* x, int64_t n, int* out, cudaStream_t s) { finite(x, n, out, s); }
 void all_finite(const bf16* x, int64_t n, int* out, cudaStream_t s) { finite(x, n, out, s); }
 

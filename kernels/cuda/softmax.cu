@@ -58,8 +58,8 @@ __device__ ArgMax block_argmax(ArgMax a, float* sv, int* si) {
   return r;
 }
 
-__global__ void cross_entropy_forward_kernel(const float* logits, const int32_t* targets,
-                                             float* probs, float* row_loss, int32_t* row_hit, int V) {
+__global__ void cross_entropy_forward_kernel(const float* logits, const int32_t* targets, float* probs, float* row_loss,
+                                             int32_t* row_hit, int V) {
   __shared__ float sv[32];
   __shared__ int si[32];
   const int64_t r = blockIdx.x;
@@ -82,8 +82,8 @@ __global__ void cross_entropy_forward_kernel(const float* logits, const int32_t*
   }
 }
 
-__global__ void cross_entropy_backward_kernel(const float* probs, const int32_t* targets,
-                                              float* dlogits, int V, float scale) {
+__global__ void cross_entropy_backward_kernel(const float* probs, const int32_t* targets, float* dlogits, int V,
+                                              float scale) {
   const int64_t r = blockIdx.x;
   const int t = targets[r];
   for (int i = threadIdx.x; i < V; i += blockDim.x) {
@@ -106,19 +106,19 @@ void softmax_rows(bf16* x, int64_t rows, int V, cudaStream_t s) {
   CUDA_CHECK_LAUNCH();
 }
 
-void cross_entropy_forward(const float* logits, const int32_t* targets, float* probs,
-                           float* row_loss, int32_t* row_hit, int64_t rows, int V, cudaStream_t s) {
+void cross_entropy_forward(const float* logits, const int32_t* targets, float* probs, float* row_loss, int32_t* row_hit,
+                           int64_t rows, int V, cudaStream_t s) {
   if (rows <= 0 || V <= 0) return;
-  SUBDP_LAUNCH(static_cast<unsigned>(rows), kRowThreads, 0, s, cross_entropy_forward_kernel)(
-      logits, targets, probs, row_loss, row_hit, V);
+  SUBDP_LAUNCH(static_cast<unsigned>(rows), kRowThreads, 0, s, cross_entropy_forward_kernel)
+  (logits, targets, probs, row_loss, row_hit, V);
   CUDA_CHECK_LAUNCH();
 }
 
-void cross_entropy_backward(const float* probs, const int32_t* targets, float* dlogits,
-                            int64_t rows, int V, float scale, cudaStream_t s) {
+void cross_entropy_backward(const float* probs, const int32_t* targets, float* dlogits, int64_t rows, int V,
+                            float scale, cudaStream_t s) {
   if (rows <= 0 || V <= 0) return;
-  SUBDP_LAUNCH(static_cast<unsigned>(rows), kRowThreads, 0, s, cross_entropy_backward_kernel)(
-      probs, targets, dlogits, V, scale);
+  SUBDP_LAUNCH(static_cast<unsigned>(rows), kRowThreads, 0, s, cross_entropy_backward_kernel)
+  (probs, targets, dlogits, V, scale);
   CUDA_CHECK_LAUNCH();
 }
 

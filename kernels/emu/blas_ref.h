@@ -49,8 +49,10 @@ inline void store(const std::vector<float>& f, void* out, cudaDataType_t type, i
   for (int j = 0; j < n; ++j)
     for (int i = 0; i < m; ++i) {
       const int64_t at = int64_t{j} * ld + i;
-      if (type == CUDA_R_32F) static_cast<float*>(out)[at] = f[at];
-      else static_cast<__nv_bfloat16*>(out)[at] = __float2bfloat16(f[at]);
+      if (type == CUDA_R_32F)
+        static_cast<float*>(out)[at] = f[at];
+      else
+        static_cast<__nv_bfloat16*>(out)[at] = __float2bfloat16(f[at]);
     }
 }
 

@@ -60,9 +60,7 @@ struct PooledStack {
     sc.sp = static_cast<char*>(p) + kStackBytes;
     return sc;
   }
-  void deallocate(ctx::stack_context& sc) noexcept {
-    stacks().free.push_back(static_cast<char*>(sc.sp) - sc.size);
-  }
+  void deallocate(ctx::stack_context& sc) noexcept { stacks().free.push_back(static_cast<char*>(sc.sp) - sc.size); }
 };
 
 enum class State { ready, at_block_barrier, at_warp_barrier, done };
@@ -268,15 +266,16 @@ bool check_launch(const LaunchConfig& c) {
     why = "grid " + dims(c.grid) + " exceeds sm_90's grid limits (2^31-1, 65535, 65535)";
   else if (c.shared_bytes > kStaticSharedBytes) {
     code = cudaErrorInvalidValue;
-    why = std::to_string(c.shared_bytes) + " bytes of dynamic shared memory: more than 48 KiB needs "
+    why = std::to_string(c.shared_bytes) +
+          " bytes of dynamic shared memory: more than 48 KiB needs "
           "cudaFuncSetAttribute (sm_90 allows at most 227 KiB), which this kernel did not get";
   } else if (stream_of(c.stream) == nullptr) {
     code = cudaErrorInvalidResourceHandle;
     why = "the stream was destroyed";
   }
   if (why.empty()) return true;
-  set_error(code, std::string("launch of ") + c.kernel + " grid " + dims(c.grid) + " block " + dims(c.block) +
-                      ": " + why);
+  set_error(code,
+            std::string("launch of ") + c.kernel + " grid " + dims(c.grid) + " block " + dims(c.block) + ": " + why);
   return false;
 }
 

@@ -43,8 +43,10 @@ cudaError_t sort_pairs_i32(void* temp, size_t& temp_bytes, const int32_t* keys_i
     return set_error(cudaErrorInvalidValue, call + ": bits outside [0, 32)");
   if (n <= 0) return cudaSuccess;
   const size_t bytes = sizeof(int32_t) * static_cast<size_t>(n);
-  const std::pair<const char*, const void*> args[] = {{"d_temp_storage", temp}, {"d_keys_in", keys_in},
-                                                      {"d_keys_out", keys_out}, {"d_values_in", values_in},
+  const std::pair<const char*, const void*> args[] = {{"d_temp_storage", temp},
+                                                      {"d_keys_in", keys_in},
+                                                      {"d_keys_out", keys_out},
+                                                      {"d_values_in", values_in},
                                                       {"d_values_out", values_out}};
   for (const auto& a : args) {
     const size_t need = a.second == temp ? temp_bytes : bytes;

@@ -32,8 +32,8 @@ cublasStatus_t invalid(const char* call, const std::string& why) {
 }
 
 /// The rules every GEMM shares; CUBLAS_STATUS_SUCCESS when the call may run.
-cublasStatus_t check_gemm(const char* call, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
-                          int n, int k, const void* alpha, const void* beta, const Operand& a, const Operand& b,
+cublasStatus_t check_gemm(const char* call, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                          int k, const void* alpha, const void* beta, const Operand& a, const Operand& b,
                           const Operand& c, int batch) {
   if (h == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
   if (ta > CUBLAS_OP_C || tb > CUBLAS_OP_C) return invalid(call, "unknown cublasOperation_t");
@@ -90,15 +90,24 @@ cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t) {
 
 const char* cublasGetStatusString(cublasStatus_t status) {
   switch (status) {
-    case CUBLAS_STATUS_SUCCESS: return "success";
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "the library was not initialized";
-    case CUBLAS_STATUS_ALLOC_FAILED: return "the resource allocation failed";
-    case CUBLAS_STATUS_INVALID_VALUE: return "an invalid numeric value was used as an argument";
-    case CUBLAS_STATUS_ARCH_MISMATCH: return "an absent device architectural feature is required";
-    case CUBLAS_STATUS_MAPPING_ERROR: return "an access to GPU memory space failed";
-    case CUBLAS_STATUS_EXECUTION_FAILED: return "the GPU program failed to execute";
-    case CUBLAS_STATUS_INTERNAL_ERROR: return "an internal operation failed";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "the functionality requested is not supported";
+    case CUBLAS_STATUS_SUCCESS:
+      return "success";
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+      return "the library was not initialized";
+    case CUBLAS_STATUS_ALLOC_FAILED:
+      return "the resource allocation failed";
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return "an invalid numeric value was used as an argument";
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+      return "an absent device architectural feature is required";
+    case CUBLAS_STATUS_MAPPING_ERROR:
+      return "an access to GPU memory space failed";
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+      return "the GPU program failed to execute";
+    case CUBLAS_STATUS_INTERNAL_ERROR:
+      return "an internal operation failed";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      return "the functionality requested is not supported";
   }
   return "unknown error";
 }
@@ -118,8 +127,8 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_
   const float al = *alpha, be = *beta;
   enqueue(s, call, [=] {
     for (int i = 0; i < batchCount; ++i)
-      cblas_sgemm(CblasColMajor, cblas_op(transa), cblas_op(transb), m, n, k, al, A + i * strideA, lda,
-                  B + i * strideB, ldb, be, C + i * strideC, ldc);
+      cblas_sgemm(CblasColMajor, cblas_op(transa), cblas_op(transb), m, n, k, al, A + i * strideA, lda, B + i * strideB,
+                  ldb, be, C + i * strideC, ldc);
   });
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -138,8 +147,8 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cub
   // The combinations subdp uses, from the table of cublasGemmEx: fp32 compute over fp32 or
   // bf16 inputs, with a matching (or fp32) output.
   const bool types_ok = computeType == CUBLAS_COMPUTE_32F && Atype == Btype &&
-                        (Atype == CUDA_R_32F ? Ctype == CUDA_R_32F : Atype == CUDA_R_16BF &&
-                                                                         (Ctype == CUDA_R_16BF || Ctype == CUDA_R_32F));
+                        (Atype == CUDA_R_32F ? Ctype == CUDA_R_32F
+                                             : Atype == CUDA_R_16BF && (Ctype == CUDA_R_16BF || Ctype == CUDA_R_32F));
   if (!types_ok) {
     std::fprintf(stderr, "subdp CUDA emulator: %s: unsupported type combination\n", call);
     return CUBLAS_STATUS_NOT_SUPPORTED;

@@ -64,9 +64,15 @@ cublasStatus_t set(T& field, const void* buf, size_t size, const char* what) {
 
 bool supported_epilogue(uint32_t e) {
   switch (e) {
-    case CUBLASLT_EPILOGUE_DEFAULT: case CUBLASLT_EPILOGUE_BIAS: case CUBLASLT_EPILOGUE_RELU:
-    case CUBLASLT_EPILOGUE_RELU_BIAS: case CUBLASLT_EPILOGUE_GELU: case CUBLASLT_EPILOGUE_GELU_BIAS:
-    case CUBLASLT_EPILOGUE_GELU_AUX: case CUBLASLT_EPILOGUE_GELU_AUX_BIAS: case CUBLASLT_EPILOGUE_DGELU:
+    case CUBLASLT_EPILOGUE_DEFAULT:
+    case CUBLASLT_EPILOGUE_BIAS:
+    case CUBLASLT_EPILOGUE_RELU:
+    case CUBLASLT_EPILOGUE_RELU_BIAS:
+    case CUBLASLT_EPILOGUE_GELU:
+    case CUBLASLT_EPILOGUE_GELU_BIAS:
+    case CUBLASLT_EPILOGUE_GELU_AUX:
+    case CUBLASLT_EPILOGUE_GELU_AUX_BIAS:
+    case CUBLASLT_EPILOGUE_DGELU:
     case CUBLASLT_EPILOGUE_DGELU_BGRAD:
       return true;
     default:
@@ -100,8 +106,8 @@ struct Problem {
   }
 };
 
-bool check_problem(const LtMatmulDesc* d, const LtLayout* a, const LtLayout* b, const LtLayout* c,
-                   const LtLayout* dd, Problem& p) {
+bool check_problem(const LtMatmulDesc* d, const LtLayout* a, const LtLayout* b, const LtLayout* c, const LtLayout* dd,
+                   Problem& p) {
   if (d == nullptr || a == nullptr || b == nullptr || c == nullptr || dd == nullptr)
     return p.fail(CUBLAS_STATUS_INVALID_VALUE, "null descriptor or layout");
   if (d->compute != CUBLAS_COMPUTE_32F && d->compute != CUBLAS_COMPUTE_32F_FAST_TF32)
@@ -113,8 +119,8 @@ bool check_problem(const LtMatmulDesc* d, const LtLayout* a, const LtLayout* b, 
   for (const LtLayout* l : {a, b, c, dd}) {
     if (l->order != CUBLASLT_ORDER_COL) return p.fail(CUBLAS_STATUS_NOT_SUPPORTED, "only column-major layouts");
     if (l->ld < static_cast<int64_t>(std::max<uint64_t>(1, l->rows)))
-      return p.fail(CUBLAS_STATUS_INVALID_VALUE, "leading dimension " + std::to_string(l->ld) + " below " +
-                                                     std::to_string(l->rows) + " rows");
+      return p.fail(CUBLAS_STATUS_INVALID_VALUE,
+                    "leading dimension " + std::to_string(l->ld) + " below " + std::to_string(l->rows) + " rows");
     if (l->batch != dd->batch) return p.fail(CUBLAS_STATUS_INVALID_VALUE, "batch counts differ between layouts");
   }
   if (a->type != b->type || (a->type != CUDA_R_32F && a->type != CUDA_R_16BF))
@@ -153,8 +159,8 @@ bool device_extent(Problem& p, const char* name, const void* ptr, size_t bytes) 
 int64_t aux_elements(const LtMatmulDesc& d, const Problem& p) { return d.aux_ld * (p.n - 1) + p.m; }
 
 size_t layout_bytes(const LtLayout& l) {
-  const Operand o{"", nullptr, static_cast<int64_t>(l.rows), static_cast<int64_t>(l.cols), l.ld, l.stride,
-                  type_size(l.type)};
+  const Operand o{"",       nullptr,          static_cast<int64_t>(l.rows), static_cast<int64_t>(l.cols), l.ld,
+                  l.stride, type_size(l.type)};
   return static_cast<size_t>(extent(o, l.batch)) * o.element;
 }
 
@@ -175,8 +181,7 @@ char* entry(const void* base, const LtLayout& l, int i) {
 
 /// Batch entry i: D = epilogue(alpha op(A) op(B) + beta C), in float, then stored.
 void run_one(const LtMatmulDesc& d, const Problem& p, float alpha, float beta, const void* A, const LtLayout& a,
-             const void* B, const LtLayout& b, const void* C, const LtLayout& c, void* D, const LtLayout& dd,
-             int i) {
+             const void* B, const LtLayout& b, const void* C, const LtLayout& c, void* D, const LtLayout& dd, int i) {
   const Operand oa{"A", nullptr, static_cast<int64_t>(a.rows), static_cast<int64_t>(a.cols), a.ld, 0, 0};
   const Operand ob{"B", nullptr, static_cast<int64_t>(b.rows), static_cast<int64_t>(b.cols), b.ld, 0, 0};
   const Operand oc{"C", nullptr, p.m, p.n, c.ld, 0, 0};
@@ -211,8 +216,10 @@ void run_one(const LtMatmulDesc& d, const Problem& p, float alpha, float beta, c
       }
       if (!bias.empty()) v += bias[r];
       if (!pre.empty()) pre[static_cast<size_t>(j) * d.aux_ld + r] = v;
-      if (has(d.epilogue, CUBLASLT_EPILOGUE_GELU)) v = gelu(v);
-      else if (has(d.epilogue, CUBLASLT_EPILOGUE_RELU)) v = std::max(v, 0.f);
+      if (has(d.epilogue, CUBLASLT_EPILOGUE_GELU))
+        v = gelu(v);
+      else if (has(d.epilogue, CUBLASLT_EPILOGUE_RELU))
+        v = std::max(v, 0.f);
     }
   store(f, entry(D, dd, i), dd.type, p.m, p.n, dd.ld);
   if (!pre.empty()) store(pre, d.aux, aux_type(d, dd), p.m, p.n, d.aux_ld);
@@ -252,20 +259,31 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
   if (d == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
   const char* what = "cublasLtMatmulDescSetAttribute";
   switch (attr) {
-    case CUBLASLT_MATMUL_DESC_COMPUTE_TYPE: return set(d->compute, buf, size, what);
-    case CUBLASLT_MATMUL_DESC_SCALE_TYPE: return set(d->scale, buf, size, what);
-    case CUBLASLT_MATMUL_DESC_POINTER_MODE: return set(d->pointer_mode, buf, size, what);
-    case CUBLASLT_MATMUL_DESC_TRANSA: return set(d->transa, buf, size, what);
-    case CUBLASLT_MATMUL_DESC_TRANSB: return set(d->transb, buf, size, what);
-    case CUBLASLT_MATMUL_DESC_EPILOGUE: return set(d->epilogue, buf, size, what);
-    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return set(d->bias, buf, size, what);
-    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: return set(d->aux, buf, size, what);
-    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: return set(d->aux_ld, buf, size, what);
-    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: return set(d->bias_type, buf, size, what);
-    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE: return set(d->aux_type, buf, size, what);
+    case CUBLASLT_MATMUL_DESC_COMPUTE_TYPE:
+      return set(d->compute, buf, size, what);
+    case CUBLASLT_MATMUL_DESC_SCALE_TYPE:
+      return set(d->scale, buf, size, what);
+    case CUBLASLT_MATMUL_DESC_POINTER_MODE:
+      return set(d->pointer_mode, buf, size, what);
+    case CUBLASLT_MATMUL_DESC_TRANSA:
+      return set(d->transa, buf, size, what);
+    case CUBLASLT_MATMUL_DESC_TRANSB:
+      return set(d->transb, buf, size, what);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE:
+      return set(d->epilogue, buf, size, what);
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
+      return set(d->bias, buf, size, what);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
+      return set(d->aux, buf, size, what);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
+      return set(d->aux_ld, buf, size, what);
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
+      return set(d->bias_type, buf, size, what);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE:
+      return set(d->aux_type, buf, size, what);
     default:
-      return refuse(CUBLAS_STATUS_NOT_SUPPORTED, std::string(what) + ": attribute " + std::to_string(attr) +
-                                                     " is not emulated");
+      return refuse(CUBLAS_STATUS_NOT_SUPPORTED,
+                    std::string(what) + ": attribute " + std::to_string(attr) + " is not emulated");
   }
 }
 
@@ -286,13 +304,20 @@ cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t l, cublas
   if (l == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
   const char* what = "cublasLtMatrixLayoutSetAttribute";
   switch (attr) {
-    case CUBLASLT_MATRIX_LAYOUT_TYPE: return set(l->type, buf, size, what);
-    case CUBLASLT_MATRIX_LAYOUT_ORDER: return set(l->order, buf, size, what);
-    case CUBLASLT_MATRIX_LAYOUT_ROWS: return set(l->rows, buf, size, what);
-    case CUBLASLT_MATRIX_LAYOUT_COLS: return set(l->cols, buf, size, what);
-    case CUBLASLT_MATRIX_LAYOUT_LD: return set(l->ld, buf, size, what);
-    case CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT: return set(l->batch, buf, size, what);
-    case CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET: return set(l->stride, buf, size, what);
+    case CUBLASLT_MATRIX_LAYOUT_TYPE:
+      return set(l->type, buf, size, what);
+    case CUBLASLT_MATRIX_LAYOUT_ORDER:
+      return set(l->order, buf, size, what);
+    case CUBLASLT_MATRIX_LAYOUT_ROWS:
+      return set(l->rows, buf, size, what);
+    case CUBLASLT_MATRIX_LAYOUT_COLS:
+      return set(l->cols, buf, size, what);
+    case CUBLASLT_MATRIX_LAYOUT_LD:
+      return set(l->ld, buf, size, what);
+    case CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT:
+      return set(l->batch, buf, size, what);
+    case CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET:
+      return set(l->stride, buf, size, what);
   }
   return refuse(CUBLAS_STATUS_INVALID_VALUE, std::string(what) + ": unknown attribute");
 }
@@ -359,12 +384,14 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   if (C == D && c.ld != dd.ld) return refuse(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmul: C == D with other layouts");
   if (!device_extent(p, "A", A, p.k ? layout_bytes(a) : 0) || !device_extent(p, "B", B, p.k ? layout_bytes(b) : 0) ||
       !device_extent(p, "C", C, be != 0.f ? layout_bytes(c) : 0) || !device_extent(p, "D", D, layout_bytes(dd)) ||
-      !device_extent(p, "the bias", d.bias, bias_bytes) || !device_extent(p, "the auxiliary buffer", d.aux, aux_bytes) ||
+      !device_extent(p, "the bias", d.bias, bias_bytes) ||
+      !device_extent(p, "the auxiliary buffer", d.aux, aux_bytes) ||
       !device_extent(p, "the workspace", workspace, workspaceSize))
     return refuse(p.code, p.error);
   if (p.batch > 1 && (uses_aux(e) || adds_bias(e) || writes_bias_grad(e)))
-    return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmul: the emulator applies bias and aux epilogues to one "
-                                               "matrix, not a batch");
+    return refuse(CUBLAS_STATUS_NOT_SUPPORTED,
+                  "cublasLtMatmul: the emulator applies bias and aux epilogues to one "
+                  "matrix, not a batch");
   Stream* s = stream_of(stream);
   if (s == nullptr) return refuse(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmul: destroyed stream");
   if (p.m == 0 || p.n == 0) return CUBLAS_STATUS_SUCCESS;

@@ -118,8 +118,7 @@ Region region_of(const void* p, size_t bytes) {
     if (it != d.live.begin()) {
       --it;
       // The end of a block counts as inside for an empty range (a one-past-the-end pointer).
-      if (off + bytes <= it->first + it->second && (off < it->first + it->second || bytes == 0))
-        return Region::device;
+      if (off + bytes <= it->first + it->second && (off < it->first + it->second || bytes == 0)) return Region::device;
     }
     return Region::pageable;
   }
@@ -135,10 +134,14 @@ Region region_of(const void* p, size_t bytes) {
 
 std::string describe_region(const void* p, size_t bytes) {
   switch (region_of(p, bytes)) {
-    case Region::null: return "a null pointer";
-    case Region::device: return "device memory";
-    case Region::pinned: return "pinned host memory";
-    case Region::pageable: break;
+    case Region::null:
+      return "a null pointer";
+    case Region::device:
+      return "device memory";
+    case Region::pinned:
+      return "pinned host memory";
+    case Region::pageable:
+      break;
   }
   if (in_device_range(p)) return "device memory outside every live cudaMalloc block (freed, or overrun)";
   return "pageable host memory";

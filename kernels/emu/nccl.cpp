@@ -37,8 +37,9 @@ bool mpi_failed(int status, const char* call, const char* file, int line) {
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(status, text, &len);
-  set_error(cudaErrorLaunchFailure, std::string("emulated NCCL: ") + call + " at " + file + ":" + std::to_string(line) +
-                                        ": " + std::string(text, static_cast<size_t>(len)),
+  set_error(cudaErrorLaunchFailure,
+            std::string("emulated NCCL: ") + call + " at " + file + ":" + std::to_string(line) + ": " +
+                std::string(text, static_cast<size_t>(len)),
             true);
   return true;
 }
@@ -57,35 +58,57 @@ bool mpi_ready() {
 
 size_t type_bytes(ncclDataType_t t) {
   switch (t) {
-    case ncclInt8: case ncclUint8: return 1;
-    case ncclFloat16: case ncclBfloat16: return 2;
-    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
-    default: return 8;
+    case ncclInt8:
+    case ncclUint8:
+      return 1;
+    case ncclFloat16:
+    case ncclBfloat16:
+      return 2;
+    case ncclInt32:
+    case ncclUint32:
+    case ncclFloat32:
+      return 4;
+    default:
+      return 8;
   }
 }
 
 /// The MPI type of t; MPI_DATATYPE_NULL for the 16-bit floats, which MPI cannot reduce.
 MPI_Datatype mpi_type(ncclDataType_t t) {
   switch (t) {
-    case ncclInt8: return MPI_INT8_T;
-    case ncclUint8: return MPI_UINT8_T;
-    case ncclInt32: return MPI_INT32_T;
-    case ncclUint32: return MPI_UINT32_T;
-    case ncclInt64: return MPI_INT64_T;
-    case ncclUint64: return MPI_UINT64_T;
-    case ncclFloat32: return MPI_FLOAT;
-    case ncclFloat64: return MPI_DOUBLE;
-    default: return MPI_DATATYPE_NULL;
+    case ncclInt8:
+      return MPI_INT8_T;
+    case ncclUint8:
+      return MPI_UINT8_T;
+    case ncclInt32:
+      return MPI_INT32_T;
+    case ncclUint32:
+      return MPI_UINT32_T;
+    case ncclInt64:
+      return MPI_INT64_T;
+    case ncclUint64:
+      return MPI_UINT64_T;
+    case ncclFloat32:
+      return MPI_FLOAT;
+    case ncclFloat64:
+      return MPI_DOUBLE;
+    default:
+      return MPI_DATATYPE_NULL;
   }
 }
 
 MPI_Op mpi_op(ncclRedOp_t op) {
   switch (op) {
-    case ncclSum: return MPI_SUM;
-    case ncclProd: return MPI_PROD;
-    case ncclMax: return MPI_MAX;
-    case ncclMin: return MPI_MIN;
-    default: return MPI_OP_NULL;  // ncclAvg: not emulated
+    case ncclSum:
+      return MPI_SUM;
+    case ncclProd:
+      return MPI_PROD;
+    case ncclMax:
+      return MPI_MAX;
+    case ncclMin:
+      return MPI_MIN;
+    default:
+      return MPI_OP_NULL;  // ncclAvg: not emulated
   }
 }
 
@@ -100,18 +123,23 @@ struct Call {
   bool buffer(const char* arg, const void* p, size_t bytes) {
     if (!error.empty() || bytes == 0) return error.empty();
     if (region_of(p, bytes) != Region::device)
-      error = std::string(name) + ": " + arg + " points to " + describe_region(p, bytes) +
-              ", not device memory of " + std::to_string(bytes) + " bytes";
+      error = std::string(name) + ": " + arg + " points to " + describe_region(p, bytes) + ", not device memory of " +
+              std::to_string(bytes) + " bytes";
     return error.empty();
   }
   bool check(size_t count, ncclDataType_t type, ncclRedOp_t op, bool reduces, int root) {
-    if (comm == nullptr) error = std::string(name) + ": null communicator";
-    else if (stream_of(stream) == nullptr) error = std::string(name) + ": destroyed stream";
-    else if (mpi_type(type) == MPI_DATATYPE_NULL) error = std::string(name) + ": the emulator carries no 16-bit floats";
-    else if (reduces && mpi_op(op) == MPI_OP_NULL) error = std::string(name) + ": the emulator has no ncclAvg";
-    else if (count > static_cast<size_t>(INT_MAX)) error = std::string(name) + ": count beyond the emulator's int range";
-    else if (root < 0 || root >= comm->size) error = std::string(name) + ": root " + std::to_string(root) + " of " +
-                                                  std::to_string(comm->size) + " ranks";
+    if (comm == nullptr)
+      error = std::string(name) + ": null communicator";
+    else if (stream_of(stream) == nullptr)
+      error = std::string(name) + ": destroyed stream";
+    else if (mpi_type(type) == MPI_DATATYPE_NULL)
+      error = std::string(name) + ": the emulator carries no 16-bit floats";
+    else if (reduces && mpi_op(op) == MPI_OP_NULL)
+      error = std::string(name) + ": the emulator has no ncclAvg";
+    else if (count > static_cast<size_t>(INT_MAX))
+      error = std::string(name) + ": count beyond the emulator's int range";
+    else if (root < 0 || root >= comm->size)
+      error = std::string(name) + ": root " + std::to_string(root) + " of " + std::to_string(comm->size) + " ranks";
     return error.empty();
   }
 };
@@ -127,10 +155,11 @@ bool same_collective_everywhere(const ncclComm& c, const char* name, size_t coun
   if (EMU_MPI_CHECK(MPI_Allreduce(both, out, 10, MPI_INT64_T, MPI_MAX, c.mpi))) return false;
   for (int i = 0; i < 5; ++i)
     if (out[i] != -out[5 + i]) {
-      set_error(cudaErrorLaunchFailure, std::string(name) + " (count " + std::to_string(count) + ", root " +
-                                            std::to_string(root) + ") on rank " + std::to_string(c.rank) +
-                                            ": another rank of the communicator issued a different collective "
-                                            "(NCCL needs the same collectives in the same order on every rank)",
+      set_error(cudaErrorLaunchFailure,
+                std::string(name) + " (count " + std::to_string(count) + ", root " + std::to_string(root) +
+                    ") on rank " + std::to_string(c.rank) +
+                    ": another rank of the communicator issued a different collective "
+                    "(NCCL needs the same collectives in the same order on every rank)",
                 true);
       return false;
     }
@@ -161,7 +190,8 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
 
 ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
   if (comm == nullptr || nranks < 1 || rank < 0 || rank >= nranks)
-    return fail(ncclInvalidArgument, "ncclCommInitRank: rank " + std::to_string(rank) + " of " + std::to_string(nranks));
+    return fail(ncclInvalidArgument,
+                "ncclCommInitRank: rank " + std::to_string(rank) + " of " + std::to_string(nranks));
   if (std::strcmp(commId.internal, "subdp-emulated-nccl") != 0)
     return fail(ncclInvalidArgument, "ncclCommInitRank: the id did not come from ncclGetUniqueId (not broadcast?)");
   auto* c = new ncclComm;
@@ -171,8 +201,10 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId,
     int world = 0;
     if (!mpi_ready() || MPI_Comm_size(MPI_COMM_WORLD, &world) != MPI_SUCCESS || world != nranks) {
       delete c;
-      return fail(ncclInvalidUsage, "ncclCommInitRank: the emulator carries NCCL over MPI and needs the MPI world "
-                                    "(" + std::to_string(nranks) + " ranks) to be the communicator");
+      return fail(ncclInvalidUsage,
+                  "ncclCommInitRank: the emulator carries NCCL over MPI and needs the MPI world "
+                  "(" +
+                      std::to_string(nranks) + " ranks) to be the communicator");
     }
     if (EMU_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, 0, rank, &c->mpi))) {
       delete c;
@@ -235,8 +267,8 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
   return ncclSuccess;
 }
 
-ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
+                           ncclComm_t comm, cudaStream_t stream) {
   Call call{"ncclAllReduce", comm, stream, {}};
   const size_t bytes = count * type_bytes(datatype);
   if (!call.check(count, datatype, op, true, 0) || !call.buffer("sendbuff", sendbuff, bytes) ||
@@ -261,8 +293,8 @@ ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, nccl
     const bool is_root = c.rank == root;
     if (is_root && sendbuff != recvbuff) std::memmove(recvbuff, sendbuff, bytes);
     if (c.mpi == MPI_COMM_NULL || count == 0) return;
-    EMU_MPI_CHECK(MPI_Reduce(is_root ? MPI_IN_PLACE : sendbuff, is_root ? recvbuff : nullptr,
-                             static_cast<int>(count), mpi_type(datatype), mpi_op(op), root, c.mpi));
+    EMU_MPI_CHECK(MPI_Reduce(is_root ? MPI_IN_PLACE : sendbuff, is_root ? recvbuff : nullptr, static_cast<int>(count),
+                             mpi_type(datatype), mpi_op(op), root, c.mpi));
   });
 }
 
@@ -334,14 +366,22 @@ ncclResult_t ncclGroupEnd() {
 
 const char* ncclGetErrorString(ncclResult_t result) {
   switch (result) {
-    case ncclSuccess: return "no error";
-    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
-    case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
-    case ncclInternalError: return "internal error - please report this issue to the NCCL developers";
-    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
-    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
-    case ncclRemoteError: return "remote process exited or there was a network error";
-    case ncclInProgress: return "NCCL operation in progress";
+    case ncclSuccess:
+      return "no error";
+    case ncclUnhandledCudaError:
+      return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError:
+      return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError:
+      return "internal error - please report this issue to the NCCL developers";
+    case ncclInvalidArgument:
+      return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage:
+      return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError:
+      return "remote process exited or there was a network error";
+    case ncclInProgress:
+      return "NCCL operation in progress";
   }
   return "unknown result code";
 }

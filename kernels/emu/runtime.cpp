@@ -56,11 +56,16 @@ std::string misplaced(const char* arg, const void* p, size_t bytes, bool want_de
 
 const char* kind_name(cudaMemcpyKind k) {
   switch (k) {
-    case cudaMemcpyHostToHost: return "cudaMemcpyHostToHost";
-    case cudaMemcpyHostToDevice: return "cudaMemcpyHostToDevice";
-    case cudaMemcpyDeviceToHost: return "cudaMemcpyDeviceToHost";
-    case cudaMemcpyDeviceToDevice: return "cudaMemcpyDeviceToDevice";
-    default: return "cudaMemcpyDefault";
+    case cudaMemcpyHostToHost:
+      return "cudaMemcpyHostToHost";
+    case cudaMemcpyHostToDevice:
+      return "cudaMemcpyHostToDevice";
+    case cudaMemcpyDeviceToHost:
+      return "cudaMemcpyDeviceToHost";
+    case cudaMemcpyDeviceToDevice:
+      return "cudaMemcpyDeviceToDevice";
+    default:
+      return "cudaMemcpyDefault";
   }
 }
 
@@ -185,8 +190,8 @@ cudaError_t cudaMalloc(void** devPtr, size_t size) {
   if (sticky_error() != cudaSuccess) return sticky_error();
   *devPtr = device_allocate(size);
   if (*devPtr == nullptr)
-    return set_error(cudaErrorMemoryAllocation, "cudaMalloc of " + std::to_string(size) + " bytes: " +
-                                                    std::to_string(device_capacity() - device_used()) +
+    return set_error(cudaErrorMemoryAllocation, "cudaMalloc of " + std::to_string(size) +
+                                                    " bytes: " + std::to_string(device_capacity() - device_used()) +
                                                     " bytes free (SUBDP_EMU_DEVICE_GB sets the size)");
   return cudaSuccess;
 }

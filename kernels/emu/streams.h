@@ -15,9 +15,9 @@
 namespace subdp::emu {
 
 struct Operation {
-  std::string name;            // for error messages: "kernel fill_kernel", "cudaMemcpyAsync"
-  std::function<void()> run;   // empty for a wait
-  Stream* wait_on = nullptr;   // a wait: runnable once wait_on->completed >= wait_until
+  std::string name;           // for error messages: "kernel fill_kernel", "cudaMemcpyAsync"
+  std::function<void()> run;  // empty for a wait
+  Stream* wait_on = nullptr;  // a wait: runnable once wait_on->completed >= wait_until
   uint64_t wait_until = 0;
 };
 

@@ -36,7 +36,7 @@ class Pool final : public DeviceMemory {
   void protect(char* begin, size_t bytes, bool open) const;
   /// The range open() and close() flip: [base_, base_ + span()), top_ in whole huge pages.
   size_t span() const;
-  char* mapping_ = nullptr;             // the reservation (base_ rounded up to 2 MiB inside it)
+  char* mapping_ = nullptr;  // the reservation (base_ rounded up to 2 MiB inside it)
   char* base_ = nullptr;
   size_t capacity_ = 0;
   size_t top_ = 0;                 // bytes handed out so far from the start (high-water mark)

@@ -85,8 +85,8 @@ void collectives(ncclComm_t comm, const std::string& name) {
   const auto gathered = rs.read();
   for (size_t i = 0; i < count * size; ++i)
     expect(gathered[i] == rank_sum + size * static_cast<float>(i), name + " all-gather in place");
-  if (rank == 0) std::printf("ok: %s (%d ranks): all-reduce, reduce, broadcast, reduce-scatter, all-gather\n",
-                             name.c_str(), size);
+  if (rank == 0)
+    std::printf("ok: %s (%d ranks): all-reduce, reduce, broadcast, reduce-scatter, all-gather\n", name.c_str(), size);
 }
 
 }  // namespace
@@ -111,8 +111,9 @@ int main(int argc, char** argv) {
   Buffer x(own(g_rank, 4));
   const ncclResult_t r = ncclBroadcast(x.d, x.d, 4, ncclFloat, g_rank == 0 ? 1 : 0, world, nullptr);
   expect(r != ncclSuccess, "a broadcast from different roots was not refused");
-  expect(std::string(ncclGetLastError(nullptr)).find("another rank of the communicator issued a different "
-                                                      "collective") != std::string::npos,
+  expect(std::string(ncclGetLastError(nullptr))
+                 .find("another rank of the communicator issued a different "
+                       "collective") != std::string::npos,
          std::string("the refusal does not say why: ") + ncclGetLastError(nullptr));
   if (g_rank == 0) std::printf("ok: a collective issued differently on one rank is refused on every rank\n");
   ncclCommAbort(child);

@@ -126,8 +126,8 @@ TEST_F(CublasLt, EmulatorRefusesDisagreeingShapesAndHostMemory) {
   Dev<float> dA(m * k), dB(k * n), dD(m * n);
   LtProblem lt(m, n, k, CUDA_R_32F, CUDA_R_32F);
   const int32_t no_transpose = CUBLAS_OP_N;  // A stored (k, m) read as (m, k): op(A) is k x m, D is m x n
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(lt.desc, CUBLASLT_MATMUL_DESC_TRANSA, &no_transpose,
-                                              sizeof(no_transpose)));
+  CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(lt.desc, CUBLASLT_MATMUL_DESC_TRANSA, &no_transpose, sizeof(no_transpose)));
   EXPECT_EQ(lt.run(dA.get(), dB.get(), dD.get()), CUBLAS_STATUS_INVALID_VALUE);
   cudaGetLastError();
   const int32_t transpose = CUBLAS_OP_T;

@@ -38,12 +38,18 @@ using Emulator = GpuTest;
 
 TEST_F(Emulator, RefusesLaunchesBeyondSm90Limits) {
   Dev<float> x(16);
-  EXPECT_NE(launch_error([&] { SUBDP_LAUNCH(1, 1025, 0, stream, set_kernel)(x.get(), 1.f, 16); })
-                .find("exceeds sm_90's 1024 threads per block"), std::string::npos);
-  EXPECT_NE(launch_error([&] { SUBDP_LAUNCH(dim3(1, 70000), 32, 0, stream, set_kernel)(x.get(), 1.f, 16); })
-                .find("grid limits"), std::string::npos);
-  EXPECT_NE(launch_error([&] { SUBDP_LAUNCH(1, 32, 64 * 1024, stream, set_kernel)(x.get(), 1.f, 16); })
-                .find("dynamic shared memory"), std::string::npos);
+  EXPECT_NE(launch_error([&] {
+              SUBDP_LAUNCH(1, 1025, 0, stream, set_kernel)(x.get(), 1.f, 16);
+            }).find("exceeds sm_90's 1024 threads per block"),
+            std::string::npos);
+  EXPECT_NE(launch_error([&] {
+              SUBDP_LAUNCH(dim3(1, 70000), 32, 0, stream, set_kernel)(x.get(), 1.f, 16);
+            }).find("grid limits"),
+            std::string::npos);
+  EXPECT_NE(launch_error([&] {
+              SUBDP_LAUNCH(1, 32, 64 * 1024, stream, set_kernel)(x.get(), 1.f, 16);
+            }).find("dynamic shared memory"),
+            std::string::npos);
   EXPECT_EQ(launch_error([&] { SUBDP_LAUNCH(1, 1024, 0, stream, set_kernel)(x.get(), 1.f, 16); }), "");
 }
 

@@ -25,8 +25,8 @@ TEST_F(LayerKernels, LayerNorm) {
   const auto dy = random_vec(rows * C, 33), dx0 = random_vec(rows * C, 34), dg0 = random_vec(C, 35);
   std::vector<float> y(rows * C), mean(rows), rstd(rows), dx = dx0, dg = dg0, db = dg0;
   cpu::layernorm_forward(x.data(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data(), rows, C, 1e-5f);
-  cpu::layernorm_backward(x.data(), gamma.data(), mean.data(), rstd.data(), dy.data(), dx.data(), dg.data(),
-                          db.data(), rows, C);
+  cpu::layernorm_backward(x.data(), gamma.data(), mean.data(), rstd.data(), dy.data(), dx.data(), dg.data(), db.data(),
+                          rows, C);
   Dev<float> dx_(x), dgam(gamma), dbet(beta), dy_(rows * C), dmean(rows), drstd(rows);
   Dev<float> ddy(dy), ddx(dx0), ddg(dg0), ddb(dg0);
   cuda::layernorm_forward(dx_, dgam, dbet, dy_, dmean, drstd, rows, C, 1e-5f, stream);
@@ -52,12 +52,12 @@ TEST_F(LayerKernels, BatchNorm2d) {
   const auto x = random_vec(n, 40, -1.f, 2.f), gamma = random_vec(C, 41), beta = random_vec(C, 42);
   const auto dy = random_vec(n, 43), rm0 = random_vec(C, 44), rv0 = random_vec(C, 45, 0.5f, 1.5f);
   std::vector<float> y(n), mean(C), rstd(C), rm = rm0, rv = rv0, dx(n), dg(C, 0.25f), db(C, -0.5f), ye(n);
-  cpu::batchnorm_forward(x.data(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data(), rm.data(),
-                         rv.data(), N, C, HW, true, 0.1f, 1e-5f);
-  cpu::batchnorm_backward(x.data(), gamma.data(), mean.data(), rstd.data(), dy.data(), dx.data(), dg.data(),
-                          db.data(), N, C, HW, grad_channels);
-  cpu::batchnorm_forward(x.data(), gamma.data(), beta.data(), ye.data(), mean.data(), rstd.data(), rm.data(),
-                         rv.data(), N, C, HW, false, 0.1f, 1e-5f);
+  cpu::batchnorm_forward(x.data(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data(), rm.data(), rv.data(),
+                         N, C, HW, true, 0.1f, 1e-5f);
+  cpu::batchnorm_backward(x.data(), gamma.data(), mean.data(), rstd.data(), dy.data(), dx.data(), dg.data(), db.data(),
+                          N, C, HW, grad_channels);
+  cpu::batchnorm_forward(x.data(), gamma.data(), beta.data(), ye.data(), mean.data(), rstd.data(), rm.data(), rv.data(),
+                         N, C, HW, false, 0.1f, 1e-5f);
   Dev<float> dx_(x), dgam(gamma), dbet(beta), dy_(n), dmean(C), drstd(C), drm(rm0), drv(rv0);
   Dev<float> ddy(dy), ddx(n), ddg(std::vector<float>(C, 0.25f)), ddb(std::vector<float>(C, -0.5f)), dye(n);
   cuda::batchnorm_forward(dx_, dgam, dbet, dy_, dmean, drstd, drm, drv, N, C, HW, true, 0.1f, 1e-5f, stream);
@@ -106,7 +106,8 @@ TEST_F(LayerKernels, CausalAttention) {
   s.T = 37;
   s.H = 4;
   s.hd = 16;
-  const int64_t qkv_n = static_cast<int64_t>(s.B) * s.T * 3 * s.width(), y_n = static_cast<int64_t>(s.B) * s.T * s.width();
+  const int64_t qkv_n = static_cast<int64_t>(s.B) * s.T * 3 * s.width(),
+                y_n = static_cast<int64_t>(s.B) * s.T * s.width();
   const int64_t att_n = static_cast<int64_t>(s.B) * s.H * s.T * s.T;
   const auto qkv = random_vec(qkv_n, 60, -2.f, 2.f), dy = random_vec(y_n, 61);
   std::vector<float> att(att_n), y(y_n), dqkv(qkv_n), ws(cpu::attention_workspace_floats(s, 1));
@@ -146,11 +147,13 @@ TEST_F(LayerKernels, CausalSoftmaxWithScale) {
 }
 
 TEST_F(LayerKernels, Conv2dIm2colCol2im) {
-  struct Case { int Cin, H, W, Cout, k, stride, pad, dw_cout, dw_cin, chunk; };
-  const Case cases[] = {{3, 9, 11, 8, 3, 1, 1, 8, 3, 2},    // stem-like, full gradient
-                        {8, 10, 10, 6, 3, 2, 1, 4, 5, 5},   // strided, masked prefix
-                        {6, 7, 7, 5, 1, 1, 0, 5, 6, 3},     // 1x1: no im2col
-                        {6, 8, 8, 5, 1, 2, 0, 3, 2, 1}};    // 1x1 stride 2 shortcut
+  struct Case {
+    int Cin, H, W, Cout, k, stride, pad, dw_cout, dw_cin, chunk;
+  };
+  const Case cases[] = {{3, 9, 11, 8, 3, 1, 1, 8, 3, 2},   // stem-like, full gradient
+                        {8, 10, 10, 6, 3, 2, 1, 4, 5, 5},  // strided, masked prefix
+                        {6, 7, 7, 5, 1, 1, 0, 5, 6, 3},    // 1x1: no im2col
+                        {6, 8, 8, 5, 1, 2, 0, 3, 2, 1}};   // 1x1 stride 2 shortcut
   for (const Case& c : cases) {
     cpu::ConvShape s;
     s.N = 5;
@@ -161,8 +164,10 @@ TEST_F(LayerKernels, Conv2dIm2colCol2im) {
     s.k = c.k;
     s.stride = c.stride;
     s.pad = c.pad;
-    const int64_t xn = static_cast<int64_t>(s.N) * s.Cin * s.H * s.W, yn = static_cast<int64_t>(s.N) * s.Cout * s.Ho() * s.Wo();
-    const int64_t wn = static_cast<int64_t>(s.Cout) * s.Cin * s.k * s.k, dwn = static_cast<int64_t>(c.dw_cout) * c.dw_cin * s.k * s.k;
+    const int64_t xn = static_cast<int64_t>(s.N) * s.Cin * s.H * s.W,
+                  yn = static_cast<int64_t>(s.N) * s.Cout * s.Ho() * s.Wo();
+    const int64_t wn = static_cast<int64_t>(s.Cout) * s.Cin * s.k * s.k,
+                  dwn = static_cast<int64_t>(c.dw_cout) * c.dw_cin * s.k * s.k;
     const auto x = random_vec(xn, 70), w = random_vec(wn, 71), dy = random_vec(yn, 72), dw0 = random_vec(dwn, 73);
     std::vector<float> y(yn), dx(xn), dw = dw0, ws(cpu::conv2d_workspace_floats(s));
     cpu::conv2d_forward(s, x.data(), w.data(), y.data(), ws.data());
@@ -216,15 +221,15 @@ void check_optimizer(const OptimConfig& c, int steps) {
     opt->step(lr);
     if (c.name == OptimizerKind::sgd)
       cuda::sgd_update(dw, dg, c.momentum > 0 ? s0.get() : nullptr, n, static_cast<float>(lr),
-                       static_cast<float>(c.momentum), static_cast<float>(c.weight_decay), c.nesterov, t == 0,
-                       nullptr);
+                       static_cast<float>(c.momentum), static_cast<float>(c.weight_decay), c.nesterov, t == 0, nullptr);
     else
       cuda::adamw_update(dw, dg, s0, s1, n, lr, c.beta1, c.beta2, c.eps, c.weight_decay, t + 1, nullptr);
   }
   const std::vector<float> cpu_w(p.value.f32(), p.value.f32() + n);
   EXPECT_REL(dw.download(), cpu_w, kF32Tol) << c.name << " momentum=" << c.momentum << " nesterov=" << c.nesterov;
-  const std::vector<float> cpu_s0(opt->state(0).empty() ? std::vector<float>() :
-                                  std::vector<float>(opt->state(0)[0]->f32(), opt->state(0)[0]->f32() + n));
+  const std::vector<float> cpu_s0(opt->state(0).empty()
+                                      ? std::vector<float>()
+                                      : std::vector<float>(opt->state(0)[0]->f32(), opt->state(0)[0]->f32() + n));
   if (!cpu_s0.empty()) EXPECT_REL(s0.download(), cpu_s0, kF32Tol);
 }
 

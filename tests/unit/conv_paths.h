@@ -30,8 +30,8 @@ inline void expect_close(const float* got, const float* want, int64_t n, const c
 struct ConvPath {
   int64_t (*workspace_floats)(const cpu::ConvShape&);
   void (*forward)(const cpu::ConvShape&, const float*, const float*, float*, float*);
-  void (*backward)(const cpu::ConvShape&, const float*, const float*, const float*, float*, float*, int, int,
-                   float*, bool);
+  void (*backward)(const cpu::ConvShape&, const float*, const float*, const float*, float*, float*, int, int, float*,
+                   bool);
 };
 
 /// y and dx of `path` on shape s (3x3 filters) are identical bit for bit with 1 and 3 threads

@@ -21,11 +21,11 @@ namespace subdp::test {
 
 /// How a finite-difference check probes and compares.
 struct FdOptions {
-  float eps = 1e-2f;         // central-difference step (float32 values)
-  double rtol = 1e-2;        // relative tolerance per probe
-  double atol = 2e-3;        // absolute floor, as a fraction of the largest |gradient| probed
-  int max_probes = 64;       // every element when the tensor is smaller, else a random sample
-  uint64_t seed = 1;         // probe sampling
+  float eps = 1e-2f;    // central-difference step (float32 values)
+  double rtol = 1e-2;   // relative tolerance per probe
+  double atol = 2e-3;   // absolute floor, as a fraction of the largest |gradient| probed
+  int max_probes = 64;  // every element when the tensor is smaller, else a random sample
+  uint64_t seed = 1;    // probe sampling
   // Piecewise-smooth functions (ReLU / max networks): extra, smaller central-difference steps
   // ("witnesses") and the fraction of probes that may be skipped as non-smooth.
   std::vector<float> witness_steps;
@@ -82,9 +82,8 @@ inline std::vector<int64_t> probe_indices(int64_t n, int max_probes, uint64_t se
 /// zero (a check that compares nothing). value_index (optional) maps analytic index ->
 /// values index (a gradient that covers a prefix of a larger value).
 /// SUBDP_GRADCHECK_VERBOSE=1 prints the probe and skip counts of every passing check.
-inline ::testing::AssertionResult check_gradient(const std::string& what, float* values,
-                                                 const float* analytic, int64_t n,
-                                                 const std::function<double()>& loss,
+inline ::testing::AssertionResult check_gradient(const std::string& what, float* values, const float* analytic,
+                                                 int64_t n, const std::function<double()>& loss,
                                                  const FdOptions& opt = {},
                                                  const std::vector<int64_t>& value_index = {}) {
   const auto idx = probe_indices(n, opt.max_probes, opt.seed);
@@ -136,8 +135,8 @@ inline ::testing::AssertionResult check_gradient(const std::string& what, float*
     }
   }
   if (bad)
-    return ::testing::AssertionFailure() << what << ": " << bad << " of " << idx.size()
-                                         << " probes mismatch (scale " << scale << ")" << detail;
+    return ::testing::AssertionFailure() << what << ": " << bad << " of " << idx.size() << " probes mismatch (scale "
+                                         << scale << ")" << detail;
   if (skipped > opt.max_nonsmooth * idx.size())
     return ::testing::AssertionFailure() << what << ": " << skipped << " of " << idx.size()
                                          << " probes non-smooth (allowed fraction " << opt.max_nonsmooth << ")";

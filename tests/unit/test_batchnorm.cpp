@@ -100,8 +100,8 @@ TEST(BatchNormKernel, FusedReluEqualsReluAfterTheForward) {
   for (bool training : {true, false}) {
     std::vector<float> y(kSize), yr(kSize), mean(C), rstd(C), mean_r(C), rstd_r(C);
     std::vector<float> rm(C, 0.3f), rv(C, 1.5f), rm_r(rm), rv_r(rv);
-    cpu::batchnorm_forward(x.f32(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data(), rm.data(),
-                           rv.data(), N, C, HW, training, 0.1f, 1e-5f);
+    cpu::batchnorm_forward(x.f32(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data(), rm.data(), rv.data(),
+                           N, C, HW, training, 0.1f, 1e-5f);
     cpu::relu_forward(y.data(), y.data(), kSize);
     cpu::batchnorm_forward(x.f32(), gamma.data(), beta.data(), yr.data(), mean_r.data(), rstd_r.data(), rm_r.data(),
                            rv_r.data(), N, C, HW, training, 0.1f, 1e-5f, /*relu=*/true);

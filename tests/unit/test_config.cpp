@@ -71,7 +71,8 @@ regime = "forward"
 granularity = "neuron"
 keep = 0.5
 pinned = [0, 3]
-)", "a.toml", {});
+)",
+                          "a.toml", {});
   EXPECT_EQ(c.model.name, ModelKind::gpt);
   EXPECT_EQ(c.model.width, 96);
   EXPECT_EQ(c.model.hidden, (std::vector<int>{512, 256}));
@@ -86,14 +87,13 @@ pinned = [0, 3]
 }
 
 TEST(Config, OverridesApply) {
-  Config c = parse_config("[train]\nsteps = 10\nbatch_size = 32\n", "x.toml",
-                          {"train.batch_size=64", "mask.regime=forward", "mask.regime = backward",
-                           "mask.pinned=[0,1]", "optim.lr=1e-3", "data.path=/tmp/a b",
-                           "checkpoint.resume=\"auto\"", "checkpoint.dir=2024-01-01",
-                           "log.metrics_file=", "optim.nesterov=true", "parallel.subnetworks=2",
-                           "mask.keep=0.5"});
+  Config c =
+      parse_config("[train]\nsteps = 10\nbatch_size = 32\n", "x.toml",
+                   {"train.batch_size=64", "mask.regime=forward", "mask.regime = backward", "mask.pinned=[0,1]",
+                    "optim.lr=1e-3", "data.path=/tmp/a b", "checkpoint.resume=\"auto\"", "checkpoint.dir=2024-01-01",
+                    "log.metrics_file=", "optim.nesterov=true", "parallel.subnetworks=2", "mask.keep=0.5"});
   EXPECT_EQ(c.train.batch_size, 64);
-  EXPECT_FALSE(c.model.zero_init_residual);  // default
+  EXPECT_FALSE(c.model.zero_init_residual);        // default
   EXPECT_EQ(c.mask.regime, MaskRegime::backward);  // later overrides win
   EXPECT_EQ(c.mask.pinned, (std::vector<int>{0, 1}));
   EXPECT_DOUBLE_EQ(c.optim.lr, 1e-3);
@@ -114,16 +114,20 @@ TEST(Config, OverrideCanSetStepsWhenFileHasNone) {
 // is refused naming the key and the spellings.
 TEST(Config, ChoiceKeysReadEverySpellingAndRefuseOthers) {
   for (const char* regime : Choices<MaskRegime>::names) {
-    const Config c = parse_config(kMinimal, "x.toml", {std::string("mask.regime=") + regime,
-                                                       regime == std::string("stochastic") ? "parallel.subnetworks=1" : "mask.keep=1"});
+    const Config c = parse_config(kMinimal, "x.toml",
+                                  {std::string("mask.regime=") + regime,
+                                   regime == std::string("stochastic") ? "parallel.subnetworks=1" : "mask.keep=1"});
     EXPECT_STREQ(name_of(c.mask.regime), regime);
   }
   EXPECT_EQ(parse_config(kMinimal, "x.toml", {"parallel.backend=auto"}).parallel.backend, CommBackend::automatic);
   EXPECT_EQ(parse_config(kMinimal, "x.toml", {"train.winograd_tile=4x4"}).train.winograd_tile, WinogradTile::t4x4);
-  EXPECT_NE(error_of(kMinimal, {"device.type=tpu"}).find("[device] type = \"tpu\" (from --set): must be one of cpu, cuda, fenced"),
-            std::string::npos) << error_of(kMinimal, {"device.type=tpu"});
-  EXPECT_NE(error_of("[train]\nsteps = 1\n[optim]\nname = 3\n").find("[optim] name = 3: expected a string, found an integer"),
-            std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"device.type=tpu"})
+                .find("[device] type = \"tpu\" (from --set): must be one of cpu, cuda, fenced"),
+            std::string::npos)
+      << error_of(kMinimal, {"device.type=tpu"});
+  EXPECT_NE(
+      error_of("[train]\nsteps = 1\n[optim]\nname = 3\n").find("[optim] name = 3: expected a string, found an integer"),
+      std::string::npos);
   EXPECT_EQ(fmt::format("{}", MaskScale::inverse_keep), "inverse_keep");
 }
 
@@ -154,8 +158,8 @@ TEST(Config, RoundTrip) {
 TEST(Config, CanonicalTextListsEveryTableInOrder) {
   std::string text = config_to_toml(parse_config(kMinimal, "x.toml", {}));
   size_t last = 0;
-  for (const char* t : {"[model]", "[data]", "[train]", "[optim]", "[parallel]", "[mask]",
-                        "[device]", "[checkpoint]", "[log]"}) {
+  for (const char* t :
+       {"[model]", "[data]", "[train]", "[optim]", "[parallel]", "[mask]", "[device]", "[checkpoint]", "[log]"}) {
     size_t at = text.find(t);
     ASSERT_NE(at, std::string::npos) << t;
     EXPECT_GE(at, last) << t;
@@ -214,12 +218,21 @@ const std::string S = "[train]\nsteps = 10\n";  // a valid base
 INSTANTIATE_TEST_SUITE_P(
     Table, ConfigErrors,
     ::testing::Values(
-        ErrorCase{"unknown_table", S + "[trian]\nx = 1\n", {}, {"configs/x.toml", "unknown table [trian]", "valid tables", "model", "log"}},
-        ErrorCase{"unknown_key", S + "bach_size = 3\n", {}, {"configs/x.toml", "train.bach_size", "batch_size", "valid keys of [train]"}},
+        ErrorCase{"unknown_table",
+                  S + "[trian]\nx = 1\n",
+                  {},
+                  {"configs/x.toml", "unknown table [trian]", "valid tables", "model", "log"}},
+        ErrorCase{"unknown_key",
+                  S + "bach_size = 3\n",
+                  {},
+                  {"configs/x.toml", "train.bach_size", "batch_size", "valid keys of [train]"}},
         ErrorCase{"nested_unknown", S + "[model.extra]\nx = 1\n", {}, {"model.extra", "valid keys of [model]"}},
         ErrorCase{"top_level_key", "steps = 10\n", {}, {"unknown table [steps]"}},
         ErrorCase{"table_as_value", S + "model = 3\n", {}, {"train.model"}},
-        ErrorCase{"wrong_type_int", S + "batch_size = \"big\"\n", {}, {"[train] batch_size = \"big\"", "expected an integer", "string"}},
+        ErrorCase{"wrong_type_int",
+                  S + "batch_size = \"big\"\n",
+                  {},
+                  {"[train] batch_size = \"big\"", "expected an integer", "string"}},
         ErrorCase{"float_for_int", S + "batch_size = 64.0\n", {}, {"batch_size", "expected an integer", "float"}},
         ErrorCase{"wrong_type_float", S + "[optim]\nlr = \"fast\"\n", {}, {"[optim] lr", "expected a number"}},
         ErrorCase{"wrong_type_bool", S + "[data]\nnormalize = 1\n", {}, {"[data] normalize", "expected a boolean"}},
@@ -236,19 +249,44 @@ INSTANTIATE_TEST_SUITE_P(
         // Issue 22: lr = 1e39 was accepted and every weight became inf at the first update.
         ErrorCase{"lr_beyond_float32", S, {"optim.lr=1e39"}, {"[optim] lr = 9.99", "(from --set)", "float32"}},
         ErrorCase{"eps_below_float32", S + "[optim]\neps = 1e-50\n", {}, {"[optim] eps", "float32"}},
-        ErrorCase{"max_skipped_steps", S + "max_skipped_steps = -1\n", {}, {"[train] max_skipped_steps", "[0, 1000000]"}},
-        ErrorCase{"recompute_mlp", S + "recompute = \"blocks\"\n", {}, {"[train] recompute = \"blocks\"", "MLP has no blocks"}},
-        ErrorCase{"fsdp_backward", S, {"parallel.shard=parameters", "mask.regime=backward"}, {"[parallel] shard = \"parameters\"", "regime = \"backward\""}},
-        ErrorCase{"alignment_fsdp", S, {"log.alignment_every=5", "mask.regime=forward", "parallel.shard=parameters"}, {"[log] alignment_every = 5", "shard = \"parameters\""}},
-        ErrorCase{"alignment_zero2", S, {"log.alignment_every=5", "mask.regime=backward", "parallel.shard=gradients"}, {"[log] alignment_every = 5", "shard = \"gradients\""}},
+        ErrorCase{
+            "max_skipped_steps", S + "max_skipped_steps = -1\n", {}, {"[train] max_skipped_steps", "[0, 1000000]"}},
+        ErrorCase{"recompute_mlp",
+                  S + "recompute = \"blocks\"\n",
+                  {},
+                  {"[train] recompute = \"blocks\"", "MLP has no blocks"}},
+        ErrorCase{"fsdp_backward",
+                  S,
+                  {"parallel.shard=parameters", "mask.regime=backward"},
+                  {"[parallel] shard = \"parameters\"", "regime = \"backward\""}},
+        ErrorCase{"alignment_fsdp",
+                  S,
+                  {"log.alignment_every=5", "mask.regime=forward", "parallel.shard=parameters"},
+                  {"[log] alignment_every = 5", "shard = \"parameters\""}},
+        ErrorCase{"alignment_zero2",
+                  S,
+                  {"log.alignment_every=5", "mask.regime=backward", "parallel.shard=gradients"},
+                  {"[log] alignment_every = 5", "shard = \"gradients\""}},
         ErrorCase{"alignment_dp", S + "[log]\nalignment_every = 5\n", {}, {"[log] alignment_every = 5", "forward"}},
-        ErrorCase{"stochastic_subnetworks", S + "[mask]\nregime = \"stochastic\"\n[parallel]\nsubnetworks = 2\n", {}, {"[mask] regime = \"stochastic\"", "subnetworks = 1"}},
-        ErrorCase{"reset_optimizer_without_resume", S + "[checkpoint]\nreset_optimizer = true\n", {}, {"[checkpoint] reset_optimizer = true", "set [checkpoint] resume"}},
-        ErrorCase{"reset_optimizer_type", S + "[checkpoint]\nreset_optimizer = 1\n", {}, {"[checkpoint] reset_optimizer", "boolean"}},
+        ErrorCase{"stochastic_subnetworks",
+                  S + "[mask]\nregime = \"stochastic\"\n[parallel]\nsubnetworks = 2\n",
+                  {},
+                  {"[mask] regime = \"stochastic\"", "subnetworks = 1"}},
+        ErrorCase{"reset_optimizer_without_resume",
+                  S + "[checkpoint]\nreset_optimizer = true\n",
+                  {},
+                  {"[checkpoint] reset_optimizer = true", "set [checkpoint] resume"}},
+        ErrorCase{"reset_optimizer_type",
+                  S + "[checkpoint]\nreset_optimizer = 1\n",
+                  {},
+                  {"[checkpoint] reset_optimizer", "boolean"}},
         ErrorCase{"beta", S + "[optim]\nbeta2 = 1.0\n", {}, {"[optim] beta2", "[0, 1)"}},
         ErrorCase{"threads", S + "threads = -1\n", {}, {"[train] threads = -1", "[0, 1024]"}},
         ErrorCase{"threads_too_many", S + "threads = 100000\n", {}, {"[train] threads = 100000", "[0, 1024]"}},
-        ErrorCase{"width_huge", S + "[model]\nwidth = 2000000000\nheads = 1\n", {}, {"[model] width = 2000000000", "[1, 65536]"}},
+        ErrorCase{"width_huge",
+                  S + "[model]\nwidth = 2000000000\nheads = 1\n",
+                  {},
+                  {"[model] width = 2000000000", "[1, 65536]"}},
         ErrorCase{"seed_negative", S + "seed = -1\n", {}, {"[train] seed", ">= 0"}},
         ErrorCase{"int_overflow", S + "eval_batches = 10000000000\n", {}, {"[train] eval_batches", "does not fit"}},
         ErrorCase{"subnetworks", S + "[parallel]\nsubnetworks = 0\n", {}, {"[parallel] subnetworks", "[1, 4096]"}},
@@ -256,32 +294,67 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"val_fraction", S + "[data]\nval_fraction = 1\n", {}, {"[data] val_fraction", "(0, 1)"}},
         ErrorCase{"model_enum", S + "[model]\nname = \"vgg\"\n", {}, {"[model] name = \"vgg\"", "mlp, resnet, gpt"}},
         ErrorCase{"data_enum", S + "[data]\nname = \"imagenet\"\n", {}, {"[data] name", "fashion_mnist"}},
-        ErrorCase{"regime_enum", S + "[mask]\nregime = \"sideways\"\n", {}, {"[mask] regime", "none, forward, backward"}},
-        ErrorCase{"granularity_enum", S + "[mask]\ngranularity = \"layer\"\n", {}, {"[mask] granularity", "block, neuron"}},
+        ErrorCase{
+            "regime_enum", S + "[mask]\nregime = \"sideways\"\n", {}, {"[mask] regime", "none, forward, backward"}},
+        ErrorCase{
+            "granularity_enum", S + "[mask]\ngranularity = \"layer\"\n", {}, {"[mask] granularity", "block, neuron"}},
         ErrorCase{"scale_enum", S + "[mask]\nscale = \"keep\"\n", {}, {"[mask] scale", "inverse_keep, none"}},
-        ErrorCase{"backend_enum", S + "[parallel]\nbackend = \"gloo\"\n", {}, {"[parallel] backend", "auto, mpi, nccl, local"}},
+        ErrorCase{"backend_enum",
+                  S + "[parallel]\nbackend = \"gloo\"\n",
+                  {},
+                  {"[parallel] backend", "auto, mpi, nccl, local"}},
         ErrorCase{"device_enum", S + "[device]\ntype = \"tpu\"\n", {}, {"[device] type", "cpu, cuda"}},
-        ErrorCase{"precision_bf16_cpu", S + "[device]\nprecision = \"bf16\"\n", {}, {"[device] precision = \"bf16\"", "bf16 is not implemented yet"}},
+        ErrorCase{"precision_bf16_cpu",
+                  S + "[device]\nprecision = \"bf16\"\n",
+                  {},
+                  {"[device] precision = \"bf16\"", "bf16 is not implemented yet"}},
         ErrorCase{"precision_enum", S + "[device]\nprecision = \"fp16\"\n", {}, {"[device] precision", "fp32, bf16"}},
         ErrorCase{"schedule_enum", S + "[optim]\nschedule = \"step\"\n", {}, {"[optim] schedule", "cosine, constant"}},
-        ErrorCase{"lr_scaling_enum", S + "[optim]\nlr_scaling = \"sqrt\"\n", {}, {"[optim] lr_scaling", "none, linear"}},
+        ErrorCase{
+            "lr_scaling_enum", S + "[optim]\nlr_scaling = \"sqrt\"\n", {}, {"[optim] lr_scaling", "none, linear"}},
         ErrorCase{"nonfinite_enum", S + "nonfinite = \"ignore\"\n", {}, {"[train] nonfinite", "stop, skip"}},
-        ErrorCase{"both_epochs_steps", "[train]\nepochs = 2\nsteps = 10\n", {}, {"[train]", "epochs", "steps", "exactly one"}},
+        ErrorCase{"both_epochs_steps",
+                  "[train]\nepochs = 2\nsteps = 10\n",
+                  {},
+                  {"[train]", "epochs", "steps", "exactly one"}},
         ErrorCase{"neither_epochs_steps", "[train]\nbatch_size = 4\n", {}, {"epochs", "steps", "exactly one"}},
-        ErrorCase{"zero_init_mlp", S + "[model]\nzero_init_residual = true\n", {}, {"[model] zero_init_residual = true", "no residual branches"}},
-        ErrorCase{"width_heads", S + "[model]\nwidth = 100\nheads = 8\n", {}, {"[model] width = 100", "divisible by heads = 8"}},
-        ErrorCase{"coverage", S + "[parallel]\nsubnetworks = 4\n[mask]\nregime = \"forward\"\nkeep = 0.3\n", {}, {"[mask] keep", "whole number"}},
-        ErrorCase{"coverage_product_unrounded", S + "[parallel]\nsubnetworks = 3\n[mask]\nregime = \"forward\"\nkeep = 0.6666667\n", {}, {"0.6666667 * 3 = 2.0000001 must be a whole number"}},
+        ErrorCase{"zero_init_mlp",
+                  S + "[model]\nzero_init_residual = true\n",
+                  {},
+                  {"[model] zero_init_residual = true", "no residual branches"}},
+        ErrorCase{"width_heads",
+                  S + "[model]\nwidth = 100\nheads = 8\n",
+                  {},
+                  {"[model] width = 100", "divisible by heads = 8"}},
+        ErrorCase{"coverage",
+                  S + "[parallel]\nsubnetworks = 4\n[mask]\nregime = \"forward\"\nkeep = 0.3\n",
+                  {},
+                  {"[mask] keep", "whole number"}},
+        ErrorCase{"coverage_product_unrounded",
+                  S + "[parallel]\nsubnetworks = 3\n[mask]\nregime = \"forward\"\nkeep = 0.6666667\n",
+                  {},
+                  {"0.6666667 * 3 = 2.0000001 must be a whole number"}},
         ErrorCase{"resume_auto_no_dir", S + "[checkpoint]\nresume = \"auto\"\n", {}, {"[checkpoint] resume", "dir"}},
         ErrorCase{"invalid_toml", S + "batch_size = = 3\n", {}, {"configs/x.toml:3", "invalid TOML"}},
-        ErrorCase{"override_unknown_key", S, {"train.bach_size=3"}, {"--set train.bach_size=3", "unknown key train.bach_size", "did you mean 'batch_size'"}},
+        ErrorCase{"override_unknown_key",
+                  S,
+                  {"train.bach_size=3"},
+                  {"--set train.bach_size=3", "unknown key train.bach_size", "did you mean 'batch_size'"}},
         ErrorCase{"override_unknown_table", S, {"trian.steps=3"}, {"unknown table [trian]", "trian.steps"}},
         ErrorCase{"override_malformed", S, {"train.batch_size"}, {"--set train.batch_size", "table.key=value"}},
         ErrorCase{"override_no_table", S, {"batch_size=3"}, {"batch_size", "table.key"}},
-        ErrorCase{"override_bad_value", S, {"train.batch_size=-3"}, {"[train] batch_size = -3 (from --set)", "[1, 1048576]"}},
-        ErrorCase{"override_bare_word_for_int", S, {"train.batch_size=big"}, {"[train] batch_size = \"big\"", "expected an integer"}},
-        ErrorCase{"override_huge_int", S, {"train.batch_size=99999999999999999999"}, {"train.batch_size", "99999999999999999999", "64-bit range"}},
-        ErrorCase{"override_enum", S, {"mask.regime=sideways"}, {"[mask] regime = \"sideways\"", "none, forward, backward"}}),
+        ErrorCase{
+            "override_bad_value", S, {"train.batch_size=-3"}, {"[train] batch_size = -3 (from --set)", "[1, 1048576]"}},
+        ErrorCase{"override_bare_word_for_int",
+                  S,
+                  {"train.batch_size=big"},
+                  {"[train] batch_size = \"big\"", "expected an integer"}},
+        ErrorCase{"override_huge_int",
+                  S,
+                  {"train.batch_size=99999999999999999999"},
+                  {"train.batch_size", "99999999999999999999", "64-bit range"}},
+        ErrorCase{
+            "override_enum", S, {"mask.regime=sideways"}, {"[mask] regime = \"sideways\"", "none, forward, backward"}}),
     [](const ::testing::TestParamInfo<ErrorCase>& info) { return std::string(info.param.name); });
 
 TEST(Config, ADirectoryOrDeviceIsNotAConfigFile) {

@@ -51,8 +51,8 @@ void expect_paths_agree(cpu::ConvShape s, int dw_cout, int dw_cin) {
 }
 
 TEST(ConvChannelsLast, AppliesToStridedAndOtherNonWinogradShapesWithEnoughChannels) {
-  EXPECT_TRUE(cpu::channels_last_applies({1, 32, 28, 28, 64, 3, 2, 1}));  // downsampling 3x3
-  EXPECT_TRUE(cpu::channels_last_applies({1, 8, 9, 9, 8, 5, 1, 2}));      // 5x5
+  EXPECT_TRUE(cpu::channels_last_applies({1, 32, 28, 28, 64, 3, 2, 1}));   // downsampling 3x3
+  EXPECT_TRUE(cpu::channels_last_applies({1, 8, 9, 9, 8, 5, 1, 2}));       // 5x5
   EXPECT_FALSE(cpu::channels_last_applies({1, 32, 28, 28, 32, 3, 1, 1}));  // Winograd's
   EXPECT_FALSE(cpu::channels_last_applies({1, 32, 28, 28, 64, 1, 2, 0}));  // 1x1 projection: NCHW
   EXPECT_FALSE(cpu::channels_last_applies({1, 32, 28, 28, 64, 1, 1, 0}));  // 1x1 stride 1: one GEMM

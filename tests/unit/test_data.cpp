@@ -28,8 +28,8 @@ class DataFiles : public ::testing::Test {
  protected:
   void SetUp() override {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / ("subdp_test_data_" + std::to_string(getpid()) + "_" +
-                                        info->test_suite_name() + "_" + info->name());
+    dir_ = fs::temp_directory_path() /
+           ("subdp_test_data_" + std::to_string(getpid()) + "_" + info->test_suite_name() + "_" + info->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -101,13 +101,11 @@ void check_images(const subdp::ImageDataset& d, int n, int rows, int cols) {
   EXPECT_EQ(d.width, cols);
   ASSERT_EQ(d.images.size(), static_cast<size_t>(n * rows * cols));
   for (int i = 0; i < n; ++i)
-    for (int k = 0; k < rows * cols; ++k)
-      ASSERT_FLOAT_EQ(d.images[i * rows * cols + k], ((i * 7 + k) % 256) / 255.0f);
+    for (int k = 0; k < rows * cols; ++k) ASSERT_FLOAT_EQ(d.images[i * rows * cols + k], ((i * 7 + k) % 256) / 255.0f);
 }
 
 /// llm.c shard: header (magic, version, count) then uint16 tokens.
-Bytes shard(const std::vector<int>& tokens, int32_t magic = 20240520, int32_t version = 1,
-            int32_t count = -1) {
+Bytes shard(const std::vector<int>& tokens, int32_t magic = 20240520, int32_t version = 1, int32_t count = -1) {
   Bytes b;
   put_le32(b, magic);
   put_le32(b, version);
@@ -163,8 +161,7 @@ TEST_F(DataIdx, MnistDirAcceptsGzipAndRawNames) {
 }
 
 TEST_F(DataIdx, MnistDirMissingFiles) {
-  expect_error([&] { subdp::load_mnist_dir(dir_.string(), true); },
-               {dir_.string(), "train-images-idx3-ubyte.gz"});
+  expect_error([&] { subdp::load_mnist_dir(dir_.string(), true); }, {dir_.string(), "train-images-idx3-ubyte.gz"});
   expect_error([&] { subdp::load_mnist_dir(path("nope"), true); }, {"nope", "not found"});
 }
 
@@ -181,8 +178,7 @@ TEST_F(DataIdx, TruncatedImages) {
   b.resize(b.size() - 3);
   write_bytes(path("img"), b);
   write_bytes(path("lab"), idx_labels({0, 1, 2, 3, 4}));
-  expect_error([&] { subdp::load_idx_pair(path("img"), path("lab")); },
-               {"img", "truncated", "5 images of 3x4"});
+  expect_error([&] { subdp::load_idx_pair(path("img"), path("lab")); }, {"img", "truncated", "5 images of 3x4"});
   write_bytes(path("short"), Bytes{0, 0, 8, 3, 0});  // right magic, header cut
   expect_error([&] { subdp::load_idx_pair(path("short"), path("lab")); }, {"short", "too short"});
 }
@@ -195,8 +191,7 @@ TEST_F(DataIdx, HugeHeaderCountIsRejectedBeforeAllocating) {
   put_be32(b, 28);
   write_bytes(path("img"), b);
   write_bytes(path("lab"), idx_labels({0}));
-  expect_error([&] { subdp::load_idx_pair(path("img"), path("lab")); },
-               {"img", "truncated", "4294967295 images"});
+  expect_error([&] { subdp::load_idx_pair(path("img"), path("lab")); }, {"img", "truncated", "4294967295 images"});
   b.resize(8);
   put_be32(b, 0xffffffffu);
   put_be32(b, 0xffffffffu);
@@ -213,8 +208,7 @@ TEST_F(DataIdx, TruncatedGzipStream) {
     expect_error([&] { subdp::load_idx_pair(path("cut.gz"), path("lab")); }, {"cut.gz"});
   }
   write_bytes(path("cut.gz"), Bytes(gz.begin(), gz.begin() + static_cast<long>(gz.size() / 2)));
-  expect_error([&] { subdp::load_idx_pair(path("cut.gz"), path("lab")); },
-               {"cut.gz", "truncated gzip stream"});
+  expect_error([&] { subdp::load_idx_pair(path("cut.gz"), path("lab")); }, {"cut.gz", "truncated gzip stream"});
 }
 
 TEST_F(DataIdx, CorruptGzipStream) {
@@ -241,14 +235,12 @@ TEST_F(DataIdx, LabelCountMismatch) {
 TEST_F(DataIdx, LabelOutOfRange) {
   write_bytes(path("img"), idx_images(3, 2, 2));
   write_bytes(path("labels-file"), idx_labels({0, 10, 2}));
-  expect_error([&] { subdp::load_idx_pair(path("img"), path("labels-file")); },
-               {"labels-file", "label 10", "index 1"});
+  expect_error([&] { subdp::load_idx_pair(path("img"), path("labels-file")); }, {"labels-file", "label 10", "index 1"});
 }
 
 TEST_F(DataIdx, MissingFile) {
   write_bytes(path("lab"), idx_labels({0}));
-  expect_error([&] { subdp::load_idx_pair(path("absent-images.gz"), path("lab")); },
-               {"absent-images.gz", "not found"});
+  expect_error([&] { subdp::load_idx_pair(path("absent-images.gz"), path("lab")); }, {"absent-images.gz", "not found"});
 }
 
 // ---------------------------------------------------------------- CIFAR-10
@@ -280,14 +272,12 @@ TEST_F(DataCifar, BadSize) {
   Bytes b = cifar_records(3);
   b.pop_back();
   write_bytes(path("test_batch.bin"), b);
-  expect_error([&] { subdp::load_cifar10_dir(dir_.string(), false); },
-               {"test_batch.bin", "3073"});
+  expect_error([&] { subdp::load_cifar10_dir(dir_.string(), false); }, {"test_batch.bin", "3073"});
 }
 
 TEST_F(DataCifar, BadLabel) {
   write_bytes(path("test_batch.bin"), cifar_records(4, 2));
-  expect_error([&] { subdp::load_cifar10_dir(dir_.string(), false); },
-               {"test_batch.bin", "label 10", "record 2"});
+  expect_error([&] { subdp::load_cifar10_dir(dir_.string(), false); }, {"test_batch.bin", "label 10", "record 2"});
 }
 
 TEST_F(DataCifar, ShortBatchWarnsWithFileAndCount) {
@@ -316,8 +306,7 @@ TEST_F(DataCifar, LabelsBeyondTheModelsClassesNameFileLabelAndKey) {
 
 TEST_F(DataCifar, MissingBatch) {
   for (int i = 1; i <= 4; ++i) write_bytes(path("data_batch_" + std::to_string(i) + ".bin"), cifar_records(1));
-  expect_error([&] { subdp::load_cifar10_dir(dir_.string(), true); },
-               {"data_batch_5.bin", "not found"});
+  expect_error([&] { subdp::load_cifar10_dir(dir_.string(), true); }, {"data_batch_5.bin", "not found"});
 }
 
 // ---------------------------------------------------------------- token shards and text
@@ -337,8 +326,7 @@ TEST_F(DataTokens, GoodFileAndDirectory) {
 
 TEST_F(DataTokens, BadMagic) {
   write_bytes(path("s.bin"), shard({1}, 12345));
-  expect_error([&] { subdp::load_token_shards(path("s.bin"), 100); },
-               {"s.bin", "wrong magic 12345", "20240520"});
+  expect_error([&] { subdp::load_token_shards(path("s.bin"), 100); }, {"s.bin", "wrong magic 12345", "20240520"});
 }
 
 TEST_F(DataTokens, BadVersion) {
@@ -357,8 +345,7 @@ TEST_F(DataTokens, SizeMismatch) {
 
 TEST_F(DataTokens, TokenOutOfVocab) {
   write_bytes(path("s.bin"), shard({1, 99, 100}));
-  expect_error([&] { subdp::load_token_shards(path("s.bin"), 100); },
-               {"s.bin", "token 100", "position 2"});
+  expect_error([&] { subdp::load_token_shards(path("s.bin"), 100); }, {"s.bin", "token 100", "position 2"});
 }
 
 TEST_F(DataTokens, MissingAndEmptyDirectory) {

@@ -32,7 +32,8 @@ TEST(Gemm, MatchesTheDefinitionForEveryTransposeWithPaddedLeadingDimensions) {
       std::vector<float> C(M * N, 1.f);
       subdp::cpu::sgemm(ta, tb, M, N, K, 2.f, A.data(), lda, B.data(), ldb, 0.5f, C.data(), N);
       const std::vector<float> want = naive(ta, tb, M, N, K, A, lda, B, ldb);
-      for (int i = 0; i < M * N; ++i) EXPECT_FLOAT_EQ(C[i], 2.f * want[i] + 0.5f) << "ta=" << ta << " tb=" << tb << " at " << i;
+      for (int i = 0; i < M * N; ++i)
+        EXPECT_FLOAT_EQ(C[i], 2.f * want[i] + 0.5f) << "ta=" << ta << " tb=" << tb << " at " << i;
     }
 }
 

@@ -102,7 +102,8 @@ void check_attention(const SubnetMask& mask, int head_layer, float head_scale) {
   CausalSelfAttention attn(ps, attention_spec(C, H, T, rows, head_layer, head_scale));
   for (Param* p : ps.all()) test::fill_uniform(p->value, 0.5f, std::hash<std::string>{}(p->name));
   Tensor x = random_tensor({rows, C}, 1.f, 21), r = random_tensor({rows, C}, 1.f, 22);
-  Tensor out = Tensor::zeros({rows, C}, MemCategory::activations), dx = Tensor::zeros({rows, C}, MemCategory::activations);
+  Tensor out = Tensor::zeros({rows, C}, MemCategory::activations),
+         dx = Tensor::zeros({rows, C}, MemCategory::activations);
   AttentionScratch scratch;
   scratch.allocate(rows, C, T, C / H, 4);
   auto loss = [&] {
@@ -203,7 +204,8 @@ TEST(Attention, RecomputedProbabilitiesGiveTheStoredResultsExactly) {
   for (const int threads : {1, 2}) {
     const int saved = omp_get_max_threads();
     cpu::set_num_threads(threads);
-    std::vector<float> att(static_cast<size_t>(sh.B) * sh.H * sh.T * sh.T), ws(cpu::attention_workspace_floats(sh, threads));
+    std::vector<float> att(static_cast<size_t>(sh.B) * sh.H * sh.T * sh.T),
+        ws(cpu::attention_workspace_floats(sh, threads));
     std::vector<float> y_stored(n), y_recomputed(n), d_stored(3 * n), d_recomputed(3 * n);
     cpu::attention_forward(sh, qkv.f32(), att.data(), y_stored.data());
     cpu::attention_backward(sh, qkv.f32(), att.data(), dy.f32(), d_stored.data(), ws.data(), threads);
@@ -273,9 +275,7 @@ void check_gpt_gradients(const SubnetMask& mask, const std::string& what) {
   EXPECT_GT(checked, 4);
 }
 
-TEST(Gpt, FiniteDifferenceFullModel) {
-  check_gpt_gradients(full_mask(gpt_units(tiny_gpt())), "full");
-}
+TEST(Gpt, FiniteDifferenceFullModel) { check_gpt_gradients(full_mask(gpt_units(tiny_gpt())), "full"); }
 
 TEST(Gpt, FiniteDifferenceMaskedModels) {
   const ModelUnits units = gpt_units(tiny_gpt());
@@ -344,7 +344,8 @@ void expect_grads_restricted(Model& sub, Model& full, const std::string& what) {
     const auto gv = grad_value_index(*p);
     const auto vf = value_full_index(*p);
     double scale = 0;
-    for (int64_t i = 0; i < q.grad.numel(); ++i) scale = std::max(scale, std::abs(static_cast<double>(q.grad.f32()[i])));
+    for (int64_t i = 0; i < q.grad.numel(); ++i)
+      scale = std::max(scale, std::abs(static_cast<double>(q.grad.f32()[i])));
     for (int64_t i = 0; i < p->grad.numel(); ++i) {
       const int64_t f = vf.at(gv.at(i));
       ASSERT_NEAR(p->grad.f32()[i], q.grad.f32()[f], 1e-5 * scale + 1e-7) << what << " " << p->name << "[" << i << "]";
@@ -476,8 +477,8 @@ TEST(Gpt, ActivationBytesAreTheStoredTensorsAndOneSharedScratch) {
   ModelConfig c = tiny_gpt();
   for (const int vocab : {11, 40}) {  // shared width set by 4C = H = 32, then by C + V = 48
     c.vocab = vocab;
-    const int64_t rows = int64_t{kBatch} * c.context, C = c.width, H = int64_t{c.mlp_ratio} * c.width,
-                  V = c.vocab, f = sizeof(float);
+    const int64_t rows = int64_t{kBatch} * c.context, C = c.width, H = int64_t{c.mlp_ratio} * c.width, V = c.vocab,
+                  f = sizeof(float);
     const int64_t per_block = 6 * C + H + 4;
     const int64_t once = 4 * C + V + 2 + 1 + std::max({C + V, H, 4 * C});
     EXPECT_EQ(activation_bytes(c, full_mask(gpt_units(c))), rows * f * (c.depth * per_block + once)) << vocab;
@@ -515,12 +516,11 @@ TEST(Gpt, RecomputeStoresOneBlockOfActivationsAndEachBlocksOutput) {
   // train.recompute = "blocks": per block only its output (C per row); mid, the GELU input,
   // qkv and y, and the LayerNorm statistics once, in the set every block views.
   const ModelConfig c = tiny_gpt();
-  const int64_t rows = int64_t{kBatch} * c.context, C = c.width, H = int64_t{c.mlp_ratio} * c.width,
-                V = c.vocab, f = sizeof(float);
+  const int64_t rows = int64_t{kBatch} * c.context, C = c.width, H = int64_t{c.mlp_ratio} * c.width, V = c.vocab,
+                f = sizeof(float);
   const int64_t once = 4 * C + V + 2 + 1 + std::max({C + V, H, 4 * C});
   const MemStats m = MemoryTracker::global().measure([&] { Gpt g(c, full_mask(gpt_units(c)), kBatch, 3, true); });
-  EXPECT_EQ(m.peak[static_cast<int>(MemCategory::activations)],
-            rows * f * (c.depth * C + (5 * C + H + 4) + once));
+  EXPECT_EQ(m.peak[static_cast<int>(MemCategory::activations)], rows * f * (c.depth * C + (5 * C + H + 4) + once));
 }
 
 TEST(Gpt, RecomputeGivesTheSameLossesAndGradientsBitForBit) {

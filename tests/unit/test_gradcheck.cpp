@@ -34,8 +34,8 @@ using test::dot;
 using test::FdOptions;
 using test::grad_value_index;
 using test::random_image_batch;
-using test::randomize_norms;
 using test::random_tensor;
+using test::randomize_norms;
 
 Tensor act(const Shape& s) { return Tensor::zeros(s, MemCategory::activations); }
 
@@ -83,10 +83,10 @@ void check_linear(const SubnetMask& mask, int64_t in, int64_t out, UnitRef out_u
   fc.bias->grad.zero_();
   loss();
   fc.backward(x.f32(), r.f32(), dx.f32(), rows);
-  EXPECT_TRUE(check_gradient("fc.weight", fc.weight->value.f32(), fc.weight->grad.f32(),
-                             fc.weight->grad.numel(), loss, {}, grad_value_index(*fc.weight)));
-  EXPECT_TRUE(check_gradient("fc.bias", fc.bias->value.f32(), fc.bias->grad.f32(), fc.bias->grad.numel(),
-                             loss, {}, grad_value_index(*fc.bias)));
+  EXPECT_TRUE(check_gradient("fc.weight", fc.weight->value.f32(), fc.weight->grad.f32(), fc.weight->grad.numel(), loss,
+                             {}, grad_value_index(*fc.weight)));
+  EXPECT_TRUE(check_gradient("fc.bias", fc.bias->value.f32(), fc.bias->grad.f32(), fc.bias->grad.numel(), loss, {},
+                             grad_value_index(*fc.bias)));
   EXPECT_TRUE(check_gradient("fc input", x.f32(), dx.f32(), x.numel(), loss));
 
   // Parameter gradients accumulate (+=) over backward calls; dx is overwritten.
@@ -153,7 +153,8 @@ void check_conv(const SubnetMask& mask, ConvCase cc, UnitRef out_units, UnitRef 
   // Weight gradients accumulate; backward without dx still produces the same weight gradient.
   std::vector<float> g1(conv.weight->grad.f32(), conv.weight->grad.f32() + conv.weight->grad.numel());
   conv.backward(x.f32(), r.f32(), nullptr, N, H, W, ws.f32());
-  for (size_t i = 0; i < g1.size(); ++i) ASSERT_NEAR(conv.weight->grad.f32()[i], 2 * g1[i], 1e-5 * (1 + std::abs(g1[i]))) << i;
+  for (size_t i = 0; i < g1.size(); ++i)
+    ASSERT_NEAR(conv.weight->grad.f32()[i], 2 * g1[i], 1e-5 * (1 + std::abs(g1[i]))) << i;
 }
 
 TEST(GradCheck, Conv2d3x3Stride1Pad1) { check_conv(SubnetMask{}, {3, 4, 3, 1, 1}, {}, {}, {4, 3, 3, 3}); }
@@ -167,7 +168,9 @@ TEST(GradCheck, Conv2d3x3WinogradMaskedOutputChannels) {
   check_conv(prefix_mask(9, {0, 4, 7}), {8, 9, 3, 1, 1}, UnitRef{0, 0, 1}, {}, {3, 8, 3, 3});
 }
 TEST(GradCheck, Conv2d3x3Stride2ChannelsLastPath) { check_conv(SubnetMask{}, {8, 9, 3, 2, 1}, {}, {}, {9, 8, 3, 3}); }
-TEST(GradCheck, Conv2d3x3Stride1Pad0ChannelsLastPath) { check_conv(SubnetMask{}, {9, 8, 3, 1, 0}, {}, {}, {8, 9, 3, 3}); }
+TEST(GradCheck, Conv2d3x3Stride1Pad0ChannelsLastPath) {
+  check_conv(SubnetMask{}, {9, 8, 3, 1, 0}, {}, {}, {8, 9, 3, 3});
+}
 TEST(GradCheck, Conv2dChannelsLastMaskedInputChannels) {
   // 10 input channels, kept {1, 6, 9}, stride 2: dW (8, 3, 3, 3).
   check_conv(prefix_mask(10, {1, 6, 9}), {10, 8, 3, 2, 1}, {}, UnitRef{0, 1, 1}, {8, 3, 3, 3});
@@ -194,8 +197,8 @@ void expect_conv_matches_naive(cpu::ConvShape s) {
               for (int kw = 0; kw < s.k; ++kw) {
                 const int ih = oh * s.stride - s.pad + kh, iw = ow * s.stride - s.pad + kw;
                 if (ih < 0 || ih >= s.H || iw < 0 || iw >= s.W) continue;
-                acc += double(X[((n * s.Cin + ci) * s.H + ih) * s.W + iw]) *
-                       Wt[((co * s.Cin + ci) * s.k + kh) * s.k + kw];
+                acc +=
+                    double(X[((n * s.Cin + ci) * s.H + ih) * s.W + iw]) * Wt[((co * s.Cin + ci) * s.k + kh) * s.k + kw];
               }
           const float got = y.f32()[((n * s.Cout + co) * s.Ho() + oh) * s.Wo() + ow];
           ASSERT_NEAR(got, acc, 1e-4 * (1 + std::abs(acc))) << n << " " << co << " " << oh << " " << ow;
@@ -292,8 +295,8 @@ TEST(GradCheck, BatchNorm2dRunningStatistics) {
     for (int c = 0; c < 2; ++c)
       for (int p = 0; p < HW; ++p) {
         const int i = (n * 2 + c) * HW + p;
-        const double want = (x.f32()[i] - bn.running_mean->value.f32()[c]) /
-                            std::sqrt(bn.running_var->value.f32()[c] + 1e-5);
+        const double want =
+            (x.f32()[i] - bn.running_mean->value.f32()[c]) / std::sqrt(bn.running_var->value.f32()[c] + 1e-5);
         EXPECT_NEAR(ye.f32()[i], want, 1e-5);
       }
 }
@@ -588,16 +591,14 @@ TEST_P(MaskedModelGradCheck, HeldGradientsMatchFiniteDifferences) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(GradCheck, MaskedModelGradCheck,
-                         ::testing::Values(MaskedCase{"mlp", "forward", "neuron"},
-                                           MaskedCase{"mlp", "backward", "neuron"},
-                                           MaskedCase{"resnet", "forward", "neuron"},
-                                           MaskedCase{"resnet", "backward", "neuron"},
-                                           MaskedCase{"resnet", "forward", "block"},
-                                           MaskedCase{"resnet", "backward", "block"}),
-                         [](const ::testing::TestParamInfo<MaskedCase>& i) {
-                           return std::string(i.param.model) + "_" + i.param.regime + "_" + i.param.granularity;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    GradCheck, MaskedModelGradCheck,
+    ::testing::Values(MaskedCase{"mlp", "forward", "neuron"}, MaskedCase{"mlp", "backward", "neuron"},
+                      MaskedCase{"resnet", "forward", "neuron"}, MaskedCase{"resnet", "backward", "neuron"},
+                      MaskedCase{"resnet", "forward", "block"}, MaskedCase{"resnet", "backward", "block"}),
+    [](const ::testing::TestParamInfo<MaskedCase>& i) {
+      return std::string(i.param.model) + "_" + i.param.regime + "_" + i.param.granularity;
+    });
 
 }  // namespace
 }  // namespace subdp

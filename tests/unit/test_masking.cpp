@@ -197,7 +197,8 @@ TEST_P(ForwardMasking, SubnetworkEqualsZeroedAndScaledFullModel) {
       const auto gv = grad_value_index(*p);
       const auto vf = value_full_index(*p);
       double gmax = 0;
-      for (int64_t i = 0; i < f->grad.numel(); ++i) gmax = std::max(gmax, static_cast<double>(std::abs(f->grad.f32()[i])));
+      for (int64_t i = 0; i < f->grad.numel(); ++i)
+        gmax = std::max(gmax, static_cast<double>(std::abs(f->grad.f32()[i])));
       for (int64_t g = 0; g < p->grad.numel(); ++g) {
         const int64_t fi = vf[gv[g]];
         ASSERT_NE(m[fi], 0.f) << p->name << ": subnetwork holds a dropped element";
@@ -267,7 +268,8 @@ TEST_P(BackwardMasking, GradientsEqualFullGradientsOnKeptUnits) {
       const auto gv = grad_value_index(*p);
       const auto vf = value_full_index(*p);
       double gmax = 0;
-      for (int64_t i = 0; i < f->grad.numel(); ++i) gmax = std::max(gmax, static_cast<double>(std::abs(f->grad.f32()[i])));
+      for (int64_t i = 0; i < f->grad.numel(); ++i)
+        gmax = std::max(gmax, static_cast<double>(std::abs(f->grad.f32()[i])));
       std::vector<char> seen(f->grad.numel(), 0);
       for (int64_t g = 0; g < p->grad.numel(); ++g) {
         const int64_t fi = vf[gv[g]];
@@ -292,9 +294,9 @@ TEST_P(BackwardMasking, GradientsEqualFullGradientsOnKeptUnits) {
 }
 
 const Case kCases[] = {
-    {"mlp", "neuron", 0.5},     {"mlp", "neuron", 0.25},    {"mlp", "neuron", 0.75},
-    {"resnet", "neuron", 0.5},  {"resnet", "neuron", 0.25}, {"resnet", "neuron", 0.75},
-    {"resnet", "block", 0.5},   {"resnet", "block", 0.25},  {"resnet", "block", 0.75},
+    {"mlp", "neuron", 0.5},    {"mlp", "neuron", 0.25},    {"mlp", "neuron", 0.75},
+    {"resnet", "neuron", 0.5}, {"resnet", "neuron", 0.25}, {"resnet", "neuron", 0.75},
+    {"resnet", "block", 0.5},  {"resnet", "block", 0.25},  {"resnet", "block", 0.75},
 };
 
 INSTANTIATE_TEST_SUITE_P(Masking, ForwardMasking, ::testing::ValuesIn(kCases), case_name);

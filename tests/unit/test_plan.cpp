@@ -32,8 +32,7 @@ MaskConfig mask_config(const char* granularity, double keep, uint64_t seed = 0, 
 /// Neuron-level units: one maskable layer per entry of `sizes`.
 ModelUnits layer_units(const std::vector<int>& sizes) {
   ModelUnits u;
-  for (size_t l = 0; l < sizes.size(); ++l)
-    u.layers.push_back({"layer" + std::to_string(l), sizes[l], 10});
+  for (size_t l = 0; l < sizes.size(); ++l) u.layers.push_back({"layer" + std::to_string(l), sizes[l], 10});
   return u;
 }
 
@@ -73,8 +72,8 @@ void expect_covered_and_balanced(int count, const SubnetworkPlan& p, Keeps keeps
   for (int s = 0; s < p.S; ++s) {
     int kept = 0;
     for (int i = 0; i < count; ++i) kept += keeps(s, i);
-    ASSERT_TRUE(kept >= lo && kept <= hi) << what << " subnetwork " << s << " keeps " << kept << " of " << count
-                                          << " units, want " << lo << ".." << hi;
+    ASSERT_TRUE(kept >= lo && kept <= hi)
+        << what << " subnetwork " << s << " keeps " << kept << " of " << count << " units, want " << lo << ".." << hi;
   }
 }
 
@@ -103,8 +102,8 @@ TEST(Plan, NeuronLevelCoverageBalanceGroupsMixing) {
             ASSERT_TRUE(g >= 0 && g < static_cast<int>(p.groups.size()));
             used.insert(g);
           }
-          expect_covered_and_balanced(U, p, [&](int s, int u) { return p.keeps_unit(s, static_cast<int>(l), u); },
-                                      "layer" + std::to_string(l));
+          expect_covered_and_balanced(
+              U, p, [&](int s, int u) { return p.keeps_unit(s, static_cast<int>(l), u); }, "layer" + std::to_string(l));
           // Mixing: units of one layer do not all share one holder group.
           if (U >= 2 * S && c < S) EXPECT_GE(used.size(), 2u) << "U=" << U;
           if (c == S) EXPECT_EQ(used.size(), 1u);
@@ -161,8 +160,8 @@ TEST(Plan, NeuronLayersUseIndependentPermutations) {
 // ---------------------------------------------------------------------------------------------
 // Block level
 
-const std::vector<std::vector<int>> kStageSets = {
-    {6}, {2, 2, 2}, {3, 5, 2, 7}, {1, 1, 1}, {4, 4, 4, 4}, {13, 2}, {5, 1, 5, 1}, {1, 2, 3, 4, 5, 6}, {69}};
+const std::vector<std::vector<int>> kStageSets = {{6},     {2, 2, 2},    {3, 5, 2, 7},       {1, 1, 1}, {4, 4, 4, 4},
+                                                  {13, 2}, {5, 1, 5, 1}, {1, 2, 3, 4, 5, 6}, {69}};
 
 TEST(Plan, BlockLevelCoverageAndPerStageBalance) {
   for (const auto& stages : kStageSets) {
@@ -182,8 +181,8 @@ TEST(Plan, BlockLevelCoverageAndPerStageBalance) {
               const int g = p.block_group[first + i];
               ASSERT_TRUE(g >= 0 && g < static_cast<int>(p.groups.size()));
             }
-            expect_covered_and_balanced(stages[st], p, [&](int s, int i) { return p.keeps_block(s, first + i); },
-                                        "stage" + std::to_string(st));
+            expect_covered_and_balanced(
+                stages[st], p, [&](int s, int i) { return p.keeps_block(s, first + i); }, "stage" + std::to_string(st));
             first += stages[st];
           }
         }
@@ -215,8 +214,8 @@ TEST(Plan, BlockLevelTotalBalancedForEqualStages) {
         ++cases;
         if (!ok && ++failed <= 8)
           detail += "\n  " + std::to_string(stages.size()) + " stages of " + std::to_string(stages[0]) +
-                    ", S=" + std::to_string(S) + " c=" + std::to_string(c) + ": blocks kept per subnetwork {" +
-                    counts + "}, want " + std::to_string(lo) + ".." + std::to_string(hi);
+                    ", S=" + std::to_string(S) + " c=" + std::to_string(c) + ": blocks kept per subnetwork {" + counts +
+                    "}, want " + std::to_string(lo) + ".." + std::to_string(hi);
       }
   }
   EXPECT_EQ(failed, 0) << failed << " of " << cases << " (stages, S, c) cases unbalanced in total" << detail;
@@ -228,13 +227,13 @@ TEST(Plan, BriefExampleSixBlocksThreeStages) {
   // make_plan deals each stage through a seeded permutation, so the order of the two blocks
   // inside a stage depends on the seed; the pair of groups of each stage is the brief's.
   const ModelUnits units = block_units({2, 2, 2});
-  const std::vector<std::multiset<std::vector<int>>> want = {
-      {{0, 1}, {2, 3}}, {{1, 2}, {0, 3}}, {{2, 3}, {0, 1}}};
+  const std::vector<std::multiset<std::vector<int>>> want = {{{0, 1}, {2, 3}}, {{1, 2}, {0, 3}}, {{2, 3}, {0, 1}}};
   for (uint64_t seed = 0; seed < 8; ++seed) {
     const SubnetworkPlan p = make_plan(units, mask_config("block", 0.5, seed), 4);
     EXPECT_EQ(p.groups.size(), 4u);
     for (int st = 0; st < 3; ++st) {
-      std::multiset<std::vector<int>> got = {p.groups.at(p.block_group[2 * st]), p.groups.at(p.block_group[2 * st + 1])};
+      std::multiset<std::vector<int>> got = {p.groups.at(p.block_group[2 * st]),
+                                             p.groups.at(p.block_group[2 * st + 1])};
       EXPECT_EQ(got, want[st]) << "seed " << seed << " stage " << st;
     }
     for (int s = 0; s < 4; ++s) {
@@ -258,8 +257,8 @@ TEST(Plan, PinnedAndUndroppableBlocksAreDense) {
   // The rest is dealt stage by stage: stage 0 = {1, 2}, stage 1 = {3, 6}.
   for (const std::vector<int>& blocks : {std::vector<int>{1, 2}, {3, 6}}) {
     for (int b : blocks) ASSERT_GE(p.block_group[b], 0) << b;
-    expect_covered_and_balanced(static_cast<int>(blocks.size()), p,
-                                [&](int s, int i) { return p.keeps_block(s, blocks[i]); }, "dealt blocks");
+    expect_covered_and_balanced(
+        static_cast<int>(blocks.size()), p, [&](int s, int i) { return p.keeps_block(s, blocks[i]); }, "dealt blocks");
   }
 }
 
@@ -298,14 +297,14 @@ TEST(Plan, RealModelsAreBalanced) {
       for (const ModelUnits* u : {&ru, &mu}) {
         const SubnetworkPlan p = make_plan(*u, mask_config("neuron", keep, 11), S);
         for (size_t l = 0; l < u->layers.size(); ++l)
-          expect_covered_and_balanced(u->layers[l].units, p,
-                                      [&](int s, int i) { return p.keeps_unit(s, static_cast<int>(l), i); },
-                                      u->layers[l].name);
+          expect_covered_and_balanced(
+              u->layers[l].units, p, [&](int s, int i) { return p.keeps_unit(s, static_cast<int>(l), i); },
+              u->layers[l].name);
       }
       const SubnetworkPlan b = make_plan(ru, mask_config("block", keep, 11), S);
       for (int st = 0; st < 3; ++st)
-        expect_covered_and_balanced(2, b, [&](int s, int i) { return b.keeps_block(s, 2 * st + i); },
-                                    "stage " + std::to_string(st));
+        expect_covered_and_balanced(
+            2, b, [&](int s, int i) { return b.keeps_block(s, 2 * st + i); }, "stage " + std::to_string(st));
     }
 }
 
@@ -322,8 +321,8 @@ void expect_ranks_balanced(const ModelUnits& u, const SubnetworkPlan& p, const s
   const double mean = std::accumulate(kept.begin(), kept.end(), 0.0) / p.S;
   for (int s = 0; s < p.S; ++s)
     ASSERT_LE(std::abs(kept[s] - mean), static_cast<double>(largest))
-        << what << " S=" << p.S << " c=" << p.c << ": subnetwork " << s << " keeps " << kept[s]
-        << " params, mean " << mean << ", largest unit " << largest;
+        << what << " S=" << p.S << " c=" << p.c << ": subnetwork " << s << " keeps " << kept[s] << " params, mean "
+        << mean << ", largest unit " << largest;
 }
 
 TEST(Plan, NeuronLevelRanksBalancedOverTheModel) {
@@ -374,9 +373,9 @@ TEST(Plan, NeuronLevelRanksBalancedOverTheModel) {
           const SubnetworkPlan p = make_plan(u, mask_config("neuron", static_cast<double>(c) / S, seed), S);
           expect_ranks_balanced(u, p, what);
           for (size_t l = 0; l < u.layers.size(); ++l)  // and every layer stays balanced
-            expect_covered_and_balanced(u.layers[l].units, p,
-                                        [&](int s, int i) { return p.keeps_unit(s, static_cast<int>(l), i); },
-                                        u.layers[l].name);
+            expect_covered_and_balanced(
+                u.layers[l].units, p, [&](int s, int i) { return p.keeps_unit(s, static_cast<int>(l), i); },
+                u.layers[l].name);
         }
 }
 
@@ -396,7 +395,8 @@ TEST(Plan, BlockLevelRanksBalancedOverTheModel) {
     gpt.depth = depth;
     models.emplace_back("gpt " + std::to_string(depth), model_units(gpt));
   }
-  for (auto stages : {std::vector<int>{2, 2, 2}, std::vector<int>{1, 3, 5}, std::vector<int>{4, 4}, std::vector<int>{3}})
+  for (auto stages :
+       {std::vector<int>{2, 2, 2}, std::vector<int>{1, 3, 5}, std::vector<int>{4, 4}, std::vector<int>{3}})
     models.emplace_back("stages", block_units(stages));
   for (const auto& [what, u] : models)
     for (int S : {2, 3, 4, 6, 8})
@@ -416,7 +416,8 @@ TEST(Plan, DeterministicAndHashed) {
   EXPECT_EQ(a.groups, b.groups);
   // Different seeds give different plans (and hashes).
   std::set<uint64_t> hashes;
-  for (uint64_t seed = 0; seed < 20; ++seed) hashes.insert(make_plan(units, mask_config("neuron", 0.5, seed), 4).hash());
+  for (uint64_t seed = 0; seed < 20; ++seed)
+    hashes.insert(make_plan(units, mask_config("neuron", 0.5, seed), 4).hash());
   EXPECT_EQ(hashes.size(), 20u);
   // The hash covers S, c, granularity and regime.
   EXPECT_NE(a.hash(), make_plan(units, mask_config("neuron", 0.25, 21), 4).hash());
@@ -428,7 +429,8 @@ TEST(Plan, DeterministicAndHashed) {
             make_plan(both, mask_config("block", 0.5, 21), 4).hash());
   // Block level is deterministic too.
   const ModelUnits bu = block_units({3, 5});
-  EXPECT_EQ(make_plan(bu, mask_config("block", 0.5, 9), 4).hash(), make_plan(bu, mask_config("block", 0.5, 9), 4).hash());
+  EXPECT_EQ(make_plan(bu, mask_config("block", 0.5, 9), 4).hash(),
+            make_plan(bu, mask_config("block", 0.5, 9), 4).hash());
   EXPECT_EQ(make_plan(bu, mask_config("block", 0.5, 9), 4).block_group,
             make_plan(bu, mask_config("block", 0.5, 9), 4).block_group);
 }

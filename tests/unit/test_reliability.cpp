@@ -79,7 +79,8 @@ TEST(OptimizerNonFinite, OverflowingUpdateIsCountedAndLocated) {
     EXPECT_EQ(opt->nonfinite_param(), static_cast<int>(i));
     const std::string where = locate_nonfinite(w, w.value.f32());
     const int unit = m.mask.layers[0].order[1];
-    EXPECT_EQ(where, fmt::format("element ({}, 5) of the full (16, 784) tensor, unit {} of maskable layer 0", unit, unit));
+    EXPECT_EQ(where,
+              fmt::format("element ({}, 5) of the full (16, 784) tensor, unit {} of maskable layer 0", unit, unit));
     EXPECT_EQ(locate_nonfinite(m.param("net.1.bias"), m.param("net.1.bias").value.f32()), "");
   }
 }
@@ -102,14 +103,19 @@ NamedTensor zeros(const std::string& name, std::vector<int64_t> shape) {
 TEST(CheckpointTensors, NamesShapesAndOptimizerStateChecked) {
   const std::vector<NamedTensor> model = {zeros("a", {2, 3}), zeros("b", {4})};
   std::vector<NamedTensor> opt = {zeros("a::0", {2, 3}), zeros("a::1", {2, 3})};
-  auto check = [&](std::vector<NamedTensor> m, std::vector<NamedTensor> o, OptimizerLoad policy = OptimizerLoad::require) {
+  auto check = [&](std::vector<NamedTensor> m, std::vector<NamedTensor> o,
+                   OptimizerLoad policy = OptimizerLoad::require) {
     return error_of([&] { check_checkpoint_tensors("ck/step-1", specs(), 2, policy, m, o); });
   };
   EXPECT_EQ(check(model, opt), "(no error)");
   std::string e = check({zeros("a", {3, 2}), zeros("b", {4})}, opt);
-  EXPECT_NE(e.find("ck/step-1/model.safetensors: tensor a has shape (3, 2), the model expects (2, 3)"), std::string::npos) << e;
+  EXPECT_NE(e.find("ck/step-1/model.safetensors: tensor a has shape (3, 2), the model expects (2, 3)"),
+            std::string::npos)
+      << e;
   e = check({zeros("a", {2, 3}), zeros("b", {4}), zeros("lm_head.weight", {5})}, opt);
-  EXPECT_NE(e.find("model.safetensors: holds tensor lm_head.weight (5) that the model does not have"), std::string::npos) << e;
+  EXPECT_NE(e.find("model.safetensors: holds tensor lm_head.weight (5) that the model does not have"),
+            std::string::npos)
+      << e;
   e = check({zeros("a", {2, 3})}, opt);
   EXPECT_NE(e.find("model.safetensors: lacks tensor b (4) that the model has"), std::string::npos) << e;
   e = check(model, {zeros("a::0", {2, 3})});

@@ -194,7 +194,8 @@ TEST(DirectoryLock, ASecondHolderIsRefusedNamingTheFirst) {
   EXPECT_EQ(error_of([&] { DirectoryLock again(dir.string(), "checkpoint.dir"); }), "(no error)");
   // A file in the way of the folder.
   std::ofstream(dir.parent_path() / "file") << "x";
-  const std::string e = error_of([&] { DirectoryLock no((dir.parent_path() / "file" / "ckpt").string(), "checkpoint.dir"); });
+  const std::string e =
+      error_of([&] { DirectoryLock no((dir.parent_path() / "file" / "ckpt").string(), "checkpoint.dir"); });
   EXPECT_TRUE(contains(e, "checkpoint.dir = \"")) << e;
   EXPECT_TRUE(contains(e, "cannot create the folder")) << e;
   fs::remove_all(dir.parent_path());

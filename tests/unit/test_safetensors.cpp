@@ -29,8 +29,7 @@ class Safetensors : public ::testing::Test {
  protected:
   void SetUp() override {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / ("subdp_test_safetensors_" + std::to_string(getpid()) +
-                                        "_" + info->name());
+    dir_ = fs::temp_directory_path() / ("subdp_test_safetensors_" + std::to_string(getpid()) + "_" + info->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -63,8 +62,7 @@ std::string le64(uint64_t v) {
 
 /// A hand-built safetensors file: length prefix (the header's size unless
 /// declared_len is given), header text, then `data_bytes` bytes of data.
-void write_st(const std::string& p, const std::string& header, size_t data_bytes,
-              int64_t declared_len = -1) {
+void write_st(const std::string& p, const std::string& header, size_t data_bytes, int64_t declared_len = -1) {
   const uint64_t len = declared_len < 0 ? header.size() : static_cast<uint64_t>(declared_len);
   write_raw(p, le64(len) + header + std::string(data_bytes, '\x01'));
 }
@@ -86,8 +84,8 @@ bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 
 std::vector<NamedTensor> sample_tensors() {
   std::vector<NamedTensor> ts;
   NamedTensor w{"layer1.weight", {2, 3}, {1.5f, -2.f, 0.f, -0.f, 3.25f, 1e-30f}};
-  NamedTensor b{"layer1.bias", {3}, {std::numeric_limits<float>::infinity(), -7.f,
-                                     std::numeric_limits<float>::quiet_NaN()}};
+  NamedTensor b{
+      "layer1.bias", {3}, {std::numeric_limits<float>::infinity(), -7.f, std::numeric_limits<float>::quiet_NaN()}};
   NamedTensor scalar{"step_scale", {}, {0.125f}};
   NamedTensor empty{"empty", {0, 4}, {}};
   NamedTensor big{"a.big", {17, 5}, {}};
@@ -172,9 +170,8 @@ TEST_F(Safetensors, OverwritesExistingFile) {
 TEST_F(Safetensors, LoadsInDataOffsetOrder) {
   // Header order differs from data order (as in files from other writers).
   const std::string p = path("order.safetensors");
-  const std::string header =
-      R"({"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]},)"
-      R"("a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
+  const std::string header = R"({"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]},)"
+                             R"("a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
   std::string data;
   float va = 1.f, vb = 2.f;
   data.append(reinterpret_cast<const char*>(&va), 4);
@@ -272,9 +269,7 @@ TEST_F(Safetensors, ShapeOffsetMismatch) {
   expect_load_error(p, "non-negative integer");
   write_st(p, R"({"w":{"dtype":"F32","shape":[2.5],"data_offsets":[0,8]}})", 24);
   expect_load_error(p, "non-negative integer");
-  write_st(p,
-           R"({"w":{"dtype":"F32","shape":[4294967296,4294967296,4294967296],"data_offsets":[0,8]}})",
-           24);
+  write_st(p, R"({"w":{"dtype":"F32","shape":[4294967296,4294967296,4294967296],"data_offsets":[0,8]}})", 24);
   expect_load_error(p, "too many elements");
 }
 

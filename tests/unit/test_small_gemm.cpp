@@ -21,7 +21,8 @@ std::vector<double> reference(const Layout& l, int M, int N, int K, const std::v
   for (int i = 0; i < M; ++i)
     for (int j = 0; j < N; ++j)
       for (int k = 0; k < K; ++k)
-        C[i * N + j] += double(l.a_trans ? A[k * lda + i] : A[i * lda + k]) * (l.b_trans ? B[j * ldb + k] : B[k * ldb + j]);
+        C[i * N + j] +=
+            double(l.a_trans ? A[k * lda + i] : A[i * lda + k]) * (l.b_trans ? B[j * ldb + k] : B[k * ldb + j]);
   return C;
 }
 
@@ -30,8 +31,11 @@ std::vector<double> reference(const Layout& l, int M, int N, int K, const std::v
 void check(const Layout& l, int M, int N, int K, bool accumulate) {
   const int pad = 3, lda = (l.a_trans ? M : K) + pad, ldb = (l.b_trans ? K : N) + pad, ldc = N + pad;
   // Operands end at their last row's last element, so a read past it shows under ASan.
-  auto exact = [](int rows, int cols, int ld) { return rows == 0 ? size_t{0} : static_cast<size_t>(rows - 1) * ld + cols; };
-  std::vector<float> A(exact(l.a_trans ? K : M, l.a_trans ? M : K, lda)), B(exact(l.b_trans ? N : K, l.b_trans ? K : N, ldb));
+  auto exact = [](int rows, int cols, int ld) {
+    return rows == 0 ? size_t{0} : static_cast<size_t>(rows - 1) * ld + cols;
+  };
+  std::vector<float> A(exact(l.a_trans ? K : M, l.a_trans ? M : K, lda)),
+      B(exact(l.b_trans ? N : K, l.b_trans ? K : N, ldb));
   for (size_t i = 0; i < A.size(); ++i) A[i] = std::sin(0.37f * i);
   for (size_t i = 0; i < B.size(); ++i) B[i] = std::cos(0.21f * i);
   std::vector<float> C(static_cast<size_t>(M) * ldc, 1.f);

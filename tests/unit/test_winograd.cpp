@@ -120,7 +120,8 @@ TEST(Winograd, MaskedWeightGradientPrefixMatchesIm2col) { expect_paths_agree({3,
 
 TEST(Winograd, NoWeightGradientLeavesOnlyInputGradient) {
   const cpu::ConvShape s{2, 8, 4, 4, 8, 3, 1, 1};
-  Tensor x = random_tensor({2 * 8 * 16}, 1.f, 1), w = random_tensor({8 * 8 * 9}, 1.f, 2), dy = random_tensor({2 * 8 * 16}, 1.f, 3);
+  Tensor x = random_tensor({2 * 8 * 16}, 1.f, 1), w = random_tensor({8 * 8 * 9}, 1.f, 2),
+         dy = random_tensor({2 * 8 * 16}, 1.f, 3);
   Tensor ws = scratch(cpu::winograd_workspace_floats(s)), dx = scratch(2 * 8 * 16);
   cpu::winograd_backward(s, x.f32(), w.f32(), dy.f32(), dx.f32(), nullptr, 0, 0, ws.f32());
   double norm = 0;

@@ -38,8 +38,8 @@ double max_abs(const Tensor& t) {
 /// Runs one forward and backward of a 6-example batch on the full model.
 std::unique_ptr<Model> model_after_backward(const ModelConfig& c) {
   auto model = make_model(c, full_mask(model_units(c)), 6, 7);
-  const Batch b = c.name == ModelKind::gpt ? test::token_batch(6, c.context, c.vocab, 3)   // (6, T) tokens
-                                  : test::random_image_batch(c, 6, 3);           // (6, 1, 8, 8)
+  const Batch b = c.name == ModelKind::gpt ? test::token_batch(6, c.context, c.vocab, 3)  // (6, T) tokens
+                                           : test::random_image_batch(c, 6, 3);           // (6, 1, 8, 8)
   model->zero_grad();
   model->forward(b, true, nullptr);
   model->backward();
@@ -64,7 +64,7 @@ TEST(ResNetInit, ZeroInitResidualGradientReachesGammaNotTheBranchConvs) {
   auto model = model_after_backward(small_resnet(true));
   int tails = 0;
   for (Param* p : model->params().trainable()) {
-    if (p->block < 0) continue;  // stem, projection shortcuts, head: outside the branches
+    if (p->block < 0) continue;                 // stem, projection shortcuts, head: outside the branches
     ASSERT_TRUE(p->grad.defined()) << p->name;  // the full model trains every branch
     const auto has = [&](const char* part) { return p->name.find(part) != std::string::npos; };
     const bool before_tail = has(".c1.") || has(".c2.") || has(".b1.");  // upstream of bn2

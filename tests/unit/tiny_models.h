@@ -87,8 +87,8 @@ inline void randomize_norms(Model& m) {
 
 /// Local mask of subnetwork s of the plan (regime, granularity, keep, mask.seed = seed) over
 /// S subnetworks, kept units scaled by 1/keep.
-inline SubnetMask planned_mask(const ModelUnits& units, MaskRegime regime, Granularity granularity, int S,
-                               double keep, int s, uint64_t seed) {
+inline SubnetMask planned_mask(const ModelUnits& units, MaskRegime regime, Granularity granularity, int S, double keep,
+                               int s, uint64_t seed) {
   MaskConfig mc;
   mc.regime = regime;
   mc.granularity = granularity;
@@ -148,8 +148,11 @@ inline std::vector<BackendCase> backend_cases() {
                                                              {tiny_gpt(), token_batch(3, 5, 11, 9)}};
   using R = MaskRegime;
   using G = Granularity;
-  const std::vector<std::pair<R, G>> regimes = {
-      {R::none, G::block}, {R::forward, G::block}, {R::backward, G::block}, {R::forward, G::neuron}, {R::backward, G::neuron}};
+  const std::vector<std::pair<R, G>> regimes = {{R::none, G::block},
+                                                {R::forward, G::block},
+                                                {R::backward, G::block},
+                                                {R::forward, G::neuron},
+                                                {R::backward, G::neuron}};
   for (const auto& [config, batch] : models)
     for (const auto& [regime, granularity] : regimes)
       if (config.name != ModelKind::mlp || granularity != G::block || regime == R::none)

@@ -35,10 +35,12 @@ int run_parity_dump(const Config& config, const std::string& out_dir, int steps)
   // be silently ignored, so a masked config is refused.
   SUBDP_CHECK(config.mask.regime == MaskRegime::none,
               "parity-dump runs the full model on one process (the PyTorch twin's computation): [mask] regime = \"{}\" "
-              "would be ignored; use --set mask.regime=none", config.mask.regime);
+              "would be ignored; use --set mask.regime=none",
+              config.mask.regime);
   SUBDP_CHECK(config.parallel.subnetworks == 1,
               "parity-dump runs the full model on one process (the PyTorch twin's computation): [parallel] subnetworks "
-              "= {} would be ignored; use --set parallel.subnetworks=1", config.parallel.subnetworks);
+              "= {} would be ignored; use --set parallel.subnetworks=1",
+              config.parallel.subnetworks);
   set_backend(make_backend(config.device.type));
   backend().configure(config.train.threads > 0 ? config.train.threads : 1, winograd_tile_side(config.train));
   std::filesystem::create_directories(out_dir);
@@ -48,8 +50,7 @@ int run_parity_dump(const Config& config, const std::string& out_dir, int steps)
   Batch batch = data->make_batch();
   data->train_batch(0, 0, batch);
   std::vector<NamedTensor> weights, outputs;
-  for (Param* p : model->params().all())
-    weights.push_back(named(p->name, p->full_shape, host_values(p->value).data()));
+  for (Param* p : model->params().all()) weights.push_back(named(p->name, p->full_shape, host_values(p->value).data()));
   save_safetensors(out_dir + "/weights.safetensors", weights);
   save_safetensors(out_dir + "/batch.safetensors", {as_float("x", batch.x, batch.n), as_float("y", batch.y, batch.n)});
   model->zero_grad();

@@ -38,7 +38,7 @@ struct Option {
 struct RegimeAnswer {
   MaskRegime regime;
   Granularity granularity;
-  bool available = true;  // the granularity exists for this model
+  bool available = true;    // the granularity exists for this model
   double largest_keep = 0;  // 0: no keep ratio fits
   int largest_batch = -1;   // -1: not available
 };
@@ -87,7 +87,8 @@ Config as_dp(Config c) {
 int64_t worst_rank(const Config& c, int world) {
   int64_t worst = 0;
   const int S = c.parallel.subnetworks;
-  for (int s = 0; s < (c.mask.regime == MaskRegime::none ? 1 : S); ++s) worst = std::max(worst, predict_rank_memory(c, world, s).total_peak);
+  for (int s = 0; s < (c.mask.regime == MaskRegime::none ? 1 : S); ++s)
+    worst = std::max(worst, predict_rank_memory(c, world, s).total_peak);
   return worst;
 }
 
@@ -203,12 +204,15 @@ std::string batch_text(int batch) {
 
 void print_combinations(const Config& config, const BudgetAnswer& answer) {
   if (!answer.combinations_listed) {
-    std::printf("  combinations with ZeRO-1 / ZeRO-2 / FSDP / recompute: not listed for S > %d (each needs S dry runs); "
-                "plan one with --set parallel.shard=gradients --set train.recompute=blocks\n", kMaxCombinationS);
+    std::printf(
+        "  combinations with ZeRO-1 / ZeRO-2 / FSDP / recompute: not listed for S > %d (each needs S dry runs); "
+        "plan one with --set parallel.shard=gradients --set train.recompute=blocks\n",
+        kMaxCombinationS);
     return;
   }
-  std::printf("  combinations that fit at batch/rank %d (regime + ZeRO-1 / ZeRO-2 / FSDP / recompute, smallest first):\n",
-              config.train.batch_size);
+  std::printf(
+      "  combinations that fit at batch/rank %d (regime + ZeRO-1 / ZeRO-2 / FSDP / recompute, smallest first):\n",
+      config.train.batch_size);
   if (answer.fits.empty()) std::printf("    none\n");
   for (const Option& o : answer.fits)
     std::printf("    %-32s %12lld bytes  (%.2fx DP)\n", o.name.c_str(), static_cast<long long>(o.bytes),
@@ -221,7 +225,7 @@ void print_budget(const Config& config, int world, const BudgetAnswer& answer) {
   std::printf("  %-24s largest batch/rank that fits: %s\n", "plain DP", batch_text(answer.dp_batch).c_str());
   print_combinations(config, answer);
   for (const RegimeAnswer& r : answer.regimes) {
-    const std::string fitting = !r.available       ? "n/a (granularity not available for this model)"
+    const std::string fitting = !r.available         ? "n/a (granularity not available for this model)"
                                 : r.largest_keep > 0 ? fmt::format("{:.4g}", r.largest_keep)
                                                      : "none";
     const std::string batch = r.largest_batch < 0 ? "-" : batch_text(r.largest_batch);
@@ -237,7 +241,8 @@ std::vector<PlanRow> memory_rows(const Config& config, const SubnetworkPlan& pla
   const int S = config.parallel.subnetworks;
   if (plan.masked())
     for (int s = 0; s < S; ++s)
-      rows.push_back({fmt::format("subnetwork {} (ranks {}::{})", s, s, S), "subnetwork", s, predict_rank_memory(config, world, s)});
+      rows.push_back({fmt::format("subnetwork {} (ranks {}::{})", s, s, S), "subnetwork", s,
+                      predict_rank_memory(config, world, s)});
   else if (config.train.recompute != Recompute::none || config.parallel.shard != Sharding::none)
     rows.push_back({fmt::format("dp{}{} (rank 0)", shard_suffix(config.parallel.shard),
                                 config.train.recompute != Recompute::none ? "+recompute" : ""),
@@ -249,16 +254,24 @@ std::vector<PlanRow> memory_rows(const Config& config, const SubnetworkPlan& pla
 double ratio(int64_t bytes, int64_t dp) { return static_cast<double>(bytes) / std::max<int64_t>(1, dp); }
 
 nlohmann::json plan_json(const SubnetworkPlan& plan, const ModelUnits& units) {
-  nlohmann::json j = {{"regime", plan.regime == Regime::none ? "none" : plan.regime == Regime::forward ? "forward" : "backward"},
-                      {"granularity", name_of(plan.granularity)}, {"S", plan.S}, {"coverage", plan.c},
-                      {"keep", plan.keep()}, {"groups", plan.groups}, {"subnetworks", nlohmann::json::array()}};
+  nlohmann::json j = {{"regime", plan.regime == Regime::none      ? "none"
+                                 : plan.regime == Regime::forward ? "forward"
+                                                                  : "backward"},
+                      {"granularity", name_of(plan.granularity)},
+                      {"S", plan.S},
+                      {"coverage", plan.c},
+                      {"keep", plan.keep()},
+                      {"groups", plan.groups},
+                      {"subnetworks", nlohmann::json::array()}};
   if (!plan.masked()) return j;
   for (int s = 0; s < plan.S; ++s) {
     nlohmann::json sub = {{"subnetwork", s}, {"kept_params", plan.kept_params(units, s)}};
     if (plan.granularity == Granularity::block) {
       for (size_t b = 0; b < plan.block_group.size(); ++b)
         sub["blocks"].push_back({{"name", units.blocks[b].name},
-                                 {"state", plan.block_group[b] < 0 ? "dense" : plan.keeps_block(s, b) ? "kept" : "dropped"}});
+                                 {"state", plan.block_group[b] < 0  ? "dense"
+                                           : plan.keeps_block(s, b) ? "kept"
+                                                                    : "dropped"}});
     } else {
       for (size_t l = 0; l < plan.unit_group.size(); ++l) {
         int kept = 0;
@@ -273,17 +286,24 @@ nlohmann::json plan_json(const SubnetworkPlan& plan, const ModelUnits& units) {
 
 nlohmann::json budget_json(const Config& config, const BudgetAnswer& answer) {
   auto batch = [](int b) { return nlohmann::json{{"batch", b}, {"at_search_limit", b >= kMaxBatchSearched}}; };
-  nlohmann::json j = {{"bytes", answer.budget}, {"dp_largest_batch", batch(answer.dp_batch)},
-                      {"batch_size", config.train.batch_size}, {"combinations_listed", answer.combinations_listed},
-                      {"combinations", nlohmann::json::array()}, {"regimes", nlohmann::json::array()}};
+  nlohmann::json j = {{"bytes", answer.budget},
+                      {"dp_largest_batch", batch(answer.dp_batch)},
+                      {"batch_size", config.train.batch_size},
+                      {"combinations_listed", answer.combinations_listed},
+                      {"combinations", nlohmann::json::array()},
+                      {"regimes", nlohmann::json::array()}};
   for (const Option& o : answer.fits)
-    j["combinations"].push_back({{"name", o.name}, {"bytes", o.bytes}, {"ratio_to_dp", ratio(o.bytes, answer.dp_bytes)}});
+    j["combinations"].push_back(
+        {{"name", o.name}, {"bytes", o.bytes}, {"ratio_to_dp", ratio(o.bytes, answer.dp_bytes)}});
   j["smallest"] = answer.fits.empty() ? nlohmann::json(nullptr) : nlohmann::json(answer.fits.front().name);
   for (const RegimeAnswer& r : answer.regimes)
-    j["regimes"].push_back({{"regime", name_of(r.regime)}, {"granularity", name_of(r.granularity)},
-                            {"available", r.available}, {"keep", config.mask.keep},
-                            {"largest_keep", r.largest_keep > 0 ? nlohmann::json(r.largest_keep) : nlohmann::json(nullptr)},
-                            {"largest_batch", r.largest_batch < 0 ? nlohmann::json(nullptr) : batch(r.largest_batch)}});
+    j["regimes"].push_back(
+        {{"regime", name_of(r.regime)},
+         {"granularity", name_of(r.granularity)},
+         {"available", r.available},
+         {"keep", config.mask.keep},
+         {"largest_keep", r.largest_keep > 0 ? nlohmann::json(r.largest_keep) : nlohmann::json(nullptr)},
+         {"largest_batch", r.largest_batch < 0 ? nlohmann::json(nullptr) : batch(r.largest_batch)}});
   return j;
 }
 
@@ -293,8 +313,11 @@ void print_json(const Config& config, const SubnetworkPlan& plan, const ModelUni
   if (options.deal > 0) j["deal"] = {{"deal", options.deal}, {"plan_seed", config.mask.seed}};
   const int64_t dp = rows.back().bytes.total_peak;
   for (const PlanRow& r : rows) {
-    nlohmann::json row = {{"label", r.label}, {"kind", r.kind}, {"bytes", memory_json(r.bytes.peak)},
-                          {"total", r.bytes.total_peak}, {"ratio_to_dp", ratio(r.bytes.total_peak, dp)}};
+    nlohmann::json row = {{"label", r.label},
+                          {"kind", r.kind},
+                          {"bytes", memory_json(r.bytes.peak)},
+                          {"total", r.bytes.total_peak},
+                          {"ratio_to_dp", ratio(r.bytes.total_peak, dp)}};
     if (r.subnetwork >= 0) row["subnetwork"] = r.subnetwork;
     (r.kind == "dp" ? j["dp"] : j["rows"].emplace_back()) = row;
   }
@@ -313,7 +336,8 @@ int run_plan(const Config& config, int world, const PlanOptions& options) {
   const SubnetworkPlan plan = make_plan(units, config.mask, S);
   // Workspace scales with threads: predict for W ranks sharing this host's cores.
   const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  const int threads = config.train.threads > 0 ? config.train.threads : std::max<int>(1, static_cast<int>(cores / world));
+  const int threads =
+      config.train.threads > 0 ? config.train.threads : std::max<int>(1, static_cast<int>(cores / world));
   set_backend(make_planning_backend(config.device.type));  // device.type decides the workspaces
   backend().configure(threads, winograd_tile_side(config.train));
   const std::vector<PlanRow> rows = memory_rows(config, plan, world);

@@ -69,21 +69,27 @@ int run_sample(const std::string& checkpoint, const std::string& prompt, int tok
   SUBDP_CHECK(tokens >= 0, "--tokens {} must be >= 0", tokens);
   for (const std::string& o : overrides) {  // --set trims the key, so leading blanks do not hide it
     const std::string key = o.substr(std::min(o.size(), o.find_first_not_of(" \t")));
-    SUBDP_CHECK(key.rfind("model.", 0) != 0, "--set {}: the checkpoint's weights fix the [model] table; override "
-                "other keys only (e.g. train.threads)", o);
+    SUBDP_CHECK(key.rfind("model.", 0) != 0,
+                "--set {}: the checkpoint's weights fix the [model] table; override "
+                "other keys only (e.g. train.threads)",
+                o);
     SUBDP_CHECK(key.rfind("mask.", 0) != 0 && key.rfind("parallel.", 0) != 0,
                 "--set {}: sample runs the checkpoint's assembled full model on one process, so [mask] and [parallel] "
-                "do not apply; override other keys only (e.g. train.threads)", o);
+                "do not apply; override other keys only (e.g. train.threads)",
+                o);
   }
   const std::string path = checkpoint_path(checkpoint);
   CheckpointInfo info;
   std::vector<NamedTensor> tensors, optimizer;
-  load_checkpoint(path, info, tensors, optimizer, /*read_optimizer=*/false);  // the manifest's config describes the model
+  load_checkpoint(path, info, tensors, optimizer,
+                  /*read_optimizer=*/false);  // the manifest's config describes the model
   const Config config = parse_config(info.config_toml, path + "/manifest.json", overrides);
   SUBDP_CHECK(config.model.name == ModelKind::gpt, "{}: a checkpoint of model \"{}\"; sample needs a gpt", path,
               config.model.name);
-  SUBDP_CHECK(config.data.name == DatasetKind::text, "{}: trained on data.name = \"{}\"; sample reads and writes bytes, so it "
-              "needs a byte-level model (data.name = \"text\")", path, config.data.name);
+  SUBDP_CHECK(config.data.name == DatasetKind::text,
+              "{}: trained on data.name = \"{}\"; sample reads and writes bytes, so it "
+              "needs a byte-level model (data.name = \"text\")",
+              path, config.data.name);
   set_backend(make_backend(config.device.type));
   backend().configure(config.train.threads > 0 ? config.train.threads : omp_get_num_procs(),
                       winograd_tile_side(config.train));
@@ -102,7 +108,7 @@ int run_sample(const std::string& checkpoint, const std::string& prompt, int tok
   // The output is bytes: a vocab beyond 256 (padding) is never drawn from.
   const int T = model.context(), V = model.vocab(), bytes = std::min(V, 256);
   for (int i = 0; i < tokens; ++i) {
-    const int len = std::min<int>(T, static_cast<int>(ids.size()));  // crop to the context
+    const int len = std::min<int>(T, static_cast<int>(ids.size()));                         // crop to the context
     const std::vector<float> logits = model.logits(ids.data() + ids.size() - len, 1, len);  // (len, V)
     const int next = next_token(logits.data() + static_cast<int64_t>(len - 1) * V, bytes, temperature, top_k,
                                 mix64(seed) ^ static_cast<uint64_t>(i));

@@ -16,22 +16,26 @@ namespace {
 /// an MPI launcher with more than one rank), bootstrapped over MPI.
 bool wants_nccl(const Config& c) {
   if (c.parallel.backend == CommBackend::nccl) return true;
-  return c.parallel.backend == CommBackend::automatic && c.device.type == DeviceType::cuda && launcher_layout().size > 1;
+  return c.parallel.backend == CommBackend::automatic && c.device.type == DeviceType::cuda &&
+         launcher_layout().size > 1;
 }
 
 std::unique_ptr<Communicator> make_world(const Config& c) {
   const ParallelConfig& p = c.parallel;
   if (p.backend == CommBackend::local) return make_local_communicator();
   if (wants_nccl(c)) {
-    SUBDP_CHECK(c.device.type == DeviceType::cuda, "[parallel] backend = \"nccl\" needs [device] type = \"cuda\" (it is \"{}\"); "
-                "use \"mpi\" or \"auto\"", c.device.type);
+    SUBDP_CHECK(c.device.type == DeviceType::cuda,
+                "[parallel] backend = \"nccl\" needs [device] type = \"cuda\" (it is \"{}\"); "
+                "use \"mpi\" or \"auto\"",
+                c.device.type);
 #ifdef SUBDP_WITH_NCCL
     std::unique_ptr<Communicator> bootstrap =
         launched_by_mpi() ? make_mpi_world(p.collective_timeout_s) : make_local_communicator();
     return make_nccl_world(std::move(bootstrap));
 #else
-    throw Error("[parallel] backend = \"nccl\": this build has no NCCL (libnccl and nccl.h were not found when it "
-                "was configured)");
+    throw Error(
+        "[parallel] backend = \"nccl\": this build has no NCCL (libnccl and nccl.h were not found when it "
+        "was configured)");
 #endif
   }
   if (p.backend == CommBackend::mpi || launched_by_mpi()) return make_mpi_world(p.collective_timeout_s);
@@ -53,15 +57,18 @@ int run_train(const Config& config, TrainOptions options) {
                 "--simulate-rank {}: [checkpoint] dir / resume are not supported (this rank alone holds only "
                 "its subnetwork's units); unset them to measure the rank's footprint",
                 options.simulate_rank);
-    SUBDP_CHECK(config.log.alignment_every == 0, "--simulate-rank {}: [log] alignment_every needs the full model, "
-                "which one rank alone cannot assemble; set it to 0", options.simulate_rank);
+    SUBDP_CHECK(config.log.alignment_every == 0,
+                "--simulate-rank {}: [log] alignment_every needs the full model, "
+                "which one rank alone cannot assemble; set it to 0",
+                options.simulate_rank);
     world = make_simulated_communicator(w, W);
   } else {
     world = make_world(config);
   }
   SUBDP_CHECK(config.device.type != DeviceType::cuda || world->kind() != CommKind::mpi || world->size() == 1,
               "device.type = \"cuda\" with W = {} ranks over [parallel] backend = \"mpi\": MPI here carries host "
-              "buffers, not GPU memory; use backend = \"nccl\" (or \"auto\")", world->size());
+              "buffers, not GPU memory; use backend = \"nccl\" (or \"auto\")",
+              world->size());
   const bool mpi = world->kind() == CommKind::mpi || (world->kind() == CommKind::nccl && launched_by_mpi());
   const int rank = world->rank(), size = world->size();
   int status = 0;
