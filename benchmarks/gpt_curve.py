@@ -2,11 +2,11 @@
 """Validation curve of subdp's GPT against PyTorch: same model, initial weights, data split,
 batch, AdamW schedule (warm-up + cosine) and gradient clipping; bits per byte at equal steps.
 
-  /usr/bin/python3 benchmarks/gpt_curve.py [--subdp-log RUN.log] [--config configs/gpt_brown.toml]
+  /usr/bin/python3 benchmarks/gpt_curve.py [--subdp-metrics RUN.jsonl] [--config configs/gpt_brown.toml]
       [--out benchmarks/results/gpt_brown_curve] [--threads 2]
 
-RUN.log is the stdout of `subdp train CONFIG` (its "eval step N ... bits_per_byte B" lines);
-without --subdp-log the script runs subdp itself first. PyTorch starts from subdp's initial
+RUN.jsonl is the metrics file of `subdp train CONFIG` (log.metrics_file: its eval records,
+docs/outputs.md); without --subdp-metrics the script runs subdp itself first. PyTorch starts from subdp's initial
 weights (`subdp parity-dump`), trains on random windows of the training part of the corpus,
 and evaluates every eval_every steps on eval_batches fixed windows of the validation tail
 (the last data.val_fraction of the bytes, split as subdp splits it). The windows are drawn
@@ -14,7 +14,7 @@ by each side on its own, so the two curves are two samples of the same distribut
 Writes OUT/curve.csv and OUT/curve.png and prints a markdown table; exits 1 when a point
 differs by more than --tolerance bits per byte.
 """
-import argparse, csv, math, os, re, subprocess, sys, tempfile, time, tomllib
+import argparse, csv, json, math, os, subprocess, sys, tempfile, time, tomllib
 
 import torch
 import torch.nn.functional as F
@@ -26,7 +26,6 @@ import torch_peer  # noqa: E402
 from torch_peer import windows  # noqa: E402
 from parity import read as read_safetensors  # noqa: E402
 
-EVAL_RE = re.compile(r"^eval step (\d+) .*bits_per_byte (\S+)")
 
 
 def settings(path):
@@ -61,20 +60,21 @@ def learning_rate(s, step):
 
 
 def subdp_curve(args, s):
-    """{step: bits per byte} from a subdp run log (running subdp first when no log is given)."""
-    log = args.subdp_log
-    if not log:
-        log = os.path.join(args.out, "subdp.log")
-        with open(log, "w") as f:
-            subprocess.run([args.binary, "train", args.config, "--set", f"train.threads={args.threads}"], check=True,
-                           stdout=f, stderr=subprocess.STDOUT)
+    """{step: bits per byte} from a subdp run's metrics file (running subdp first when none is given)."""
+    metrics = args.subdp_metrics
+    if not metrics:
+        metrics = os.path.join(args.out, "subdp_metrics.jsonl")
+        with open(os.path.join(args.out, "subdp.log"), "w") as f:
+            subprocess.run([args.binary, "train", args.config, "--set", f"train.threads={args.threads}",
+                            "--set", f"log.metrics_file={metrics}"], check=True, stdout=f, stderr=subprocess.STDOUT)
     points = {}
-    for line in open(log):
-        m = EVAL_RE.match(line)
-        if m:
-            points[int(m.group(1))] = float(m.group(2))
+    with open(metrics) as f:
+        for line in f:
+            record = json.loads(line)
+            if record.get("event") == "eval" and record.get("bits_per_byte") is not None:
+                points[int(record["step"])] = float(record["bits_per_byte"])
     if not points:
-        sys.exit(f"{log}: no 'eval step N ... bits_per_byte B' lines")
+        sys.exit(f"{metrics}: no eval records with bits_per_byte (a byte-level text run's metrics file)")
     return points
 
 
@@ -146,7 +146,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--config", default=os.path.join(ROOT, "configs", "gpt_brown.toml"))
     p.add_argument("--binary", default=os.path.join(ROOT, "build", "subdp"))
-    p.add_argument("--subdp-log", default="")
+    p.add_argument("--subdp-metrics", default="")
     p.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "gpt_brown_curve"))
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
