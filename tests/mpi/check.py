@@ -227,6 +227,17 @@ def same_evaluations(a, b):
     print(f"ok: {len(ea)} eval records and the final record identical: {fa[0]}")
 
 
+def close_final(a, b, tol):
+    """The final records' test_loss within tol (relative to b's): a device run (a) against the CPU's (b)."""
+    fa, fb = events(a, "final"), events(b, "final")
+    if len(fa) != 1 or len(fb) != 1:
+        fail(f"{len(fa)} final records in {a}, {len(fb)} in {b}: expected one each")
+    x, y = fa[0]["test_loss"], fb[0]["test_loss"]
+    if x is None or y is None or not abs(x - y) <= tol * abs(y):
+        fail(f"evaluation: test_loss {x} in {a}, {y} in {b} (tolerance {tol} relative)")
+    print(f"ok: final test_loss {x!r} and {y!r} within {tol}")
+
+
 def positive_event(path, event, keys):
     found = events(path, event)
     if not found:
@@ -299,6 +310,7 @@ COMMANDS = {
     "same-peaks": lambda a: same_peaks(*a),
     "finite-tensors": lambda a: finite_tensors(a),
     "same-evaluations": lambda a: same_evaluations(*a),
+    "close-final": lambda a: close_final(a[0], a[1], float(a[2])),
     "positive-event": lambda a: positive_event(a[0], a[1], a[2:]),
     "skipped-final": lambda a: skipped_final(a[0], int(a[1])),
     "alignment": lambda a: alignment(*a),
