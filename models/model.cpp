@@ -24,12 +24,9 @@ void Model::zero_grad() {
 
 ModelUnits model_units(const ModelConfig& c) {
   switch (c.name) {
-    case ModelKind::mlp:
-      return mlp_units(c);
-    case ModelKind::resnet:
-      return resnet_units(c);
-    case ModelKind::gpt:
-      return gpt_units(c);
+    case ModelKind::mlp: return mlp_units(c);
+    case ModelKind::resnet: return resnet_units(c);
+    case ModelKind::gpt: return gpt_units(c);
   }
   throw Error("model.name: not a model");
 }
@@ -44,12 +41,8 @@ std::unique_ptr<Model> make_model(const ModelConfig& c, const SubnetMask& mask, 
     case ModelKind::mlp:
       model = std::make_unique<Mlp>(c, mask, max_batch, seed);
       break;  // no blocks: every layout per parameter
-    case ModelKind::resnet:
-      model = std::make_unique<ResNet>(c, mask, max_batch, seed, recompute_blocks, layout);
-      break;
-    case ModelKind::gpt:
-      model = make_gpt(c, mask, max_batch, seed, recompute_blocks, layout);
-      break;
+    case ModelKind::resnet: model = std::make_unique<ResNet>(c, mask, max_batch, seed, recompute_blocks, layout); break;
+    case ModelKind::gpt: model = make_gpt(c, mask, max_batch, seed, recompute_blocks, layout); break;
   }
   SUBDP_CHECK(model != nullptr, "model.name: not a model");
   model->params().allocate_shared_blocks();

@@ -12,14 +12,10 @@ namespace subdp {
 
 size_t dtype_size(DType t) {
   switch (t) {
-    case DType::f32:
-      return 4;
-    case DType::bf16:
-      return 2;
-    case DType::i32:
-      return 4;
-    case DType::u8:
-      return 1;
+    case DType::f32: return 4;
+    case DType::bf16: return 2;
+    case DType::i32: return 4;
+    case DType::u8: return 1;
   }
   return 4;
 }

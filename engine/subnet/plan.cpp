@@ -12,13 +12,10 @@ namespace subdp {
 
 Regime plan_regime(MaskRegime regime) {
   switch (regime) {
-    case MaskRegime::forward:
-      return Regime::forward;
-    case MaskRegime::backward:
-      return Regime::backward;
+    case MaskRegime::forward: return Regime::forward;
+    case MaskRegime::backward: return Regime::backward;
     case MaskRegime::none:
-    case MaskRegime::stochastic:
-      return Regime::none;
+    case MaskRegime::stochastic: return Regime::none;
   }
   throw Error("mask.regime: not a regime");
 }

@@ -90,24 +90,15 @@ cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t) {
 
 const char* cublasGetStatusString(cublasStatus_t status) {
   switch (status) {
-    case CUBLAS_STATUS_SUCCESS:
-      return "success";
-    case CUBLAS_STATUS_NOT_INITIALIZED:
-      return "the library was not initialized";
-    case CUBLAS_STATUS_ALLOC_FAILED:
-      return "the resource allocation failed";
-    case CUBLAS_STATUS_INVALID_VALUE:
-      return "an invalid numeric value was used as an argument";
-    case CUBLAS_STATUS_ARCH_MISMATCH:
-      return "an absent device architectural feature is required";
-    case CUBLAS_STATUS_MAPPING_ERROR:
-      return "an access to GPU memory space failed";
-    case CUBLAS_STATUS_EXECUTION_FAILED:
-      return "the GPU program failed to execute";
-    case CUBLAS_STATUS_INTERNAL_ERROR:
-      return "an internal operation failed";
-    case CUBLAS_STATUS_NOT_SUPPORTED:
-      return "the functionality requested is not supported";
+    case CUBLAS_STATUS_SUCCESS: return "success";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "the library was not initialized";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "the resource allocation failed";
+    case CUBLAS_STATUS_INVALID_VALUE: return "an invalid numeric value was used as an argument";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "an absent device architectural feature is required";
+    case CUBLAS_STATUS_MAPPING_ERROR: return "an access to GPU memory space failed";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "the GPU program failed to execute";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "an internal operation failed";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "the functionality requested is not supported";
   }
   return "unknown error";
 }

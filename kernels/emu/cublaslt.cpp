@@ -73,10 +73,8 @@ bool supported_epilogue(uint32_t e) {
     case CUBLASLT_EPILOGUE_GELU_AUX:
     case CUBLASLT_EPILOGUE_GELU_AUX_BIAS:
     case CUBLASLT_EPILOGUE_DGELU:
-    case CUBLASLT_EPILOGUE_DGELU_BGRAD:
-      return true;
-    default:
-      return false;
+    case CUBLASLT_EPILOGUE_DGELU_BGRAD: return true;
+    default: return false;
   }
 }
 
@@ -259,28 +257,17 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
   if (d == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
   const char* what = "cublasLtMatmulDescSetAttribute";
   switch (attr) {
-    case CUBLASLT_MATMUL_DESC_COMPUTE_TYPE:
-      return set(d->compute, buf, size, what);
-    case CUBLASLT_MATMUL_DESC_SCALE_TYPE:
-      return set(d->scale, buf, size, what);
-    case CUBLASLT_MATMUL_DESC_POINTER_MODE:
-      return set(d->pointer_mode, buf, size, what);
-    case CUBLASLT_MATMUL_DESC_TRANSA:
-      return set(d->transa, buf, size, what);
-    case CUBLASLT_MATMUL_DESC_TRANSB:
-      return set(d->transb, buf, size, what);
-    case CUBLASLT_MATMUL_DESC_EPILOGUE:
-      return set(d->epilogue, buf, size, what);
-    case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
-      return set(d->bias, buf, size, what);
-    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
-      return set(d->aux, buf, size, what);
-    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
-      return set(d->aux_ld, buf, size, what);
-    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
-      return set(d->bias_type, buf, size, what);
-    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE:
-      return set(d->aux_type, buf, size, what);
+    case CUBLASLT_MATMUL_DESC_COMPUTE_TYPE: return set(d->compute, buf, size, what);
+    case CUBLASLT_MATMUL_DESC_SCALE_TYPE: return set(d->scale, buf, size, what);
+    case CUBLASLT_MATMUL_DESC_POINTER_MODE: return set(d->pointer_mode, buf, size, what);
+    case CUBLASLT_MATMUL_DESC_TRANSA: return set(d->transa, buf, size, what);
+    case CUBLASLT_MATMUL_DESC_TRANSB: return set(d->transb, buf, size, what);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE: return set(d->epilogue, buf, size, what);
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return set(d->bias, buf, size, what);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: return set(d->aux, buf, size, what);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: return set(d->aux_ld, buf, size, what);
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: return set(d->bias_type, buf, size, what);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE: return set(d->aux_type, buf, size, what);
     default:
       return refuse(CUBLAS_STATUS_NOT_SUPPORTED,
                     std::string(what) + ": attribute " + std::to_string(attr) + " is not emulated");
@@ -304,20 +291,13 @@ cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t l, cublas
   if (l == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
   const char* what = "cublasLtMatrixLayoutSetAttribute";
   switch (attr) {
-    case CUBLASLT_MATRIX_LAYOUT_TYPE:
-      return set(l->type, buf, size, what);
-    case CUBLASLT_MATRIX_LAYOUT_ORDER:
-      return set(l->order, buf, size, what);
-    case CUBLASLT_MATRIX_LAYOUT_ROWS:
-      return set(l->rows, buf, size, what);
-    case CUBLASLT_MATRIX_LAYOUT_COLS:
-      return set(l->cols, buf, size, what);
-    case CUBLASLT_MATRIX_LAYOUT_LD:
-      return set(l->ld, buf, size, what);
-    case CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT:
-      return set(l->batch, buf, size, what);
-    case CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET:
-      return set(l->stride, buf, size, what);
+    case CUBLASLT_MATRIX_LAYOUT_TYPE: return set(l->type, buf, size, what);
+    case CUBLASLT_MATRIX_LAYOUT_ORDER: return set(l->order, buf, size, what);
+    case CUBLASLT_MATRIX_LAYOUT_ROWS: return set(l->rows, buf, size, what);
+    case CUBLASLT_MATRIX_LAYOUT_COLS: return set(l->cols, buf, size, what);
+    case CUBLASLT_MATRIX_LAYOUT_LD: return set(l->ld, buf, size, what);
+    case CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT: return set(l->batch, buf, size, what);
+    case CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET: return set(l->stride, buf, size, what);
   }
   return refuse(CUBLAS_STATUS_INVALID_VALUE, std::string(what) + ": unknown attribute");
 }

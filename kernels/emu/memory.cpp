@@ -134,14 +134,10 @@ Region region_of(const void* p, size_t bytes) {
 
 std::string describe_region(const void* p, size_t bytes) {
   switch (region_of(p, bytes)) {
-    case Region::null:
-      return "a null pointer";
-    case Region::device:
-      return "device memory";
-    case Region::pinned:
-      return "pinned host memory";
-    case Region::pageable:
-      break;
+    case Region::null: return "a null pointer";
+    case Region::device: return "device memory";
+    case Region::pinned: return "pinned host memory";
+    case Region::pageable: break;
   }
   if (in_device_range(p)) return "device memory outside every live cudaMalloc block (freed, or overrun)";
   return "pageable host memory";

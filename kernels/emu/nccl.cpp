@@ -59,56 +59,38 @@ bool mpi_ready() {
 size_t type_bytes(ncclDataType_t t) {
   switch (t) {
     case ncclInt8:
-    case ncclUint8:
-      return 1;
+    case ncclUint8: return 1;
     case ncclFloat16:
-    case ncclBfloat16:
-      return 2;
+    case ncclBfloat16: return 2;
     case ncclInt32:
     case ncclUint32:
-    case ncclFloat32:
-      return 4;
-    default:
-      return 8;
+    case ncclFloat32: return 4;
+    default: return 8;
   }
 }
 
 /// The MPI type of t; MPI_DATATYPE_NULL for the 16-bit floats, which MPI cannot reduce.
 MPI_Datatype mpi_type(ncclDataType_t t) {
   switch (t) {
-    case ncclInt8:
-      return MPI_INT8_T;
-    case ncclUint8:
-      return MPI_UINT8_T;
-    case ncclInt32:
-      return MPI_INT32_T;
-    case ncclUint32:
-      return MPI_UINT32_T;
-    case ncclInt64:
-      return MPI_INT64_T;
-    case ncclUint64:
-      return MPI_UINT64_T;
-    case ncclFloat32:
-      return MPI_FLOAT;
-    case ncclFloat64:
-      return MPI_DOUBLE;
-    default:
-      return MPI_DATATYPE_NULL;
+    case ncclInt8: return MPI_INT8_T;
+    case ncclUint8: return MPI_UINT8_T;
+    case ncclInt32: return MPI_INT32_T;
+    case ncclUint32: return MPI_UINT32_T;
+    case ncclInt64: return MPI_INT64_T;
+    case ncclUint64: return MPI_UINT64_T;
+    case ncclFloat32: return MPI_FLOAT;
+    case ncclFloat64: return MPI_DOUBLE;
+    default: return MPI_DATATYPE_NULL;
   }
 }
 
 MPI_Op mpi_op(ncclRedOp_t op) {
   switch (op) {
-    case ncclSum:
-      return MPI_SUM;
-    case ncclProd:
-      return MPI_PROD;
-    case ncclMax:
-      return MPI_MAX;
-    case ncclMin:
-      return MPI_MIN;
-    default:
-      return MPI_OP_NULL;  // ncclAvg: not emulated
+    case ncclSum: return MPI_SUM;
+    case ncclProd: return MPI_PROD;
+    case ncclMax: return MPI_MAX;
+    case ncclMin: return MPI_MIN;
+    default: return MPI_OP_NULL;  // ncclAvg: not emulated
   }
 }
 
@@ -366,22 +348,14 @@ ncclResult_t ncclGroupEnd() {
 
 const char* ncclGetErrorString(ncclResult_t result) {
   switch (result) {
-    case ncclSuccess:
-      return "no error";
-    case ncclUnhandledCudaError:
-      return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
-    case ncclSystemError:
-      return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
-    case ncclInternalError:
-      return "internal error - please report this issue to the NCCL developers";
-    case ncclInvalidArgument:
-      return "invalid argument (run with NCCL_DEBUG=WARN for details)";
-    case ncclInvalidUsage:
-      return "invalid usage (run with NCCL_DEBUG=WARN for details)";
-    case ncclRemoteError:
-      return "remote process exited or there was a network error";
-    case ncclInProgress:
-      return "NCCL operation in progress";
+    case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError: return "internal error - please report this issue to the NCCL developers";
+    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError: return "remote process exited or there was a network error";
+    case ncclInProgress: return "NCCL operation in progress";
   }
   return "unknown result code";
 }

@@ -56,16 +56,11 @@ std::string misplaced(const char* arg, const void* p, size_t bytes, bool want_de
 
 const char* kind_name(cudaMemcpyKind k) {
   switch (k) {
-    case cudaMemcpyHostToHost:
-      return "cudaMemcpyHostToHost";
-    case cudaMemcpyHostToDevice:
-      return "cudaMemcpyHostToDevice";
-    case cudaMemcpyDeviceToHost:
-      return "cudaMemcpyDeviceToHost";
-    case cudaMemcpyDeviceToDevice:
-      return "cudaMemcpyDeviceToDevice";
-    default:
-      return "cudaMemcpyDefault";
+    case cudaMemcpyHostToHost: return "cudaMemcpyHostToHost";
+    case cudaMemcpyHostToDevice: return "cudaMemcpyHostToDevice";
+    case cudaMemcpyDeviceToHost: return "cudaMemcpyDeviceToHost";
+    case cudaMemcpyDeviceToDevice: return "cudaMemcpyDeviceToDevice";
+    default: return "cudaMemcpyDefault";
   }
 }
 
@@ -231,9 +226,7 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const vo
       attributes->hostPointer = const_cast<void*>(ptr);
       attributes->devicePointer = const_cast<void*>(ptr);
       break;
-    default:
-      attributes->type = cudaMemoryTypeUnregistered;
-      attributes->hostPointer = const_cast<void*>(ptr);
+    default: attributes->type = cudaMemoryTypeUnregistered; attributes->hostPointer = const_cast<void*>(ptr);
   }
   return cudaSuccess;
 }
