@@ -1,6 +1,7 @@
 // Run configuration: one struct per TOML table of the design brief. Defaults here
 // are the documented defaults (configs/README.md). Parsing and validation live in
-// engine/cli/config_toml.cpp (toml++ is heavy: one translation unit).
+// engine/cli: config_toml.cpp reads TOML (toml++ is heavy: one translation unit),
+// config_schema.cpp lists every key with its rule, config_rules.cpp checks rules between keys.
 #pragma once
 #include <fmt/format.h>
 
@@ -18,7 +19,8 @@ namespace subdp {
 // ---- values chosen from a fixed set: enums, with their spellings in the TOML file -----
 
 /// Spellings of a config enum's values in TOML, in the enum's order: Choices<E>::names.
-/// The parser (engine/cli/config_toml.cpp) accepts exactly these and writes them back.
+/// The parser (engine/cli/config_toml.cpp) accepts exactly these and writes them back. A
+/// table shorter than its enum fails name_of with std::out_of_range, never reads past it.
 template <class E>
 struct Choices;
 
