@@ -66,12 +66,11 @@ void check_features(const Config& c, const std::string& path) {
               "every block's forward on every rank, so each rank would gather blocks it does not hold; FSDP composes "
               "with \"none\", \"forward\" and \"stochastic\" (use shard = \"gradients\" with backward masking)",
               path);
-  SUBDP_CHECK(
-      c.log.alignment_every == 0 || c.parallel.shard == Sharding::none || c.parallel.shard == Sharding::optimizer,
-      "{}: [log] alignment_every = {}: gradient alignment reads each block's whole gradient, which [parallel] "
-      "shard = \"{}\" frees block by block during the backward pass; use shard = \"optimizer\" or "
-      "\"none\" to measure alignment",
-      path, c.log.alignment_every, c.parallel.shard);
+  SUBDP_CHECK(c.log.alignment_every == 0 || !shards_blocks(c.parallel.shard),
+              "{}: [log] alignment_every = {}: gradient alignment reads each block's whole gradient, which [parallel] "
+              "shard = \"{}\" frees block by block during the backward pass; use shard = \"optimizer\" or "
+              "\"none\" to measure alignment",
+              path, c.log.alignment_every, c.parallel.shard);
   SUBDP_CHECK(!c.checkpoint.reset_optimizer || !c.checkpoint.resume.empty(),
               "{}: [checkpoint] reset_optimizer = true: it applies to a resume; set [checkpoint] resume", path);
   SUBDP_CHECK(!c.checkpoint.resumes_newest() || !c.checkpoint.dir.empty(),

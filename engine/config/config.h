@@ -100,6 +100,10 @@ std::ostream& operator<<(std::ostream& os, E e) {
   return os << name_of(e);
 }
 
+/// True for ZeRO-2 and FSDP: each block's gradients are reduce-scattered during the backward
+/// pass (and, FSDP, its values gathered around its forward and backward).
+inline bool shards_blocks(Sharding s) { return s == Sharding::gradients || s == Sharding::parameters; }
+
 /// True for the regimes that train a subnetwork plan (forward and backward masking).
 inline bool masks_subnetworks(MaskRegime r) { return r == MaskRegime::forward || r == MaskRegime::backward; }
 

@@ -2,31 +2,16 @@
 // every rank, and the block hooks of ZeRO-2 and FSDP.
 #include "engine/parallel/grad_sync.h"
 
-#include <chrono>
-
+#include "engine/core/clock.h"
 #include "engine/core/error.h"
 
 namespace subdp {
-
-namespace {
-
-/// Seconds fn() takes (steady clock).
-template <class Fn>
-double timed(Fn&& fn) {
-  const auto t = std::chrono::steady_clock::now();
-  fn();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-
-bool shards_blocks_of(Sharding s) { return s == Sharding::gradients || s == Sharding::parameters; }
-
-}  // namespace
 
 GradientSync::GradientSync(Communicator& world, const Layout& layout, const SubnetworkPlan& plan,
                            std::vector<Param*> params, double bucket_mb, Sharding sharding, int blocks)
     : sharding_(sharding),
       set_(world, layout, plan, std::move(params), bucket_mb, sharding != Sharding::none,
-           shards_blocks_of(sharding) ? blocks : 0),
+           subdp::shards_blocks(sharding) ? blocks : 0),
       allreduce_(set_) {
   next_block_ = set_.blocks() - 1;
   if (OwnerBroadcast::needed(plan, layout)) broadcast_ = std::make_unique<OwnerBroadcast>(set_);
@@ -104,7 +89,11 @@ BlockHooks GradientSync::block_hooks(std::function<bool(const Param&)> gradient_
   }
   hooks.after_backward = [this, gradient_finite](int b) { reduce_block_gradients(b, gradient_finite); };
   if (sharding_ == Sharding::parameters)
-    hooks.before_forward = hooks.before_backward = [this](int b) { hook_s_ += timed([&] { gather_block(b); }); };
+    hooks.before_forward = hooks.before_backward = [this](int b) {
+      const auto t = Clock::now();
+      gather_block(b);
+      hook_s_ += seconds_since(t);
+    };
   return hooks;
 }
 
@@ -114,7 +103,9 @@ void GradientSync::reduce_block_gradients(int b, const std::function<bool(const 
   // Reduced all the same when not finite: every holder takes part in the collective.
   for (Param* p : params)
     if (blocks_finite_ && !gradient_finite(*p)) blocks_finite_ = false;
-  hook_s_ += timed([&] { reduce_block(b); });
+  const auto t = Clock::now();
+  reduce_block(b);
+  hook_s_ += seconds_since(t);
   for (Param* p : params) p->grad.zero_();
 }
 

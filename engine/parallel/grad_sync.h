@@ -79,7 +79,7 @@ class GradientSync {
   const std::vector<ShardPiece>& shard_pieces() const;
   bool sharded() const { return sharding_ != Sharding::none; }
   /// ZeRO-2 or FSDP: one bucket per (block, holder group), reduced during the backward pass.
-  bool shards_blocks() const { return sharding_ == Sharding::gradients || sharding_ == Sharding::parameters; }
+  bool shards_blocks() const { return subdp::shards_blocks(sharding_); }
   /// Payload bytes this rank all-reduced (every communicator) since the last call.
   int64_t take_bytes() { return set_.take_bytes(); }
   /// Payload bytes of the owner broadcasts (backward masking) since the last call: every

@@ -5,10 +5,10 @@
 // models, so the re-deal's device peak stays within the training peak of the largest
 // subnetwork (of each rank's own when the subnetworks are the same size).
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <string>
 
+#include "engine/core/clock.h"
 #include "engine/core/error.h"
 #include "engine/core/memory.h"
 #include "engine/train/trainer.h"
@@ -41,7 +41,7 @@ SubnetworkPlan Trainer::plan_of_deal(int64_t deal) const {
 }
 
 void Trainer::redeal(int64_t deal) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = Clock::now();
   const uint64_t seed = deal_seed(config_.mask.seed, deal);
   SubnetworkPlan next = plan_of_deal(deal);
   const bool unchanged = next.hash() == plan_.hash();
@@ -70,7 +70,7 @@ void Trainer::redeal(int64_t deal) {
                 step_ + 1, before, after);
   }
   deal_ = deal;
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double seconds = seconds_since(t0);
   nlohmann::json record = {{"deal", deal},
                            {"plan_seed", seed},
                            {"plan_hash", fmt::format("{:016x}", plan_.hash())},

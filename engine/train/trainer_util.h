@@ -1,21 +1,16 @@
-// Small helpers the trainer's files share: step timing and how bytes are printed.
+// Small helpers the trainer's files share: step timing (engine/core/clock.h) and how bytes are printed.
 #pragma once
 #include <array>
-#include <chrono>
 #include <cstdint>
 #include <string>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "engine/core/clock.h"
 #include "engine/core/memory.h"
 
 namespace subdp {
-
-using Clock = std::chrono::steady_clock;
-
-/// Seconds from t to now (steady clock).
-inline double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 /// "12.3 MiB" (bytes / 2^20, one decimal).
 inline std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", bytes / 1048576.0); }

@@ -145,7 +145,7 @@ void answer_combinations(const Config& config, int world, BudgetAnswer& answer) 
         Config c = c0;
         // Refused by the config check: FSDP with backward masking, alignment with ZeRO-2 / FSDP.
         if (c.mask.regime == MaskRegime::backward && shard == Sharding::parameters) continue;
-        if (c.log.alignment_every > 0 && (shard == Sharding::gradients || shard == Sharding::parameters)) continue;
+        if (c.log.alignment_every > 0 && shards_blocks(shard)) continue;
         c.parallel.shard = shard;
         c.train.recompute = recompute ? Recompute::blocks : Recompute::none;
         const std::string name = base + shard_suffix(shard) + (recompute ? "+recompute" : "");
