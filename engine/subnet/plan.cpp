@@ -289,10 +289,7 @@ SubnetworkPlan make_plan(const ModelUnits& units, const MaskConfig& mask, int S)
 
 std::string SubnetworkPlan::describe(const ModelUnits& units) const {
   std::string out = fmt::format("plan: regime={} granularity={} S={} coverage c={} keep={:.4g} groups={}\n",
-                                regime == Regime::none      ? "none"
-                                : regime == Regime::forward ? "forward"
-                                                            : "backward",
-                                name_of(granularity), S, c, keep(), groups.size());
+                                name_of(regime), name_of(granularity), S, c, keep(), groups.size());
   for (size_t g = 0; g < groups.size(); ++g) {
     out += fmt::format("  group {}: subnetworks {{", g);
     for (size_t i = 0; i < groups[g].size(); ++i) out += fmt::format("{}{}", i ? "," : "", groups[g][i]);

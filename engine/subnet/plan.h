@@ -10,7 +10,13 @@
 
 namespace subdp {
 
+/// The masking a plan deals: none (DP, stochastic depth), forward or backward.
 enum class Regime { none, forward, backward };
+/// name_of(Regime) and fmt print "none", "forward", "backward" (plan lines, plan --json).
+template <>
+struct Choices<Regime> {
+  static constexpr auto names = std::array{"none", "forward", "backward"};
+};
 /// The plan's masking regime for mask.regime: forward and backward as they are; none and
 /// stochastic (whole model on every rank, blocks dropped per step) plan no masks.
 Regime plan_regime(MaskRegime regime);

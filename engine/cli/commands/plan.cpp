@@ -254,9 +254,7 @@ std::vector<PlanRow> memory_rows(const Config& config, const SubnetworkPlan& pla
 double ratio(int64_t bytes, int64_t dp) { return static_cast<double>(bytes) / std::max<int64_t>(1, dp); }
 
 nlohmann::json plan_json(const SubnetworkPlan& plan, const ModelUnits& units) {
-  nlohmann::json j = {{"regime", plan.regime == Regime::none      ? "none"
-                                 : plan.regime == Regime::forward ? "forward"
-                                                                  : "backward"},
+  nlohmann::json j = {{"regime", name_of(plan.regime)},
                       {"granularity", name_of(plan.granularity)},
                       {"S", plan.S},
                       {"coverage", plan.c},
