@@ -13,6 +13,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from torch_llama import Llama
+
 FMNIST = "/usr/share/datasets/fashion-mnist"
 
 
@@ -99,6 +101,8 @@ def build(name):
         return resnet()
     if name == "gpt":
         return GPT()
+    if name == "llama":
+        return Llama()
     raise ValueError(name)
 
 

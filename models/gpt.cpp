@@ -287,19 +287,8 @@ void Gpt::run_forward(const int32_t* tokens, int B, int T, bool training) {
   float* x0 = x0_.f32();                // (B, T, C)
   wte_->forward(tokens, x0, rows, false);
   wpe_->forward(pos, x0, rows, true);
-  const float* x = x0;
-  block_in_.clear();
-  last_run_ = -1;
-  for (size_t b = 0; b < blocks_.size(); ++b) {
-    TransformerBlock& blk = *blocks_[b];
-    const auto [skipped, scale] = stochastic_step(static_cast<int>(b), training);
-    blk.set_step(skipped, scale);
-    block_in_.push_back(x);
-    block_forward_starts(static_cast<int>(b));
-    x = blk.forward(x, B, T, scratch_);
-    if (blk.runs()) last_run_ = static_cast<int>(b);
-  }
-  last_ = x;
+  last_ = run_blocks(blocks_, x0, B, T, scratch_, training, trace_);
+  const float* x = last_;
   lnf_->forward(x, lnf_out_.f32(), rows);
   // logits (rows, V) = lnf_out (rows, C) . wte^T (C, V)
   backend().sgemm(false, true, rows, V_, C_, 1.f, lnf_out_.f32(), C_, wte_->weight->value.f32(), C_, 0.f,
@@ -343,14 +332,7 @@ void Gpt::backward() {
   float* dres = dres_.f32();  // (B, T, C)
   backend().fill(dres, 0.f, rows * C_);
   lnf_->backward(last_, dln, dres, rows);
-  for (size_t b = blocks_.size(); b-- > 0;) {
-    block_backward_starts(static_cast<int>(b));
-    // Recompute: the shared set holds the last computing block's state from the forward pass;
-    // every other block's is rebuilt from its input by the same arithmetic (bit for bit).
-    if (recompute_ && static_cast<int>(b) != last_run_) blocks_[b]->forward(block_in_[b], B_, Tcur_, scratch_);
-    blocks_[b]->backward(block_in_[b], dres, B_, Tcur_, scratch_);
-    block_backward_done(static_cast<int>(b));
-  }
+  backprop_blocks(blocks_, dres, B_, Tcur_, scratch_, recompute_, trace_);
   wte_->backward(tokens_, dres, rows);
   wpe_->backward(pos_ids_.i32(), dres, rows);
 }

@@ -140,10 +140,9 @@ class Gpt : public Model {
   Tensor dres_;     // (B, T, C) residual-stream gradient
   GptScratch scratch_;
   std::unique_ptr<CrossEntropyHead> head_;  // logits (B, T, V) own; dlogits in shared_
-  std::vector<const float*> block_in_;      // input of each block in the last forward
+  BlockTrace trace_;                        // the blocks' inputs in the last forward
   BlockActivations shared_block_;           // under recompute: the one set every block views
   bool recompute_ = false;
-  int last_run_ = -1;            // last block that computed in the last forward (its set is live)
   const float* last_ = nullptr;  // (B, T, C) input of lnf
   const int32_t* tokens_ = nullptr;
   int B_ = 0, Tcur_ = 0, T_, V_, C_, max_batch_;

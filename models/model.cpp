@@ -5,13 +5,14 @@
 #include "models/mlp.h"
 #include "models/resnet.h"
 #include "models/gpt.h"
+#include "models/llama.h"
 
 namespace subdp {
 
 void Model::set_dropped_blocks(const std::vector<char>& dropped, const std::vector<char>& dense, float scale) {
   const size_t blocks = static_cast<size_t>(residual_blocks());
   SUBDP_CHECK(blocks > 0,
-              "mask.regime = \"stochastic\": this model has no residual blocks to drop (use resnet or gpt)");
+              "mask.regime = \"stochastic\": this model has no residual blocks to drop (use resnet, gpt or llama)");
   SUBDP_ASSERT(dropped.size() == blocks && dense.size() == blocks);
   dropped_ = dropped;
   dense_ = dense;
@@ -27,6 +28,7 @@ ModelUnits model_units(const ModelConfig& c) {
     case ModelKind::mlp: return mlp_units(c);
     case ModelKind::resnet: return resnet_units(c);
     case ModelKind::gpt: return gpt_units(c);
+    case ModelKind::llama: return llama_units(c);
   }
   throw Error("model.name: not a model");
 }
@@ -35,7 +37,7 @@ std::unique_ptr<Model> make_model(const ModelConfig& c, const SubnetMask& mask, 
                                   bool recompute_blocks, ParamLayout layout) {
   SUBDP_CHECK(!recompute_blocks || c.name != ModelKind::mlp,
               "train.recompute = \"blocks\": model.name = \"mlp\" has no "
-              "blocks (use resnet or gpt)");
+              "blocks (use resnet, gpt or llama)");
   std::unique_ptr<Model> model;
   switch (c.name) {
     case ModelKind::mlp:
@@ -43,6 +45,7 @@ std::unique_ptr<Model> make_model(const ModelConfig& c, const SubnetMask& mask, 
       break;  // no blocks: every layout per parameter
     case ModelKind::resnet: model = std::make_unique<ResNet>(c, mask, max_batch, seed, recompute_blocks, layout); break;
     case ModelKind::gpt: model = make_gpt(c, mask, max_batch, seed, recompute_blocks, layout); break;
+    case ModelKind::llama: model = make_llama(c, mask, max_batch, seed, recompute_blocks, layout); break;
   }
   SUBDP_CHECK(model != nullptr, "model.name: not a model");
   model->params().allocate_shared_blocks();

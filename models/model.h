@@ -74,6 +74,42 @@ class Model {
   void block_backward_done(int b) const {
     if (hooks_.after_backward) hooks_.after_backward(b);
   }
+  /// What the transformers' block loops keep from the forward pass for the backward pass.
+  struct BlockTrace {
+    std::vector<const float*> inputs;  // each block's input
+    int last_run = -1;                 // the last block that computed (its activations are live)
+  };
+  /// The transformers' forward over their blocks (each with set_step, forward(x, B, T, s) and
+  /// runs()): stochastic depth, the before-forward hook, the inputs kept in `trace`. Returns
+  /// the last block's output (B, T, C).
+  template <class Block, class Scratch>
+  const float* run_blocks(const std::vector<std::unique_ptr<Block>>& blocks, const float* x, int B, int T, Scratch& s,
+                          bool training, BlockTrace& trace) const {
+    trace.inputs.clear();
+    trace.last_run = -1;
+    for (int b = 0; b < static_cast<int>(blocks.size()); ++b) {
+      const auto [skipped, scale] = stochastic_step(b, training);
+      blocks[b]->set_step(skipped, scale);
+      trace.inputs.push_back(x);
+      block_forward_starts(b);
+      x = blocks[b]->forward(x, B, T, s);
+      if (blocks[b]->runs()) trace.last_run = b;
+    }
+    return x;
+  }
+  /// Their backward, last block first, dres (B, T, C) the residual gradient: the hooks around
+  /// each block and, under recompute, each block's activations rebuilt from its input by the
+  /// forward's arithmetic (bit for bit), except the last block that ran, whose are still live.
+  template <class Block, class Scratch>
+  void backprop_blocks(const std::vector<std::unique_ptr<Block>>& blocks, float* dres, int B, int T, Scratch& s,
+                       bool recompute, const BlockTrace& trace) const {
+    for (int b = static_cast<int>(blocks.size()) - 1; b >= 0; --b) {
+      block_backward_starts(b);
+      if (recompute && b != trace.last_run) blocks[b]->forward(trace.inputs[b], B, T, s);
+      blocks[b]->backward(trace.inputs[b], dres, B, T, s);
+      block_backward_done(b);
+    }
+  }
   /// Residual blocks of the model (0: none, and stochastic depth is refused).
   virtual int residual_blocks() const { return 0; }
   /// Stochastic depth in this forward for block b: {branch skipped, branch scale}; {false, 1}

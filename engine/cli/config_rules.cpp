@@ -21,13 +21,16 @@ void check_model_and_masking(const Config& c, const std::string& path) {
               path);
   SUBDP_CHECK(!c.model.zero_init_residual || c.model.name != ModelKind::mlp,
               "{}: [model] zero_init_residual = true: the MLP has no residual branches "
-              "(the key applies to resnet and gpt)",
+              "(the key applies to resnet, gpt and llama)",
               path);
   SUBDP_CHECK(c.train.recompute == Recompute::none || c.model.name != ModelKind::mlp,
-              "{}: [train] recompute = \"{}\": the MLP has no blocks to recompute (the key applies to resnet and "
-              "gpt); use \"none\"",
+              "{}: [train] recompute = \"{}\": the MLP has no blocks to recompute (the key applies to resnet, "
+              "gpt and llama); use \"none\"",
               path, c.train.recompute);
   SUBDP_CHECK(c.model.width % c.model.heads == 0, "{}: [model] width = {}: must be divisible by heads = {}", path,
+              c.model.width, c.model.heads);
+  SUBDP_CHECK(c.model.name != ModelKind::llama || (c.model.width / c.model.heads) % 2 == 0,
+              "{}: [model] width / heads = {} / {}: llama's rotary embeddings need an even head width", path,
               c.model.width, c.model.heads);
   SUBDP_CHECK(c.mask.regime != MaskRegime::stochastic ||
                   (c.parallel.subnetworks == 1 && c.mask.granularity == Granularity::block),

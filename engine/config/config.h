@@ -45,8 +45,10 @@ std::optional<E> choice_named(std::string_view name) {
     static constexpr auto names = std::array{__VA_ARGS__}; \
   }
 
-enum class ModelKind { mlp, resnet, gpt };
-SUBDP_CHOICES(ModelKind, "mlp", "resnet", "gpt");
+enum class ModelKind { mlp, resnet, gpt, llama };
+SUBDP_CHOICES(ModelKind, "mlp", "resnet", "gpt", "llama");
+/// True for the models of token sequences (gpt, llama): (B, T) tokens in, next tokens out.
+inline bool is_language_model(ModelKind m) { return m == ModelKind::gpt || m == ModelKind::llama; }
 enum class DatasetKind { fashion_mnist, mnist, cifar10, text, token_shards };
 SUBDP_CHOICES(DatasetKind, "fashion_mnist", "mnist", "cifar10", "text", "token_shards");
 /// train.nonfinite: what a step whose loss or gradient is not finite does.
@@ -115,13 +117,21 @@ struct ModelConfig {
   // resnet
   std::vector<int> widths = {32, 64, 128};  // channels per stage
   int blocks_per_stage = 2;
-  // every residual branch starts as 0 (resnet: last BN gamma; gpt: proj and fc2 weights)
+  // every residual branch starts as 0 (resnet: last BN gamma; gpt: proj and fc2; llama: wo and w2)
   bool zero_init_residual = false;
   // image models
   int in_channels = 1, image_size = 28, classes = 10;
-  // gpt
+  // gpt and llama
   int vocab = 256, context = 128, width = 256, heads = 8, depth = 6, mlp_ratio = 4;
+  // llama: SwiGLU hidden width (0: 8 width / 3 rounded up to a multiple of 64, LLaMA's rule
+  // at small sizes) and the RoPE base theta
+  int ffn_width = 0;
+  double rope_theta = 10000.0;
 };
+/// The LLaMA SwiGLU hidden width of `c`: ffn_width, or 8 width / 3 rounded up to a multiple of 64.
+inline int llama_ffn_width(const ModelConfig& c) {
+  return c.ffn_width > 0 ? c.ffn_width : (8 * c.width / 3 + 63) / 64 * 64;
+}
 
 /// [data]: dataset and where it lives.
 struct DataConfig {

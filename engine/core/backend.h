@@ -75,6 +75,8 @@ class Backend {
   virtual void gelu_forward(const float* x, float* y, int64_t n) = 0;
   virtual void gelu_forward_columns(const float* x, int64_t rows, int64_t ld, int64_t cols, float* y) = 0;
   virtual void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) = 0;
+  virtual void swiglu_forward(const float* g, const float* u, float* h, int64_t n) = 0;
+  virtual void swiglu_backward(const float* g, const float* u, const float* dh, float* dg, float* du, int64_t n) = 0;
   virtual void add(const float* a, const float* b, float* y, int64_t n) = 0;
   virtual void axpy(float alpha, const float* x, float* y, int64_t n) = 0;
   virtual void scale(float* x, float alpha, int64_t n) = 0;
@@ -124,6 +126,17 @@ class Backend {
                                const float* rstd, float* y, int64_t rows, int C) = 0;
   virtual void layernorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd,
                                   const float* dy, float* dx, float* dgamma, float* dbeta, int64_t rows, int C) = 0;
+
+  virtual void rmsnorm_forward(const float* x, const float* gamma, float* y, float* rstd, int64_t rows, int C,
+                               float eps) = 0;
+  virtual void rmsnorm_apply(const float* x, const float* gamma, const float* rstd, float* y, int64_t rows, int C) = 0;
+  virtual void rmsnorm_backward(const float* x, const float* gamma, const float* rstd, const float* dy, float* dx,
+                                float* dgamma, int64_t rows, int C) = 0;
+
+  // ---- rotary position embeddings (kernels/cpu/rope.h): in place on the first `heads` heads
+  // of x (rows, ld); cos / sin (context, hd/2) tables in backend memory.
+  virtual void rope_rotate(float* x, int64_t rows, int T, int64_t ld, int heads, int hd, const float* cos,
+                           const float* sin, bool inverse) = 0;
 
   // ---- convolution and pooling (kernels/cpu/conv.h); workspace sizes in floats.
   virtual int64_t conv2d_workspace_floats(const ConvShape& s) = 0;

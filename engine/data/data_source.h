@@ -32,7 +32,7 @@ class DataSource {
 std::unique_ptr<DataSource> make_data_source(const Config& config, int rank, int world);
 
 /// The batch buffers (inputs, targets) a data source allocates for config.train.batch_size:
-/// (B, T) int32 tokens and targets for gpt, else (N, C, H, W) float32 images and (N) int32 labels.
+/// (B, T) int32 tokens and targets for gpt and llama, else (N, C, H, W) float32 images and (N) int32 labels.
 Batch allocate_batch(const Config& config);
 
 /// Runs load(); an Error it throws is rethrown with the data.path key in front.

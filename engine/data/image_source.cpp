@@ -88,8 +88,9 @@ class ImageSource : public DataSource {
 std::unique_ptr<DataSource> make_data_source(const Config& c, int rank, int world) {
   if (c.data.name == DatasetKind::text || c.data.name == DatasetKind::token_shards)
     return make_text_source(c, rank, world);
-  SUBDP_CHECK(c.model.name != ModelKind::gpt,
-              "model.name = \"gpt\" needs data.name = \"text\" or \"token_shards\", not \"{}\"", c.data.name);
+  SUBDP_CHECK(!is_language_model(c.model.name),
+              "model.name = \"{}\" needs data.name = \"text\" or \"token_shards\", not \"{}\"", c.model.name,
+              c.data.name);
   return std::make_unique<ImageSource>(c, rank, world);
 }
 

@@ -29,8 +29,8 @@ class TextSource : public DataSource {
         T_(c.model.context),
         world_(world),
         eval_total_(c.train.eval_batches) {
-    SUBDP_CHECK(c.model.name == ModelKind::gpt,
-                "data.name = \"{}\" is token data: it needs model.name = \"gpt\", not \"{}\"", c.data.name,
+    SUBDP_CHECK(is_language_model(c.model.name),
+                "data.name = \"{}\" is token data: it needs model.name = \"gpt\" or \"llama\", not \"{}\"", c.data.name,
                 c.model.name);
     SUBDP_CHECK(name_ == DatasetKind::text || !c.data.path.empty(),
                 "data.name = \"token_shards\" needs data.path (an llm.c .bin shard or a directory of them)");

@@ -24,7 +24,12 @@ void AttentionScratch::bind(const Tensor& area, int64_t rows, int64_t Ck, int T,
 }
 
 CausalSelfAttention::CausalSelfAttention(ParamSet& ps, const AttentionSpec& spec)
-    : C_(spec.C), heads_(spec.heads), hd_(spec.C / spec.heads), head_scale_(spec.head_scale) {
+    : C_(spec.C),
+      heads_(spec.heads),
+      hd_(spec.C / spec.heads),
+      head_scale_(spec.head_scale),
+      rope_cos_(spec.rope_cos),
+      rope_sin_(spec.rope_sin) {
   const std::string& prefix = spec.prefix;
   const int C = spec.C, heads = spec.heads, T = spec.T, head_layer = spec.head_layer, block = spec.block;
   const int64_t max_rows = spec.max_rows, y_kept_cols = spec.y_kept_cols;
@@ -32,18 +37,17 @@ CausalSelfAttention::CausalSelfAttention(ParamSet& ps, const AttentionSpec& spec
   const Tensor *y_scratch = spec.y_scratch, *activation_area = spec.activation_area;
   SUBDP_ASSERT(heads > 0 && C % heads == 0);
   const InitSpec zero{InitSpec::constant, 0.f};
-  if (head_layer >= 0) {
-    // (3, C, C): unit axis 1 so a head is hd rows in each of the q, k, v sections.
-    const UnitRef unit{head_layer, 1, hd_};
-    qkv_weight = &ps.add(prefix + ".qkv.weight", {3, C, C}, weight_init, unit, block);
-    qkv_bias = &ps.add(prefix + ".qkv.bias", {3, C}, zero, unit, block);
-  } else {
-    qkv_weight = &ps.add(prefix + ".qkv.weight", {3 * C, C}, weight_init, {}, block);
-    qkv_bias = &ps.add(prefix + ".qkv.bias", {3 * C}, zero, {}, block);
-  }
+  SUBDP_ASSERT(!rope_cos_ == !rope_sin_ && (!rope_cos_ || hd_ % 2 == 0));
+  const std::string qkv = prefix + "." + spec.qkv_name;
+  // (3, C, C): unit axis 1 so a head is hd rows in each of the q, k, v sections.
+  const UnitRef unit = head_layer >= 0 ? UnitRef{head_layer, 1, hd_} : UnitRef{};
+  const Shape wshape = head_layer >= 0 ? Shape{3, C, C} : Shape{3 * C, C};
+  const Shape bshape = head_layer >= 0 ? Shape{3, C} : Shape{3 * C};
+  qkv_weight = &ps.add(qkv + ".weight", wshape, weight_init, unit, block);
+  if (spec.bias) qkv_bias = &ps.add(qkv + ".bias", bshape, zero, unit, block);
   const int64_t Ck = shape_numel(qkv_weight->local_shape) / (3 * static_cast<int64_t>(C));  // local q width
   local_heads_ = static_cast<int>(Ck / hd_);
-  proj = std::make_unique<Linear>(ps, prefix + ".proj", C, C, true, UnitRef{},
+  proj = std::make_unique<Linear>(ps, prefix + "." + spec.proj_name, C, C, spec.bias, UnitRef{},
                                   head_layer >= 0 ? UnitRef{head_layer, 1, hd_} : UnitRef{}, block,
                                   spec.proj_weight_init.value_or(weight_init), zero);
   // Stored activations: tensors of their own, or views of the shared area (qkv at 0, the
@@ -66,14 +70,15 @@ void CausalSelfAttention::forward(const float* x, float* out, int B, int T, Atte
   const int64_t rows = static_cast<int64_t>(B) * T, Ck = static_cast<int64_t>(local_heads_) * hd_;
   if (Ck == 0) {  // this subnetwork keeps no head: the branch is proj's bias alone
     backend().fill(out, 0.f, rows * C_);
-    backend().add_bias_rows(out, proj->bias->value.f32(), rows, C_);
+    if (proj->bias) backend().add_bias_rows(out, proj->bias->value.f32(), rows, C_);
     return;
   }
   float* qkv = qkv_.f32();  // (B, T, 3 Ck)
   // qkv (rows, 3Ck) = x (rows, C) . Wqkv^T (C, 3Ck) + b
   backend().sgemm(false, true, rows, 3 * Ck, C_, 1.f, x, C_, qkv_weight->value.f32(), C_, 0.f, qkv, 3 * Ck);
-  backend().add_bias_rows(qkv, qkv_bias->value.f32(), rows, 3 * Ck);
+  if (qkv_bias) backend().add_bias_rows(qkv, qkv_bias->value.f32(), rows, 3 * Ck);
   FlopCounter::add_gemm(rows, 3 * Ck, C_);
+  rotate_qk(qkv, rows, T, false);
   float* y = y_.f32();  // (B, T, Ck)
   backend().attention_forward({B, T, local_heads_, hd_}, qkv, nullptr, y, s.ws.f32(), s.slots);
   FlopCounter::count() += 4LL * B * local_heads_ * T * T * hd_;
@@ -86,7 +91,7 @@ void CausalSelfAttention::backward(const float* x, const float* dout, float* dx,
                                    AttentionScratch& s) const {
   const int64_t rows = static_cast<int64_t>(B) * T, Ck = static_cast<int64_t>(local_heads_) * hd_;
   if (Ck == 0) {
-    if (proj->bias->grad.defined()) backend().bias_grad_rows(dout, proj->bias->grad.f32(), rows, C_, C_);
+    if (proj->bias && proj->bias->grad.defined()) backend().bias_grad_rows(dout, proj->bias->grad.f32(), rows, C_, C_);
     backend().fill(dx, 0.f, rows * C_);
     return;
   }
@@ -101,20 +106,28 @@ void CausalSelfAttention::backward(const float* x, const float* dout, float* dx,
   float* dqkv = dy + rows * Ck;  // (B, T, 3 Ck)
   backend().attention_backward({B, T, local_heads_, hd_}, qkv_.f32(), nullptr, dy, dqkv, s.ws.f32(), s.slots);
   FlopCounter::count() += 10LL * B * local_heads_ * T * T * hd_;  // 8 plus the recomputed q k^T
+  rotate_qk(dqkv, rows, T, true);                                 // d(q, k before RoPE) = R^T d(q, k after)
   if (qkv_weight->grad.defined()) {
     // Kept prefix of each section: dW[s, :gk] (gk, C) += dqkv[:, s*Ck : s*Ck+gk]^T . x (rows, C)
     const int64_t gk = qkv_weight->grad.numel() / (3 * static_cast<int64_t>(C_));
     float* dw = qkv_weight->grad.f32();
-    float* db = qkv_bias->grad.f32();
+    float* db = qkv_bias ? qkv_bias->grad.f32() : nullptr;
     for (int sec = 0; sec < 3; ++sec) {
       backend().sgemm(true, false, gk, C_, rows, 1.f, dqkv + sec * Ck, 3 * Ck, x, C_, 1.f, dw + sec * gk * C_, C_);
-      backend().bias_grad_rows(dqkv + sec * Ck, db + sec * gk, rows, gk, 3 * Ck);
+      if (db) backend().bias_grad_rows(dqkv + sec * Ck, db + sec * gk, rows, gk, 3 * Ck);
       FlopCounter::add_gemm(gk, C_, rows);
     }
   }
   // dx (rows, C) = dqkv (rows, 3Ck) . Wqkv (3Ck, C)
   backend().sgemm(false, false, rows, C_, 3 * Ck, 1.f, dqkv, 3 * Ck, qkv_weight->value.f32(), C_, 0.f, dx, C_);
   FlopCounter::add_gemm(rows, C_, 3 * Ck);
+}
+
+void CausalSelfAttention::rotate_qk(float* qkv, int64_t rows, int T, bool inverse) const {
+  if (!rope_cos_) return;
+  // q and k are the first 2 Hk heads of each row (sections q, k, v of Ck columns each).
+  backend().rope_rotate(qkv, rows, T, 3 * int64_t{local_heads_} * hd_, 2 * local_heads_, hd_, rope_cos_->f32(),
+                        rope_sin_->f32(), inverse);
 }
 
 }  // namespace subdp

@@ -1,6 +1,7 @@
 // Causal multi-head self-attention of a transformer block (torch_ref.py Block):
 // qkv = x Wqkv^T + bqkv (C -> 3C), y = softmax_causal(q k^T / sqrt(hd)) v per head,
-// out = proj(y) (C -> C). Parameter names follow the torch state_dict: <prefix>.qkv.* and
+// out = proj(y) (C -> C). LLaMA's form (AttentionSpec): no biases, q and k rotated by RoPE
+// after the projection. Parameter names follow the torch state_dict: <prefix>.qkv.* and
 // <prefix>.proj.*.
 // Heads as units (neuron level): head h is rows [h*hd, (h+1)*hd) of each of the q, k, v
 // sections of qkv.weight / qkv.bias plus the same columns of proj.weight. The qkv tensors
@@ -44,7 +45,13 @@ struct AttentionSpec {
   std::optional<InitSpec> proj_weight_init;
   const Tensor* y_scratch = nullptr;  // see the constructor; null: y_ is the layer's own
   int64_t y_kept_cols = 0;
-  const Tensor* activation_area = nullptr;  // see the constructor; null: tensors of its own
+  const Tensor* activation_area = nullptr;           // see the constructor; null: tensors of its own
+  bool bias = true;                                  // qkv and proj biases (GPT); LLaMA has none
+  std::string qkv_name = "qkv", proj_name = "proj";  // <prefix>.<qkv_name>.weight, ...
+  // Rotary position embeddings on q and k (LLaMA): cos / sin tables (context, hd/2) in backend
+  // memory (kernels/cpu/rope.h), owned by the model; null: no rotation (GPT).
+  const Tensor* rope_cos = nullptr;
+  const Tensor* rope_sin = nullptr;
 };
 
 class CausalSelfAttention {
@@ -76,12 +83,15 @@ class CausalSelfAttention {
   void backward(const float* x, const float* dout, float* dx, int B, int T, AttentionScratch& s) const;
 
   Param* qkv_weight = nullptr;   // (3, Ck, C) local, torch (3C, C)
-  Param* qkv_bias = nullptr;     // (3, Ck)
-  std::unique_ptr<Linear> proj;  // weight (C, Ck), bias (C) dense
+  Param* qkv_bias = nullptr;     // (3, Ck); null without biases
+  std::unique_ptr<Linear> proj;  // weight (C, Ck), bias (C) dense (none without biases)
 
  private:
+  /// RoPE on the q and k sections of qkv (rows, 3Ck), in place; inverse for their gradients.
+  void rotate_qk(float* qkv, int64_t rows, int T, bool inverse) const;
   int C_, heads_, hd_, local_heads_;
   float head_scale_;
+  const Tensor *rope_cos_, *rope_sin_;
   Tensor qkv_;     // (B, T, 3 Ck)
   Tensor y_;       // (B, T, Ck) attention output (scaled); a view of the scratch when shared
   Tensor y_kept_;  // (B, T, y_kept_cols_) stored prefix of y when y_ is shared

@@ -28,7 +28,7 @@ void Linear::forward(const float* x, float* y, int64_t rows) const {
   FlopCounter::add_gemm(rows, O, I);
 }
 
-void Linear::backward(const float* x, const float* dy, float* dx, int64_t rows, int64_t ldx) const {
+void Linear::backward(const float* x, const float* dy, float* dx, int64_t rows, int64_t ldx, bool accumulate_dx) const {
   const int64_t I = in(), O = out();
   if (weight->grad.defined()) {
     // Kept prefix only: dW[:go, :gi] (go, gi) += dy[:, :go]^T (go, rows) . x[:, :gi] (rows, gi)
@@ -39,8 +39,8 @@ void Linear::backward(const float* x, const float* dy, float* dx, int64_t rows, 
   }
   if (bias && bias->grad.defined()) backend().bias_grad_rows(dy, bias->grad.f32(), rows, bias->grad_extent(), O);
   if (dx) {
-    // dx (rows, I) = dy (rows, O) . W (O, I)
-    backend().sgemm(false, false, rows, I, O, 1.f, dy, O, weight->value.f32(), I, 0.f, dx, I);
+    // dx (rows, I) (+)= dy (rows, O) . W (O, I)
+    backend().sgemm(false, false, rows, I, O, 1.f, dy, O, weight->value.f32(), I, accumulate_dx ? 1.f : 0.f, dx, I);
     FlopCounter::add_gemm(rows, I, O);
   }
 }

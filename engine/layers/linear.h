@@ -25,8 +25,10 @@ class Linear {
   /// Accumulates dW (kept prefix) and db from dy (rows, out) and x (rows, in);
   /// writes dx (rows, in) when dx != nullptr. x is read only for dW, and only its kept
   /// prefix columns: ldx (default in()) lets a caller store just those (backward masking).
-  /// dW is formed before dx is written, so dx may be the memory x is in.
-  void backward(const float* x, const float* dy, float* dx, int64_t rows, int64_t ldx = 0) const;
+  /// dW is formed before dx is written, so dx may be the memory x is in. accumulate_dx: dx +=
+  /// instead of = (two layers reading the same input, as SwiGLU's gate and up projections).
+  void backward(const float* x, const float* dy, float* dx, int64_t rows, int64_t ldx = 0,
+                bool accumulate_dx = false) const;
 
   Param* weight = nullptr;
   Param* bias = nullptr;

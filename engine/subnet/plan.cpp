@@ -255,7 +255,8 @@ MaskConfig stochastic_depth_as_dp(const ModelUnits& units, const MaskConfig& mas
   SUBDP_CHECK(S == 1, "mask.regime = \"stochastic\": parallel.subnetworks = {} must be 1", S);
   const bool droppable =
       std::any_of(units.blocks.begin(), units.blocks.end(), [](const BlockSpec& b) { return b.droppable; });
-  SUBDP_CHECK(droppable, "mask.regime = \"stochastic\": this model has no residual blocks to drop (use resnet or gpt)");
+  SUBDP_CHECK(droppable,
+              "mask.regime = \"stochastic\": this model has no residual blocks to drop (use resnet, gpt or llama)");
   MaskConfig dp = mask;
   dp.regime = MaskRegime::none;
   dp.keep = 1.0;

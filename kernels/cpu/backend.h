@@ -18,6 +18,7 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/optimizer.h"
+#include "kernels/cpu/rope.h"
 #include "kernels/cpu/softmax.h"
 #include "kernels/cpu/winograd.h"
 
@@ -91,6 +92,14 @@ class CpuBackend final : public Backend {
   void gelu_forward_columns(const float* x, int64_t rows, int64_t ld, int64_t cols, float* y) override {
     auto in = access_.open();
     cpu::gelu_forward_columns(x, rows, ld, cols, y);
+  }
+  void swiglu_forward(const float* g, const float* u, float* h, int64_t n) override {
+    auto in = access_.open();
+    cpu::swiglu_forward(g, u, h, n);
+  }
+  void swiglu_backward(const float* g, const float* u, const float* dh, float* dg, float* du, int64_t n) override {
+    auto in = access_.open();
+    cpu::swiglu_backward(g, u, dh, dg, du, n);
   }
   void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) override {
     auto in = access_.open();
@@ -171,6 +180,25 @@ class CpuBackend final : public Backend {
                           float* dx, float* dgamma, float* dbeta, int N, int C, int HW, int grad_channels) override {
     auto in = access_.open();
     cpu::batchnorm_backward(x, gamma, mean, rstd, dy, dx, dgamma, dbeta, N, C, HW, grad_channels);
+  }
+  void rmsnorm_forward(const float* x, const float* gamma, float* y, float* rstd, int64_t rows, int C,
+                       float eps) override {
+    auto in = access_.open();
+    cpu::rmsnorm_forward(x, gamma, y, rstd, rows, C, eps);
+  }
+  void rmsnorm_apply(const float* x, const float* gamma, const float* rstd, float* y, int64_t rows, int C) override {
+    auto in = access_.open();
+    cpu::rmsnorm_apply(x, gamma, rstd, y, rows, C);
+  }
+  void rmsnorm_backward(const float* x, const float* gamma, const float* rstd, const float* dy, float* dx,
+                        float* dgamma, int64_t rows, int C) override {
+    auto in = access_.open();
+    cpu::rmsnorm_backward(x, gamma, rstd, dy, dx, dgamma, rows, C);
+  }
+  void rope_rotate(float* x, int64_t rows, int T, int64_t ld, int heads, int hd, const float* cos, const float* sin,
+                   bool inverse) override {
+    auto in = access_.open();
+    cpu::rope_rotate(x, rows, T, ld, heads, hd, cos, sin, inverse);
   }
   void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
                          int64_t rows, int C, float eps) override {

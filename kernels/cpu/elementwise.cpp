@@ -63,6 +63,24 @@ void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
   }
 }
 
+namespace {
+inline float sigmoid(float g) { return 1.f / (1.f + std::exp(-g)); }
+}  // namespace
+
+void swiglu_forward(const float* g, const float* u, float* h, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) h[i] = g[i] * sigmoid(g[i]) * u[i];
+}
+
+void swiglu_backward(const float* g, const float* u, const float* dh, float* dg, float* du, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i], ui = u[i], d = dh[i], s = sigmoid(gi);
+    dg[i] = d * ui * (s * (1.f + gi * (1.f - s)));
+    du[i] = d * (gi * s);
+  }
+}
+
 void add(const float* a, const float* b, float* y, int64_t n) {
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];

@@ -15,6 +15,12 @@ void gelu_forward(const float* x, float* y, int64_t n);
 void gelu_forward_columns(const float* x, int64_t rows, int64_t ld, int64_t cols, float* y);
 /// dx = dy * gelu'(x).
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n);
+/// SwiGLU (Shazeer 2020, "GLU Variants Improve Transformer", eq. 6): h = silu(g) * u with
+/// silu(g) = g / (1 + exp(-g)), n elements.
+void swiglu_forward(const float* g, const float* u, float* h, int64_t n);
+/// SwiGLU backward: dg = dh * u * silu'(g), du = dh * silu(g), silu'(g) = s (1 + g (1 - s)),
+/// s = sigmoid(g). Written (=); dg may be g and du may be u (each element reads before it writes).
+void swiglu_backward(const float* g, const float* u, const float* dh, float* dg, float* du, int64_t n);
 /// y = a + b.
 void add(const float* a, const float* b, float* y, int64_t n);
 /// y += alpha * x.

@@ -165,4 +165,50 @@ void layernorm_backward(const float* x, const float* gamma, const float* mean, c
   }
 }
 
+namespace {
+inline void rmsnorm_row(const float* __restrict p, const float* __restrict gamma, float rs, float* __restrict q,
+                        int C) {
+  for (int i = 0; i < C; ++i) q[i] = p[i] * rs * gamma[i];
+}
+}  // namespace
+
+void rmsnorm_forward(const float* x, const float* gamma, float* y, float* rstd, int64_t rows, int C, float eps) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* p = x + r * C;
+    float ss = 0.f;
+#pragma omp simd reduction(+ : ss)
+    for (int i = 0; i < C; ++i) ss += p[i] * p[i];
+    const float rs = 1.f / std::sqrt(ss / C + eps);
+    rmsnorm_row(p, gamma, rs, y + r * C, C);
+    rstd[r] = rs;
+  }
+}
+
+void rmsnorm_apply(const float* x, const float* gamma, const float* rstd, float* y, int64_t rows, int C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) rmsnorm_row(x + r * C, gamma, rstd[r], y + r * C, C);
+}
+
+void rmsnorm_backward(const float* x, const float* gamma, const float* rstd, const float* dy, float* dx, float* dgamma,
+                      int64_t rows, int C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* p = x + r * C;
+    const float* g = dy + r * C;
+    const float rs = rstd[r];
+    float dot = 0.f;
+#pragma omp simd reduction(+ : dot)
+    for (int i = 0; i < C; ++i) dot += gamma[i] * g[i] * (p[i] * rs);
+    const float m = dot / C;
+    for (int i = 0; i < C; ++i) dx[r * C + i] += (gamma[i] * g[i] - p[i] * rs * m) * rs;
+  }
+  if (dgamma == nullptr) return;
+  for (int64_t r = 0; r < rows; ++r) {  // rows in order: deterministic
+    const float* p = x + r * C;
+    const float* g = dy + r * C;
+    for (int i = 0; i < C; ++i) dgamma[i] += p[i] * rstd[r] * g[i];
+  }
+}
+
 }  // namespace subdp::cpu

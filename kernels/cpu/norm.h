@@ -34,4 +34,18 @@ void layernorm_apply(const float* x, const float* gamma, const float* beta, cons
 void layernorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd, const float* dy,
                         float* dx, float* dgamma, float* dbeta, int64_t rows, int C);
 
+/// RMSNorm (Zhang & Sennrich 2019) over the last dimension, as torch.nn.RMSNorm:
+/// y (rows, C) = x * rstd * gamma, rstd = 1 / sqrt(mean(x^2) + eps); writes rstd (rows).
+void rmsnorm_forward(const float* x, const float* gamma, float* y, float* rstd, int64_t rows, int C, float eps);
+
+/// RMSNorm output of x from the rstd (rows) that rmsnorm_forward wrote for the same x: bit for
+/// bit the forward's y.
+void rmsnorm_apply(const float* x, const float* gamma, const float* rstd, float* y, int64_t rows, int C);
+
+/// RMSNorm backward: dx (rows, C) accumulated (+=, residual stream),
+/// dx = rstd (gamma dy - xhat mean(gamma dy xhat)), xhat = x rstd; dgamma (C) accumulated
+/// (+= sum over rows of dy xhat, rows in order) when non-null.
+void rmsnorm_backward(const float* x, const float* gamma, const float* rstd, const float* dy, float* dx, float* dgamma,
+                      int64_t rows, int C);
+
 }  // namespace subdp::cpu

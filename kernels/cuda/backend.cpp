@@ -167,6 +167,12 @@ class CudaBackend final : public Backend {
   void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) override {
     cuda::gelu_backward(x, dy, dx, n, stream_);
   }
+  void swiglu_forward(const float* g, const float* u, float* h, int64_t n) override {
+    cuda::swiglu_forward(g, u, h, n, stream_);
+  }
+  void swiglu_backward(const float* g, const float* u, const float* dh, float* dg, float* du, int64_t n) override {
+    cuda::swiglu_backward(g, u, dh, dg, du, n, stream_);
+  }
   void add(const float* a, const float* b, float* y, int64_t n) override { cuda::add(a, b, y, n, stream_); }
   void axpy(float alpha, const float* x, float* y, int64_t n) override { cuda::axpy(alpha, x, y, n, stream_); }
   void scale(float* x, float alpha, int64_t n) override { cuda::scale(x, alpha, n, stream_); }
@@ -287,6 +293,21 @@ class CudaBackend final : public Backend {
   void batchnorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd, const float* dy,
                           float* dx, float* dgamma, float* dbeta, int N, int C, int HW, int grad_channels) override {
     cuda::batchnorm_backward(x, gamma, mean, rstd, dy, dx, dgamma, dbeta, N, C, HW, grad_channels, stream_);
+  }
+  void rmsnorm_forward(const float* x, const float* gamma, float* y, float* rstd, int64_t rows, int C,
+                       float eps) override {
+    cuda::rmsnorm_forward(x, gamma, y, rstd, rows, C, eps, stream_);
+  }
+  void rmsnorm_apply(const float* x, const float* gamma, const float* rstd, float* y, int64_t rows, int C) override {
+    cuda::rmsnorm_apply(x, gamma, rstd, y, rows, C, stream_);
+  }
+  void rmsnorm_backward(const float* x, const float* gamma, const float* rstd, const float* dy, float* dx,
+                        float* dgamma, int64_t rows, int C) override {
+    cuda::rmsnorm_backward(x, gamma, rstd, dy, dx, dgamma, rows, C, stream_);
+  }
+  void rope_rotate(float* x, int64_t rows, int T, int64_t ld, int heads, int hd, const float* cos, const float* sin,
+                   bool inverse) override {
+    cuda::rope_rotate(x, rows, T, ld, heads, hd, cos, sin, inverse, stream_);
   }
   void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
                          int64_t rows, int C, float eps) override {

@@ -51,6 +51,21 @@ __global__ void gelu_backward_kernel(const T* x, const T* dy, T* dx, int64_t n) 
   }
 }
 
+__device__ __forceinline__ float sigmoid(float g) { return 1.f / (1.f + expf(-g)); }
+
+__global__ void swiglu_forward_kernel(const float* g, const float* u, float* h, int64_t n) {
+  for (int64_t i = grid_first(); i < n; i += grid_stride()) h[i] = g[i] * sigmoid(g[i]) * u[i];
+}
+
+__global__ void swiglu_backward_kernel(const float* g, const float* u, const float* dh, float* dg, float* du,
+                                       int64_t n) {
+  for (int64_t i = grid_first(); i < n; i += grid_stride()) {
+    const float gi = g[i], ui = u[i], d = dh[i], s = sigmoid(gi);
+    dg[i] = d * ui * (s * (1.f + gi * (1.f - s)));
+    du[i] = d * (gi * s);
+  }
+}
+
 template <class T>
 __global__ void add_kernel(const T* a, const T* b, T* y, int64_t n) {
   for (int64_t i = grid_first(); i < n; i += grid_stride()) y[i] = from_f<T>(to_f(a[i]) + to_f(b[i]));
@@ -129,6 +144,12 @@ void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, cudaSt
 }
 void gelu_backward(const bf16* x, const bf16* dy, bf16* dx, int64_t n, cudaStream_t s) {
   LAUNCH_ELEMENTWISE(gelu_backward_kernel<bf16>, n, s, x, dy, dx, n);
+}
+void swiglu_forward(const float* g, const float* u, float* h, int64_t n, cudaStream_t s) {
+  LAUNCH_ELEMENTWISE(swiglu_forward_kernel, n, s, g, u, h, n);
+}
+void swiglu_backward(const float* g, const float* u, const float* dh, float* dg, float* du, int64_t n, cudaStream_t s) {
+  LAUNCH_ELEMENTWISE(swiglu_backward_kernel, n, s, g, u, dh, dg, du, n);
 }
 void add(const float* a, const float* b, float* y, int64_t n, cudaStream_t s) {
   LAUNCH_ELEMENTWISE(add_kernel<float>, n, s, a, b, y, n);

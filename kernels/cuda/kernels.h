@@ -5,7 +5,7 @@
 // __nv_bfloat16 and compute in float. Reductions are deterministic (fixed grid and tree
 // order for a given size) but add in another order than the CPU, so results agree to fp32
 // rounding, not bit for bit. Every launch is checked (CUDA_CHECK_LAUNCH); errors throw
-// subdp::Error. Sources: elementwise.cu, reduce.cu, softmax.cu, norm.cu, embedding.cu,
+// subdp::Error. Sources: elementwise.cu, rope.cu, reduce.cu, softmax.cu, norm.cu, embedding.cu,
 // attention.cu, conv.cu, optimizer.cu, gemm.cpp.
 #pragma once
 #include <cuda_bf16.h>
@@ -37,6 +37,14 @@ void gelu_forward(const bf16* x, bf16* y, int64_t n, cudaStream_t stream);
 /// dx = dy * gelu'(x).
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, cudaStream_t stream);
 void gelu_backward(const bf16* x, const bf16* dy, bf16* dx, int64_t n, cudaStream_t stream);
+/// SwiGLU (as cpu::swiglu_forward): h = silu(g) * u.
+void swiglu_forward(const float* g, const float* u, float* h, int64_t n, cudaStream_t stream);
+/// dg = dh * u * silu'(g), du = dh * silu(g); dg may be g and du may be u.
+void swiglu_backward(const float* g, const float* u, const float* dh, float* dg, float* du, int64_t n,
+                     cudaStream_t stream);
+/// Rotary position embeddings in place (as cpu::rope_rotate; rope.cu).
+void rope_rotate(float* x, int64_t rows, int T, int64_t ld, int heads, int hd, const float* cos, const float* sin,
+                 bool inverse, cudaStream_t stream);
 /// y = a + b.
 void add(const float* a, const float* b, float* y, int64_t n, cudaStream_t stream);
 void add(const bf16* a, const bf16* b, bf16* y, int64_t n, cudaStream_t stream);
@@ -108,6 +116,15 @@ void layernorm_forward(const bf16* x, const float* gamma, const float* beta, bf1
 /// non-null (rows summed in a fixed order).
 void layernorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd, const float* dy,
                         float* dx, float* dgamma, float* dbeta, int64_t rows, int C, cudaStream_t stream);
+/// RMSNorm (as cpu::rmsnorm_forward): y (rows, C) = x * rstd * gamma; rstd (rows) written.
+void rmsnorm_forward(const float* x, const float* gamma, float* y, float* rstd, int64_t rows, int C, float eps,
+                     cudaStream_t stream);
+/// RMSNorm output from the forward's rstd (recompute in backward).
+void rmsnorm_apply(const float* x, const float* gamma, const float* rstd, float* y, int64_t rows, int C,
+                   cudaStream_t stream);
+/// RMSNorm backward: dx (rows, C) accumulated (+=); dgamma (C) accumulated when non-null.
+void rmsnorm_backward(const float* x, const float* gamma, const float* rstd, const float* dy, float* dx, float* dgamma,
+                      int64_t rows, int C, cudaStream_t stream);
 /// BatchNorm2d forward on x (N, C, HW), as cpu::batchnorm_forward (training: batch
 /// statistics, mean/rstd written, running stats updated with unbiased variance; eval:
 /// running statistics).

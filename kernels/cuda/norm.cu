@@ -1,5 +1,5 @@
-// LayerNorm and BatchNorm2d forward/backward: twins of kernels/cpu/norm.cpp.
-// LayerNorm: one block per row; parameter gradients in a separate column kernel that sums
+// LayerNorm, RMSNorm and BatchNorm2d forward/backward: twins of kernels/cpu/norm.cpp.
+// LayerNorm and RMSNorm: one block per row; parameter gradients in a separate column kernel that sums
 // rows in a fixed order. BatchNorm: one block per channel (statistics in double, two passes
 // as on the CPU), then an elementwise normalisation.
 #include "kernels/cuda/common.cuh"
@@ -66,7 +66,8 @@ __global__ void layernorm_backward_dx_kernel(const float* x, const float* gamma,
 }
 
 // Block (32, kColLanes): column c = blockIdx.x*32 + tx; lane ty sums rows ty, ty+32, ...
-// in order, lanes combined in order: deterministic.
+// in order, lanes combined in order: deterministic. RMSNorm passes mean and dbeta null
+// (no centring, no beta).
 __global__ void layernorm_param_grad_kernel(const float* x, const float* mean, const float* rstd, const float* dy,
                                             float* dgamma, float* dbeta, int64_t rows, int C) {
   __shared__ float sg[kColLanes][32];
@@ -76,7 +77,7 @@ __global__ void layernorm_param_grad_kernel(const float* x, const float* mean, c
   if (c < C)
     for (int64_t r = threadIdx.y; r < rows; r += kColLanes) {
       const float g = dy[r * C + c];
-      ag += (x[r * C + c] - mean[r]) * rstd[r] * g;
+      ag += (x[r * C + c] - (mean ? mean[r] : 0.f)) * rstd[r] * g;
       ab += g;
     }
   sg[threadIdx.y][threadIdx.x] = ag;
@@ -89,8 +90,37 @@ __global__ void layernorm_param_grad_kernel(const float* x, const float* mean, c
       tb += sb[k][threadIdx.x];
     }
     dgamma[c] += tg;
-    dbeta[c] += tb;
+    if (dbeta) dbeta[c] += tb;
   }
+}
+
+__global__ void rmsnorm_forward_kernel(const float* x, const float* gamma, float* y, float* rstd, int C, float eps) {
+  __shared__ float shared[32];
+  const int64_t r = blockIdx.x;
+  const float* p = x + r * C;
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < C; i += blockDim.x) ss += p[i] * p[i];
+  const float rs = 1.f / sqrtf(block_sum(ss, shared) / C + eps);
+  for (int i = threadIdx.x; i < C; i += blockDim.x) y[r * C + i] = p[i] * rs * gamma[i];
+  if (threadIdx.x == 0) rstd[r] = rs;
+}
+
+__global__ void rmsnorm_apply_kernel(const float* x, const float* gamma, const float* rstd, float* y, int C,
+                                     int64_t n) {
+  for (int64_t i = grid_first(); i < n; i += grid_stride()) y[i] = x[i] * rstd[i / C] * gamma[i % C];
+}
+
+__global__ void rmsnorm_backward_dx_kernel(const float* x, const float* gamma, const float* rstd, const float* dy,
+                                           float* dx, int C) {
+  __shared__ float shared[32];
+  const int64_t r = blockIdx.x;
+  const float* p = x + r * C;
+  const float* g = dy + r * C;
+  const float rs = rstd[r];
+  float dot = 0.f;
+  for (int i = threadIdx.x; i < C; i += blockDim.x) dot += gamma[i] * g[i] * (p[i] * rs);
+  const float m = block_sum(dot, shared) / C;
+  for (int i = threadIdx.x; i < C; i += blockDim.x) dx[r * C + i] += (gamma[i] * g[i] - p[i] * rs * m) * rs;
 }
 
 /// Element m of channel c in (N, C, HW), m over N*HW.
@@ -191,6 +221,32 @@ void layernorm_backward(const float* x, const float* gamma, const float* mean, c
   if (dgamma == nullptr) return;
   SUBDP_LAUNCH((C + 31) / 32, dim3(32, kColLanes), 0, s, layernorm_param_grad_kernel)
   (x, mean, rstd, dy, dgamma, dbeta, rows, C);
+  CUDA_CHECK_LAUNCH();
+}
+
+void rmsnorm_forward(const float* x, const float* gamma, float* y, float* rstd, int64_t rows, int C, float eps,
+                     cudaStream_t s) {
+  if (rows <= 0 || C <= 0) return;
+  SUBDP_LAUNCH(static_cast<unsigned>(rows), kRowThreads, 0, s, rmsnorm_forward_kernel)(x, gamma, y, rstd, C, eps);
+  CUDA_CHECK_LAUNCH();
+}
+
+void rmsnorm_apply(const float* x, const float* gamma, const float* rstd, float* y, int64_t rows, int C,
+                   cudaStream_t s) {
+  const int64_t n = rows * C;
+  if (n <= 0) return;
+  SUBDP_LAUNCH(blocks_for(n), kThreads, 0, s, rmsnorm_apply_kernel)(x, gamma, rstd, y, C, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void rmsnorm_backward(const float* x, const float* gamma, const float* rstd, const float* dy, float* dx, float* dgamma,
+                      int64_t rows, int C, cudaStream_t s) {
+  if (rows <= 0 || C <= 0) return;
+  SUBDP_LAUNCH(static_cast<unsigned>(rows), kRowThreads, 0, s, rmsnorm_backward_dx_kernel)(x, gamma, rstd, dy, dx, C);
+  CUDA_CHECK_LAUNCH();
+  if (dgamma == nullptr) return;
+  SUBDP_LAUNCH((C + 31) / 32, dim3(32, kColLanes), 0, s, layernorm_param_grad_kernel)
+  (x, nullptr, rstd, dy, dgamma, nullptr, rows, C);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -1,4 +1,4 @@
-// CUDA layer kernels against their CPU twins: LayerNorm, BatchNorm2d, embedding, causal
+// CUDA layer kernels against their CPU twins: LayerNorm, RMSNorm, RoPE, SwiGLU, BatchNorm2d, embedding, causal
 // attention, conv2d (im2col / col2im + cuBLAS), global average pooling, and the SGD / AdamW
 // updates against engine/optim/optimizer.cpp itself. float32: relative error < 1e-5.
 #include <gtest/gtest.h>
@@ -8,7 +8,9 @@
 #include "engine/subnet/param.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/conv.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/norm.h"
+#include "kernels/cpu/rope.h"
 #include "kernels/cpu/softmax.h"
 #include "kernels/cuda/kernels.h"
 #include "tests/gpu/gpu_test_util.h"
@@ -44,6 +46,54 @@ TEST_F(LayerKernels, LayerNorm) {
   DevBf16 x16(xr), y16(rows * C);
   cuda::layernorm_forward(x16, dgam, dbet, y16, dmean, drstd, rows, C, 1e-5f, stream);
   EXPECT_REL(y16.download(), y, kBf16Tol);
+}
+
+TEST_F(LayerKernels, RMSNorm) {
+  const int64_t rows = 131;
+  const int C = 160;
+  const auto x = random_vec(rows * C, 130, -2.f, 3.f), gamma = random_vec(C, 131);
+  const auto dy = random_vec(rows * C, 133), dx0 = random_vec(rows * C, 134), dg0 = random_vec(C, 135);
+  std::vector<float> y(rows * C), rstd(rows), dx = dx0, dg = dg0;
+  cpu::rmsnorm_forward(x.data(), gamma.data(), y.data(), rstd.data(), rows, C, 1e-5f);
+  cpu::rmsnorm_backward(x.data(), gamma.data(), rstd.data(), dy.data(), dx.data(), dg.data(), rows, C);
+  Dev<float> dx_(x), dgam(gamma), dy_(rows * C), dyr(rows * C), drstd(rows), ddy(dy), ddx(dx0), ddg(dg0);
+  cuda::rmsnorm_forward(dx_, dgam, dy_, drstd, rows, C, 1e-5f, stream);
+  cuda::rmsnorm_apply(dx_, dgam, drstd, dyr, rows, C, stream);
+  cuda::rmsnorm_backward(dx_, dgam, drstd, ddy, ddx, ddg, rows, C, stream);
+  EXPECT_REL(dy_.download(), y, kF32Tol);
+  EXPECT_EQ(dyr.download(), dy_.download());  // apply gives the forward's bits
+  EXPECT_REL(drstd.download(), rstd, kF32Tol);
+  EXPECT_REL(ddx.download(), dx, kF32Tol);
+  EXPECT_REL(ddg.download(), dg, kF32Tol);
+}
+
+TEST_F(LayerKernels, RopeRotatesTheQueryAndKeyHeadsOnly) {
+  const int64_t B = 3, T = 17, Hk = 3, hd = 8, ld = 3 * Hk * hd, rows = B * T, context = 20;
+  const auto x = random_vec(rows * ld, 140), cos = random_vec(context * hd / 2, 141),
+             sin = random_vec(context * hd / 2, 142);
+  std::vector<float> y = x, back;
+  cpu::rope_rotate(y.data(), rows, T, ld, 2 * Hk, hd, cos.data(), sin.data(), false);
+  Dev<float> d(x), dcos(cos), dsin(sin);
+  cuda::rope_rotate(d, rows, T, ld, 2 * Hk, hd, dcos, dsin, false, stream);
+  EXPECT_REL(d.download(), y, kF32Tol);
+  cuda::rope_rotate(d, rows, T, ld, 2 * Hk, hd, dcos, dsin, true, stream);
+  back = d.download();
+  for (int64_t r = 0; r < rows; ++r)  // v, past 2 Hk heads, is untouched
+    for (int64_t c = 2 * Hk * hd; c < ld; ++c) ASSERT_EQ(back[r * ld + c], x[r * ld + c]);
+}
+
+TEST_F(LayerKernels, SwiGLU) {
+  const int64_t n = 5000;
+  const auto g = random_vec(n, 150, -6.f, 6.f), u = random_vec(n, 151), dh = random_vec(n, 152);
+  std::vector<float> h(n), dg(n), du(n);
+  cpu::swiglu_forward(g.data(), u.data(), h.data(), n);
+  cpu::swiglu_backward(g.data(), u.data(), dh.data(), dg.data(), du.data(), n);
+  Dev<float> dg_(g), du_(u), dh_(dh), hh(n);
+  cuda::swiglu_forward(dg_, du_, hh, n, stream);
+  cuda::swiglu_backward(dg_, du_, dh_, dg_, du_, n, stream);  // in place, as the LLaMA block calls it
+  EXPECT_REL(hh.download(), h, kF32Tol);
+  EXPECT_REL(dg_.download(), dg, kF32Tol);
+  EXPECT_REL(du_.download(), du, kF32Tol);
 }
 
 TEST_F(LayerKernels, BatchNorm2d) {

@@ -81,10 +81,13 @@ schedule = "constant"
 every = 2
 TOML
 
+# The same with the LLaMA block (RMSNorm, RoPE, SwiGLU of width 96, no biases).
+sed -e 's/^name = "gpt"/name = "llama"/' -e 's/^depth = 4/depth = 4\nffn_width = 96/' "$WORK/gpt.toml" > "$WORK/llama.toml"
+
 # SUBDP_TEST_DEVICE=fenced runs every config on the fenced test device (kernels/fenced): the
 # same tests then prove that no host code touches device memory (tests/CMakeLists.txt).
 DEVICE=${SUBDP_TEST_DEVICE:-cpu}
-for f in mlp resnet gpt; do printf '[device]\ntype = "%s"\n' "$DEVICE" >> "$WORK/$f.toml"; done
+for f in mlp resnet gpt llama; do printf '[device]\ntype = "%s"\n' "$DEVICE" >> "$WORK/$f.toml"; done
 
 # final_model DIR: model.safetensors of the newest checkpoint in DIR.
 final_model() { echo "$(ls -d "$1"/step-* | tail -1)/model.safetensors"; }

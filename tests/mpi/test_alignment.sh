@@ -5,7 +5,7 @@
 # moments, BatchNorm running statistics, restored after the probe's forward) are bit-identical.
 source "$(dirname "$0")/common.sh"
 masked() { echo --set parallel.subnetworks=2 --set mask.regime=$1 --set mask.granularity=$2 --set mask.keep=0.5; }
-for model in gpt resnet; do
+for model in gpt resnet llama; do
   for setting in "backward block" "backward neuron" "forward block" "forward neuron"; do
     set -- $setting
     tag=$model-$1-$2

@@ -5,7 +5,8 @@
 # - A run that re-deals after step 3 equals, bit for bit (losses on every rank, final model and
 #   optimizer tensors), a run checkpointed at step 3 and resumed under deal 1's seed:
 #   the move loses nothing. GPT forward block (4 ranks), GPT forward neuron + ZeRO-1 (4 ranks),
-#   MLP backward neuron (4 ranks), ResNet forward block with its BatchNorm buffers (2 ranks).
+#   MLP backward neuron (4 ranks), ResNet forward block with its BatchNorm buffers (2 ranks),
+#   LLaMA forward neuron (4 ranks).
 #   The ZeRO-1 case moves its tensors in windows of 1 KiB (parallel.bucket_mb = 0.001).
 # - Each re-deal's checksums of every value and moment agree on every rank, its device peak
 #   stays within the largest rank's training peak plus one parallel.bucket_mb message, and it
@@ -16,7 +17,7 @@
 #   continues bit for bit.
 source "$(dirname "$0")/common.sh"
 masked() { echo --set parallel.subnetworks=2 --set mask.regime=$1 --set mask.granularity=$2 --set mask.keep=0.5; }
-for model in mlp resnet gpt; do sed -i 's/^steps = .*/steps = 6/' "$WORK/$model.toml"; done
+for model in mlp resnet gpt llama; do sed -i 's/^steps = .*/steps = 6/' "$WORK/$model.toml"; done
 
 check_redeal_metrics() {  # $1 tag, $2... every rank's metrics: checksums, memory and bytes of each re-deal
   $CHECK redeals "$@"
@@ -41,6 +42,7 @@ cases=(
   "gpt|4|$(masked forward neuron) --set parallel.shard=optimizer --set parallel.bucket_mb=0.001"
   "mlp|4|$(masked backward neuron)"
   "resnet|2|$(masked forward block)"
+  "llama|4|$(masked forward neuron)"
 )
 for c in "${cases[@]}"; do
   IFS='|' read -r model np rest <<<"$c"

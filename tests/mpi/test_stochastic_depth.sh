@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Stochastic depth (mask.regime = "stochastic"): at keep 1 it is DP bit for bit (ResNet and
-# GPT, 2 ranks); at keep 0.5 every rank holds DP's bytes, the losses differ from DP's, the
+# Stochastic depth (mask.regime = "stochastic"): at keep 1 it is DP bit for bit (ResNet, GPT
+# and LLaMA, 2 ranks); at keep 0.5 every rank holds DP's bytes, the losses differ from DP's, the
 # evaluation uses the whole model, and the MLP (no blocks) and S > 1 are refused.
 source "$(dirname "$0")/common.sh"
-for model in resnet gpt; do
+for model in resnet gpt llama; do
   cfg="$WORK/$model.toml"
   run_ranks 2 train "$cfg" --set log.metrics_file="$WORK/$model-dp-{rank}.jsonl" >/dev/null
   run_ranks 2 train "$cfg" --set mask.regime=stochastic --set mask.keep=1 \

@@ -66,29 +66,10 @@ struct OneThread {
   ~OneThread() { cpu::set_num_threads(saved); }
 };
 
-bool is_norm_weight(const std::string& name) {
-  return name.find("ln") != std::string::npos && name.size() > 7 && name.substr(name.size() - 7) == ".weight";
-}
-
-/// Replaces every value by a draw keyed on (name, full index), so models of any layout get the
-/// same full-model values: U(-0.4, 0.4), LayerNorm weights 1 + U(-0.3, 0.3). GPT-2's N(0, 0.02)
-/// would make every gradient tiny.
-void randomize(Model& m, uint64_t seed) {
-  for (Param* p : m.params().all()) {
-    const bool norm = is_norm_weight(p->name);
-    const InitSpec spec{InitSpec::uniform, norm ? 0.3f : 0.4f};
-    float* v = p->value.f32();
-    for_each_value_run(*p, [&](int64_t lo, int64_t fo, int64_t len) {
-      for (int64_t i = 0; i < len; ++i) v[lo + i] = (norm ? 1.f : 0.f) + init_value(seed, p->name, fo + i, spec);
-    });
-  }
-}
-
-std::map<std::string, Param*> by_name(Model& m) {
-  std::map<std::string, Param*> out;
-  for (Param* p : m.params().all()) out[p->name] = p;
-  return out;
-}
+using test::by_name;
+using test::expect_grads_restricted;
+using test::randomize;
+using test::zero_dropped;
 
 // ---------------------------------------------------------------------------------------------
 // Attention layer
@@ -256,23 +237,7 @@ void check_gpt_gradients(const SubnetMask& mask, const std::string& what) {
   const ModelConfig c = tiny_gpt();
   Gpt model(c, mask, kBatch, 7);
   randomize(model, 11);
-  Batch batch = token_batch(kBatch, c.context, c.vocab, 2);
-  auto loss = [&] { return model.forward(batch, true, nullptr); };
-  model.zero_grad();
-  loss();
-  model.backward();
-  test::FdOptions opt;
-  opt.eps = 3e-3f;  // 1e-2 leaves a truncation error of a few % on some probes (curvature)
-  opt.rtol = 2e-2;
-  opt.max_probes = 24;
-  int checked = 0;
-  for (Param* p : model.params().trainable()) {
-    if (!p->grad.defined()) continue;
-    EXPECT_TRUE(check_gradient(what + " " + p->name, p->value.f32(), p->grad.f32(), p->grad.numel(), loss, opt,
-                               grad_value_index(*p)));
-    ++checked;
-  }
-  EXPECT_GT(checked, 4);
+  test::check_model_gradients(model, token_batch(kBatch, c.context, c.vocab, 2), what);
 }
 
 TEST(Gpt, FiniteDifferenceFullModel) { check_gpt_gradients(full_mask(gpt_units(tiny_gpt())), "full"); }
@@ -317,41 +282,6 @@ TEST(Gpt, UnitsAndParameterNames) {
 
 // ---------------------------------------------------------------------------------------------
 // Invariants 3 and 4
-
-/// Zeroes, in a full-model (identity-order) param, the units / blocks subnetwork s drops.
-void zero_dropped(Param& p, const SubnetworkPlan& plan, int s) {
-  float* v = p.value.f32();
-  if (plan.granularity == Granularity::block) {
-    if (p.block >= 0 && !plan.keeps_block(s, p.block)) p.value.zero_();
-    return;
-  }
-  if (p.unit.layer < 0) return;
-  const int64_t outer = p.outer(), inner = p.inner(), ext = p.value_extent(), us = p.unit.unit_size;
-  for (int64_t o = 0; o < outer; ++o)
-    for (int64_t a = 0; a < ext; ++a)
-      if (!plan.keeps_unit(s, p.unit.layer, p.mask->order[a / us]))
-        std::fill(v + (o * ext + a) * inner, v + (o * ext + a + 1) * inner, 0.f);
-}
-
-/// Expects each held gradient of `sub` to equal the gradient of the same full-model element in
-/// `full` (whose values are in identity order: grad index = full index).
-void expect_grads_restricted(Model& sub, Model& full, const std::string& what) {
-  auto ref = by_name(full);
-  for (Param* p : sub.params().trainable()) {
-    if (!p->grad.defined()) continue;
-    const Param& q = *ref.at(p->name);
-    ASSERT_TRUE(q.grad.defined()) << p->name;
-    const auto gv = grad_value_index(*p);
-    const auto vf = value_full_index(*p);
-    double scale = 0;
-    for (int64_t i = 0; i < q.grad.numel(); ++i)
-      scale = std::max(scale, std::abs(static_cast<double>(q.grad.f32()[i])));
-    for (int64_t i = 0; i < p->grad.numel(); ++i) {
-      const int64_t f = vf.at(gv.at(i));
-      ASSERT_NEAR(p->grad.f32()[i], q.grad.f32()[f], 1e-5 * scale + 1e-7) << what << " " << p->name << "[" << i << "]";
-    }
-  }
-}
 
 void expect_forward_masked_equals_zeroed(const std::string& gran, const std::vector<int>& pinned = {}) {
   OneThread one;
@@ -541,17 +471,7 @@ TEST(Gpt, RecomputeGivesTheSameLossesAndGradientsBitForBit) {
     Gpt stored(c, mask, kBatch, 3, false), recomputed(c, mask, kBatch, 3, true);
     randomize(stored, 9);
     randomize(recomputed, 9);
-    for (int step = 0; step < 2; ++step) {
-      const Batch batch = token_batch(kBatch, c.context, c.vocab, 40 + step);
-      const double loss = test::forward_backward(stored, batch);
-      EXPECT_EQ(loss, test::forward_backward(recomputed, batch)) << what << " step " << step;
-      auto a = by_name(stored), b = by_name(recomputed);
-      for (auto& [name, p] : a) {
-        if (!p->grad.defined()) continue;
-        ASSERT_EQ(std::memcmp(p->grad.f32(), b[name]->grad.f32(), p->grad.nbytes()), 0)
-            << what << " step " << step << ": gradient of " << name;
-      }
-    }
+    test::expect_same_steps_bitwise(stored, recomputed, c, kBatch, what);
   }
 }
 

@@ -84,5 +84,11 @@ TEST(StochasticDepth, DroppedStepEqualsForwardMaskedSubnetworkGpt) {
   expect_drop_equals_forward_masked(c, test::token_batch(2, c.context, c.vocab, 5));
 }
 
+TEST(StochasticDepth, DroppedStepEqualsForwardMaskedSubnetworkLlama) {
+  ModelConfig c = test::tiny_llama();
+  c.depth = 4;
+  expect_drop_equals_forward_masked(c, test::token_batch(2, c.context, c.vocab, 5));
+}
+
 }  // namespace
 }  // namespace subdp

@@ -1,7 +1,10 @@
 // Tiny model configurations and random batches shared by the model-level unit tests
 // (finite differences, masking invariants, GPT, zero-initialised branches).
 #pragma once
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <map>
 #include <random>
 #include <string>
 #include <utility>
@@ -41,6 +44,14 @@ inline ModelConfig tiny_gpt() {
   c.heads = 2;
   c.depth = 2;
   c.mlp_ratio = 4;
+  return c;
+}
+
+/// LLaMA: vocabulary 11, context 5, width 8, 2 heads (head width 4), 2 blocks, SwiGLU width 12.
+inline ModelConfig tiny_llama() {
+  ModelConfig c = tiny_gpt();
+  c.name = ModelKind::llama;
+  c.ffn_width = 12;
   return c;
 }
 
@@ -111,12 +122,106 @@ inline SubnetMask planned_mask(const ModelUnits& units, const std::string& regim
   return planned_mask(units, named<MaskRegime>(regime), named<Granularity>(granularity), S, keep, s, seed);
 }
 
+/// Replaces every value by a draw keyed on (name, full index), so models of any layout get the
+/// same full-model values: U(-0.4, 0.4), norm gains (initialised to 1) 1 + U(-0.3, 0.3).
+/// GPT-2's N(0, 0.02) would make every gradient tiny.
+inline void randomize(Model& m, uint64_t seed) {
+  for (Param* p : m.params().all()) {
+    const bool gain = p->init.kind == InitSpec::constant && p->init.a == 1.f;
+    const InitSpec spec{InitSpec::uniform, gain ? 0.3f : 0.4f};
+    float* v = p->value.f32();
+    for_each_value_run(*p, [&](int64_t lo, int64_t fo, int64_t len) {
+      for (int64_t i = 0; i < len; ++i) v[lo + i] = (gain ? 1.f : 0.f) + init_value(seed, p->name, fo + i, spec);
+    });
+  }
+}
+
+/// Every parameter of m by name.
+inline std::map<std::string, Param*> by_name(Model& m) {
+  std::map<std::string, Param*> out;
+  for (Param* p : m.params().all()) out[p->name] = p;
+  return out;
+}
+
+/// Zeroes, in a full-model (identity-order) param, the units / blocks subnetwork s drops.
+inline void zero_dropped(Param& p, const SubnetworkPlan& plan, int s) {
+  float* v = p.value.f32();
+  if (plan.granularity == Granularity::block) {
+    if (p.block >= 0 && !plan.keeps_block(s, p.block)) p.value.zero_();
+    return;
+  }
+  if (p.unit.layer < 0) return;
+  const int64_t outer = p.outer(), inner = p.inner(), ext = p.value_extent(), us = p.unit.unit_size;
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t a = 0; a < ext; ++a)
+      if (!plan.keeps_unit(s, p.unit.layer, p.mask->order[a / us]))
+        std::fill(v + (o * ext + a) * inner, v + (o * ext + a + 1) * inner, 0.f);
+}
+
+/// Expects each held gradient of `sub` to equal the gradient of the same full-model element in
+/// `full` (whose values are in identity order: grad index = full index).
+inline void expect_grads_restricted(Model& sub, Model& full, const std::string& what) {
+  auto ref = by_name(full);
+  for (Param* p : sub.params().trainable()) {
+    if (!p->grad.defined()) continue;
+    const Param& q = *ref.at(p->name);
+    ASSERT_TRUE(q.grad.defined()) << p->name;
+    const auto gv = grad_value_index(*p);
+    const auto vf = value_full_index(*p);
+    double scale = 0;
+    for (int64_t i = 0; i < q.grad.numel(); ++i)
+      scale = std::max(scale, std::abs(static_cast<double>(q.grad.f32()[i])));
+    for (int64_t i = 0; i < p->grad.numel(); ++i) {
+      const int64_t f = vf.at(gv.at(i));
+      ASSERT_NEAR(p->grad.f32()[i], q.grad.f32()[f], 1e-5 * scale + 1e-7) << what << " " << p->name << "[" << i << "]";
+    }
+  }
+}
+
+/// Finite-difference check of every held gradient of a token model after one training step
+/// on `batch` (the transformers' settings: eps 3e-3, since 1e-2 leaves a truncation error of a
+/// few % on some probes; rtol 2e-2; 24 probes a tensor). Expects more than 4 tensors checked.
+inline void check_model_gradients(Model& model, const Batch& batch, const std::string& what) {
+  auto loss = [&] { return model.forward(batch, true, nullptr); };
+  model.zero_grad();
+  loss();
+  model.backward();
+  FdOptions opt;
+  opt.eps = 3e-3f;
+  opt.rtol = 2e-2;
+  opt.max_probes = 24;
+  int checked = 0;
+  for (Param* p : model.params().trainable()) {
+    if (!p->grad.defined()) continue;
+    EXPECT_TRUE(check_gradient(what + " " + p->name, p->value.f32(), p->grad.f32(), p->grad.numel(), loss, opt,
+                               grad_value_index(*p)));
+    ++checked;
+  }
+  EXPECT_GT(checked, 4);
+}
+
 /// One training step's forward and backward from zeroed gradients; returns the loss.
 inline double forward_backward(Model& m, const Batch& batch) {
   m.zero_grad();
   const double loss = m.forward(batch, true, nullptr);
   m.backward();
   return loss;
+}
+
+/// Two training steps (batches seeded 40, 41) of models a and b give the same losses and every
+/// held gradient bit for bit (recompute against stored activations).
+inline void expect_same_steps_bitwise(Model& a, Model& b, const ModelConfig& c, int B, const std::string& what) {
+  for (int step = 0; step < 2; ++step) {
+    const Batch batch = token_batch(B, c.context, c.vocab, 40 + step);
+    const double loss = forward_backward(a, batch);
+    EXPECT_EQ(loss, forward_backward(b, batch)) << what << " step " << step;
+    auto pa = by_name(a), pb = by_name(b);
+    for (auto& [name, p] : pa) {
+      if (!p->grad.defined()) continue;
+      ASSERT_EQ(std::memcmp(p->grad.f32(), pb[name]->grad.f32(), p->grad.nbytes()), 0)
+          << what << " step " << step << ": gradient of " << name;
+    }
+  }
 }
 
 /// MLP on 1x8x8 images: hidden {16, 12, 8}, 10 classes.
@@ -145,7 +250,8 @@ inline std::vector<BackendCase> backend_cases() {
   std::vector<BackendCase> out;
   const std::vector<std::pair<ModelConfig, Batch>> models = {{tiny_mlp(), random_image_batch(tiny_mlp(), 6, 3)},
                                                              {tiny_resnet(), random_image_batch(tiny_resnet(), 4, 5)},
-                                                             {tiny_gpt(), token_batch(3, 5, 11, 9)}};
+                                                             {tiny_gpt(), token_batch(3, 5, 11, 9)},
+                                                             {tiny_llama(), token_batch(3, 5, 11, 10)}};
   using R = MaskRegime;
   using G = Granularity;
   const std::vector<std::pair<R, G>> regimes = {{R::none, G::block},

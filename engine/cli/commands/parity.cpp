@@ -58,7 +58,7 @@ int run_parity_dump(const Config& config, const std::string& out_dir, int steps)
   model->backward();
   const int64_t rows = batch.n * model->positions_per_example();
   SUBDP_CHECK(model->last_logits() != nullptr, "model.name = \"{}\" does not expose its logits", config.model.name);
-  const int64_t classes = config.model.name == ModelKind::gpt ? config.model.vocab : config.model.classes;
+  const int64_t classes = is_language_model(config.model.name) ? config.model.vocab : config.model.classes;
   std::vector<float> logits(rows * classes);
   backend().to_host(logits.data(), model->last_logits(), sizeof(float) * logits.size());
   outputs.push_back(named("logits", {rows, classes}, logits.data()));

@@ -1,0 +1,165 @@
+// LLaMA block forward/backward (see llama_block.h and llama.h).
+#include "models/llama_block.h"
+
+#include <string>
+
+#include "engine/core/backend.h"
+#include "engine/core/error.h"
+
+namespace subdp {
+
+namespace {
+
+constexpr InitSpec kLlamaWeight{InitSpec::normal, 0.02f};
+constexpr InitSpec kZero{InitSpec::constant, 0.f};
+
+int heads_layer(int block) { return 2 * block; }
+int mlp_layer(int block) { return 2 * block + 1; }
+
+/// Block `index`'s attention: heads maskable at neuron level, no biases, RoPE on q and k.
+AttentionSpec attention_spec(const SubnetMask& mask, const ModelConfig& c, int index, const LlamaBlockSpec& spec,
+                             InitSpec wo_init) {
+  const bool neuron = mask.granularity == Granularity::neuron;
+  AttentionSpec a;
+  a.prefix = "layers." + std::to_string(index) + ".attention";
+  a.qkv_name = "wqkv";
+  a.proj_name = "wo";
+  a.bias = false;
+  a.C = c.width;
+  a.heads = c.heads;
+  a.T = c.context;
+  a.max_rows = spec.max_rows;
+  a.head_layer = neuron ? heads_layer(index) : -1;
+  a.block = index;
+  a.head_scale = neuron ? mask.scale : 1.f;
+  a.weight_init = kLlamaWeight;
+  a.proj_weight_init = wo_init;
+  a.activation_area = spec.shared ? &spec.shared->attn : nullptr;
+  a.rope_cos = spec.rope_cos;
+  a.rope_sin = spec.rope_sin;
+  return a;
+}
+
+}  // namespace
+
+LlamaActivations LlamaActivations::allocate(int64_t rows, int64_t C, int64_t H) {
+  LlamaActivations a;
+  auto flat = [](int64_t n) { return Tensor::empty({n}, MemCategory::activations); };
+  a.mid = flat(rows * C);  // flat: blocks view their own widths
+  a.gate = flat(rows * H);
+  a.up = flat(rows * H);
+  a.attn = flat(rows * 4 * C);
+  a.rstd1 = Tensor::zeros({rows}, MemCategory::activations);
+  a.rstd2 = Tensor::zeros({rows}, MemCategory::activations);
+  return a;
+}
+
+LlamaBlock::LlamaBlock(ParamSet& ps, const SubnetMask& mask, const ModelConfig& c, int index,
+                       const LlamaBlockSpec& spec)
+    : C_(c.width), heads_(c.heads) {
+  if (mask.skips_block(index)) return;
+  const std::string name = "layers." + std::to_string(index);
+  const bool neuron = mask.granularity == Granularity::neuron;
+  const int64_t H = llama_ffn_width(c), rows = spec.max_rows;
+  // zero_init_residual: both branch outputs (wo, w2) start at 0, the block as the identity.
+  const InitSpec out_init = c.zero_init_residual ? kZero : kLlamaWeight;
+  norm1_ = std::make_unique<RMSNorm>(ps, name + ".attention_norm", C_, index);
+  attn_ = std::make_unique<CausalSelfAttention>(ps, attention_spec(mask, c, index, spec, out_init));
+  norm2_ = std::make_unique<RMSNorm>(ps, name + ".ffn_norm", C_, index);
+  const int mlp = neuron ? mlp_layer(index) : -1;
+  const std::string ff = name + ".feed_forward";
+  w1_ = std::make_unique<Linear>(ps, ff + ".w1", C_, H, false, UnitRef{mlp, 0, 1}, UnitRef{}, index, kLlamaWeight);
+  w3_ = std::make_unique<Linear>(ps, ff + ".w3", C_, H, false, UnitRef{mlp, 0, 1}, UnitRef{}, index, kLlamaWeight);
+  w2_ = std::make_unique<Linear>(ps, ff + ".w2", H, C_, false, UnitRef{}, UnitRef{mlp, 1, 1}, index, out_init);
+  if (neuron)
+    neuron_scale_ = mask.scale;
+  else
+    branch_scale_ = mask.block_scale(index);  // pinned blocks are never scaled
+  const LlamaActivations* kept = spec.shared;
+  if (kept) {
+    norm1_->bind_stats(kept->rstd1, rows);
+    norm2_->bind_stats(kept->rstd2, rows);
+  } else {
+    norm1_->allocate_stats(rows);
+    norm2_->allocate_stats(rows);
+  }
+  const int64_t h = w1_->out();  // local SwiGLU width
+  auto stored = [&](const Tensor* area, int64_t width) {
+    return area ? area->slice0(0, rows * width).view({rows, width})
+                : Tensor::empty({rows, width}, MemCategory::activations);
+  };
+  auto in_scratch = [&](int64_t width) { return spec.forward_scratch->slice0(0, rows * width).view({rows, width}); };
+  norm_out_ = in_scratch(C_);
+  act_ = in_scratch(h);
+  mid_ = stored(kept ? &kept->mid : nullptr, C_);
+  gate_ = stored(kept ? &kept->gate : nullptr, h);
+  up_ = stored(kept ? &kept->up : nullptr, h);
+  out_ = Tensor::empty({rows, int64_t{C_}}, MemCategory::activations);
+}
+
+const float* LlamaBlock::forward(const float* x, int B, int T, LlamaScratch& s) {
+  if (!runs()) return x;
+  const int64_t rows = static_cast<int64_t>(B) * T, n = rows * C_, nh = rows * w1_->out();
+  const float scale = branch_scale();
+  float* mid = mid_.f32();
+  norm1_->forward(x, norm_out_.f32(), rows);
+  attn_->forward(norm_out_.f32(), mid, B, T, s.attn);
+  if (scale != 1.f) backend().scale(mid, scale, n);
+  backend().add(mid, x, mid, n);  // mid = x + attention branch
+  float* out = out_.f32();
+  if (nh == 0) {  // this subnetwork keeps no hidden neuron: the MLP branch is 0
+    backend().copy(mid, out, n);
+    return out;
+  }
+  // norm_out and act share the forward scratch: both GEMMs read norm_out before SwiGLU writes act.
+  norm2_->forward(mid, norm_out_.f32(), rows);
+  w1_->forward(norm_out_.f32(), gate_.f32(), rows);
+  w3_->forward(norm_out_.f32(), up_.f32(), rows);
+  backend().swiglu_forward(gate_.f32(), up_.f32(), act_.f32(), nh);
+  if (neuron_scale_ != 1.f) backend().scale(act_.f32(), neuron_scale_, nh);
+  w2_->forward(act_.f32(), out, rows);
+  if (scale != 1.f) backend().scale(out, scale, n);
+  backend().add(out, mid, out, n);  // out = mid + MLP branch
+  return out;
+}
+
+const float* LlamaBlock::branch_grad(float* dres, int64_t n, LlamaScratch& s) const {
+  const float scale = branch_scale();
+  if (scale == 1.f) return dres;
+  backend().copy(dres, s.dln.f32(), n);
+  backend().scale(s.dln.f32(), scale, n);
+  return s.dln.f32();
+}
+
+void LlamaBlock::mlp_backward(float* dres, int64_t rows, LlamaScratch& s) const {
+  const int64_t n = rows * C_, nh = rows * w1_->out();
+  if (nh == 0) return;       // the branch is 0: d(mid) = d(out)
+  float* dh = s.work.f32();  // (rows, H)
+  float* dln = s.dln.f32();
+  const float* dout = branch_grad(dres, n, s);
+  // w2's dW reads act = neuron_scale * swiglu(gate, up): recomputed into dh, which w2's dx
+  // then overwrites (dW is formed first).
+  if (w2_->weight->grad.defined()) {
+    backend().swiglu_forward(gate_.f32(), up_.f32(), dh, nh);
+    if (neuron_scale_ != 1.f) backend().scale(dh, neuron_scale_, nh);
+  }
+  w2_->backward(dh, dout, dh, rows);
+  if (neuron_scale_ != 1.f) backend().scale(dh, neuron_scale_, nh);
+  // In place: gate becomes d(gate), up becomes d(up).
+  backend().swiglu_backward(gate_.f32(), up_.f32(), dh, gate_.f32(), up_.f32(), nh);
+  if (w1_->weight->grad.defined()) norm2_->recompute(mid_.f32(), s.ln_out.f32(), rows);  // w1's, w3's dW
+  w1_->backward(s.ln_out.f32(), gate_.f32(), dln, rows);
+  w3_->backward(s.ln_out.f32(), up_.f32(), dln, rows, 0, /*accumulate_dx=*/true);
+  norm2_->backward(mid_.f32(), dln, dres, rows);  // dres += ...: now d(mid)
+}
+
+void LlamaBlock::backward(const float* x, float* dres, int B, int T, LlamaScratch& s) const {
+  if (!runs()) return;  // identity: the gradient passes unchanged
+  const int64_t rows = static_cast<int64_t>(B) * T;
+  mlp_backward(dres, rows, s);
+  if (attn_->qkv_weight->grad.defined()) norm1_->recompute(x, s.ln_out.f32(), rows);  // for wqkv's dW
+  attn_->backward(s.ln_out.f32(), branch_grad(dres, rows * C_, s), s.dln.f32(), B, T, s.attn);
+  norm1_->backward(x, s.dln.f32(), dres, rows);  // dres += ...: now d(x)
+}
+
+}  // namespace subdp

@@ -1,0 +1,76 @@
+// One LLaMA block (llama.h): pre-RMSNorm attention with RoPE and a SwiGLU MLP, no biases.
+// Internal to models/llama.cpp.
+#pragma once
+#include <memory>
+
+#include "engine/layers/attention.h"
+#include "engine/layers/linear.h"
+#include "engine/layers/rmsnorm.h"
+#include "models/model.h"
+
+namespace subdp {
+
+/// What a block keeps from its forward pass for its backward, besides its output: mid
+/// (rows, C), the SwiGLU inputs gate and up (rows, H each), the attention area (rows, 4C: qkv,
+/// then the stored attention output) and the two RMSNorms' rstd (rows each). Each block owns a
+/// set unless train.recompute = "blocks", where every block views the model's one set.
+struct LlamaActivations {
+  Tensor mid, gate, up, attn, rstd1, rstd2;
+  /// Allocates a set for rows rows of width C and SwiGLU width H (activations).
+  static LlamaActivations allocate(int64_t rows, int64_t C, int64_t H);
+};
+
+/// Backward scratch shared by the blocks, for B*T rows.
+struct LlamaScratch {
+  Tensor dln;     // (B, T, C): a branch's input gradient, then its RMSNorm output's gradient
+  Tensor work;    // flat: the SwiGLU output (recomputed), then its gradient (B, T, H); later attention's grads
+  Tensor ln_out;  // (B, T, C): an RMSNorm output recomputed for the weight gradient that reads it
+  AttentionScratch attn;
+};
+
+/// The model-wide inputs of a block's layers.
+struct LlamaBlockSpec {
+  int64_t max_rows = 0;
+  const Tensor* forward_scratch = nullptr;   // flat, max_rows * max(C, local H) floats at least
+  const LlamaActivations* shared = nullptr;  // recompute: the model's one set; null: its own
+  const Tensor* rope_cos = nullptr;          // (context, hd/2) tables, backend memory
+  const Tensor* rope_sin = nullptr;
+};
+
+class LlamaBlock {
+ public:
+  LlamaBlock(ParamSet& ps, const SubnetMask& mask, const ModelConfig& c, int index, const LlamaBlockSpec& spec);
+  /// False when forward masking drops the block (identity, no parameters).
+  bool present() const { return norm1_ != nullptr; }
+  /// Stochastic depth for the next forward and backward (as TransformerBlock::set_step).
+  void set_step(bool skipped, float scale) {
+    skipped_ = skipped;
+    step_scale_ = scale;
+  }
+  bool runs() const { return present() && !skipped_; }
+  /// x (B, T, C) -> block output (B, T, C); x itself when the block does not run.
+  const float* forward(const float* x, int B, int T, LlamaScratch& s);
+  /// dres (B, T, C): gradient of the block output on entry, of its input x on exit. Overwrites
+  /// the stored gate and up: once per forward.
+  void backward(const float* x, float* dres, int B, int T, LlamaScratch& s) const;
+  int64_t hidden() const { return present() ? w1_->out() : 0; }
+  int64_t attn_width() const { return present() ? static_cast<int64_t>(attn_->local_heads()) * (C_ / heads_) : 0; }
+
+ private:
+  /// The MLP half of backward: dres = d(out) on entry, d(mid) on exit.
+  void mlp_backward(float* dres, int64_t rows, LlamaScratch& s) const;
+  /// dres times the branch scale: dres itself, or a scaled copy in s.dln.
+  const float* branch_grad(float* dres, int64_t n, LlamaScratch& s) const;
+  float branch_scale() const { return branch_scale_ * step_scale_; }
+  std::unique_ptr<RMSNorm> norm1_, norm2_;
+  std::unique_ptr<CausalSelfAttention> attn_;
+  std::unique_ptr<Linear> w1_, w3_, w2_;
+  Tensor norm_out_, act_;         // (B, T, C), (B, T, H): views of the forward scratch
+  Tensor mid_, gate_, up_, out_;  // (B, T, C), (B, T, H) twice, (B, T, C)
+  int C_, heads_;
+  float branch_scale_ = 1.f, neuron_scale_ = 1.f;
+  bool skipped_ = false;
+  float step_scale_ = 1.f;
+};
+
+}  // namespace subdp
