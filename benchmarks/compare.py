@@ -41,6 +41,8 @@ fwd-block+recompute) adds train.recompute = "blocks" (activations recomputed blo
 in the backward pass, GPT); `name+zero1` adds parallel.shard = "optimizer" (ZeRO-1),
 `name+zero2` parallel.shard = "gradients" (ZeRO-2), `name+fsdp` parallel.shard = "parameters"
 (FSDP; not with bwd-*);
+`name+zir` model.zero_init_residual = true (every residual branch starts at 0: the ResNet's
+last BatchNorm gamma, the transformers' attention output and MLP down projections);
 `name+redealK` adds mask.redeal_every = K (the plan re-dealt every K steps, e.g.
 fwd-block+redeal50); modifiers combine (fwd-block+zero1+recompute). Keep values whose coverage keep*S is not whole are
 skipped, and so are granularities the model refuses (the MLP has no blocks), with a note.
@@ -89,7 +91,8 @@ WHOLE_MODEL = ("dp", "stoch-depth")
 # Composable memory baselines: a regime written name+modifier (e.g. dp+recompute,
 # fwd-block+recompute) adds the modifier's overrides to the base regime's.
 MODIFIERS = {"recompute": ["train.recompute=blocks"], "zero1": ["parallel.shard=optimizer"],
-             "zero2": ["parallel.shard=gradients"], "fsdp": ["parallel.shard=parameters"]}
+             "zero2": ["parallel.shard=gradients"], "fsdp": ["parallel.shard=parameters"],
+             "zir": ["model.zero_init_residual=true"]}
 
 
 def modifier_sets(mod):
@@ -541,7 +544,7 @@ def parse_args(argv):
     p.add_argument("--subnetworks", type=int, default=0, help="S for the masked runs (default: W)")
     p.add_argument("--regimes", default="dp,fwd-block,bwd-block,fwd-neuron,bwd-neuron",
                    help="comma list of dp, fwd-block, bwd-block, fwd-neuron, bwd-neuron, stoch-depth, each optionally "
-                        "with modifiers +recompute, +zero1, +zero2, +fsdp, +redealK (e.g. fwd-block+zero1+redeal50); name@k = one run "
+                        "with modifiers +recompute, +zero1, +zero2, +fsdp, +zir, +redealK (e.g. fwd-block+zero1+redeal50); name@k = one run "
                         "at keep k (details below)")
     p.add_argument("--keep", default="0.75,0.5,0.25", help="comma list of keep ratios (default 0.75,0.5,0.25)")
     p.add_argument("--steps", type=int, required=True,
