@@ -86,11 +86,27 @@ void check_features(const Config& c, const std::string& path) {
               path, c.device.precision);
 }
 
+/// parallel.overlap: the holder all-reduce of the CPU backend over MPI (engine/parallel/overlap.h).
+void check_overlap(const Config& c, const std::string& path) {
+  if (!c.parallel.overlap) return;
+  SUBDP_CHECK(c.parallel.shard == Sharding::none,
+              "{}: [parallel] overlap = true with shard = \"{}\": overlap starts the holder all-reduces during the "
+              "backward pass; the sharded layouts reduce-scatter instead (ZeRO-2 and FSDP already block by block "
+              "during the backward pass); use shard = \"none\" or overlap = false",
+              path, c.parallel.shard);
+  SUBDP_CHECK(c.device.type == DeviceType::cpu,
+              "{}: [parallel] overlap = true with [device] type = \"{}\": overlap runs on the CPU backend only (the "
+              "fenced device's pool is opened by one thread at a time; the CUDA path is not overlapped yet); use "
+              "type = \"cpu\" or overlap = false",
+              path, c.device.type);
+}
+
 }  // namespace
 
 void check_config_rules(const Config& c, const std::string& path) {
   check_model_and_masking(c, path);
   check_features(c, path);
+  check_overlap(c, path);
 }
 
 }  // namespace subdp

@@ -73,6 +73,7 @@ std::vector<Field> optim_to_log_fields(Config& c) {
       {"parallel", "bucket_mb", &p.bucket_mb, above(0)},
       {"parallel", "collective_timeout_s", &p.collective_timeout_s, above(0)},
       {"parallel", "shard", choice(p.shard), any()},
+      {"parallel", "overlap", &p.overlap, any()},
       {"mask", "regime", choice(k.regime), any()},
       {"mask", "granularity", choice(k.granularity), any()},
       {"mask", "keep", &k.keep, range(0, 1, true, false)},

@@ -168,7 +168,12 @@ std::unique_ptr<Communicator> make_mpi_world(double collective_timeout_s) {
   MPI_CHECK(MPI_Initialized(&initialized));
   if (!initialized) {
     int provided = 0;
-    MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided));
+    // SERIALIZED: parallel.overlap's communication thread makes MPI calls too, never at the
+    // same time as the main thread (engine/parallel/overlap.h).
+    MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided));
+    SUBDP_CHECK(provided >= MPI_THREAD_SERIALIZED,
+                "this MPI library gives thread level {} (MPI_THREAD_SERIALIZED = {} needed)", provided,
+                static_cast<int>(MPI_THREAD_SERIALIZED));
   }
   int rank = 0;
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));

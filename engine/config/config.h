@@ -184,6 +184,8 @@ struct ParallelConfig {
   double bucket_mb = 25.0;            // largest all-reduce or owner-broadcast message, and the comm buffer's cap, MiB
   double collective_timeout_s = 300;  // watchdog on a collective
   Sharding shard = Sharding::none;
+  // all-reduce each block's gradients during the backward pass, on a communication thread
+  bool overlap = false;
 };
 
 /// [mask]: subnetwork masking regime.

@@ -105,6 +105,16 @@ void BucketSet::pack(const std::vector<BucketRun>& pieces, float* buf, bool valu
   }
 }
 
+void BucketSet::unpack(const std::vector<BucketRun>& pieces, const float* buf, float scale) {
+  for (const BucketRun& r : pieces) {
+    if (r.rows == 1)
+      backend().scale_copy(buf, scale, r.data, r.len);
+    else
+      backend().scale_copy_rows(buf, r.width(), scale, r.data, r.data_ld, r.rows, r.width());
+    buf += r.len;
+  }
+}
+
 void BucketSet::append_slice(const BucketRun& r, int64_t off, int64_t n, std::vector<BucketRun>& out) {
   const int64_t w = r.width();
   while (n > 0) {

@@ -4,6 +4,7 @@
 // message), cut the same way on every holder.
 #pragma once
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -101,6 +102,8 @@ class BucketSet {
   void through_buffer(const std::vector<BucketRun>& runs, int64_t cap, float scale, Collective collective);
   /// Copies the chunk pieces' data (or their values), one after another, to buf.
   static void pack(const std::vector<BucketRun>& pieces, float* buf, bool values = false);
+  /// The inverse of pack(pieces, buf) times `scale`: each piece's data from buf.
+  static void unpack(const std::vector<BucketRun>& pieces, const float* buf, float scale);
   /// Segment counts of a chunk of `filled` floats over k holders (as my_segment cuts it).
   static std::vector<int64_t> segment_counts(int64_t filled, int64_t k);
 
@@ -112,10 +115,10 @@ class BucketSet {
   const SubnetworkPlan& plan() const { return plan_; }
   const std::vector<Param*>& params() const { return params_; }
   int blocks() const { return blocks_; }
-  /// Adds payload bytes this rank moved (read by take_bytes).
+  /// Adds payload bytes this rank moved (read by take_bytes); any thread.
   void count_bytes(int64_t bytes) { bytes_ += bytes; }
   /// Payload bytes counted since the last call.
-  int64_t take_bytes() { return std::exchange(bytes_, 0); }
+  int64_t take_bytes() { return bytes_.exchange(0); }
 
  private:
   void add_param(Param& p);
@@ -138,7 +141,7 @@ class BucketSet {
   bool contiguous_ = false;
   Tensor buffer_;  // packs every collective's chunk
   int64_t bucket_elems_ = 1;
-  int64_t bytes_ = 0;
+  std::atomic<int64_t> bytes_{0};  // counted by the overlap's communication thread too
 };
 
 template <class Fn>
@@ -185,14 +188,7 @@ void BucketSet::through_buffer(const std::vector<BucketRun>& runs, int64_t cap, 
     // Pack the chunk, run the collective on it, unpack times `scale`.
     pack(pieces, buf);
     collective(buf, filled);
-    int64_t at = 0;
-    for (const BucketRun& r : pieces) {
-      if (r.rows == 1)
-        backend().scale_copy(buf + at, scale, r.data, r.len);
-      else
-        backend().scale_copy_rows(buf + at, r.width(), scale, r.data, r.data_ld, r.rows, r.width());
-      at += r.len;
-    }
+    unpack(pieces, buf, scale);
   });
 }
 

@@ -8,7 +8,7 @@
 namespace subdp {
 
 GradientSync::GradientSync(Communicator& world, const Layout& layout, const SubnetworkPlan& plan,
-                           std::vector<Param*> params, double bucket_mb, Sharding sharding, int blocks)
+                           std::vector<Param*> params, double bucket_mb, Sharding sharding, int blocks, bool overlap)
     : sharding_(sharding),
       set_(world, layout, plan, std::move(params), bucket_mb, sharding != Sharding::none,
            subdp::shards_blocks(sharding) ? blocks : 0),
@@ -19,6 +19,8 @@ GradientSync::GradientSync(Communicator& world, const Layout& layout, const Subn
   set_.allocate_buffer(broadcast_ ? broadcast_->chunk() : 0, shards_blocks());
   if (sharded()) state_ = std::make_unique<ShardedState>(set_, world.simulated());
   if (sharding == Sharding::parameters) params_ = std::make_unique<ShardedParams>(set_, *state_);
+  SUBDP_ASSERT(!overlap || sharding == Sharding::none);  // the config rules refuse the rest
+  if (overlap && layout.world > 1) overlap_ = std::make_unique<OverlappedAllReduce>(set_, blocks);
 }
 
 const std::vector<ShardPiece>& GradientSync::shard_pieces() const {
@@ -39,6 +41,7 @@ void GradientSync::reduce_bucket(Bucket& b) {
 void GradientSync::average() {
   SUBDP_ASSERT(next_block_ == -1);  // ZeRO-2: every block was reduced in this backward pass
   if (set_.layout().world == 1 && !shards_blocks()) return;
+  if (overlap_ && overlap_->finish()) return;  // the rest of this step's chunks, in their order
   // Fixed global order: world, then groups by id (ZeRO-2: the phase after the blocks').
   auto& buckets = set_.buckets();
   for (size_t i = set_.bucket_index(-1, -1); i < buckets.size(); ++i) reduce_bucket(buckets[i]);
@@ -80,14 +83,14 @@ int64_t GradientSync::elements_per_step() const {
 
 BlockHooks GradientSync::block_hooks(std::function<bool(const Param&)> gradient_finite) {
   BlockHooks hooks;
-  if (!shards_blocks()) return hooks;
+  if (!checks_block_gradients()) return hooks;
   block_params_.clear();
   for (Param* p : set_.params()) {
     if (!p->trainable || !p->grad.defined() || p->block < 0) continue;
     if (static_cast<int>(block_params_.size()) <= p->block) block_params_.resize(p->block + 1);
     block_params_[p->block].push_back(p);
   }
-  hooks.after_backward = [this, gradient_finite](int b) { reduce_block_gradients(b, gradient_finite); };
+  hooks.after_backward = [this, gradient_finite](int b) { block_backward_done(b, gradient_finite); };
   if (sharding_ == Sharding::parameters)
     hooks.before_forward = hooks.before_backward = [this](int b) {
       const auto t = Clock::now();
@@ -97,23 +100,33 @@ BlockHooks GradientSync::block_hooks(std::function<bool(const Param&)> gradient_
   return hooks;
 }
 
-void GradientSync::reduce_block_gradients(int b, const std::function<bool(const Param&)>& gradient_finite) {
+void GradientSync::block_backward_done(int b, const std::function<bool(const Param&)>& gradient_finite) {
   static const std::vector<Param*> none;
   const auto& params = b < static_cast<int>(block_params_.size()) ? block_params_[b] : none;
   // Reduced all the same when not finite: every holder takes part in the collective.
   for (Param* p : params)
     if (blocks_finite_ && !gradient_finite(*p)) blocks_finite_ = false;
+  if (overlap_) return overlap_->block_done(b);
+  if (!shards_blocks()) return;  // overlap on one rank: nothing to send
   const auto t = Clock::now();
   reduce_block(b);
   hook_s_ += seconds_since(t);
   for (Param* p : params) p->grad.zero_();
 }
 
+void GradientSync::wait_overlapped() {
+  if (!overlap_) return;
+  const auto t = Clock::now();
+  overlap_->wait();
+  hook_s_ += seconds_since(t);
+}
+
 void GradientSync::begin_step() {
-  take_bytes();  // ZeRO-2 sends inside the backward pass: count from here
+  take_bytes();  // ZeRO-2 and overlap send inside the backward pass: count from here
   take_broadcast_bytes();
   blocks_finite_ = true;
   hook_s_ = 0;
+  if (overlap_) overlap_->begin_step();
 }
 
 }  // namespace subdp

@@ -6,16 +6,19 @@
 //
 // GradientSync composes the responsibilities over one bucket core (buckets.h): the holder
 // all-reduce (holder_allreduce.h), sharded optimizer state (ZeRO-1/2, sharded_state.h),
-// sharded parameters (FSDP, sharded_params.h) and the owner broadcasts (owner_broadcast.h),
-// and owns the block hooks that ZeRO-2 and FSDP run inside the forward and backward passes.
+// sharded parameters (FSDP, sharded_params.h), the owner broadcasts (owner_broadcast.h) and
+// the all-reduce overlapped with the backward pass (overlap.h), and owns the block hooks that
+// ZeRO-2, FSDP and overlap run inside the forward and backward passes.
 #pragma once
 #include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "engine/comm/communicator.h"
 #include "engine/parallel/buckets.h"
 #include "engine/parallel/holder_allreduce.h"
+#include "engine/parallel/overlap.h"
 #include "engine/parallel/owner_broadcast.h"
 #include "engine/parallel/sharded_params.h"
 #include "engine/parallel/sharded_state.h"
@@ -37,8 +40,11 @@ class GradientSync {
   /// reduce_block(b) during the backward pass for each of the model's `blocks` residual
   /// blocks (held or not); it needs the model's gradients laid out with
   /// ParamLayout::shared_block_grads and allocates the shard-gradient tensor (category grads).
+  /// overlap (parallel.overlap, not sharded): the holder all-reduces start during the
+  /// backward pass from the block hooks, on a communication thread (overlap.h); needs the
+  /// model's `blocks`. A no-op on one rank.
   GradientSync(Communicator& world, const Layout& layout, const SubnetworkPlan& plan, std::vector<Param*> params,
-               double bucket_mb, Sharding sharding = Sharding::none, int blocks = 0);
+               double bucket_mb, Sharding sharding = Sharding::none, int blocks = 0, bool overlap = false);
   /// Averages gradients and running statistics over their holders (ZeRO-2: what no block's
   /// reduce_block took: parameters outside blocks, running statistics). Sharded: only this
   /// rank's shard of each bucket is averaged (the rest of its gradients are stale).
@@ -61,14 +67,26 @@ class GradientSync {
   /// per bucket_mb of it), through the all-reduce buffer, which is free once average() ends.
   void broadcast_unit_values();
 
-  /// ZeRO-2 and FSDP: the calls the model makes around each block (Model::set_block_hooks).
-  /// After block b's backward: its gradients are checked with `gradient_finite` (which names
-  /// a non-finite one), reduce-scattered (reduce_block) and zeroed for the next block, which
-  /// shares their buffer; FSDP: gather_block before each block's forward and backward.
-  /// Empty hooks otherwise. Call begin_step() before each step's forward.
+  /// ZeRO-2, FSDP and overlap: the calls the model makes around each block
+  /// (Model::set_block_hooks). After block b's backward: its gradients are checked with
+  /// `gradient_finite` (which names a non-finite one), then ZeRO-2 / FSDP reduce-scatter them
+  /// (reduce_block) and zero them for the next block, which shares their buffer, and overlap
+  /// lets the chunks they complete go out; FSDP: gather_block before each block's forward and
+  /// backward. Empty hooks otherwise. Call begin_step() before each step's forward.
   BlockHooks block_hooks(std::function<bool(const Param&)> gradient_finite);
   /// Resets the step's hook figures and the byte counters.
   void begin_step();
+  /// Overlap, after the backward pass: waits for the chunks the block hooks started (before
+  /// any other collective); its seconds count in hook_seconds(). No-op otherwise.
+  void wait_overlapped();
+  /// Overlap: {messages that start during the backward pass, all messages} of this rank's
+  /// all-reduce; {0, 0} without overlap.
+  std::pair<int, int> overlapped_messages() const {
+    return overlap_ ? std::pair<int, int>{overlap_->early_chunks(), overlap_->chunks()} : std::pair<int, int>{0, 0};
+  }
+  /// True when the block hooks check the blocks' gradients (ZeRO-2, FSDP, overlap): the
+  /// caller checks only the rest.
+  bool checks_block_gradients() const { return shards_blocks() || overlap_ != nullptr; }
   /// False when a block hook found a non-finite gradient in this step.
   bool blocks_finite() const { return blocks_finite_; }
   /// Seconds this step's collectives took inside the forward and backward passes (hooks).
@@ -94,14 +112,15 @@ class GradientSync {
 
  private:
   void reduce_bucket(Bucket& b);
-  /// ZeRO-2 / FSDP hook after block b's backward (block_hooks).
-  void reduce_block_gradients(int b, const std::function<bool(const Param&)>& gradient_finite);
+  /// ZeRO-2 / FSDP / overlap hook after block b's backward (block_hooks).
+  void block_backward_done(int b, const std::function<bool(const Param&)>& gradient_finite);
   Sharding sharding_;
   BucketSet set_;
   std::unique_ptr<OwnerBroadcast> broadcast_;  // backward masking on several ranks
   std::unique_ptr<ShardedState> state_;        // ZeRO-1/2 and FSDP
   std::unique_ptr<ShardedParams> params_;      // FSDP
   HolderAllReduce allreduce_;
+  std::unique_ptr<OverlappedAllReduce> overlap_;   // parallel.overlap on several ranks
   int next_block_ = -1;                            // ZeRO-2: the block reduce_block expects next (checks the order)
   std::vector<std::vector<Param*>> block_params_;  // ZeRO-2, FSDP: block b's trained parameters
   bool blocks_finite_ = true;

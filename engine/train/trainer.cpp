@@ -138,12 +138,27 @@ void Trainer::build_local_model() {
   model_ = make_model(config_.model, mask, config_.train.batch_size, config_.train.seed,
                       config_.train.recompute == Recompute::blocks, param_layout_of(sharding));
   sync_ = std::make_unique<GradientSync>(*world_, layout_, plan_, model_->params().all(), config_.parallel.bucket_mb,
-                                         sharding, static_cast<int>(units_.blocks.size()));
+                                         sharding, static_cast<int>(units_.blocks.size()), config_.parallel.overlap);
   sync_->initialise_shard_values(config_.train.seed);  // FSDP: the shards hold the blocks' values
   optimizer_ =
       make_optimizer(config_.optim, model_->params().trainable(), sync_->sharded() ? &sync_->shard_pieces() : nullptr);
-  // ZeRO-2 / FSDP: the sync's collectives inside the passes, each block's gradients checked first.
+  // ZeRO-2 / FSDP / overlap: the sync's collectives inside the passes, each block's gradients checked first.
   model_->set_block_hooks(sync_->block_hooks([this](const Param& p) { return gradient_finite(p); }));
+  if (step_ == 0) report_overlap();
+}
+
+void Trainer::report_overlap() const {
+  const auto [early, total] = sync_->overlapped_messages();
+  if (!prints_ || total == 0) return;
+  if (early == 0)
+    std::fprintf(stderr,
+                 "subdp: warning: parallel.overlap = true, but no all-reduce message of rank %d can start before the "
+                 "backward pass ends: at parallel.bucket_mb = %g each holds parameters outside the blocks (embeddings, "
+                 "head); a smaller bucket_mb gives the blocks' gradients messages of their own\n",
+                 layout_.rank, config_.parallel.bucket_mb);
+  else
+    std::printf("overlap: %d of rank %d's %d all-reduce messages start during the backward pass\n", early, layout_.rank,
+                total);
 }
 
 void Trainer::check_layout_agreement() {

@@ -43,6 +43,9 @@ class Trainer {
  private:
   /// Builds model_, sync_ and optimizer_ for plan_ (collective: holder-group communicators).
   void build_local_model();
+  /// parallel.overlap: how many all-reduce messages start during the backward pass (rank 0), or
+  /// a warning when none can.
+  void report_overlap() const;
   /// Frees model_, sync_ and optimizer_, then builds them for `plan` (collective): the device
   /// never holds two models. The optimizer starts at step 0 with zero state.
   void replace_plan(SubnetworkPlan plan);

@@ -44,6 +44,7 @@ void Trainer::prepare_step(int64_t epoch, int64_t in_epoch) {
 void Trainer::forward_backward(StepFigures& f) {
   f.loss = model_->forward(batch_, true, &f.correct);
   model_->backward();
+  sync_->wait_overlapped();  // parallel.overlap: before any other collective
   f.flops = FlopCounter::take();
 }
 
@@ -117,8 +118,8 @@ void Trainer::draw_dropped_blocks() {
 bool Trainer::gradients_finite() {
   if (!sync_->blocks_finite()) return false;
   for (Param* p : model_->params().trainable()) {
-    // ZeRO-2 and FSDP: the blocks' gradients were checked by the sync's block hooks.
-    if (!p->grad.defined() || (sync_->shards_blocks() && p->block >= 0)) continue;
+    // ZeRO-2, FSDP and overlap: the blocks' gradients were checked by the sync's block hooks.
+    if (!p->grad.defined() || (sync_->checks_block_gradients() && p->block >= 0)) continue;
     if (!gradient_finite(*p)) return false;
   }
   return true;

@@ -9,6 +9,7 @@ Usage:
   check.py tensors-close A B TOL            every tensor of two safetensors files within rel tol (0 = bit-identical)
   check.py holders-identical DIR            rank*.safetensors: wherever two ranks hold a value it is bit-identical
   check.py all-identical DIR                rank*.safetensors: every rank holds every value, all bit-identical
+  check.py same-bytes A B                   every step's bytes all-reduced and broadcast equal (overlapped vs blocking)
   check.py bytes-per-step METRICS EXPECTED [KEY]
                                             every step's KEY (default bytes_allreduced) is exactly EXPECTED
   check.py same-peaks A B                   the last step's peak bytes equal in every memory category
@@ -196,6 +197,17 @@ def bytes_per_step(path, expected, key="bytes_allreduced"):
     print(f"ok: {len(rows)} steps at {expected} bytes ({key})")
 
 
+def same_bytes(a, b):
+    ra, rb = step_records(a), step_records(b)
+    if not ra or len(ra) != len(rb):
+        fail(f"{a} and {b}: {len(ra)} and {len(rb)} steps")
+    for x, y in zip(ra, rb):
+        for key in ("bytes_allreduced", "bytes_broadcast"):
+            if x.get(key) != y.get(key):
+                fail(f"step {x['step']}: {key} {x.get(key)} in {a}, {y.get(key)} in {b}")
+    print(f"ok: {len(ra)} steps, the same bytes all-reduced and broadcast")
+
+
 def same_peaks(a, b):
     pa, pb = last_peaks(a), last_peaks(b)
     if not pa:
@@ -308,6 +320,7 @@ COMMANDS = {
     "bytes-per-step": lambda a: bytes_per_step(a[0], int(a[1]), *a[2:3]),
     "model-distance": lambda a: model_distance(a[0], a[1], float(a[2]), float(a[3])),
     "same-peaks": lambda a: same_peaks(*a),
+    "same-bytes": lambda a: same_bytes(*a),
     "finite-tensors": lambda a: finite_tensors(a),
     "same-evaluations": lambda a: same_evaluations(*a),
     "close-final": lambda a: close_final(a[0], a[1], float(a[2])),
