@@ -184,7 +184,7 @@ CLI::App* add_parity(CLI::App& app, Args& a, ParityArgs& p) {
 }
 
 CLI::App* add_sample(CLI::App& app, Args& a, SampleArgs& s) {
-  CLI::App* sample = app.add_subcommand("sample", "generate text with a byte-level GPT checkpoint");
+  CLI::App* sample = app.add_subcommand("sample", "generate text with a byte-level GPT or LLaMA checkpoint");
   sample->add_option("CHECKPOINT", s.checkpoint, "checkpoint directory (or a checkpoint.dir: newest)")->required();
   sample->add_option("--prompt", s.prompt, "text to continue");
   sample->add_option("--tokens", s.tokens, "bytes to generate")->check(CLI::Range(0, 1 << 30));

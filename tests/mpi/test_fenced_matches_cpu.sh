@@ -6,7 +6,9 @@
 # assembled weights and optimizer state in its final checkpoint (gathered through the device),
 # and the same evaluation. A host access of device memory anywhere on the way faults the run,
 # and the test with it. Then `subdp sample` runs on the fenced device from the fenced GPT
-# checkpoint and matches the CPU's text.
+# and LLaMA checkpoints and matches the CPU's text.
+source "$(dirname "$0")/common.sh"
+
 # same_run NP MODEL TAG ARGS...: the run on both backends, compared.
 same_run() {
   local np=$1 model=$2 tag=$3
@@ -42,11 +44,13 @@ for model in mlp resnet gpt llama; do
 done
 
 # Sampling reads the checkpoint into a model on the device and generates on it.
-ckpt=$(dirname "$(final_model "$WORK/gpt-np2-forward-block-fenced-ckpt")")
-for dev in cpu fenced; do
-  "$SUBDP" sample "$ckpt" --prompt "The " --tokens 24 --temperature 0 --set device.type=$dev \
-    > "$WORK/sample-$dev.txt"
+for model in gpt llama; do
+  ckpt=$(dirname "$(final_model "$WORK/$model-np2-forward-block-fenced-ckpt")")
+  for dev in cpu fenced; do
+    "$SUBDP" sample "$ckpt" --prompt "The " --tokens 24 --temperature 0 --set device.type=$dev \
+      > "$WORK/sample-$model-$dev.txt"
+  done
+  cmp "$WORK/sample-$model-cpu.txt" "$WORK/sample-$model-fenced.txt" || { echo "FAIL: $model sample differs"; exit 1; }
+  [[ -s $WORK/sample-$model-cpu.txt ]] || { echo "FAIL: empty $model sample"; exit 1; }
+  echo "ok: $model sample on the fenced device: $(head -c 60 "$WORK/sample-$model-fenced.txt" | tr '\n' ' ')"
 done
-cmp "$WORK/sample-cpu.txt" "$WORK/sample-fenced.txt" || { echo "FAIL: sample differs"; exit 1; }
-[[ -s $WORK/sample-cpu.txt ]] || { echo "FAIL: empty sample"; exit 1; }
-echo "ok: sample on the fenced device: $(head -c 60 "$WORK/sample-fenced.txt" | tr '\n' ' ')"

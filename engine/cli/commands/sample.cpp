@@ -1,4 +1,4 @@
-// `subdp sample CHECKPOINT`: loads a byte-level GPT from a checkpoint and generates text
+// `subdp sample CHECKPOINT`: loads a byte-level GPT or LLaMA from a checkpoint and generates text
 // autoregressively (temperature, top-k), printing the prompt and its continuation.
 #include <omp.h>
 
@@ -16,7 +16,8 @@
 #include "engine/cli/commands.h"
 #include "engine/data/dataset.h"
 #include "engine/core/error.h"
-#include "models/gpt.h"
+#include "engine/core/batch.h"
+#include "models/model.h"
 
 namespace subdp {
 
@@ -41,6 +42,20 @@ void load_weights(Model& model, const std::vector<NamedTensor>& tensors) {
     SUBDP_ASSERT(static_cast<int64_t>(t->data.size()) == p->value.numel());
     set_values(p->value, t->data);
   }
+}
+
+/// The logits (V) of the last of the `len` tokens ids[size - len ..], in one evaluation
+/// forward of a (1, len) batch (its targets unused).
+std::vector<float> last_logits(Model& model, const std::vector<int32_t>& ids, int len, int V) {
+  Batch b = Batch::allocate({1, len}, DType::i32, {1, len}, DType::i32);
+  std::copy(ids.end() - len, ids.end(), b.x_host.i32());
+  std::fill(b.y_host.i32(), b.y_host.i32() + len, 0);
+  b.n = 1;
+  b.upload();
+  model.forward(b, false, nullptr);
+  std::vector<float> out(V);
+  backend().to_host(out.data(), model.last_logits() + static_cast<int64_t>(len - 1) * V, sizeof(float) * V);
+  return out;
 }
 
 /// Next token from the logits (V) of the last position: argmax when temperature <= 0, else a
@@ -84,8 +99,8 @@ int run_sample(const std::string& checkpoint, const std::string& prompt, int tok
   load_checkpoint(path, info, tensors, optimizer,
                   /*read_optimizer=*/false);  // the manifest's config describes the model
   const Config config = parse_config(info.config_toml, path + "/manifest.json", overrides);
-  SUBDP_CHECK(config.model.name == ModelKind::gpt, "{}: a checkpoint of model \"{}\"; sample needs a gpt", path,
-              config.model.name);
+  SUBDP_CHECK(is_language_model(config.model.name), "{}: a checkpoint of model \"{}\"; sample needs a gpt or a llama",
+              path, config.model.name);
   SUBDP_CHECK(config.data.name == DatasetKind::text,
               "{}: trained on data.name = \"{}\"; sample reads and writes bytes, so it "
               "needs a byte-level model (data.name = \"text\")",
@@ -94,24 +109,23 @@ int run_sample(const std::string& checkpoint, const std::string& prompt, int tok
   backend().configure(config.train.threads > 0 ? config.train.threads : omp_get_num_procs(),
                       winograd_tile_side(config.train));
   const ModelUnits units = model_units(config.model);
-  Gpt model(config.model, full_mask(units), 1, config.train.seed);
+  const auto model = make_model(config.model, full_mask(units), 1, config.train.seed);
   check_checkpoint_tensors(path, full_specs(config.model), 0, OptimizerLoad::ignore, tensors, optimizer);
-  load_weights(model, tensors);
+  load_weights(*model, tensors);
   tensors.clear();
 
   std::vector<int32_t> ids;
   for (unsigned char ch : prompt) ids.push_back(ch);
   if (ids.empty()) ids.push_back('\n');  // the corpus separates paragraphs by newlines
-  for (int32_t t : ids) SUBDP_CHECK(t < model.vocab(), "prompt byte {} is >= model.vocab = {}", t, model.vocab());
+  // The output is bytes: a vocab beyond 256 (padding) is never drawn from.
+  const int T = config.model.context, V = config.model.vocab, bytes = std::min(V, 256);
+  for (int32_t t : ids) SUBDP_CHECK(t < V, "prompt byte {} is >= model.vocab = {}", t, V);
   std::fwrite(prompt.data(), 1, prompt.size(), stdout);
   std::fflush(stdout);
-  // The output is bytes: a vocab beyond 256 (padding) is never drawn from.
-  const int T = model.context(), V = model.vocab(), bytes = std::min(V, 256);
   for (int i = 0; i < tokens; ++i) {
-    const int len = std::min<int>(T, static_cast<int>(ids.size()));                         // crop to the context
-    const std::vector<float> logits = model.logits(ids.data() + ids.size() - len, 1, len);  // (len, V)
-    const int next = next_token(logits.data() + static_cast<int64_t>(len - 1) * V, bytes, temperature, top_k,
-                                mix64(seed) ^ static_cast<uint64_t>(i));
+    const int len = std::min<int>(T, static_cast<int>(ids.size()));      // crop to the context
+    const std::vector<float> logits = last_logits(*model, ids, len, V);  // (V)
+    const int next = next_token(logits.data(), bytes, temperature, top_k, mix64(seed) ^ static_cast<uint64_t>(i));
     ids.push_back(next);
     std::fputc(next, stdout);
     std::fflush(stdout);
