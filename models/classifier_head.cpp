@@ -7,21 +7,16 @@
 namespace subdp {
 
 CrossEntropyHead::CrossEntropyHead(int64_t max_rows, int classes)
-    : logits_(Tensor::empty({max_rows, classes}, MemCategory::activations)),
-      dlogits_(Tensor::empty({max_rows, classes}, MemCategory::activations)),
-      classes_(classes) {}
+    : logits_(Tensor::empty({max_rows, classes}, MemCategory::activations)), classes_(classes) {}
 
-CrossEntropyHead::CrossEntropyHead(int64_t max_rows, int classes, const Tensor& dlogits_area)
-    : logits_(Tensor::empty({max_rows, classes}, MemCategory::activations)),
-      dlogits_(dlogits_area.slice0(0, max_rows * classes).view({max_rows, classes})),
-      classes_(classes) {}
+void CrossEntropyHead::keep_logits() {
+  if (!dlogits_.defined()) dlogits_ = Tensor::empty(logits_.shape(), MemCategory::activations);
+}
 
 double CrossEntropyHead::loss(const int32_t* targets, int64_t rows, bool training, int64_t* correct) {
-  // dlogits doubles as the probability buffer: softmax is written there, then shifted.
-  float* probs = dlogits_.f32();
-  double loss = backend().cross_entropy_forward(logits_.f32(), targets, probs, rows, classes_, correct);
-  if (training) backend().cross_entropy_backward(probs, targets, probs, rows, classes_, 1.f / rows);
-  return loss;
+  float* dlogits = training ? const_cast<float*>(this->dlogits()) : nullptr;
+  return backend().cross_entropy(logits_.f32(), targets, dlogits, rows, classes_, 1.f / static_cast<float>(rows),
+                                 correct);
 }
 
 }  // namespace subdp

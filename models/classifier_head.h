@@ -1,5 +1,5 @@
-// Softmax cross-entropy head shared by the classifiers: owns the logits and, unless a model
-// lends it scratch for them, the dlogits.
+// Softmax cross-entropy head shared by the classifiers: owns the logits, which a training
+// loss overwrites with dlogits.
 #pragma once
 #include <cstdint>
 
@@ -7,22 +7,21 @@
 
 namespace subdp {
 
-/// Mean softmax cross-entropy over (rows, classes) logits.
+/// Mean softmax cross-entropy over (rows, classes) logits. A training loss writes dlogits over
+/// the logits (the fused classifier: one pass, no probabilities tensor), unless keep_logits().
 class CrossEntropyHead {
  public:
-  /// Allocates (max_rows, classes) logits and dlogits (activations).
+  /// Allocates (max_rows, classes) logits (activations).
   CrossEntropyHead(int64_t max_rows, int classes);
-  /// Allocates the logits only; dlogits (and the softmax probabilities before them) are
-  /// written to `dlogits_area`, at least max_rows * classes floats a model lends from a
-  /// scratch that is free from the end of its forward pass to the start of its backward
-  /// pass through the head.
-  CrossEntropyHead(int64_t max_rows, int classes, const Tensor& dlogits_area);
   float* logits() const { return logits_.f32(); }
-  /// Loss (nats, mean over rows); computes dlogits for backward when training.
+  /// Loss (nats, mean over rows); writes dlogits for backward when training.
   double loss(const int32_t* targets, int64_t rows, bool training, int64_t* correct);
-  /// dlogits (rows, classes) of the last training loss(); in lent scratch, valid until the
-  /// model reuses that scratch (for the GPT: until its blocks' backward).
-  const float* dlogits() const { return dlogits_.f32(); }
+  /// dlogits (rows, classes) of the last training loss(): the logits' memory, or its own after
+  /// keep_logits().
+  const float* dlogits() const { return dlogits_.defined() ? dlogits_.f32() : logits_.f32(); }
+  /// From now on a training loss writes dlogits to a tensor of its own (allocated here), so the
+  /// logits survive it (parity-dump reads a training forward's logits).
+  void keep_logits();
 
  private:
   Tensor logits_, dlogits_;

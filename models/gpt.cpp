@@ -233,7 +233,7 @@ Gpt::Gpt(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t s
   const int64_t rows = static_cast<int64_t>(max_batch) * T_;
   wte_ = std::make_unique<Embedding>(params_, "wte", V_, C_, kGpt2Weight);
   wpe_ = std::make_unique<Embedding>(params_, "wpe", T_, C_, kGpt2Weight);
-  // shared_ (floats per row): the head's lnf output and dlogits (C + V); the blocks' forward
+  // shared_ (floats per row): the head's lnf output (C; dlogits overwrite the logits); the blocks' forward
   // scratch (ln1, ln2 and GELU outputs, and under backward masking attention outputs: at
   // most max(C, local hidden width)); their backward scratch (dh, or attention's dy + dqkv).
   int64_t hidden = 0, width = 0;
@@ -242,7 +242,7 @@ Gpt::Gpt(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t s
     hidden = std::max(hidden, h);
     width = std::max(width, w);
   }
-  const int64_t head_width = static_cast<int64_t>(C_) + V_, shared_width = std::max({head_width, hidden, 4 * width});
+  const int64_t shared_width = std::max({static_cast<int64_t>(C_), hidden, 4 * width});
   shared_ = Tensor::empty({rows * shared_width}, MemCategory::activations);
   // Under recompute every block keeps its forward state in one set (sized for the widest
   // block); the backward pass rebuilds a block's set from its stored input.
@@ -257,7 +257,7 @@ Gpt::Gpt(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t s
   lnf_->allocate_stats(rows);
   x0_ = activation(rows, C_);
   lnf_out_ = shared_.slice0(0, rows * C_).view({rows, C_});
-  head_ = std::make_unique<CrossEntropyHead>(rows, V_, shared_.slice0(rows * C_, rows * head_width));
+  head_ = std::make_unique<CrossEntropyHead>(rows, V_);
   pos_ids_ = Tensor::empty({max_batch, T_}, MemCategory::activations, DType::i32);
   dres_ = activation(rows, C_);
   scratch_.dln = activation(rows, C_);

@@ -113,6 +113,7 @@ class Gpt : public Model {
   int residual_blocks() const override { return static_cast<int>(blocks_.size()); }
   /// Logits (B*T, vocab) of the last forward.
   const float* last_logits() const override { return head_->logits(); }
+  void keep_logits() override { head_->keep_logits(); }
   /// Logits (B*T, vocab), copied to the host, of host tokens (B, T) int32, B <= max_batch,
   /// T <= context (generation: the tokens are staged into backend memory).
   std::vector<float> logits(const int32_t* tokens, int B, int T);
@@ -129,9 +130,9 @@ class Gpt : public Model {
   std::unique_ptr<LayerNorm> lnf_;
   /// One flat scratch of B*T rows, used in turn by (1) the blocks' forward scratch (ln1, ln2
   /// and GELU outputs; under backward masking also attention outputs, TransformerBlock);
-  /// (2) from the end of the forward pass, lnf's output (B, T, C) then the head's
-  /// probabilities / dlogits (B, T, V) after it, both read by the head's backward; (3) the
-  /// blocks' backward (GptScratch::work). Nothing written in one phase is read in a later one.
+  /// (2) from the end of the forward pass, lnf's output (B, T, C), read by the head's backward
+  /// (the head writes its dlogits over the logits); (3) the blocks' backward
+  /// (GptScratch::work). Nothing written in one phase is read in a later one.
   Tensor shared_;
   Tensor x0_;       // (B, T, C) embeddings
   Tensor lnf_out_;  // (B, T, C) view of shared_
@@ -139,7 +140,7 @@ class Gpt : public Model {
   int pos_T_ = 0;   // the T pos_ids_ was last written for (every row then holds 0 .. T - 1)
   Tensor dres_;     // (B, T, C) residual-stream gradient
   GptScratch scratch_;
-  std::unique_ptr<CrossEntropyHead> head_;  // logits (B, T, V) own; dlogits in shared_
+  std::unique_ptr<CrossEntropyHead> head_;  // logits (B, T, V), then dlogits over them
   BlockTrace trace_;                        // the blocks' inputs in the last forward
   BlockActivations shared_block_;           // under recompute: the one set every block views
   bool recompute_ = false;

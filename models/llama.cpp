@@ -38,6 +38,7 @@ class Llama : public Model {
   int64_t positions_per_example() const override { return T_; }
   int residual_blocks() const override { return static_cast<int>(blocks_.size()); }
   const float* last_logits() const override { return head_->logits(); }
+  void keep_logits() override { head_->keep_logits(); }
 
  private:
   /// The blocks and the shared scratch they are sized for.
@@ -46,10 +47,10 @@ class Llama : public Model {
   std::vector<std::unique_ptr<LlamaBlock>> blocks_;
   std::unique_ptr<RMSNorm> norm_;
   std::unique_ptr<Linear> output_;
-  std::unique_ptr<CrossEntropyHead> head_;  // logits (B, T, V) own; dlogits in shared_
+  std::unique_ptr<CrossEntropyHead> head_;  // logits (B, T, V), then dlogits over them
   /// One flat scratch of B*T rows: the blocks' forward scratch (RMSNorm and SwiGLU outputs);
-  /// from the end of the forward, the final norm's output (B, T, C) and the head's dlogits
-  /// (B, T, V) after it; the blocks' backward scratch (LlamaScratch::work).
+  /// from the end of the forward, the final norm's output (B, T, C); the blocks' backward
+  /// scratch (LlamaScratch::work).
   Tensor shared_;
   std::unique_ptr<RopeTables> rope_;
   Tensor x0_, norm_out_, dres_;
@@ -81,7 +82,7 @@ Llama::Llama(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64
   output_ = std::make_unique<Linear>(params_, "output", C_, V_, false, UnitRef{}, UnitRef{}, -1, kLlamaWeight);
   x0_ = Tensor::empty({rows, int64_t{C_}}, MemCategory::activations);
   norm_out_ = shared_.slice0(0, rows * C_).view({rows, int64_t{C_}});
-  head_ = std::make_unique<CrossEntropyHead>(rows, V_, shared_.slice0(rows * C_, rows * (int64_t{C_} + V_)));
+  head_ = std::make_unique<CrossEntropyHead>(rows, V_);
   dres_ = Tensor::empty({rows, int64_t{C_}}, MemCategory::activations);
 }
 
@@ -92,9 +93,9 @@ void Llama::build_blocks(const ModelConfig& c, int64_t rows) {
     hidden = std::max(hidden, h);
     width = std::max(width, w);
   }
-  // Per row: the head's norm output and dlogits (C + V), the blocks' forward scratch (C, or H
-  // for the SwiGLU output) and backward scratch (H, or attention's dy and dqkv: 4 Ck).
-  const int64_t shared_width = std::max({int64_t{C_} + V_, hidden, 4 * width});
+  // Per row: the head's norm output (C; dlogits overwrite the logits), the blocks' forward
+  // scratch (C, or H for the SwiGLU output) and backward scratch (H, or attention's dy and dqkv: 4 Ck).
+  const int64_t shared_width = std::max({int64_t{C_}, hidden, 4 * width});
   shared_ = Tensor::empty({rows * shared_width}, MemCategory::activations);
   if (recompute_) shared_block_ = LlamaActivations::allocate(rows, C_, hidden);
   LlamaBlockSpec spec;

@@ -21,6 +21,7 @@ class Mlp : public Model {
   double forward(const Batch& batch, bool training, int64_t* correct) override;
   void backward() override;
   const float* last_logits() const override { return head_.logits(); }
+  void keep_logits() override { head_.keep_logits(); }
 
  private:
   std::vector<Linear> fcs_;     // fcs_[i]: width[i] -> width[i+1]

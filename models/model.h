@@ -42,8 +42,12 @@ class Model {
   virtual void backward() = 0;
   /// Every BatchNorm layer (for re-estimating running statistics of an assembled model).
   virtual std::vector<BatchNorm2d*> batchnorms() { return {}; }
-  /// Logits of the last forward, (positions, classes) row-major; nullptr if not kept.
+  /// Logits of the last forward, (positions, classes) row-major; nullptr if not kept. A
+  /// training forward overwrites them with their gradient (the fused classifier) unless
+  /// keep_logits() was called.
   virtual const float* last_logits() const { return nullptr; }
+  /// Training forwards keep their logits (dlogits in a tensor of their own): parity-dump.
+  virtual void keep_logits() {}
   /// Target positions per example (1 for classifiers, T for language models).
   virtual int64_t positions_per_example() const { return 1; }
   /// Stochastic depth (mask.regime = "stochastic", Huang et al. 2016): in the training

@@ -100,6 +100,7 @@ class ResNet : public Model {
   double forward(const Batch& batch, bool training, int64_t* correct) override;
   void backward() override;
   const float* last_logits() const override { return head_.logits(); }
+  void keep_logits() override { head_.keep_logits(); }
   std::vector<BatchNorm2d*> batchnorms() override;
   int residual_blocks() const override { return static_cast<int>(blocks_.size()); }
 

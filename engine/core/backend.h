@@ -107,11 +107,10 @@ class Backend {
   virtual void embedding_backward(const int32_t* ids, const float* dy, float* dtable, int64_t num, int64_t rows,
                                   int64_t C) = 0;
 
-  // ---- softmax and cross-entropy (kernels/cpu/softmax.h); loss in nats, summed over rows.
-  virtual double cross_entropy_forward(const float* logits, const int32_t* targets, float* probs, int64_t rows, int V,
-                                       int64_t* correct) = 0;
-  virtual void cross_entropy_backward(const float* probs, const int32_t* targets, float* dlogits, int64_t rows, int V,
-                                      float scale) = 0;
+  // ---- fused softmax cross-entropy (kernels/cpu/softmax.h): the mean loss in nats; dlogits
+  // null (evaluation), separate, or the logits themselves (in place).
+  virtual double cross_entropy(const float* logits, const int32_t* targets, float* dlogits, int64_t rows, int V,
+                               float scale, int64_t* correct) = 0;
 
   // ---- normalisation (kernels/cpu/norm.h)
   virtual void batchnorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean,

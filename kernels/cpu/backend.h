@@ -158,15 +158,10 @@ class CpuBackend final : public Backend {
     cpu::embedding_backward(ids, dy, dtable, num, rows, C);
   }
 
-  double cross_entropy_forward(const float* logits, const int32_t* targets, float* probs, int64_t rows, int V,
-                               int64_t* correct) override {
+  double cross_entropy(const float* logits, const int32_t* targets, float* dlogits, int64_t rows, int V, float scale,
+                       int64_t* correct) override {
     auto in = access_.open();
-    return cpu::cross_entropy_forward(logits, targets, probs, rows, V, correct);
-  }
-  void cross_entropy_backward(const float* probs, const int32_t* targets, float* dlogits, int64_t rows, int V,
-                              float scale) override {
-    auto in = access_.open();
-    cpu::cross_entropy_backward(probs, targets, dlogits, rows, V, scale);
+    return cpu::cross_entropy(logits, targets, dlogits, rows, V, scale, correct);
   }
 
   void batchnorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,

@@ -24,29 +24,39 @@ void softmax_rows(float* x, int64_t rows, int V) {
   }
 }
 
-double cross_entropy_forward(const float* logits, const int32_t* targets, float* probs, int64_t rows, int V,
-                             int64_t* correct) {
+namespace {
+/// Row r's loss term and argmax hit; writes its dlogits row when d is not null (may be l).
+double cross_entropy_row(const float* l, int32_t t, float* d, int V, float scale, char* hit) {
+  int arg = 0;
+  for (int i = 1; i < V; ++i)
+    if (l[i] > l[arg]) arg = i;
+  const float mx = l[arg];
+  const bool valid = t >= 0 && t < V;   // an invalid target poisons the loss instead of reading out of range
+  const float lt = valid ? l[t] : 0.f;  // before d (which may be l) is written
+  *hit = arg == t;
+  double s = 0;
+  if (d == nullptr) {
+    for (int i = 0; i < V; ++i) s += exp_approx(l[i] - mx);
+  } else {
+#pragma omp simd
+    for (int i = 0; i < V; ++i) d[i] = exp_approx(l[i] - mx);
+    for (int i = 0; i < V; ++i) s += d[i];
+    const float inv = static_cast<float>(1.0 / s);
+    for (int i = 0; i < V; ++i) d[i] = d[i] * inv * scale;  // softmax, then times scale
+    if (valid) d[t] -= scale;
+  }
+  return valid ? std::log(s) - (lt - mx) : std::numeric_limits<double>::quiet_NaN();
+}
+}  // namespace
+
+double cross_entropy(const float* logits, const int32_t* targets, float* dlogits, int64_t rows, int V, float scale,
+                     int64_t* correct) {
   std::vector<double> row_loss(rows);
   std::vector<char> row_hit(rows);
 #pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* l = logits + r * V;
-    float* p = probs + r * V;
-    int arg = 0;
-    for (int i = 1; i < V; ++i)
-      if (l[i] > l[arg]) arg = i;
-    const float mx = l[arg];
-#pragma omp simd
-    for (int i = 0; i < V; ++i) p[i] = exp_approx(l[i] - mx);
-    double s = 0;
-    for (int i = 0; i < V; ++i) s += p[i];
-    const float inv = static_cast<float>(1.0 / s);
-    for (int i = 0; i < V; ++i) p[i] *= inv;
-    const int32_t t = targets[r];
-    const bool valid = t >= 0 && t < V;  // an invalid target poisons the loss instead of reading out of range
-    row_loss[r] = valid ? std::log(s) - (l[t] - mx) : std::numeric_limits<double>::quiet_NaN();
-    row_hit[r] = arg == t;
-  }
+  for (int64_t r = 0; r < rows; ++r)
+    row_loss[r] =
+        cross_entropy_row(logits + r * V, targets[r], dlogits ? dlogits + r * V : nullptr, V, scale, &row_hit[r]);
   double total = 0;
   int64_t hits = 0;
   for (int64_t r = 0; r < rows; ++r) {  // fixed order: deterministic
@@ -55,15 +65,6 @@ double cross_entropy_forward(const float* logits, const int32_t* targets, float*
   }
   if (correct) *correct = hits;
   return rows ? total / rows : 0.0;
-}
-
-void cross_entropy_backward(const float* probs, const int32_t* targets, float* dlogits, int64_t rows, int V,
-                            float scale) {
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int i = 0; i < V; ++i) dlogits[r * V + i] = probs[r * V + i] * scale;
-    if (targets[r] >= 0 && targets[r] < V) dlogits[r * V + targets[r]] -= scale;
-  }
 }
 
 }  // namespace subdp::cpu

@@ -7,16 +7,15 @@ namespace subdp::cpu {
 /// In-place numerically stable softmax of each row of x (rows, V).
 void softmax_rows(float* x, int64_t rows, int V);
 
-/// Mean cross-entropy of logits (rows, V) against integer targets (rows) in [0, V).
-/// Writes probs (rows, V) = softmax(logits) for the backward pass and, when
-/// correct != nullptr, the number of rows whose argmax equals the target.
-/// Returns the mean loss in nats; NaN if a target lies outside [0, V) (the data sources check
-/// labels and tokens when they load, so that only a broken caller sees it).
-double cross_entropy_forward(const float* logits, const int32_t* targets, float* probs, int64_t rows, int V,
-                             int64_t* correct);
-
-/// dlogits (rows, V) = (probs - onehot(targets)) * scale; scale is 1/rows for a mean loss.
-void cross_entropy_backward(const float* probs, const int32_t* targets, float* dlogits, int64_t rows, int V,
-                            float scale);
+/// Softmax cross-entropy of logits (rows, V) against integer targets (rows) in [0, V), forward
+/// and backward in one pass over each row (the fused classifier: no probabilities tensor).
+/// dlogits: null (evaluation), or (rows, V) = (softmax(logits) - onehot(targets)) * scale,
+/// scale 1/rows for a mean loss; it may be `logits` itself (written in place: each row's
+/// target logit is read before the row is overwritten). correct (optional): the rows whose
+/// argmax (first maximum) equals the target. Returns the mean loss in nats; NaN if a target
+/// lies outside [0, V) (the data sources check labels and tokens when they load, so that only
+/// a broken caller sees it).
+double cross_entropy(const float* logits, const int32_t* targets, float* dlogits, int64_t rows, int V, float scale,
+                     int64_t* correct);
 
 }  // namespace subdp::cpu

@@ -257,14 +257,14 @@ class CudaBackend final : public Backend {
     cuda::embedding_backward(ids, dy, dtable, rows, C, num, ws, ws_bytes, stream_);
   }
 
-  double cross_entropy_forward(const float* logits, const int32_t* targets, float* probs, int64_t rows, int V,
-                               int64_t* correct) override {
+  double cross_entropy(const float* logits, const int32_t* targets, float* dlogits, int64_t rows, int V, float scale,
+                       int64_t* correct) override {
     // Per-row losses and hits come back to the host and are summed there in row order, as
     // the CPU kernel sums them (deterministic).
     double* area = scratch_doubles(rows);
     float* row_loss = reinterpret_cast<float*>(area);
     int32_t* row_hit = reinterpret_cast<int32_t*>(row_loss + rows);
-    cuda::cross_entropy_forward(logits, targets, probs, row_loss, row_hit, rows, V, stream_);
+    cuda::cross_entropy(logits, targets, dlogits, row_loss, row_hit, rows, V, scale, stream_);
     std::vector<float> loss(rows);
     std::vector<int32_t> hit(rows);
     to_host(loss.data(), row_loss, sizeof(float) * rows);
@@ -277,10 +277,6 @@ class CudaBackend final : public Backend {
     }
     if (correct) *correct = hits;
     return rows ? total / rows : 0.0;
-  }
-  void cross_entropy_backward(const float* probs, const int32_t* targets, float* dlogits, int64_t rows, int V,
-                              float scale) override {
-    cuda::cross_entropy_backward(probs, targets, dlogits, rows, V, scale, stream_);
   }
 
   void batchnorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,

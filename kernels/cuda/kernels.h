@@ -95,15 +95,13 @@ void all_finite(const bf16* x, int64_t n, int* out, cudaStream_t stream);
 /// In-place numerically stable softmax of each row of x (rows, V).
 void softmax_rows(float* x, int64_t rows, int V, cudaStream_t stream);
 void softmax_rows(bf16* x, int64_t rows, int V, cudaStream_t stream);
-/// Fused softmax + cross-entropy of logits (rows, V) against targets (rows) in [0, V):
-/// probs (rows, V) = softmax(logits); row_loss (rows) = -log probs[target] in nats;
-/// row_hit (rows, may be null) = 1 where argmax == target. The mean loss is
-/// sum(row_loss) / rows (see sum()). Targets outside [0, V) give row_loss = NaN.
-void cross_entropy_forward(const float* logits, const int32_t* targets, float* probs, float* row_loss, int32_t* row_hit,
-                           int64_t rows, int V, cudaStream_t stream);
-/// dlogits (rows, V) = (probs - onehot(targets)) * scale; may alias probs.
-void cross_entropy_backward(const float* probs, const int32_t* targets, float* dlogits, int64_t rows, int V,
-                            float scale, cudaStream_t stream);
+/// Fused softmax cross-entropy, forward and backward in one pass (as cpu::cross_entropy):
+/// row_loss (rows) = -log softmax(logits)[target] in nats (NaN for a target outside [0, V));
+/// row_hit (rows, may be null) = 1 where argmax == target; dlogits (null, separate, or logits
+/// itself: in place) = (softmax(logits) - onehot(targets)) * scale. The mean loss is
+/// sum(row_loss) / rows (see sum()).
+void cross_entropy(const float* logits, const int32_t* targets, float* dlogits, float* row_loss, int32_t* row_hit,
+                   int64_t rows, int V, float scale, cudaStream_t stream);
 
 // ---- normalisation (norm.cu) -----------------------------------------------------------
 

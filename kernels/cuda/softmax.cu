@@ -1,4 +1,5 @@
-// Row softmax and fused softmax + cross-entropy: twins of kernels/cpu/softmax.cpp.
+// Row softmax and the fused softmax cross-entropy (forward and backward in one pass): twins
+// of kernels/cpu/softmax.cpp.
 // One block per row; max and sum are block reductions in a fixed tree (deterministic).
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.h"
@@ -58,13 +59,17 @@ __device__ ArgMax block_argmax(ArgMax a, float* sv, int* si) {
   return r;
 }
 
-__global__ void cross_entropy_forward_kernel(const float* logits, const int32_t* targets, float* probs, float* row_loss,
-                                             int32_t* row_hit, int V) {
+// dlogits: null, separate, or logits itself (every thread reads the target logit first; the
+// reductions' barriers then separate every read of the row from the first write).
+__global__ void cross_entropy_kernel(const float* logits, const int32_t* targets, float* dlogits, float* row_loss,
+                                     int32_t* row_hit, int V, float scale) {
   __shared__ float sv[32];
   __shared__ int si[32];
   const int64_t r = blockIdx.x;
   const float* l = logits + r * V;
-  float* p = probs + r * V;
+  const int t = targets[r];
+  const bool valid = t >= 0 && t < V;
+  const float lt = valid ? l[t] : 0.f;
   ArgMax a{-INFINITY, 0x7fffffff};
   for (int i = threadIdx.x; i < V; i += blockDim.x) a = better(a, ArgMax{l[i], i});
   a = block_argmax(a, sv, si);
@@ -72,23 +77,16 @@ __global__ void cross_entropy_forward_kernel(const float* logits, const int32_t*
   float s = 0.f;
   for (int i = threadIdx.x; i < V; i += blockDim.x) s += expf(l[i] - mx);
   s = block_sum(s, sv);
-  const float inv = 1.f / s;
-  for (int i = threadIdx.x; i < V; i += blockDim.x) p[i] = expf(l[i] - mx) * inv;
   if (threadIdx.x == 0) {
-    const int t = targets[r];
-    const bool valid = t >= 0 && t < V;
-    row_loss[r] = valid ? logf(s) - (l[t] - mx) : NAN;
+    row_loss[r] = valid ? logf(s) - (lt - mx) : NAN;
     if (row_hit) row_hit[r] = valid && a.i == t ? 1 : 0;
   }
-}
-
-__global__ void cross_entropy_backward_kernel(const float* probs, const int32_t* targets, float* dlogits, int V,
-                                              float scale) {
-  const int64_t r = blockIdx.x;
-  const int t = targets[r];
+  if (!dlogits) return;
+  const float inv = 1.f / s;
+  float* d = dlogits + r * V;
   for (int i = threadIdx.x; i < V; i += blockDim.x) {
-    const float g = probs[r * V + i] * scale;
-    dlogits[r * V + i] = i == t ? g - scale : g;
+    const float g = expf(l[i] - mx) * inv * scale;
+    d[i] = i == t ? g - scale : g;
   }
 }
 
@@ -106,19 +104,11 @@ void softmax_rows(bf16* x, int64_t rows, int V, cudaStream_t s) {
   CUDA_CHECK_LAUNCH();
 }
 
-void cross_entropy_forward(const float* logits, const int32_t* targets, float* probs, float* row_loss, int32_t* row_hit,
-                           int64_t rows, int V, cudaStream_t s) {
+void cross_entropy(const float* logits, const int32_t* targets, float* dlogits, float* row_loss, int32_t* row_hit,
+                   int64_t rows, int V, float scale, cudaStream_t s) {
   if (rows <= 0 || V <= 0) return;
-  SUBDP_LAUNCH(static_cast<unsigned>(rows), kRowThreads, 0, s, cross_entropy_forward_kernel)
-  (logits, targets, probs, row_loss, row_hit, V);
-  CUDA_CHECK_LAUNCH();
-}
-
-void cross_entropy_backward(const float* probs, const int32_t* targets, float* dlogits, int64_t rows, int V,
-                            float scale, cudaStream_t s) {
-  if (rows <= 0 || V <= 0) return;
-  SUBDP_LAUNCH(static_cast<unsigned>(rows), kRowThreads, 0, s, cross_entropy_backward_kernel)
-  (probs, targets, dlogits, V, scale);
+  SUBDP_LAUNCH(static_cast<unsigned>(rows), kRowThreads, 0, s, cross_entropy_kernel)
+  (logits, targets, dlogits, row_loss, row_hit, V, scale);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The trainer on the emulated CUDA device (kernels/cuda on kernels/emu, device.type = "cuda")
-# against the CPU backend. One rank: every model (MLP, ResNet, GPT), recompute, stochastic
-# depth. One rank of a 4-rank layout (--simulate-rank 1/4): forward / backward masking at block
+# against the CPU backend. One rank: every model (MLP, ResNet, GPT, LLaMA), recompute,
+# stochastic depth. One rank of a 4-rank layout (--simulate-rank 1/4): forward / backward masking at block
 # and neuron level, ZeRO-1, ZeRO-2, FSDP. Then 2 and 4 real ranks under mpirun, whose
 # collectives run on the emulated NCCL (carried over MPI): DP and every masking regime on each
 # model, ZeRO-1/2, FSDP, stochastic depth, re-dealing, alignment, resume on the device, a CPU
@@ -99,10 +99,17 @@ one_rank gpt gpt-dp-sgd "${sgd[@]}"
 one_rank resnet resnet-recompute --set train.recompute=blocks
 one_rank gpt gpt-recompute-sgd --set train.recompute=blocks "${sgd[@]}"
 one_rank resnet resnet-stochastic --set mask.regime=stochastic --set mask.keep=0.5
+one_rank llama llama-dp-sgd "${sgd[@]}"
+one_rank llama llama-recompute-sgd --set train.recompute=blocks "${sgd[@]}"
 
 masked=(--set parallel.subnetworks=4 --set mask.keep=0.5)
 one_of_four mlp mlp-fwd-neuron "${masked[@]}" --set mask.regime=forward --set mask.granularity=neuron
 one_of_four mlp mlp-bwd-neuron "${masked[@]}" --set mask.regime=backward --set mask.granularity=neuron
+for regime in forward backward; do  # the LLaMA: every masking regime, 1 of 4 ranks
+  for gran in block neuron; do
+    one_of_four llama "llama-$regime-$gran" "${masked[@]}" --set mask.regime=$regime --set mask.granularity=$gran
+  done
+done
 for model in resnet gpt; do
   for regime in forward backward; do
     for gran in block neuron; do
@@ -153,6 +160,8 @@ for model in resnet gpt; do
     --set parallel.shard=parameters --set train.recompute=blocks
 done
 several 2 resnet resnet-np2-stochastic --set mask.regime=stochastic --set mask.keep=0.5
+several 2 llama llama-np2-fwd-neuron --set parallel.subnetworks=2 --set mask.keep=0.5 "${sgd[@]}" \
+  --set mask.regime=forward --set mask.granularity=neuron
 several 4 gpt gpt-np4-redeal "${masked[@]}" "${sgd[@]}" --set mask.regime=forward --set mask.redeal_every=2
 several 4 resnet resnet-np4-alignment "${masked[@]}" --set mask.regime=forward --set log.alignment_every=1
 # AdamW under NCCL: its updates show in the losses (weights: see the SGD note above).

@@ -158,28 +158,30 @@ TEST_F(Kernels, SoftmaxRows) {
   }
 }
 
-TEST_F(Kernels, CrossEntropyForwardBackward) {
+TEST_F(Kernels, CrossEntropyFused) {
   for (int V : {10, 1000}) {
     const int64_t rows = 301;
     const auto logits = random_vec(rows * V, 13, -5.f, 5.f);
     auto targets = random_ints(rows, 14, 0, V);
-    std::vector<float> probs(rows * V), dlogits(rows * V);
+    std::vector<float> dlogits(rows * V);
     int64_t correct = 0;
-    const double loss = cpu::cross_entropy_forward(logits.data(), targets.data(), probs.data(), rows, V, &correct);
-    cpu::cross_entropy_backward(probs.data(), targets.data(), dlogits.data(), rows, V, 1.f / rows);
+    const double loss =
+        cpu::cross_entropy(logits.data(), targets.data(), dlogits.data(), rows, V, 1.f / rows, &correct);
 
-    Dev<float> dl(logits), dp(rows * V), dloss(rows), dgrad(rows * V);
+    Dev<float> dl(logits), dloss(rows), dgrad(rows * V), dloss2(rows);
     Dev<int32_t> dt(targets), dhit(rows);
     Dev<double> ws(cuda::reduce_workspace_doubles()), total(1);
-    cuda::cross_entropy_forward(dl, dt, dp, dloss, dhit, rows, V, stream);
+    cuda::cross_entropy(dl, dt, dgrad, dloss, dhit, rows, V, 1.f / rows, stream);  // separate dlogits
     cuda::sum(dloss, rows, total, ws, stream);
-    cuda::cross_entropy_backward(dp, dt, dgrad, rows, V, 1.f / rows, stream);
-    EXPECT_REL(dp.download(), probs, kF32Tol);
     EXPECT_NEAR(total.download()[0] / rows, loss, 1e-5 * loss);
     int64_t hits = 0;
     for (int32_t h : dhit.download()) hits += h;
     EXPECT_EQ(hits, correct);
     EXPECT_REL(dgrad.download(), dlogits, kF32Tol);
+    // In place, as the classifier head calls it: the same losses and dlogits as separate.
+    cuda::cross_entropy(dl, dt, dl, dloss2, nullptr, rows, V, 1.f / rows, stream);
+    EXPECT_EQ(dloss2.download(), dloss.download());
+    EXPECT_EQ(dl.download(), dgrad.download());
   }
 }
 

@@ -402,15 +402,16 @@ TEST(Gpt, ActivationBytesAreTheStoredTensorsAndOneSharedScratch) {
   // each), qkv (3C), the GELU input (H), two LayerNorms' mean and rstd (the attention
   // probabilities and the ln1, ln2 and GELU outputs are recomputed in backward, not
   // stored); once: embeddings, residual gradient, dln, the recomputed LayerNorm output (C
-  // each), logits (V), lnf's mean and rstd, int32 positions, and one shared scratch as wide
-  // as the widest of lnf output + dlogits (C + V), dh (H), attention dy + dqkv (4C).
+  // each), logits (V, overwritten by dlogits: the fused classifier), lnf's mean and rstd,
+  // int32 positions, and one shared scratch as wide as the widest of lnf output (C), dh (H),
+  // attention dy + dqkv (4C): no (B, T, V) probabilities or dlogits tensor, whatever V.
   ModelConfig c = tiny_gpt();
-  for (const int vocab : {11, 40}) {  // shared width set by 4C = H = 32, then by C + V = 48
+  for (const int vocab : {11, 40}) {  // shared width 4C = H = 32 (before the fused classifier: C + V = 48 at V = 40)
     c.vocab = vocab;
     const int64_t rows = int64_t{kBatch} * c.context, C = c.width, H = int64_t{c.mlp_ratio} * c.width, V = c.vocab,
                   f = sizeof(float);
     const int64_t per_block = 6 * C + H + 4;
-    const int64_t once = 4 * C + V + 2 + 1 + std::max({C + V, H, 4 * C});
+    const int64_t once = 4 * C + V + 2 + 1 + std::max({C, H, 4 * C});
     EXPECT_EQ(activation_bytes(c, full_mask(gpt_units(c))), rows * f * (c.depth * per_block + once)) << vocab;
   }
 }
@@ -448,7 +449,7 @@ TEST(Gpt, RecomputeStoresOneBlockOfActivationsAndEachBlocksOutput) {
   const ModelConfig c = tiny_gpt();
   const int64_t rows = int64_t{kBatch} * c.context, C = c.width, H = int64_t{c.mlp_ratio} * c.width, V = c.vocab,
                 f = sizeof(float);
-  const int64_t once = 4 * C + V + 2 + 1 + std::max({C + V, H, 4 * C});
+  const int64_t once = 4 * C + V + 2 + 1 + std::max({C, H, 4 * C});
   const MemStats m = MemoryTracker::global().measure([&] { Gpt g(c, full_mask(gpt_units(c)), kBatch, 3, true); });
   EXPECT_EQ(m.peak[static_cast<int>(MemCategory::activations)], rows * f * (c.depth * C + (5 * C + H + 4) + once));
 }

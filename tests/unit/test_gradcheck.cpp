@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -449,10 +450,10 @@ TEST(GradCheck, MaxPool3x3Stride1Overlapping) { check_max_pool(3, 1); }
 TEST(GradCheck, SoftmaxCrossEntropy) {
   const int64_t rows = 5;
   const int V = 7;
-  Tensor logits = random_tensor({rows, V}, 2.f, 71), probs = act({rows, V});
+  Tensor logits = random_tensor({rows, V}, 2.f, 71);
   Tensor t = Tensor::zeros({rows}, MemCategory::activations, DType::i32);
   for (int64_t i = 0; i < rows; ++i) t.i32()[i] = static_cast<int32_t>((3 * i + 1) % V);
-  auto loss = [&] { return cpu::cross_entropy_forward(logits.f32(), t.i32(), probs.f32(), rows, V, nullptr); };
+  auto loss = [&] { return cpu::cross_entropy(logits.f32(), t.i32(), nullptr, rows, V, 0.f, nullptr); };
   // Value against a double-precision reference, and the argmax count.
   double want = 0;
   int64_t want_correct = 0;
@@ -466,26 +467,27 @@ TEST(GradCheck, SoftmaxCrossEntropy) {
   }
   want /= rows;
   int64_t correct = -1;
-  EXPECT_NEAR(cpu::cross_entropy_forward(logits.f32(), t.i32(), probs.f32(), rows, V, &correct), want, 1e-6);
-  EXPECT_EQ(correct, want_correct);
-  for (int64_t i = 0; i < rows; ++i) {
-    double s = 0;
-    for (int v = 0; v < V; ++v) s += probs.f32()[i * V + v];
-    EXPECT_NEAR(s, 1.0, 1e-6);
-  }
   Tensor dl = act({rows, V});
-  cpu::cross_entropy_backward(probs.f32(), t.i32(), dl.f32(), rows, V, 1.f / rows);
+  EXPECT_NEAR(cpu::cross_entropy(logits.f32(), t.i32(), dl.f32(), rows, V, 1.f / rows, &correct), want, 1e-6);
+  EXPECT_EQ(correct, want_correct);
+  for (int64_t i = 0; i < rows; ++i) {  // each row of dlogits = (softmax - onehot) / rows sums to 0
+    double s = 0;
+    for (int v = 0; v < V; ++v) s += dl.f32()[i * V + v];
+    EXPECT_NEAR(s, 0.0, 1e-7);
+  }
   EXPECT_TRUE(check_gradient("cross-entropy logits", logits.f32(), dl.f32(), logits.numel(), loss));
-  // In place (the classifier head reuses the probability buffer for dlogits).
-  loss();
-  cpu::cross_entropy_backward(probs.f32(), t.i32(), probs.f32(), rows, V, 1.f / rows);
-  for (int64_t i = 0; i < dl.numel(); ++i) EXPECT_FLOAT_EQ(probs.f32()[i], dl.f32()[i]) << i;
-  // softmax_rows agrees with the probabilities.
+  // softmax_rows agrees with the probabilities dlogits hold (rows * dl + onehot).
   Tensor sm = act({rows, V});
   sm.copy_from(logits);
   cpu::softmax_rows(sm.f32(), rows, V);
-  loss();
-  for (int64_t i = 0; i < sm.numel(); ++i) EXPECT_NEAR(sm.f32()[i], probs.f32()[i], 1e-6) << i;
+  for (int64_t i = 0; i < rows; ++i)
+    for (int v = 0; v < V; ++v)
+      EXPECT_NEAR(sm.f32()[i * V + v], rows * dl.f32()[i * V + v] + (v == t.i32()[i]), 1e-6) << i << " " << v;
+  // In place (the classifier head writes dlogits over the logits): the same loss and bits.
+  Tensor in_place = act({rows, V});
+  in_place.copy_from(logits);
+  EXPECT_EQ(cpu::cross_entropy(in_place.f32(), t.i32(), in_place.f32(), rows, V, 1.f / rows, nullptr), loss());
+  EXPECT_EQ(std::memcmp(in_place.f32(), dl.f32(), dl.nbytes()), 0);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -46,6 +46,7 @@ int run_parity_dump(const Config& config, const std::string& out_dir, int steps)
   std::filesystem::create_directories(out_dir);
   const ModelUnits units = model_units(config.model);
   auto model = make_model(config.model, full_mask(units), config.train.batch_size, config.train.seed);
+  model->keep_logits();  // the training forward's logits are compared, not overwritten by dlogits
   auto data = make_data_source(config, 0, 1);
   Batch batch = data->make_batch();
   data->train_batch(0, 0, batch);
