@@ -1,6 +1,8 @@
 // The communication thread of the overlapped holder all-reduce (see overlap.h).
 #include "engine/parallel/overlap.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
@@ -94,6 +96,10 @@ void OverlappedAllReduce::send(const Chunk& c) {
 }
 
 void OverlappedAllReduce::loop() {
+  // The packing and unpacking run on this thread alone: a new thread's OpenMP teams take the
+  // process's initial thread count (the cores), not the rank's, and their idle workers spin
+  // on the cores the backward pass computes on.
+  omp_set_num_threads(1);
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     cv_.wait(lock, [&] { return stop_ || startable(next_); });
