@@ -8,22 +8,25 @@ every figure and the ratio of subdp's best to the peer's best, and subdp's achie
 (the FLOPs its metrics count per step) as a fraction of the OpenBLAS sgemm rate measured in
 the same run (build/subdp_gemm_rate, 1024^3 products).
 
-  /usr/bin/python3 benchmarks/throughput.py [--steps 20] [--threads 2] [--models mlp,resnet,gpt]
+  /usr/bin/python3 benchmarks/throughput.py [--steps 20] [--threads 2] [--models mlp,resnet,gpt,llama]
 
-MLP and ResNet train at --batch (default 128) images with SGD; the GPT at --gpt-batch
-(default 16) windows of 128 bytes of the Brown corpus with AdamW, reported in tokens/s.
+MLP and ResNet train at --batch (default 128) images with SGD; the GPT and the LLaMA at
+--gpt-batch (default 16) windows of 128 bytes of the Brown corpus with AdamW, reported in
+tokens/s.
 """
 import argparse, json, os, statistics, subprocess, sys, tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-CONFIGS = {"mlp": "configs/mlp_fmnist.toml", "resnet": "configs/resnet_fmnist.toml", "gpt": "configs/gpt_brown.toml"}
+CONFIGS = {"mlp": "configs/mlp_fmnist.toml", "resnet": "configs/resnet_fmnist.toml", "gpt": "configs/gpt_brown.toml",
+           "llama": "configs/llama_brown.toml"}
+LANGUAGE_MODELS = ("gpt", "llama")
 
 
 def items_per_step(model, batch):
-    """Samples per step, or tokens per step for the GPT (context 128)."""
-    return batch * 128 if model == "gpt" else batch
+    """Samples per step, or tokens per step for the language models (context 128)."""
+    return batch * 128 if model in LANGUAGE_MODELS else batch
 
 
 def subdp_rate(binary, model, batch, steps, warmup, threads, overrides=(), ranks=1):
@@ -78,7 +81,7 @@ def torch_rate(model, batch, steps, warmup, threads, env=None, ranks=1):
 
 def measure(a, model, gemm):
     """One row: subdp 1xN and DP Nx1, the peer in each configuration, best against best."""
-    batch = a.gpt_batch if model == "gpt" else a.batch
+    batch = a.gpt_batch if model in LANGUAGE_MODELS else a.batch
     ours = {"1x%d" % a.threads: subdp_rate(a.binary, model, batch, a.steps, a.warmup, a.threads, a.set)}
     if a.threads > 1 and batch % a.threads == 0:
         ours["DP %dx1" % a.threads] = subdp_rate(a.binary, model, batch, a.steps, a.warmup, a.threads, a.set, a.threads)
@@ -119,7 +122,7 @@ def main():
           + " | ".join(f"PyTorch {n}" for n in names) + " | best / best | subdp GFLOP/s | of sgemm rate |")
     print("|" + " --- |" * (8 + len(names) - 1))
     for model in a.models.split(","):
-        unit = "tokens/s" if model == "gpt" else "samples/s"
+        unit = "tokens/s" if model in LANGUAGE_MODELS else "samples/s"
         ratios = []
         for _ in range(a.repeat):
             r = measure(a, model, gemm)

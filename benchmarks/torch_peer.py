@@ -150,7 +150,7 @@ def train(a, rank=0, world=1):
     model = build(a.model)
     if world > 1:
         model = nn.parallel.DistributedDataParallel(model)
-    if a.model == "gpt":
+    if a.model in ("gpt", "llama"):
         x_all, y_all = byte_windows(a.text, a.batch * 8 * world, 128)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
     else:
@@ -182,8 +182,8 @@ def ddp_worker(rank, world, a, out):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--model", choices=["mlp", "resnet", "gpt"], required=True)
-    p.add_argument("--text", default="data/brown/brown.txt", help="byte corpus for --model gpt")
+    p.add_argument("--model", choices=["mlp", "resnet", "gpt", "llama"], required=True)
+    p.add_argument("--text", default="data/brown/brown.txt", help="byte corpus for --model gpt and llama")
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
@@ -200,7 +200,7 @@ def main():
     else:
         torch.set_num_threads(a.threads)
         step_s = train(a)
-    per_step, unit = (a.batch * 128, "tokens/s") if a.model == "gpt" else (a.batch, "samples/s")
+    per_step, unit = (a.batch * 128, "tokens/s") if a.model in ("gpt", "llama") else (a.batch, "samples/s")
     print(json.dumps({"model": a.model, "batch": a.batch, "ranks": a.ddp, "threads": a.threads, "steps": a.steps,
                       "step_s": step_s, "rate": per_step * a.ddp / step_s, "unit": unit, "torch": torch.__version__,
                       "openblas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "")}))
