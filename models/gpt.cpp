@@ -9,16 +9,11 @@
 #include "engine/core/backend.h"
 #include "engine/core/error.h"
 #include "engine/layers/flops.h"
+#include "models/transformer_units.h"
 
 namespace subdp {
 
 namespace {
-
-constexpr InitSpec kGpt2Weight{InitSpec::normal, 0.02f};
-constexpr InitSpec kZero{InitSpec::constant, 0.f};
-
-int heads_layer(int block) { return 2 * block; }
-int mlp_layer(int block) { return 2 * block + 1; }
 
 Tensor activation(int64_t rows, int64_t width) { return Tensor::empty({rows, width}, MemCategory::activations); }
 
@@ -79,14 +74,9 @@ bool outputs_in_scratch(const SubnetMask& mask, int index) {
   return neuron_backward || block_skips_weight_gradients(mask, index);
 }
 
-/// Local MLP hidden width and attention width of block `index`, as ParamSet shapes them:
-/// 0 for an absent block, the kept units under forward neuron masking, else full.
+/// Local MLP hidden width and attention width of block `index` (transformer_units.h).
 std::pair<int64_t, int64_t> local_widths(const ModelConfig& c, const SubnetMask& mask, int index) {
-  if (mask.skips_block(index)) return {0, 0};
-  const int64_t H = int64_t{c.mlp_ratio} * c.width;
-  if (!(mask.forward_masked() && mask.granularity == Granularity::neuron)) return {H, c.width};
-  return {mask.layers.at(mlp_layer(index)).kept,
-          int64_t{mask.layers.at(heads_layer(index)).kept} * (c.width / c.heads)};
+  return local_block_widths(mask, index, int64_t{c.mlp_ratio} * c.width, c.width, c.heads);
 }
 /// Block `index`'s attention layer: heads maskable at neuron level, its output kept for the
 /// proj weight gradient only as far as that gradient reads it (attention.h).
@@ -103,7 +93,7 @@ AttentionSpec attention_spec(const SubnetMask& mask, const ModelConfig& c, int i
   attn.head_layer = neuron ? heads_layer(index) : -1;
   attn.block = index;
   attn.head_scale = neuron ? mask.scale : 1.f;
-  attn.weight_init = kGpt2Weight;
+  attn.weight_init = kTransformerWeight;
   attn.proj_weight_init = proj_init;
   attn.y_scratch = outputs_in_scratch(mask, index) ? &forward_scratch : nullptr;
   attn.y_kept_cols = dropped ? 0 : static_cast<int64_t>(mask.layers.at(heads_layer(index)).kept) * (c.width / c.heads);
@@ -124,12 +114,14 @@ TransformerBlock::TransformerBlock(ParamSet& ps, const SubnetMask& mask, const M
   ln2_ = std::make_unique<LayerNorm>(ps, name + ".ln2", C_, index);
   // zero_init_residual: both branches' output projections (attention proj, MLP fc2) start at
   // 0, so the block starts as the identity (the transformer form of Goyal et al. 2017, 5.1).
-  const InitSpec branch_out_init = c.zero_init_residual ? kZero : kGpt2Weight;
+  const InitSpec branch_out_init = c.zero_init_residual ? kZeroInit : kTransformerWeight;
   attn_ = std::make_unique<CausalSelfAttention>(
       ps, attention_spec(mask, c, index, max_rows, branch_out_init, forward_scratch, kept));
   const UnitRef out_units{neuron ? mlp_layer(index) : -1, 0, 1}, in_units{neuron ? mlp_layer(index) : -1, 1, 1};
-  fc_ = std::make_unique<Linear>(ps, name + ".fc", C_, H, true, out_units, UnitRef{}, index, kGpt2Weight, kZero);
-  fc2_ = std::make_unique<Linear>(ps, name + ".fc2", H, C_, true, UnitRef{}, in_units, index, branch_out_init, kZero);
+  fc_ = std::make_unique<Linear>(ps, name + ".fc", C_, H, true, out_units, UnitRef{}, index, kTransformerWeight,
+                                 kZeroInit);
+  fc2_ =
+      std::make_unique<Linear>(ps, name + ".fc2", H, C_, true, UnitRef{}, in_units, index, branch_out_init, kZeroInit);
   if (neuron)
     neuron_scale_ = mask.scale;
   else
@@ -231,8 +223,8 @@ Gpt::Gpt(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t s
       max_batch_(max_batch) {
   gpt_units(c);  // validates the sizes
   const int64_t rows = static_cast<int64_t>(max_batch) * T_;
-  wte_ = std::make_unique<Embedding>(params_, "wte", V_, C_, kGpt2Weight);
-  wpe_ = std::make_unique<Embedding>(params_, "wpe", T_, C_, kGpt2Weight);
+  wte_ = std::make_unique<Embedding>(params_, "wte", V_, C_, kTransformerWeight);
+  wpe_ = std::make_unique<Embedding>(params_, "wpe", T_, C_, kTransformerWeight);
   // shared_ (floats per row): the head's lnf output (C; dlogits overwrite the logits); the blocks' forward
   // scratch (ln1, ln2 and GELU outputs, and under backward masking attention outputs: at
   // most max(C, local hidden width)); their backward scratch (dh, or attention's dy + dqkv).

@@ -13,20 +13,15 @@
 #include "engine/layers/rope.h"
 #include "models/classifier_head.h"
 #include "models/llama_block.h"
+#include "models/transformer_units.h"
 
 namespace subdp {
 
 namespace {
 
-constexpr InitSpec kLlamaWeight{InitSpec::normal, 0.02f};
-
-/// Local SwiGLU width and attention width of block `index`: 0 for an absent block, the kept
-/// units under forward neuron masking, else full.
+/// Local SwiGLU width and attention width of block `index` (transformer_units.h).
 std::pair<int64_t, int64_t> local_widths(const ModelConfig& c, const SubnetMask& mask, int index) {
-  if (mask.skips_block(index)) return {0, 0};
-  const int64_t H = llama_ffn_width(c);
-  if (!(mask.forward_masked() && mask.granularity == Granularity::neuron)) return {H, c.width};
-  return {mask.layers.at(2 * index + 1).kept, int64_t{mask.layers.at(2 * index).kept} * (c.width / c.heads)};
+  return local_block_widths(mask, index, llama_ffn_width(c), c.width, c.heads);
 }
 
 class Llama : public Model {
@@ -74,12 +69,12 @@ Llama::Llama(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64
       max_batch_(max_batch) {
   llama_units(c);  // validates the sizes
   const int64_t rows = static_cast<int64_t>(max_batch) * T_;
-  tok_ = std::make_unique<Embedding>(params_, "tok_embeddings", V_, C_, kLlamaWeight);
+  tok_ = std::make_unique<Embedding>(params_, "tok_embeddings", V_, C_, kTransformerWeight);
   rope_ = std::make_unique<RopeTables>(T_, hd_, c.rope_theta);
   build_blocks(c, rows);
   norm_ = std::make_unique<RMSNorm>(params_, "norm", C_);
   norm_->allocate_stats(rows);
-  output_ = std::make_unique<Linear>(params_, "output", C_, V_, false, UnitRef{}, UnitRef{}, -1, kLlamaWeight);
+  output_ = std::make_unique<Linear>(params_, "output", C_, V_, false, UnitRef{}, UnitRef{}, -1, kTransformerWeight);
   x0_ = Tensor::empty({rows, int64_t{C_}}, MemCategory::activations);
   norm_out_ = shared_.slice0(0, rows * C_).view({rows, int64_t{C_}});
   head_ = std::make_unique<CrossEntropyHead>(rows, V_);

@@ -5,16 +5,11 @@
 
 #include "engine/core/backend.h"
 #include "engine/core/error.h"
+#include "models/transformer_units.h"
 
 namespace subdp {
 
 namespace {
-
-constexpr InitSpec kLlamaWeight{InitSpec::normal, 0.02f};
-constexpr InitSpec kZero{InitSpec::constant, 0.f};
-
-int heads_layer(int block) { return 2 * block; }
-int mlp_layer(int block) { return 2 * block + 1; }
 
 /// Block `index`'s attention: heads maskable at neuron level, no biases, RoPE on q and k.
 AttentionSpec attention_spec(const SubnetMask& mask, const ModelConfig& c, int index, const LlamaBlockSpec& spec,
@@ -32,7 +27,7 @@ AttentionSpec attention_spec(const SubnetMask& mask, const ModelConfig& c, int i
   a.head_layer = neuron ? heads_layer(index) : -1;
   a.block = index;
   a.head_scale = neuron ? mask.scale : 1.f;
-  a.weight_init = kLlamaWeight;
+  a.weight_init = kTransformerWeight;
   a.proj_weight_init = wo_init;
   a.activation_area = spec.shared ? &spec.shared->attn : nullptr;
   a.rope_cos = spec.rope_cos;
@@ -62,14 +57,16 @@ LlamaBlock::LlamaBlock(ParamSet& ps, const SubnetMask& mask, const ModelConfig& 
   const bool neuron = mask.granularity == Granularity::neuron;
   const int64_t H = llama_ffn_width(c), rows = spec.max_rows;
   // zero_init_residual: both branch outputs (wo, w2) start at 0, the block as the identity.
-  const InitSpec out_init = c.zero_init_residual ? kZero : kLlamaWeight;
+  const InitSpec out_init = c.zero_init_residual ? kZeroInit : kTransformerWeight;
   norm1_ = std::make_unique<RMSNorm>(ps, name + ".attention_norm", C_, index);
   attn_ = std::make_unique<CausalSelfAttention>(ps, attention_spec(mask, c, index, spec, out_init));
   norm2_ = std::make_unique<RMSNorm>(ps, name + ".ffn_norm", C_, index);
   const int mlp = neuron ? mlp_layer(index) : -1;
   const std::string ff = name + ".feed_forward";
-  w1_ = std::make_unique<Linear>(ps, ff + ".w1", C_, H, false, UnitRef{mlp, 0, 1}, UnitRef{}, index, kLlamaWeight);
-  w3_ = std::make_unique<Linear>(ps, ff + ".w3", C_, H, false, UnitRef{mlp, 0, 1}, UnitRef{}, index, kLlamaWeight);
+  w1_ =
+      std::make_unique<Linear>(ps, ff + ".w1", C_, H, false, UnitRef{mlp, 0, 1}, UnitRef{}, index, kTransformerWeight);
+  w3_ =
+      std::make_unique<Linear>(ps, ff + ".w3", C_, H, false, UnitRef{mlp, 0, 1}, UnitRef{}, index, kTransformerWeight);
   w2_ = std::make_unique<Linear>(ps, ff + ".w2", H, C_, false, UnitRef{}, UnitRef{mlp, 1, 1}, index, out_init);
   if (neuron)
     neuron_scale_ = mask.scale;

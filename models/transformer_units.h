@@ -1,0 +1,30 @@
+// What the GPT (gpt.h) and the LLaMA (llama.h) share of their subnetwork layout and
+// initialisation: each block's two maskable layers (its heads, then its MLP neurons), the
+// widths a mask leaves a block, and the N(0, 0.02) weights both draw. Internal to models/.
+#pragma once
+#include <cstdint>
+#include <utility>
+
+#include "engine/subnet/param.h"
+#include "engine/subnet/plan.h"
+
+namespace subdp {
+
+/// Weights of GPT-2 and of the LLaMA reference code: N(0, 0.02); and the zero initialiser.
+constexpr InitSpec kTransformerWeight{InitSpec::normal, 0.02f};
+constexpr InitSpec kZeroInit{InitSpec::constant, 0.f};
+
+/// Maskable layer ids of block b at neuron level: its attention heads, then its MLP neurons.
+inline int heads_layer(int block) { return 2 * block; }
+inline int mlp_layer(int block) { return 2 * block + 1; }
+
+/// Local MLP hidden width and attention width (floats per row) of block `index` for a model of
+/// width C, `heads` heads and MLP width H, as ParamSet shapes them: 0 for an absent block, the
+/// kept units under forward neuron masking, else H and C.
+inline std::pair<int64_t, int64_t> local_block_widths(const SubnetMask& mask, int index, int64_t H, int C, int heads) {
+  if (mask.skips_block(index)) return {0, 0};
+  if (!(mask.forward_masked() && mask.granularity == Granularity::neuron)) return {H, C};
+  return {mask.layers.at(mlp_layer(index)).kept, int64_t{mask.layers.at(heads_layer(index)).kept} * (C / heads)};
+}
+
+}  // namespace subdp
