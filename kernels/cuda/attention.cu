@@ -1,8 +1,14 @@
-// Causal self-attention: twins of kernels/cpu/attention.cpp. The products are cuBLAS
-// strided-batched GEMMs over the H heads of one sequence (heads sit hd columns apart inside
-// a qkv row), one call per sequence; the causal softmax and its backward are one warp per
-// score row.
+// Causal self-attention that never stores a (T, T) matrix: a flash-style forward and backward
+// (Dao et al., "FlashAttention", arXiv:2205.14135, algorithms 1 and 2) in float32 on CUDA
+// cores. One thread owns one query (or key) row of one (sequence, head); the block's 64 rows
+// share each tile of the other side's rows in shared memory, and tiles that the causal mask
+// hides wholly are never loaded. Softmax is online (a running max and sum per row), so the
+// forward keeps only its output, and the backward recomputes probabilities from the row's
+// log-sum-exp. Every sum runs in a fixed order and no kernel uses atomics: a run repeats bit
+// for bit. The CPU attention (kernels/cpu/attention.cpp) is the reference.
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.h"
@@ -11,101 +17,246 @@ namespace subdp::cuda {
 
 namespace {
 
-using detail::warp_max;
-using detail::warp_sum;
+constexpr int kRowsPerBlock = 64;  // threads per block, one row each
 
-constexpr int kWarpsPerBlock = 8;
-
-// Row i of matrix m: softmax over j <= i of scale * scores, zero beyond.
-__global__ void causal_softmax_kernel(const float* scores, float* att, int64_t rows, int T, float scale) {
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  if (row >= rows) return;
-  const int lane = threadIdx.x & 31, i = static_cast<int>(row % T);
-  const float* in = scores + row * T;
-  float* out = att + row * T;
-  float mx = -INFINITY;
-  for (int j = lane; j <= i; j += 32) mx = fmaxf(mx, scale * in[j]);
-  mx = warp_max(mx);
-  float sum = 0.f;
-  for (int j = lane; j <= i; j += 32) sum += expf(scale * in[j] - mx);
-  const float inv = 1.f / warp_sum(sum);
-  for (int j = lane; j < T; j += 32) out[j] = j <= i ? expf(scale * in[j] - mx) * inv : 0.f;
+/// Rows of the shared tile: two (rows, HD) float tiles fill 32 KiB of the 48 KiB a block
+/// gets without an opt-in.
+template <int HD>
+__host__ __device__ constexpr int tile_rows() {
+  return HD <= 64 ? 64 : 32;
 }
 
-__global__ void causal_softmax_backward_kernel(const float* att, const float* datt, float* dscores, int64_t rows, int T,
-                                               float scale) {
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  if (row >= rows) return;
-  const int lane = threadIdx.x & 31, i = static_cast<int>(row % T);
-  const float* p = att + row * T;
-  const float* g = datt + row * T;
-  float* d = dscores + row * T;
-  float dot = 0.f;
-  for (int j = lane; j <= i; j += 32) dot += p[j] * g[j];
-  dot = warp_sum(dot);
-  for (int j = lane; j < T; j += 32) d[j] = j <= i ? scale * p[j] * (g[j] - dot) : 0.f;
+/// Where one (sequence b, head h) sits: qkv rows of 3C floats with head h's q at column h*hd
+/// (k at C + h*hd, v at 2C + h*hd), and dy / y rows of C floats with head h at h*hd.
+struct HeadView {
+  int64_t ld, C;
+  const float* q;  // row 0 of head h's q; k and v are C and 2C further
+  int64_t y_off;   // offset of row 0, column h*hd in (B, T, C) tensors
+  int64_t stat;    // offset of row 0 in (B, H, T) statistics
+};
+
+__device__ HeadView head_view(const float* qkv, int T, int H, int hd) {
+  const int b = static_cast<int>(blockIdx.y) / H, h = static_cast<int>(blockIdx.y) % H;
+  const int64_t C = static_cast<int64_t>(H) * hd, ld = 3 * C;
+  return {ld, C, qkv + static_cast<int64_t>(b) * T * ld + static_cast<int64_t>(h) * hd,
+          static_cast<int64_t>(b) * T * C + static_cast<int64_t>(h) * hd, static_cast<int64_t>(blockIdx.y) * T};
 }
 
-unsigned row_blocks(int64_t rows) { return static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock); }
+/// tile[r][d] = src[(r0 + r) * ld + d], zero past row T and past column hd: the zero columns
+/// add exact zeros to every dot product, so a head narrower than HD computes as itself.
+template <int HD, int ROWS>
+__device__ void load_tile(float (*tile)[HD], const float* src, int64_t ld, int r0, int T, int hd) {
+  for (int e = threadIdx.x; e < ROWS * HD; e += blockDim.x) {
+    const int r = e / HD, d = e % HD;
+    tile[r][d] = r0 + r < T && d < hd ? src[static_cast<int64_t>(r0 + r) * ld + d] : 0.f;
+  }
+}
+
+/// row[d] = src[d] for d < n, zero beyond (n = 0: all zero, src unread).
+template <int HD>
+__device__ void load_row(float (&row)[HD], const float* src, int n) {
+#pragma unroll
+  for (int d = 0; d < HD; ++d) row[d] = d < n ? src[d] : 0.f;
+}
+
+template <int HD>
+__device__ float dot(const float (&a)[HD], const float* b) {
+  float s = 0.f;
+#pragma unroll
+  for (int d = 0; d < HD; ++d) s += a[d] * b[d];
+  return s;
+}
+
+/// Calls visit(k_j, v_j) for every key j <= i (causal) of query row i, in order of j, for the
+/// (sequence, head) of view v; k_j and v_j are HD-float rows in shared memory. Every thread
+/// of the block must call it (they load each tile of keys and values together); a thread
+/// with i >= T visits nothing.
+template <int HD, class Visit>
+__device__ void for_each_causal_key(const HeadView& v, int T, int hd, int i, Visit&& visit) {
+  constexpr int BC = tile_rows<HD>();
+  __shared__ float ks[BC][HD];
+  __shared__ float vs[BC][HD];
+  const int keys = min(T, static_cast<int>(blockIdx.x + 1) * kRowsPerBlock);  // no row of the block sees past it
+  for (int j0 = 0; j0 < keys; j0 += BC) {
+    __syncthreads();  // every thread is done with the previous tile
+    load_tile<HD, BC>(ks, v.q + v.C, v.ld, j0, T, hd);
+    load_tile<HD, BC>(vs, v.q + 2 * v.C, v.ld, j0, T, hd);
+    __syncthreads();
+    const int n = i < T ? min(BC, i - j0 + 1) : 0;
+    for (int jj = 0; jj < n; ++jj) visit(ks[jj], vs[jj]);
+  }
+}
+
+/// Forward for the query rows of block (blockIdx.x, blockIdx.y = b * H + h). Writes y, or
+/// with kForBackward the row's log-sum-exp and delta = rowsum(dy * y) (the backward's D)
+/// instead of y. lse may be null in the plain forward.
+template <int HD, bool kForBackward>
+__global__ void __launch_bounds__(64) flash_forward_kernel(const float* qkv, const float* dy, float* y, float* lse,
+                                                           float* delta, int T, int H, int hd, float scale) {
+  const HeadView v = head_view(qkv, T, H, hd);
+  const int i = static_cast<int>(blockIdx.x) * kRowsPerBlock + static_cast<int>(threadIdx.x);
+  const bool active = i < T;
+  float q[HD], o[HD];
+  load_row<HD>(q, v.q + static_cast<int64_t>(i) * v.ld, active ? hd : 0);
+  load_row<HD>(o, nullptr, 0);
+  float m = -INFINITY, l = 0.f;
+  for_each_causal_key<HD>(v, T, hd, i, [&](const float* k, const float* vj) {
+    const float s = scale * dot<HD>(q, k);
+    if (s > m) {  // a new running max: rescale what was summed under the old one
+      const float c = expf(m - s);
+      l *= c;
+#pragma unroll
+      for (int d = 0; d < HD; ++d) o[d] *= c;
+      m = s;
+    }
+    const float p = expf(s - m);
+    l += p;
+#pragma unroll
+    for (int d = 0; d < HD; ++d) o[d] += p * vj[d];
+  });
+  if (!active) return;
+  const float inv = 1.f / l;
+  if (lse) lse[v.stat + i] = m + logf(l);
+  const int64_t at = v.y_off + static_cast<int64_t>(i) * v.C;
+  if constexpr (kForBackward) {
+    float sum = 0.f;
+    for (int d = 0; d < hd; ++d) sum += dy[at + d] * (o[d] * inv);
+    delta[v.stat + i] = sum;
+  } else {
+    for (int d = 0; d < hd; ++d) y[at + d] = o[d] * inv;
+  }
+}
+
+/// dk and dv of the key rows of block (blockIdx.x, b * H + h): each sums over the query
+/// rows i >= j, query tiles from the block's first key on.
+template <int HD>
+__global__ void __launch_bounds__(64)
+    flash_backward_dkdv_kernel(const float* qkv, const float* dy, const float* lse, const float* delta, float* dqkv,
+                               int T, int H, int hd, float scale) {
+  constexpr int BQ = tile_rows<HD>();  // divides kRowsPerBlock, so the first tile starts at j0
+  __shared__ float qs[BQ][HD];
+  __shared__ float gs[BQ][HD];
+  __shared__ float ls[BQ];
+  __shared__ float ds[BQ];
+  const HeadView v = head_view(qkv, T, H, hd);
+  const int j0 = static_cast<int>(blockIdx.x) * kRowsPerBlock, j = j0 + static_cast<int>(threadIdx.x);
+  const bool active = j < T;
+  float k[HD], vv[HD], dk[HD], dv[HD];
+  load_row<HD>(k, v.q + v.C + static_cast<int64_t>(j) * v.ld, active ? hd : 0);
+  load_row<HD>(vv, v.q + 2 * v.C + static_cast<int64_t>(j) * v.ld, active ? hd : 0);
+  load_row<HD>(dk, nullptr, 0);
+  load_row<HD>(dv, nullptr, 0);
+  for (int i0 = j0; i0 < T; i0 += BQ) {
+    __syncthreads();
+    load_tile<HD, BQ>(qs, v.q, v.ld, i0, T, hd);
+    load_tile<HD, BQ>(gs, dy + v.y_off, v.C, i0, T, hd);
+    for (int r = threadIdx.x; r < BQ; r += blockDim.x) {
+      ls[r] = i0 + r < T ? lse[v.stat + i0 + r] : 0.f;
+      ds[r] = i0 + r < T ? delta[v.stat + i0 + r] : 0.f;
+    }
+    __syncthreads();
+    const int n = active ? min(BQ, T - i0) : 0;
+    for (int ii = max(0, j - i0); ii < n; ++ii) {  // causal: queries i >= j
+      const float p = expf(scale * dot<HD>(k, qs[ii]) - ls[ii]);
+      const float dsc = p * (dot<HD>(vv, gs[ii]) - ds[ii]);  // d(score), before the scale
+#pragma unroll
+      for (int d = 0; d < HD; ++d) {
+        dv[d] += p * gs[ii][d];
+        dk[d] += dsc * qs[ii][d];
+      }
+    }
+  }
+  if (!active) return;
+  float* out = dqkv + (v.q - qkv) + static_cast<int64_t>(j) * v.ld;
+  for (int d = 0; d < hd; ++d) {
+    out[v.C + d] = scale * dk[d];
+    out[2 * v.C + d] = dv[d];
+  }
+}
+
+/// dq of the query rows of block (blockIdx.x, b * H + h): each sums over the keys j <= i.
+template <int HD>
+__global__ void __launch_bounds__(64)
+    flash_backward_dq_kernel(const float* qkv, const float* dy, const float* lse, const float* delta, float* dqkv,
+                             int T, int H, int hd, float scale) {
+  const HeadView v = head_view(qkv, T, H, hd);
+  const int i = static_cast<int>(blockIdx.x) * kRowsPerBlock + static_cast<int>(threadIdx.x);
+  const bool active = i < T;
+  float q[HD], g[HD], dq[HD];
+  load_row<HD>(q, v.q + static_cast<int64_t>(i) * v.ld, active ? hd : 0);
+  load_row<HD>(g, dy + v.y_off + static_cast<int64_t>(i) * v.C, active ? hd : 0);
+  load_row<HD>(dq, nullptr, 0);
+  const float L = active ? lse[v.stat + i] : 0.f, D = active ? delta[v.stat + i] : 0.f;
+  for_each_causal_key<HD>(v, T, hd, i, [&](const float* k, const float* vj) {
+    const float p = expf(scale * dot<HD>(q, k) - L);
+    const float dsc = p * (dot<HD>(g, vj) - D);
+#pragma unroll
+    for (int d = 0; d < HD; ++d) dq[d] += dsc * k[d];
+  });
+  if (!active) return;
+  float* out = dqkv + (v.q - qkv) + static_cast<int64_t>(i) * v.ld;
+  for (int d = 0; d < hd; ++d) out[d] = scale * dq[d];
+}
+
+template <int N>
+struct HeadDim {
+  static constexpr int value = N;
+};
+
+/// Calls f(HeadDim<HD>{}) with the smallest compiled head width HD >= hd.
+template <class F>
+void with_head_dim(int hd, F&& f) {
+  if (hd <= 0 || hd > kMaxAttentionHeadDim)
+    throw std::invalid_argument("CUDA attention: head dimension " + std::to_string(hd) + " is outside 1.." +
+                                std::to_string(kMaxAttentionHeadDim));
+  if (hd <= 16) return f(HeadDim<16>{});
+  if (hd <= 32) return f(HeadDim<32>{});
+  if (hd <= 64) return f(HeadDim<64>{});
+  return f(HeadDim<128>{});
+}
+
+dim3 grid_of(const AttentionShape& s) {
+  return dim3(static_cast<unsigned>((s.T + kRowsPerBlock - 1) / kRowsPerBlock), static_cast<unsigned>(s.B * s.H));
+}
+
+float scale_of(const AttentionShape& s) { return 1.f / std::sqrt(static_cast<float>(s.hd)); }
+
+bool empty(const AttentionShape& s) { return s.B <= 0 || s.T <= 0 || s.H <= 0; }
 
 }  // namespace
 
-void attention_softmax_forward(const float* scores, float* att, int64_t mats, int T, float scale, cudaStream_t s) {
-  const int64_t rows = mats * T;
-  if (rows <= 0) return;
-  SUBDP_LAUNCH(row_blocks(rows), kWarpsPerBlock * 32, 0, s, causal_softmax_kernel)(scores, att, rows, T, scale);
-  CUDA_CHECK_LAUNCH();
+int64_t attention_workspace_floats(const AttentionShape& s) {
+  return 2 * static_cast<int64_t>(s.B) * s.H * s.T;  // lse and delta
 }
 
-void attention_softmax_backward(const float* att, const float* datt, float* dscores, int64_t mats, int T, float scale,
-                                cudaStream_t s) {
-  const int64_t rows = mats * T;
-  if (rows <= 0) return;
-  SUBDP_LAUNCH(row_blocks(rows), kWarpsPerBlock * 32, 0, s, causal_softmax_backward_kernel)
-  (att, datt, dscores, rows, T, scale);
-  CUDA_CHECK_LAUNCH();
+void attention_forward(const AttentionShape& s, const float* qkv, float* y, float* lse, cudaStream_t stream) {
+  if (empty(s)) return;
+  with_head_dim(s.hd, [&](auto tag) {
+    constexpr int HD = decltype(tag)::value;
+    SUBDP_LAUNCH(grid_of(s), kRowsPerBlock, 0, stream, flash_forward_kernel<HD, false>)
+    (qkv, nullptr, y, lse, nullptr, s.T, s.H, s.hd, scale_of(s));
+    CUDA_CHECK_LAUNCH();
+  });
 }
 
-int64_t attention_workspace_floats(const AttentionShape& s) { return static_cast<int64_t>(s.H) * s.T * s.T; }
-
-void attention_forward(const AttentionShape& s, const float* qkv, float* att, float* y, cudaStream_t stream) {
-  const int T = s.T, hd = s.hd, H = s.H, C = static_cast<int>(s.width()), ld = 3 * C;
-  const float scale = 1.f / std::sqrt(static_cast<float>(hd));
-  const int64_t TT = static_cast<int64_t>(T) * T;
-  for (int b = 0; b < s.B; ++b) {
-    const float* q = qkv + static_cast<int64_t>(b) * T * ld;  // head h at column h*hd
-    float* a = att + static_cast<int64_t>(b) * H * TT;        // (H, T, T)
-    // a_h (T, T) = q_h (T, hd) . k_h^T (hd, T) * scale
-    sgemm_strided_batched(false, true, T, T, hd, scale, q, ld, hd, q + C, ld, hd, 0.f, a, T, TT, H, stream);
-  }
-  attention_softmax_forward(att, att, static_cast<int64_t>(s.B) * H, T, 1.f, stream);
-  for (int b = 0; b < s.B; ++b) {
-    const float* v = qkv + static_cast<int64_t>(b) * T * ld + 2 * C;
-    // y_h (T, hd) = a_h (T, T) . v_h (T, hd), row stride C
-    sgemm_strided_batched(false, false, T, hd, T, 1.f, att + static_cast<int64_t>(b) * H * TT, T, TT, v, ld, hd, 0.f,
-                          y + static_cast<int64_t>(b) * T * C, C, hd, H, stream);
-  }
-}
-
-void attention_backward(const AttentionShape& s, const float* qkv, const float* att, const float* dy, float* dqkv,
-                        float* ws, cudaStream_t stream) {
-  const int T = s.T, hd = s.hd, H = s.H, C = static_cast<int>(s.width()), ld = 3 * C;
-  const float scale = 1.f / std::sqrt(static_cast<float>(hd));
-  const int64_t TT = static_cast<int64_t>(T) * T;
-  for (int b = 0; b < s.B; ++b) {
-    const int64_t off = static_cast<int64_t>(b) * T * ld;
-    const float *q = qkv + off, *k = q + C, *v = q + 2 * C;
-    float *dq = dqkv + off, *dk = dq + C, *dv = dq + 2 * C;
-    const float* a = att + static_cast<int64_t>(b) * H * TT;  // (H, T, T)
-    const float* g = dy + static_cast<int64_t>(b) * T * C;    // (T, H*hd)
-    // da_h (T, T) = g_h (T, hd) . v_h^T;  dv_h (T, hd) = a_h^T (T, T) . g_h
-    sgemm_strided_batched(false, true, T, T, hd, 1.f, g, C, hd, v, ld, hd, 0.f, ws, T, TT, H, stream);
-    sgemm_strided_batched(true, false, T, hd, T, 1.f, a, T, TT, g, C, hd, 0.f, dv, ld, hd, H, stream);
-    attention_softmax_backward(a, ws, ws, H, T, 1.f, stream);  // ws: d(scores / scale)
-    // dq_h = da_h . k_h * scale;  dk_h = da_h^T . q_h * scale
-    sgemm_strided_batched(false, false, T, hd, T, scale, ws, T, TT, k, ld, hd, 0.f, dq, ld, hd, H, stream);
-    sgemm_strided_batched(true, false, T, hd, T, scale, ws, T, TT, q, ld, hd, 0.f, dk, ld, hd, H, stream);
-  }
+void attention_backward(const AttentionShape& s, const float* qkv, const float* dy, float* dqkv, float* ws,
+                        cudaStream_t stream) {
+  if (empty(s)) return;
+  float* lse = ws;
+  float* delta = ws + static_cast<int64_t>(s.B) * s.H * s.T;
+  with_head_dim(s.hd, [&](auto tag) {
+    constexpr int HD = decltype(tag)::value;
+    const float scale = scale_of(s);
+    SUBDP_LAUNCH(grid_of(s), kRowsPerBlock, 0, stream, flash_forward_kernel<HD, true>)
+    (qkv, dy, nullptr, lse, delta, s.T, s.H, s.hd, scale);
+    CUDA_CHECK_LAUNCH();
+    SUBDP_LAUNCH(grid_of(s), kRowsPerBlock, 0, stream, flash_backward_dkdv_kernel<HD>)
+    (qkv, dy, lse, delta, dqkv, s.T, s.H, s.hd, scale);
+    CUDA_CHECK_LAUNCH();
+    SUBDP_LAUNCH(grid_of(s), kRowsPerBlock, 0, stream, flash_backward_dq_kernel<HD>)
+    (qkv, dy, lse, delta, dqkv, s.T, s.H, s.hd, scale);
+    CUDA_CHECK_LAUNCH();
+  });
 }
 
 }  // namespace subdp::cuda

@@ -339,21 +339,20 @@ class CudaBackend final : public Backend {
     cuda::global_avg_pool_backward(dy, dx, N, C, HW, stream_);
   }
 
-  // Attention stores its (B, H, T, T) probabilities in the workspace during a call and the
-  // backward recomputes them (the layer keeps none), then a y it discards, then the
-  // kernel's own workspace. A fused kernel that stores no (T, T) matrix is still to come.
+  // Flash attention (attention.cu): the layer keeps no probabilities and neither does the
+  // workspace; the backward recomputes each row's log-sum-exp into it (2 B H T floats).
   int64_t attention_workspace_floats(const AttentionShape& s, int) override {
-    return att_floats(s) + int64_t{s.B} * s.T * s.width() + cuda::attention_workspace_floats(s);
+    SUBDP_CHECK(s.hd >= 1 && s.hd <= cuda::kMaxAttentionHeadDim,
+                "[model] width / heads: a head of {} columns; the CUDA attention takes 1 to {}", s.hd,
+                cuda::kMaxAttentionHeadDim);
+    return cuda::attention_workspace_floats(s);
   }
-  void attention_forward(const AttentionShape& s, const float* qkv, float*, float* y, float* ws, int) override {
-    cuda::attention_forward(s, qkv, ws, y, stream_);
+  void attention_forward(const AttentionShape& s, const float* qkv, float*, float* y, float*, int) override {
+    cuda::attention_forward(s, qkv, y, nullptr, stream_);
   }
   void attention_backward(const AttentionShape& s, const float* qkv, const float*, const float* dy, float* dqkv,
                           float* ws, int) override {
-    float* att = ws;
-    float* y = ws + att_floats(s);
-    cuda::attention_forward(s, qkv, att, y, stream_);
-    cuda::attention_backward(s, qkv, att, dy, dqkv, y + int64_t{s.B} * s.T * s.width(), stream_);
+    cuda::attention_backward(s, qkv, dy, dqkv, ws, stream_);
   }
 
   int64_t sgd_update(float* w, const float* g, float* buf, int64_t n, float lr, float momentum, float weight_decay,
@@ -370,7 +369,6 @@ class CudaBackend final : public Backend {
  private:
   static int chunk(const ConvShape& s) { return std::max(1, std::min(s.N, 32)); }
   static int64_t input_floats(const ConvShape& s) { return int64_t{s.N} * s.Cin * s.H * s.W; }
-  static int64_t att_floats(const AttentionShape& s) { return int64_t{s.B} * s.H * s.T * s.T; }
 
   void copy_sync(void* dst, const void* src, size_t bytes) {
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_));

@@ -149,20 +149,20 @@ void embedding_backward(const int32_t* ids, const float* dy, float* dw, int64_t 
 
 // ---- attention (attention.cu) ----------------------------------------------------------
 
-/// Causal softmax of `mats` (T, T) score matrices: att = softmax over j <= i of
-/// scale * scores[i, j], zero above the diagonal. att may alias scores.
-void attention_softmax_forward(const float* scores, float* att, int64_t mats, int T, float scale, cudaStream_t stream);
-/// dscores = scale * att * (datt - rowsum(att * datt)), zero above the diagonal. dscores
-/// may alias datt.
-void attention_softmax_backward(const float* att, const float* datt, float* dscores, int64_t mats, int T, float scale,
-                                cudaStream_t stream);
-/// Floats of workspace attention_backward needs: H (T, T) matrices.
+/// Widest head the attention kernels are compiled for (their per-thread rows are HD floats).
+constexpr int kMaxAttentionHeadDim = 128;
+/// Floats of workspace attention_backward needs: the log-sum-exp and rowsum(dy * y) of each
+/// (sequence, head, row), 2 B H T; no (T, T) matrix.
 int64_t attention_workspace_floats(const AttentionShape& s);
-/// As cpu::attention_forward: y (B, T, H*hd) from qkv (B, T, 3*H*hd); att (B, H, T, T).
-void attention_forward(const AttentionShape& s, const float* qkv, float* att, float* y, cudaStream_t stream);
-/// As cpu::attention_backward: dqkv (B, T, 3*H*hd) written. ws: attention_workspace_floats.
-void attention_backward(const AttentionShape& s, const float* qkv, const float* att, const float* dy, float* dqkv,
-                        float* ws, cudaStream_t stream);
+/// Flash-style causal attention, as cpu::attention_forward: y (B, T, H*hd) from qkv
+/// (B, T, 3*H*hd), float32; lse (B, H, T), the rows' log-sum-exp of the scaled scores, when
+/// not null. Throws std::invalid_argument when hd is outside 1..kMaxAttentionHeadDim.
+void attention_forward(const AttentionShape& s, const float* qkv, float* y, float* lse, cudaStream_t stream);
+/// Backward of attention_forward, as cpu::attention_backward: dqkv (B, T, 3*H*hd) written
+/// from dy (B, T, H*hd); recomputes the forward's statistics into ws
+/// (attention_workspace_floats(s) floats). Deterministic (no atomics).
+void attention_backward(const AttentionShape& s, const float* qkv, const float* dy, float* dqkv, float* ws,
+                        cudaStream_t stream);
 
 // ---- convolution and pooling (conv.cu) -------------------------------------------------
 

@@ -88,6 +88,11 @@ inline T atomicAdd(T* address, T value) {
   return old;
 }
 
+// CUDA's integer overloads, so an int min / max does not convert to float here.
+inline int max(int a, int b) { return a < b ? b : a; }
+inline int min(int a, int b) { return a < b ? a : b; }
+inline long long max(long long a, long long b) { return a < b ? b : a; }
+inline long long min(long long a, long long b) { return a < b ? a : b; }
 inline float max(float a, float b) { return fmaxf(a, b); }
 inline double max(double a, double b) { return fmax(a, b); }
 inline float min(float a, float b) { return fminf(a, b); }

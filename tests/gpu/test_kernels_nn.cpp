@@ -3,6 +3,10 @@
 // updates against engine/optim/optimizer.cpp itself. float32: relative error < 1e-5.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <string>
+
 #include "engine/config/config.h"
 #include "engine/optim/optimizer.h"
 #include "engine/subnet/param.h"
@@ -11,7 +15,6 @@
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/rope.h"
-#include "kernels/cpu/softmax.h"
 #include "kernels/cuda/kernels.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -150,50 +153,64 @@ TEST_F(LayerKernels, Embedding) {
   EXPECT_EQ(ddw.download(), first);
 }
 
-TEST_F(LayerKernels, CausalAttention) {
-  cpu::AttentionShape s;
-  s.B = 3;
-  s.T = 37;
-  s.H = 4;
-  s.hd = 16;
-  const int64_t qkv_n = static_cast<int64_t>(s.B) * s.T * 3 * s.width(),
-                y_n = static_cast<int64_t>(s.B) * s.T * s.width();
-  const int64_t att_n = static_cast<int64_t>(s.B) * s.H * s.T * s.T;
-  const auto qkv = random_vec(qkv_n, 60, -2.f, 2.f), dy = random_vec(y_n, 61);
-  std::vector<float> att(att_n), y(y_n), dqkv(qkv_n), ws(cpu::attention_workspace_floats(s, 1));
-  cpu::attention_forward(s, qkv.data(), att.data(), y.data());
-  cpu::attention_backward(s, qkv.data(), att.data(), dy.data(), dqkv.data(), ws.data(), 1);
-  Dev<float> dq(qkv), datt(att_n), dy_(y_n), ddy(dy), ddq(qkv_n), dws(cuda::attention_workspace_floats(s));
-  cuda::attention_forward(s, dq, datt, dy_, stream);
-  cuda::attention_backward(s, dq, datt, ddy, ddq, dws, stream);
-  EXPECT_REL(datt.download(), att, kF32Tol);
-  EXPECT_REL(dy_.download(), y, kF32Tol);
-  EXPECT_REL(ddq.download(), dqkv, kF32Tol);
+/// Row log-sum-exp of the scaled causal scores, (B, H, T), in double: the flash forward's
+/// statistic.
+std::vector<float> reference_lse(const cpu::AttentionShape& s, const std::vector<float>& qkv) {
+  const int64_t C = s.width();
+  const double scale = 1.0 / std::sqrt(static_cast<double>(s.hd));
+  std::vector<float> lse;
+  for (int b = 0; b < s.B; ++b)
+    for (int h = 0; h < s.H; ++h)
+      for (int i = 0; i < s.T; ++i) {
+        std::vector<double> scores;
+        for (int j = 0; j <= i; ++j) {
+          double dot = 0;
+          for (int d = 0; d < s.hd; ++d)
+            dot += double{qkv[(b * s.T + i) * 3 * C + h * s.hd + d]} * qkv[(b * s.T + j) * 3 * C + C + h * s.hd + d];
+          scores.push_back(scale * dot);
+        }
+        const double mx = *std::max_element(scores.begin(), scores.end());
+        double sum = 0;
+        for (double x : scores) sum += std::exp(x - mx);
+        lse.push_back(static_cast<float>(mx + std::log(sum)));
+      }
+  return lse;
 }
 
-TEST_F(LayerKernels, CausalSoftmaxWithScale) {
-  const int64_t mats = 5;
-  const int T = 45;
-  const float scale = 0.37f;
-  const auto scores = random_vec(mats * T * T, 62, -6.f, 6.f), datt = random_vec(mats * T * T, 63);
-  std::vector<float> att(mats * T * T, 0.f), dscores(mats * T * T, 0.f);
-  for (int64_t r = 0; r < mats * T; ++r) {  // reference: row i is softmax(scale * s[:i+1]), then 0
-    const int i = static_cast<int>(r % T);
-    std::vector<float> row(scores.begin() + r * T, scores.begin() + r * T + i + 1);
-    for (float& v : row) v *= scale;
-    cpu::softmax_rows(row.data(), 1, i + 1);
-    double dot = 0;
-    for (int j = 0; j <= i; ++j) dot += row[j] * datt[r * T + j];
-    for (int j = 0; j <= i; ++j) {
-      att[r * T + j] = row[j];
-      dscores[r * T + j] = static_cast<float>(scale * row[j] * (datt[r * T + j] - dot));
-    }
+// The flash kernels against the CPU's GEMM attention. The shapes cross the 64-row blocks and
+// the key / query tiles (T = 130, 70), cover each compiled head width (16, 32, 64, 128) and
+// heads narrower than their width (5, 33, 100: zero-padded columns).
+TEST_F(LayerKernels, FlashAttentionMatchesCpu) {
+  const cpu::AttentionShape shapes[] = {{3, 37, 4, 16}, {2, 130, 2, 64}, {1, 70, 2, 128},
+                                        {2, 20, 3, 5},  {1, 65, 1, 33},  {1, 33, 2, 100}};
+  for (const auto& s : shapes) {
+    SCOPED_TRACE("B T H hd = " + std::to_string(s.B) + " " + std::to_string(s.T) + " " + std::to_string(s.H) + " " +
+                 std::to_string(s.hd));
+    const int64_t qkv_n = static_cast<int64_t>(s.B) * s.T * 3 * s.width(),
+                  y_n = static_cast<int64_t>(s.B) * s.T * s.width();
+    const auto qkv = random_vec(qkv_n, 60, -2.f, 2.f), dy = random_vec(y_n, 61);
+    std::vector<float> y(y_n), dqkv(qkv_n), ws(cpu::attention_workspace_floats(s, 1));
+    cpu::attention_forward(s, qkv.data(), nullptr, y.data(), ws.data(), 1);
+    cpu::attention_backward(s, qkv.data(), nullptr, dy.data(), dqkv.data(), ws.data(), 1);
+    const std::vector<float> nan(qkv_n, std::nanf(""));  // every element must be written
+    Dev<float> dq(qkv), dy_(std::vector<float>(y_n, std::nanf(""))), dlse(static_cast<int64_t>(s.B) * s.H * s.T);
+    Dev<float> ddy(dy), ddq(nan), dws(cuda::attention_workspace_floats(s));
+    cuda::attention_forward(s, dq, dy_, dlse, stream);
+    cuda::attention_backward(s, dq, ddy, ddq, dws, stream);
+    EXPECT_REL(dy_.download(), y, kF32Tol);
+    EXPECT_REL(dlse.download(), reference_lse(s, qkv), kF32Tol);
+    const auto first = ddq.download();
+    EXPECT_REL(first, dqkv, kF32Tol);
+    ddq.upload(nan);  // deterministic: a second backward gives the same bits
+    cuda::attention_backward(s, dq, ddy, ddq, dws, stream);
+    EXPECT_EQ(ddq.download(), first);
   }
-  Dev<float> ds(scores), da(mats * T * T), dd(datt);
-  cuda::attention_softmax_forward(ds, da, mats, T, scale, stream);
-  cuda::attention_softmax_backward(da, dd, dd, mats, T, scale, stream);  // in place
-  EXPECT_REL(da.download(), att, kF32Tol);
-  EXPECT_REL(dd.download(), dscores, kF32Tol);
+}
+
+TEST_F(LayerKernels, FlashAttentionRefusesAHeadWiderThanCompiled) {
+  const cpu::AttentionShape s{1, 4, 1, cuda::kMaxAttentionHeadDim + 1};
+  Dev<float> qkv(std::vector<float>(4 * 3 * s.width(), 0.f)), y(4 * s.width());
+  EXPECT_THROW(cuda::attention_forward(s, qkv, y, nullptr, stream), std::invalid_argument);
 }
 
 TEST_F(LayerKernels, Conv2dIm2colCol2im) {
