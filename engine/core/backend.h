@@ -97,6 +97,14 @@ class Backend {
     return total;
   }
   virtual bool all_finite(const float* x, int64_t n) = 0;
+  /// True when every float of every span is finite. The CUDA backend checks all the spans
+  /// into one device flag and reads it back once (a step's gradient check: one
+  /// synchronisation instead of one per tensor).
+  virtual bool all_finite_spans(const std::vector<FloatSpan>& spans) {
+    for (const FloatSpan& s : spans)
+      if (!all_finite(s.x, s.n)) return false;
+    return true;
+  }
   virtual void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols) = 0;
   virtual void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols_used, int64_t ld) = 0;
 
@@ -152,12 +160,16 @@ class Backend {
   virtual void attention_backward(const AttentionShape& s, const float* qkv, const float* att, const float* dy,
                                   float* dqkv, float* ws, int slots) = 0;
 
-  // ---- optimizer updates (kernels/cpu/optimizer.h) over n contiguous elements; each
-  // returns how many non-finite values it wrote (weights and state), counted in the loop.
-  virtual int64_t sgd_update(float* w, const float* g, float* buf, int64_t n, float lr, float momentum,
-                             float weight_decay, bool nesterov, bool first) = 0;
-  virtual int64_t adamw_update(float* w, const float* g, float* m, float* v, int64_t n, float step_size, float bc2_sqrt,
-                               float decay, float eps, float beta1, float beta2) = 0;
+  // ---- optimizer updates (kernels/cpu/optimizer.h) over n contiguous elements. Each adds
+  // the non-finite values it wrote (weights and state) to a count that
+  // take_nonfinite_writes() returns: on a GPU the count stays on the device, so a step's
+  // updates cost one read-back rather than one per call.
+  virtual void sgd_update(float* w, const float* g, float* buf, int64_t n, float lr, float momentum, float weight_decay,
+                          bool nesterov, bool first) = 0;
+  virtual void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, float step_size, float bc2_sqrt,
+                            float decay, float eps, float beta1, float beta2) = 0;
+  /// Non-finite values the updates wrote since the previous call (then 0 again).
+  virtual int64_t take_nonfinite_writes() = 0;
 };
 
 /// Keeps the run's backend memory open for one collective (see Backend::open_for_collective).

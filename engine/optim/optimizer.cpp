@@ -65,9 +65,21 @@ class StatefulOptimizer : public Optimizer {
   int nonfinite_param() const override { return nonfinite_; }
 
  protected:
-  /// Records the outcome of parameter i's update (bad = non-finite values it wrote).
-  void note_update(size_t i, int64_t bad) {
-    if (bad > 0 && nonfinite_ < 0) nonfinite_ = static_cast<int>(i);
+  /// After a step's updates: one read of the backend's count of non-finite writes and, only
+  /// when it is not 0, a search for the first parameter whose values or state it wrote them to.
+  void note_updates() {
+    nonfinite_ = -1;
+    if (backend().take_nonfinite_writes() == 0) return;
+    for (size_t i = 0; i < params_.size() && nonfinite_ < 0; ++i) {
+      std::vector<FloatSpan> written;
+      for (size_t k = 0; k < runs_[i].size(); ++k) {
+        const StateRun& r = runs_[i][k];
+        written.push_back({values_[i][k], r.len});
+        for (Tensor& t : state_[i]) written.push_back({t.f32() + r.state_off, r.len});
+      }
+      if (!backend().all_finite_spans(written)) nonfinite_ = static_cast<int>(i);
+    }
+    if (nonfinite_ < 0) nonfinite_ = 0;  // counted but not found again: name the first
   }
   int nonfinite_ = -1;
   std::vector<Param*> params_;
@@ -90,17 +102,15 @@ class Sgd : public StatefulOptimizer {
     const float mu = static_cast<float>(c_.momentum), wd = static_cast<float>(c_.weight_decay);
     const float flr = static_cast<float>(lr);
     const bool first = t_ == 0;
-    nonfinite_ = -1;
     for (size_t i = 0; i < params_.size(); ++i) {
       float* buf = state_[i].empty() ? nullptr : state_[i][0].f32();
-      int64_t bad = 0;
       for (size_t k = 0; k < runs_[i].size(); ++k) {
         const StateRun& r = runs_[i][k];
-        bad += backend().sgd_update(values_[i][k], grads_[i][k], buf ? buf + r.state_off : nullptr, r.len, flr, mu, wd,
-                                    c_.nesterov, first);
+        backend().sgd_update(values_[i][k], grads_[i][k], buf ? buf + r.state_off : nullptr, r.len, flr, mu, wd,
+                             c_.nesterov, first);
       }
-      note_update(i, bad);
     }
+    note_updates();
     ++t_;
   }
 
@@ -122,18 +132,16 @@ class AdamW : public StatefulOptimizer {
     const float step_size = static_cast<float>(lr) / bc1;
     const float decay = static_cast<float>(1.0 - lr * c_.weight_decay), eps = static_cast<float>(c_.eps);
     const float fb1 = static_cast<float>(b1), fb2 = static_cast<float>(b2);
-    nonfinite_ = -1;
     for (size_t i = 0; i < params_.size(); ++i) {
       float* m = state_[i][0].f32();
       float* v = state_[i][1].f32();
-      int64_t bad = 0;
       for (size_t k = 0; k < runs_[i].size(); ++k) {
         const StateRun& r = runs_[i][k];
-        bad += backend().adamw_update(values_[i][k], grads_[i][k], m + r.state_off, v + r.state_off, r.len, step_size,
-                                      bc2_sqrt, decay, eps, fb1, fb2);
+        backend().adamw_update(values_[i][k], grads_[i][k], m + r.state_off, v + r.state_off, r.len, step_size,
+                               bc2_sqrt, decay, eps, fb1, fb2);
       }
-      note_update(i, bad);
     }
+    note_updates();
   }
 
  private:

@@ -33,7 +33,8 @@ class Optimizer {
   /// The parameters it updates (trainable ones holding a gradient), in state order.
   virtual const std::vector<Param*>& params() const = 0;
   /// Index into params() of the first parameter whose value or state the last step() left
-  /// non-finite (inf or NaN), or -1. Counted inside the update loops, not by a second pass.
+  /// non-finite (inf or NaN), or -1. The updates count non-finite writes as they go (one read
+  /// of the count a step); only when it is not 0 are the parameters searched.
   virtual int nonfinite_param() const = 0;
 };
 

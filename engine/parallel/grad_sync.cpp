@@ -81,7 +81,7 @@ int64_t GradientSync::elements_per_step() const {
   return n;
 }
 
-BlockHooks GradientSync::block_hooks(std::function<bool(const Param&)> gradient_finite) {
+BlockHooks GradientSync::block_hooks(std::function<bool(const std::vector<Param*>&)> gradients_finite) {
   BlockHooks hooks;
   if (!checks_block_gradients()) return hooks;
   block_params_.clear();
@@ -90,7 +90,7 @@ BlockHooks GradientSync::block_hooks(std::function<bool(const Param&)> gradient_
     if (static_cast<int>(block_params_.size()) <= p->block) block_params_.resize(p->block + 1);
     block_params_[p->block].push_back(p);
   }
-  hooks.after_backward = [this, gradient_finite](int b) { block_backward_done(b, gradient_finite); };
+  hooks.after_backward = [this, gradients_finite](int b) { block_backward_done(b, gradients_finite); };
   if (sharding_ == Sharding::parameters)
     hooks.before_forward = hooks.before_backward = [this](int b) {
       const auto t = Clock::now();
@@ -100,12 +100,11 @@ BlockHooks GradientSync::block_hooks(std::function<bool(const Param&)> gradient_
   return hooks;
 }
 
-void GradientSync::block_backward_done(int b, const std::function<bool(const Param&)>& gradient_finite) {
+void GradientSync::block_backward_done(int b, const std::function<bool(const std::vector<Param*>&)>& gradients_finite) {
   static const std::vector<Param*> none;
   const auto& params = b < static_cast<int>(block_params_.size()) ? block_params_[b] : none;
   // Reduced all the same when not finite: every holder takes part in the collective.
-  for (Param* p : params)
-    if (blocks_finite_ && !gradient_finite(*p)) blocks_finite_ = false;
+  if (blocks_finite_ && !gradients_finite(params)) blocks_finite_ = false;
   if (overlap_) return overlap_->block_done(b);
   if (!shards_blocks()) return;  // not reached: without overlap the hooks exist for a sharding only
   const auto t = Clock::now();

@@ -69,11 +69,11 @@ class GradientSync {
 
   /// ZeRO-2, FSDP and overlap: the calls the model makes around each block
   /// (Model::set_block_hooks). After block b's backward: its gradients are checked with
-  /// `gradient_finite` (which names a non-finite one), then ZeRO-2 / FSDP reduce-scatter them
+  /// `gradients_finite` (which names a non-finite one), then ZeRO-2 / FSDP reduce-scatter them
   /// (reduce_block) and zero them for the next block, which shares their buffer, and overlap
   /// lets the chunks they complete go out; FSDP: gather_block before each block's forward and
   /// backward. Empty hooks otherwise. Call begin_step() before each step's forward.
-  BlockHooks block_hooks(std::function<bool(const Param&)> gradient_finite);
+  BlockHooks block_hooks(std::function<bool(const std::vector<Param*>&)> gradients_finite);
   /// Resets the step's hook figures and the byte counters.
   void begin_step();
   /// Overlap, after the backward pass: waits for the chunks the block hooks started (before
@@ -113,7 +113,7 @@ class GradientSync {
  private:
   void reduce_bucket(Bucket& b);
   /// ZeRO-2 / FSDP / overlap hook after block b's backward (block_hooks).
-  void block_backward_done(int b, const std::function<bool(const Param&)>& gradient_finite);
+  void block_backward_done(int b, const std::function<bool(const std::vector<Param*>&)>& gradients_finite);
   Sharding sharding_;
   BucketSet set_;
   std::unique_ptr<OwnerBroadcast> broadcast_;  // backward masking on several ranks

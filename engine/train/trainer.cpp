@@ -143,7 +143,8 @@ void Trainer::build_local_model() {
   optimizer_ =
       make_optimizer(config_.optim, model_->params().trainable(), sync_->sharded() ? &sync_->shard_pieces() : nullptr);
   // ZeRO-2 / FSDP / overlap: the sync's collectives inside the passes, each block's gradients checked first.
-  model_->set_block_hooks(sync_->block_hooks([this](const Param& p) { return gradient_finite(p); }));
+  model_->set_block_hooks(
+      sync_->block_hooks([this](const std::vector<Param*>& params) { return gradients_finite(params); }));
   if (step_ == 0) report_overlap();
 }
 

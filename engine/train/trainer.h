@@ -106,8 +106,9 @@ class Trainer {
   /// Checks this rank's gradients (ZeRO-2: those outside blocks; the blocks' were checked by
   /// the sync's block hooks), naming the first non-finite one on stderr.
   bool gradients_finite();
-  /// True when p's gradient is finite; else names it on stderr (rank, tensor, 1-based step).
-  bool gradient_finite(const Param& p) const;
+  /// True when every gradient of `params` is finite (one read-back on a device); else names
+  /// the first non-finite one on stderr (rank, tensor, 1-based step).
+  bool gradients_finite(const std::vector<Param*>& params) const;
   /// Collective: stops every rank when the last optimizer update left a non-finite value.
   void check_updated_values();
   void clip_gradients();

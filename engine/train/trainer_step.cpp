@@ -117,18 +117,24 @@ void Trainer::draw_dropped_blocks() {
 
 bool Trainer::gradients_finite() {
   if (!sync_->blocks_finite()) return false;
+  std::vector<Param*> unchecked;
   for (Param* p : model_->params().trainable()) {
     // ZeRO-2, FSDP and overlap: the blocks' gradients were checked by the sync's block hooks.
-    if (!p->grad.defined() || (sync_->checks_block_gradients() && p->block >= 0)) continue;
-    if (!gradient_finite(*p)) return false;
+    if (p->grad.defined() && !(sync_->checks_block_gradients() && p->block >= 0)) unchecked.push_back(p);
   }
-  return true;
+  return gradients_finite(unchecked);
 }
 
-bool Trainer::gradient_finite(const Param& p) const {
-  if (backend().all_finite(p.grad.f32(), p.grad.numel())) return true;
-  std::fprintf(stderr, "subdp: rank %d: non-finite gradient in %s at step %lld\n", layout_.rank, p.name.c_str(),
-               static_cast<long long>(step_ + 1));  // 1-based, as the progress lines and metrics
+bool Trainer::gradients_finite(const std::vector<Param*>& params) const {
+  std::vector<FloatSpan> spans;
+  for (const Param* p : params) spans.push_back({p->grad.f32(), p->grad.numel()});
+  if (backend().all_finite_spans(spans)) return true;
+  for (const Param* p : params) {  // only after a fault: find the tensor to name
+    if (backend().all_finite(p->grad.f32(), p->grad.numel())) continue;
+    std::fprintf(stderr, "subdp: rank %d: non-finite gradient in %s at step %lld\n", layout_.rank, p->name.c_str(),
+                 static_cast<long long>(step_ + 1));  // 1-based, as the progress lines and metrics
+    break;
+  }
   return false;
 }
 

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "engine/core/backend.h"
 #include "engine/core/device_memory.h"
@@ -244,19 +245,21 @@ class CpuBackend final : public Backend {
     cpu::attention_backward(s, qkv, att, dy, dqkv, ws, slots);
   }
 
-  int64_t sgd_update(float* w, const float* g, float* buf, int64_t n, float lr, float momentum, float weight_decay,
-                     bool nesterov, bool first) override {
+  void sgd_update(float* w, const float* g, float* buf, int64_t n, float lr, float momentum, float weight_decay,
+                  bool nesterov, bool first) override {
     auto in = access_.open();
-    return cpu::sgd_update(w, g, buf, n, lr, momentum, weight_decay, nesterov, first);
+    nonfinite_writes_ += cpu::sgd_update(w, g, buf, n, lr, momentum, weight_decay, nesterov, first);
   }
-  int64_t adamw_update(float* w, const float* g, float* m, float* v, int64_t n, float step_size, float bc2_sqrt,
-                       float decay, float eps, float beta1, float beta2) override {
+  void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, float step_size, float bc2_sqrt,
+                    float decay, float eps, float beta1, float beta2) override {
     auto in = access_.open();
-    return cpu::adamw_update(w, g, m, v, n, step_size, bc2_sqrt, decay, eps, beta1, beta2);
+    nonfinite_writes_ += cpu::adamw_update(w, g, m, v, n, step_size, bc2_sqrt, decay, eps, beta1, beta2);
   }
+  int64_t take_nonfinite_writes() override { return std::exchange(nonfinite_writes_, 0); }
 
  private:
   Access access_;
+  int64_t nonfinite_writes_ = 0;  // since the last take_nonfinite_writes
 };
 
 }  // namespace subdp::cpu

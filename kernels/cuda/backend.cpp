@@ -106,6 +106,10 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override {
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);  // teardown: errors have nobody to tell
     release_scratch();
+    if (writes_ != nullptr) {
+      memory_->deallocate(writes_, kWritesBytes);
+      if (writes_tracked_) MemoryTracker::global().on_free(MemCategory::workspace, kWritesBytes);
+    }
     if (read_back_ != nullptr) staging_memory()->deallocate(read_back_, kReadBackBytes);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
@@ -235,6 +239,12 @@ class CudaBackend final : public Backend {
     cuda::all_finite(x, n, out, stream_);
     return read_back<int>(out) != 0;
   }
+  bool all_finite_spans(const std::vector<FloatSpan>& spans) override {
+    auto* count = reinterpret_cast<unsigned long long*>(scratch_doubles(1));
+    zero(count, sizeof(*count));
+    for (const FloatSpan& s : spans) cuda::count_nonfinite(s.x, s.n, count, stream_);
+    return read_back<unsigned long long>(count) == 0;
+  }
   void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols) override {
     cuda::add_bias_rows(y, b, rows, cols, stream_);
   }
@@ -355,15 +365,23 @@ class CudaBackend final : public Backend {
     cuda::attention_backward(s, qkv, dy, dqkv, ws, stream_);
   }
 
-  int64_t sgd_update(float* w, const float* g, float* buf, int64_t n, float lr, float momentum, float weight_decay,
-                     bool nesterov, bool first) override {
+  // The updates count what they wrote into a device counter of their own, read once a step
+  // by take_nonfinite_writes (no synchronisation per call).
+  void sgd_update(float* w, const float* g, float* buf, int64_t n, float lr, float momentum, float weight_decay,
+                  bool nesterov, bool first) override {
     cuda::sgd_update(w, g, buf, n, lr, momentum, weight_decay, nesterov, first, stream_);
-    return count_nonfinite({w, buf}, n);
+    count_writes({w, buf}, n);
   }
-  int64_t adamw_update(float* w, const float* g, float* m, float* v, int64_t n, float step_size, float bc2_sqrt,
-                       float decay, float eps, float beta1, float beta2) override {
+  void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, float step_size, float bc2_sqrt,
+                    float decay, float eps, float beta1, float beta2) override {
     cuda::adamw_update_scaled(w, g, m, v, n, step_size, bc2_sqrt, decay, eps, beta1, beta2, stream_);
-    return count_nonfinite({w, m, v}, n);
+    count_writes({w, m, v}, n);
+  }
+  int64_t take_nonfinite_writes() override {
+    if (writes_ == nullptr) return 0;
+    const auto count = read_back<unsigned long long>(writes_);
+    zero(writes_, sizeof(*writes_));
+    return static_cast<int64_t>(count);
   }
 
  private:
@@ -410,14 +428,19 @@ class CudaBackend final : public Backend {
     if (scratch_tracked_) MemoryTracker::global().on_free(MemCategory::workspace, static_cast<int64_t>(scratch_bytes_));
     scratch_ = nullptr;
   }
-  int64_t count_nonfinite(std::initializer_list<const float*> xs, int64_t n) {
-    auto* count = reinterpret_cast<unsigned long long*>(scratch_doubles(1));
-    zero(count, sizeof(*count));
-    for (const float* x : xs) cuda::count_nonfinite(x, n, count, stream_);
-    return static_cast<int64_t>(read_back<unsigned long long>(count));
+  void count_writes(std::initializer_list<const float*> xs, int64_t n) {
+    if (writes_ == nullptr) {  // kept apart from the scratch, which other calls reuse and regrow
+      writes_ = static_cast<unsigned long long*>(memory_->allocate(kWritesBytes));
+      writes_tracked_ = !MemoryTracker::global().paused();
+      if (writes_tracked_) MemoryTracker::global().on_alloc(MemCategory::workspace, kWritesBytes);
+      zero(writes_, sizeof(*writes_));
+    }
+    for (const float* x : xs)
+      if (x != nullptr) cuda::count_nonfinite(x, n, writes_, stream_);
   }
 
   static constexpr size_t kReadBackBytes = 64;
+  static constexpr int64_t kWritesBytes = 256;  // one counter, in the allocator's smallest piece
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
   std::shared_ptr<DeviceMemory> memory_;
@@ -426,6 +449,8 @@ class CudaBackend final : public Backend {
   double* scratch_ = nullptr;              // in memory_
   size_t scratch_bytes_ = 0;
   bool scratch_tracked_ = false;
+  unsigned long long* writes_ = nullptr;  // take_nonfinite_writes' counter, in memory_
+  bool writes_tracked_ = false;
 };
 
 }  // namespace

@@ -34,6 +34,22 @@ int device_count() {
 
 bool valid_device(int device) { return device >= 0 && device < device_count(); }
 
+/// Host synchronisations (stream, device and event waits, synchronous copies): with
+/// SUBDP_EMU_HOST_WAITS=1 the process prints their number when it exits, so a test can hold
+/// the engine to its synchronisations per step.
+long long g_host_waits = 0;
+
+void print_host_waits() { std::fprintf(stderr, "subdp-emu: host synchronisations: %lld\n", g_host_waits); }
+
+void count_host_wait() {
+  static const bool registered = [] {
+    const char* v = std::getenv("SUBDP_EMU_HOST_WAITS");
+    return v != nullptr && std::strcmp(v, "1") == 0 && std::atexit(print_host_waits) == 0;
+  }();
+  (void)registered;
+  ++g_host_waits;
+}
+
 std::string hex(const void* p) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%p", p);
@@ -163,6 +179,7 @@ cudaError_t cudaDeviceGetPCIBusId(char* pciBusId, int len, int device) {
 }
 
 cudaError_t cudaDeviceSynchronize() {
+  count_host_wait();
   run_all();
   return sticky_error();
 }
@@ -232,6 +249,7 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const vo
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+  count_host_wait();
   return copy("cudaMemcpy", dst, count, src, count, count, 1, kind, nullptr, true);
 }
 
@@ -270,6 +288,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   Stream* s = stream_of(stream);
   if (s == nullptr) return set_error(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize: destroyed stream");
+  count_host_wait();
   run_until(s, s->enqueued);
   return sticky_error();
 }
@@ -304,11 +323,14 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  count_host_wait();
   if (event->stream != nullptr) run_until(event->stream, event->position);
   return sticky_error();
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t event) {
-  // Lazy queues would make a polling loop spin forever: a query runs the work it asks about.
-  return cudaEventSynchronize(event);
+  // Lazy queues would make a polling loop spin forever: a query runs the work it asks about
+  // (not counted as a host synchronisation: on a GPU it returns at once).
+  if (event->stream != nullptr) run_until(event->stream, event->position);
+  return sticky_error();
 }

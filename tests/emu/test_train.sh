@@ -200,3 +200,38 @@ $CHECK same-tail "$WORK/resume-full.jsonl" "$WORK/resume-tail.jsonl"
 grep -v '"event"' "$WORK/cross-cpu.jsonl" | tail -n +3 > "$WORK/cross-cpu-tail.jsonl"  # steps 3 on
 $CHECK close-losses "$WORK/cross-cuda.jsonl" "$WORK/cross-cpu-tail.jsonl" "$TOL"
 echo "ok: resume on the device, and a CPU checkpoint on the device"
+
+# Numerical faults on the device, where the checks read one device flag per phase: a diverging
+# run stops naming the step and tensor, and an update that overflows (an AdamW moment of 3e38
+# edited into a checkpoint) stops naming the tensor the optimizer wrote it to.
+rc=0
+"$SUBDP" train "$WORK/mlp.toml" --set device.type=cuda --set optim.lr=300 --set optim.momentum=0.0 \
+  >"$WORK/diverge.log" 2>&1 || rc=$?
+[[ $rc != 0 ]] || { echo "FAIL: a diverging run on the device exited 0"; exit 1; }
+grep -Eq "non-finite gradient in [a-z0-9.]+ at step [0-9]+|non-finite loss or gradient at step [0-9]+" \
+  "$WORK/diverge.log" || { echo "FAIL: no non-finite message:"; tail -3 "$WORK/diverge.log"; exit 1; }
+adam=(--set device.type=cuda --set optim.name=adamw --set optim.lr=0.001)
+"$SUBDP" train "$WORK/mlp.toml" "${adam[@]}" --set train.steps=2 --set checkpoint.dir="$WORK/adam" >/dev/null
+/usr/bin/python3 "$ROOT/tests/mpi/edit_checkpoint.py" "$WORK/adam/step-00000002" set net.1.weight::0 3 3e38
+rc=0
+"$SUBDP" train "$WORK/mlp.toml" "${adam[@]}" --set train.steps=4 --set checkpoint.resume="$WORK/adam/step-00000002" \
+  >"$WORK/overflow.log" 2>&1 || rc=$?
+[[ $rc != 0 ]] || { echo "FAIL: an overflowing update on the device trained on"; exit 1; }
+grep -Eq "written by the optimizer update\) on rank 0: [a-z ]*net\.[13]\.weight" "$WORK/overflow.log" ||
+  { echo "FAIL: the overflow is not named:"; tail -3 "$WORK/overflow.log"; exit 1; }
+echo "ok: non-finite gradients and updates on the device stop the run, naming the tensor"
+
+# Host synchronisations per step on the device (the emulator counts stream, device and event
+# waits and synchronous copies: SUBDP_EMU_HOST_WAITS=1). The GPT's step has 8 at one rank:
+# the uploads of ids and targets, the embedding's id check, the loss, one flag for every
+# gradient, the stream waits of the two flag all-reduces, and one count for every optimizer
+# write. (Before the flags and the count stayed on the device: 110, one per tensor checked
+# and per update.)
+host_waits() {
+  SUBDP_EMU_HOST_WAITS=1 "$SUBDP" train "$WORK/gpt.toml" --set device.type=cuda --set train.steps="$1" \
+    --set log.every=1 2>&1 >/dev/null | sed -n 's/^subdp-emu: host synchronisations: //p'
+}
+w4=$(host_waits 4) w8=$(host_waits 8)
+per_step=$(((w8 - w4) / 4))
+((per_step <= 8)) || { echo "FAIL: $per_step host synchronisations per step (4 steps: $w4, 8 steps: $w8)"; exit 1; }
+echo "ok: $per_step host synchronisations per step on the device"
