@@ -1,5 +1,5 @@
 // Geometry structs shared by every backend's kernels and by the layers that call them
-// (backend-neutral: no device, no allocation).
+// (backend-neutral: no device, no allocation), and the run an optimizer update walks.
 #pragma once
 #include <cstdint>
 
@@ -17,6 +17,17 @@ struct ConvShape {
 struct AttentionShape {
   int B = 0, T = 0, H = 0, hd = 0;
   int64_t width() const { return static_cast<int64_t>(H) * hd; }  // C of y, a third of qkv
+};
+
+/// One contiguous run of an optimizer update, n floats each, in backend memory: values w,
+/// gradient g, and the state: s0 (SGD's momentum buffer, null without momentum; AdamW's
+/// first moment m) and s1 (AdamW's second moment v; null for SGD).
+struct UpdateRun {
+  float* w;
+  const float* g;
+  float* s0;
+  float* s1;
+  int64_t n;
 };
 
 }  // namespace subdp

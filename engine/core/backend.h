@@ -170,6 +170,17 @@ class Backend {
                             float decay, float eps, float beta1, float beta2) = 0;
   /// Non-finite values the updates wrote since the previous call (then 0 again).
   virtual int64_t take_nonfinite_writes() = 0;
+  /// The same updates over many runs (UpdateRun: s0 = buf for SGD; s0 = m, s1 = v for AdamW),
+  /// the bits of one call per run. The CUDA backend updates every run in one launch.
+  virtual void sgd_update_runs(const std::vector<UpdateRun>& runs, float lr, float momentum, float weight_decay,
+                               bool nesterov, bool first) {
+    for (const UpdateRun& r : runs) sgd_update(r.w, r.g, r.s0, r.n, lr, momentum, weight_decay, nesterov, first);
+  }
+  virtual void adamw_update_runs(const std::vector<UpdateRun>& runs, float step_size, float bc2_sqrt, float decay,
+                                 float eps, float beta1, float beta2) {
+    for (const UpdateRun& r : runs)
+      adamw_update(r.w, r.g, r.s0, r.s1, r.n, step_size, bc2_sqrt, decay, eps, beta1, beta2);
+  }
 };
 
 /// Keeps the run's backend memory open for one collective (see Backend::open_for_collective).

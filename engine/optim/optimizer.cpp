@@ -50,6 +50,13 @@ class StatefulOptimizer : public Optimizer {
       grads_.push_back(std::move(grads));
       values_.push_back(std::move(values));
     }
+    for (size_t i = 0; i < params_.size(); ++i)
+      for (size_t k = 0; k < runs_[i].size(); ++k) {
+        const int64_t off = runs_[i][k].state_off;
+        float* s0 = states > 0 ? state_[i][0].f32() + off : nullptr;
+        float* s1 = states > 1 ? state_[i][1].f32() + off : nullptr;
+        update_runs_.push_back({values_[i][k], grads_[i][k], s0, s1, runs_[i][k].len});
+      }
   }
   std::vector<Tensor*> state(size_t i) override {
     std::vector<Tensor*> out;
@@ -87,6 +94,7 @@ class StatefulOptimizer : public Optimizer {
   std::vector<std::vector<StateRun>> runs_;
   std::vector<std::vector<const float*>> grads_;  // per parameter, per run: its gradient
   std::vector<std::vector<float*>> values_;       // per parameter, per run: the values it updates
+  std::vector<UpdateRun> update_runs_;            // every parameter's runs, in order, with their state
   int states_;
   bool sharded_;
   int64_t t_ = 0;
@@ -102,14 +110,7 @@ class Sgd : public StatefulOptimizer {
     const float mu = static_cast<float>(c_.momentum), wd = static_cast<float>(c_.weight_decay);
     const float flr = static_cast<float>(lr);
     const bool first = t_ == 0;
-    for (size_t i = 0; i < params_.size(); ++i) {
-      float* buf = state_[i].empty() ? nullptr : state_[i][0].f32();
-      for (size_t k = 0; k < runs_[i].size(); ++k) {
-        const StateRun& r = runs_[i][k];
-        backend().sgd_update(values_[i][k], grads_[i][k], buf ? buf + r.state_off : nullptr, r.len, flr, mu, wd,
-                             c_.nesterov, first);
-      }
-    }
+    backend().sgd_update_runs(update_runs_, flr, mu, wd, c_.nesterov, first);
     note_updates();
     ++t_;
   }
@@ -132,15 +133,7 @@ class AdamW : public StatefulOptimizer {
     const float step_size = static_cast<float>(lr) / bc1;
     const float decay = static_cast<float>(1.0 - lr * c_.weight_decay), eps = static_cast<float>(c_.eps);
     const float fb1 = static_cast<float>(b1), fb2 = static_cast<float>(b2);
-    for (size_t i = 0; i < params_.size(); ++i) {
-      float* m = state_[i][0].f32();
-      float* v = state_[i][1].f32();
-      for (size_t k = 0; k < runs_[i].size(); ++k) {
-        const StateRun& r = runs_[i][k];
-        backend().adamw_update(values_[i][k], grads_[i][k], m + r.state_off, v + r.state_off, r.len, step_size,
-                               bc2_sqrt, decay, eps, fb1, fb2);
-      }
-    }
+    backend().adamw_update_runs(update_runs_, step_size, bc2_sqrt, decay, eps, fb1, fb2);
     note_updates();
   }
 

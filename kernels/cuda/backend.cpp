@@ -106,6 +106,7 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override {
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);  // teardown: errors have nobody to tell
     release_scratch();
+    release_chunks();
     if (writes_ != nullptr) {
       memory_->deallocate(writes_, kWritesBytes);
       if (writes_tracked_) MemoryTracker::global().on_free(MemCategory::workspace, kWritesBytes);
@@ -377,6 +378,19 @@ class CudaBackend final : public Backend {
     cuda::adamw_update_scaled(w, g, m, v, n, step_size, bc2_sqrt, decay, eps, beta1, beta2, stream_);
     count_writes({w, m, v}, n);
   }
+  // Multi-tensor: every run's chunks in one launch, counting into the same counter. The
+  // chunk table stays on the device while the runs stay the same (an optimizer's do), so a
+  // step uploads nothing.
+  void sgd_update_runs(const std::vector<UpdateRun>& runs, float lr, float momentum, float weight_decay, bool nesterov,
+                       bool first) override {
+    const int64_t count = upload_chunks(runs);
+    cuda::sgd_update_chunks(chunks_, count, lr, momentum, weight_decay, nesterov, first, writes_counter(), stream_);
+  }
+  void adamw_update_runs(const std::vector<UpdateRun>& runs, float step_size, float bc2_sqrt, float decay, float eps,
+                         float beta1, float beta2) override {
+    const int64_t count = upload_chunks(runs);
+    cuda::adamw_update_chunks(chunks_, count, step_size, bc2_sqrt, decay, eps, beta1, beta2, writes_counter(), stream_);
+  }
   int64_t take_nonfinite_writes() override {
     if (writes_ == nullptr) return 0;
     const auto count = read_back<unsigned long long>(writes_);
@@ -428,15 +442,51 @@ class CudaBackend final : public Backend {
     if (scratch_tracked_) MemoryTracker::global().on_free(MemCategory::workspace, static_cast<int64_t>(scratch_bytes_));
     scratch_ = nullptr;
   }
-  void count_writes(std::initializer_list<const float*> xs, int64_t n) {
+  unsigned long long* writes_counter() {
     if (writes_ == nullptr) {  // kept apart from the scratch, which other calls reuse and regrow
       writes_ = static_cast<unsigned long long*>(memory_->allocate(kWritesBytes));
       writes_tracked_ = !MemoryTracker::global().paused();
       if (writes_tracked_) MemoryTracker::global().on_alloc(MemCategory::workspace, kWritesBytes);
       zero(writes_, sizeof(*writes_));
     }
+    return writes_;
+  }
+  void count_writes(std::initializer_list<const float*> xs, int64_t n) {
+    unsigned long long* counter = writes_counter();
     for (const float* x : xs)
-      if (x != nullptr) cuda::count_nonfinite(x, n, writes_, stream_);
+      if (x != nullptr) cuda::count_nonfinite(x, n, counter, stream_);
+  }
+  /// The runs cut into chunks of at most update_chunk_floats(), in device memory at chunks_
+  /// (uploaded only when they differ from the last call's); returns how many.
+  int64_t upload_chunks(const std::vector<UpdateRun>& runs) {
+    std::vector<UpdateRun> table;
+    const int64_t most = cuda::update_chunk_floats();
+    for (const UpdateRun& r : runs)
+      for (int64_t at = 0; at < r.n; at += most) {
+        auto shifted = [at](auto* p) { return p ? p + at : p; };
+        table.push_back({r.w + at, r.g + at, shifted(r.s0), shifted(r.s1), std::min(most, r.n - at)});
+      }
+    const size_t bytes = sizeof(UpdateRun) * table.size();
+    if (bytes == chunk_table_.size() && std::memcmp(table.data(), chunk_table_.data(), bytes) == 0)
+      return static_cast<int64_t>(table.size());
+    release_chunks();
+    if (bytes > 0) {
+      chunks_bytes_ = bytes;
+      chunks_ = static_cast<UpdateRun*>(memory_->allocate(bytes));
+      chunks_tracked_ = !MemoryTracker::global().paused();
+      if (chunks_tracked_) MemoryTracker::global().on_alloc(MemCategory::workspace, static_cast<int64_t>(bytes));
+      to_device(chunks_, table.data(), bytes);
+    }
+    chunk_table_.assign(reinterpret_cast<const char*>(table.data()),
+                        reinterpret_cast<const char*>(table.data()) + bytes);
+    return static_cast<int64_t>(table.size());
+  }
+  void release_chunks() {
+    if (chunks_ == nullptr) return;
+    memory_->deallocate(chunks_, chunks_bytes_);
+    if (chunks_tracked_) MemoryTracker::global().on_free(MemCategory::workspace, static_cast<int64_t>(chunks_bytes_));
+    chunks_ = nullptr;
+    chunk_table_.clear();
   }
 
   static constexpr size_t kReadBackBytes = 64;
@@ -451,6 +501,10 @@ class CudaBackend final : public Backend {
   bool scratch_tracked_ = false;
   unsigned long long* writes_ = nullptr;  // take_nonfinite_writes' counter, in memory_
   bool writes_tracked_ = false;
+  UpdateRun* chunks_ = nullptr;  // the multi-tensor updates' chunk table, in memory_
+  size_t chunks_bytes_ = 0;
+  bool chunks_tracked_ = false;
+  std::vector<char> chunk_table_;  // its bytes as uploaded, to see whether the next call differs
 };
 
 }  // namespace

@@ -202,6 +202,16 @@ void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, doubl
 /// bc2_sqrt = sqrt(1 - beta2^t), decay = 1 - lr * weight_decay (the CUDA backend's entry).
 void adamw_update_scaled(float* w, const float* g, float* m, float* v, int64_t n, float step_size, float bc2_sqrt,
                          float decay, float eps, float beta1, float beta2, cudaStream_t stream);
+/// Longest chunk the multi-tensor updates take: callers cut longer runs (one block per chunk).
+int64_t update_chunk_floats();
+/// Multi-tensor sgd_update over `count` chunks (device memory; s0 = buf, or null), one launch;
+/// adds the non-finite values written to *nonfinite. Each element gets sgd_update's bits.
+void sgd_update_chunks(const UpdateRun* chunks, int64_t count, float lr, float momentum, float weight_decay,
+                       bool nesterov, bool first, unsigned long long* nonfinite, cudaStream_t stream);
+/// Multi-tensor adamw_update_scaled over `count` chunks (device memory; s0 = m, s1 = v), one
+/// launch; adds the non-finite values written (w, m, v) to *nonfinite. The same bits per element.
+void adamw_update_chunks(const UpdateRun* chunks, int64_t count, float step_size, float bc2_sqrt, float decay,
+                         float eps, float beta1, float beta2, unsigned long long* nonfinite, cudaStream_t stream);
 
 // ---- GEMM through cuBLAS (gemm.cpp) ----------------------------------------------------
 

@@ -1,7 +1,9 @@
-// SGD (momentum, Nesterov, weight decay) and AdamW updates on one contiguous run of a
-// parameter: the formulas of engine/optim/optimizer.cpp (torch.optim semantics), float32. The
-// caller walks a parameter's gradient runs (for_each_grad_run) and passes each run's
-// value, gradient and state pointers.
+// SGD (momentum, Nesterov, weight decay) and AdamW updates: the formulas of
+// engine/optim/optimizer.cpp (torch.optim semantics), float32. Either on one contiguous run
+// of a parameter (value, gradient and state pointers), or multi-tensor: every chunk of a
+// table in one launch, counting the non-finite values written into a device counter, with
+// per element the same arithmetic (the same bits) as the one-run kernels.
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"
@@ -16,33 +18,99 @@ using detail::grid_first;
 using detail::grid_stride;
 using detail::kThreads;
 
-__global__ void sgd_kernel(float* w, const float* g, float* buf, int64_t n, float lr, float mu, float wd, bool nesterov,
-                           bool first) {
-  for (int64_t k = grid_first(); k < n; k += grid_stride()) {
-    float d = g[k] + wd * w[k];
-    if (buf) {
-      const float b = first ? d : mu * buf[k] + d;
-      buf[k] = b;
-      d = nesterov ? d + mu * b : b;
-    }
-    w[k] -= lr * d;
+/// SGD on element k; returns how many of the values it wrote are not finite.
+__device__ __forceinline__ unsigned sgd_element(float* w, const float* g, float* buf, int64_t k, float lr, float mu,
+                                                float wd, bool nesterov, bool first) {
+  float d = g[k] + wd * w[k];
+  unsigned bad = 0;
+  if (buf) {
+    const float b = first ? d : mu * buf[k] + d;
+    buf[k] = b;
+    bad += !isfinite(b);
+    d = nesterov ? d + mu * b : b;
   }
+  w[k] -= lr * d;
+  return bad + !isfinite(w[k]);
 }
 
-__global__ void adamw_kernel(float* w, const float* g, float* m, float* v, int64_t n, float b1, float b2,
-                             float bc2_sqrt, float step_size, float decay, float eps) {
-  for (int64_t k = grid_first(); k < n; k += grid_stride()) {
-    const float gk = g[k];
-    const float mk = b1 * m[k] + (1.f - b1) * gk;
-    const float vk = b2 * v[k] + (1.f - b2) * gk * gk;
-    m[k] = mk;
-    v[k] = vk;
-    const float denom = sqrtf(vk) / bc2_sqrt + eps;
-    w[k] = w[k] * decay - step_size * mk / denom;
+struct AdamScalars {
+  float b1, b2, bc2_sqrt, step_size, decay, eps;
+};
+
+/// AdamW on element k; returns how many of the values it wrote are not finite.
+__device__ __forceinline__ unsigned adamw_element(float* w, const float* g, float* m, float* v, int64_t k,
+                                                  const AdamScalars& a) {
+  const float gk = g[k];
+  const float mk = a.b1 * m[k] + (1.f - a.b1) * gk;
+  const float vk = a.b2 * v[k] + (1.f - a.b2) * gk * gk;
+  m[k] = mk;
+  v[k] = vk;
+  const float denom = sqrtf(vk) / a.bc2_sqrt + a.eps;
+  w[k] = w[k] * a.decay - a.step_size * mk / denom;
+  return !isfinite(mk) + !isfinite(vk) + !isfinite(w[k]);
+}
+
+/// Adds each warp's count to *count (one atomic per warp; integer sums commute, so the total
+/// does not depend on the order). Every thread of the block must call it.
+__device__ void add_count(unsigned bad, unsigned long long* count) {
+  const unsigned long long total = detail::warp_sum(static_cast<unsigned long long>(bad));
+  if ((threadIdx.x & 31) == 0 && total != 0) atomicAdd(count, total);
+}
+
+__global__ void sgd_kernel(float* w, const float* g, float* buf, int64_t n, float lr, float mu, float wd, bool nesterov,
+                           bool first) {
+  for (int64_t k = grid_first(); k < n; k += grid_stride()) sgd_element(w, g, buf, k, lr, mu, wd, nesterov, first);
+}
+
+__global__ void adamw_kernel(float* w, const float* g, float* m, float* v, int64_t n, AdamScalars a) {
+  for (int64_t k = grid_first(); k < n; k += grid_stride()) adamw_element(w, g, m, v, k, a);
+}
+
+// Multi-tensor: block b takes chunks b, b + gridDim.x, ...; its threads stride the chunk.
+__global__ void sgd_chunks_kernel(const UpdateRun* chunks, int64_t count, float lr, float mu, float wd, bool nesterov,
+                                  bool first, unsigned long long* nonfinite) {
+  unsigned bad = 0;
+  for (int64_t c = blockIdx.x; c < count; c += gridDim.x) {
+    const UpdateRun r = chunks[c];
+    for (int64_t k = threadIdx.x; k < r.n; k += blockDim.x)
+      bad += sgd_element(r.w, r.g, r.s0, k, lr, mu, wd, nesterov, first);
   }
+  add_count(bad, nonfinite);
+}
+
+__global__ void adamw_chunks_kernel(const UpdateRun* chunks, int64_t count, AdamScalars a,
+                                    unsigned long long* nonfinite) {
+  unsigned bad = 0;
+  for (int64_t c = blockIdx.x; c < count; c += gridDim.x) {
+    const UpdateRun r = chunks[c];
+    for (int64_t k = threadIdx.x; k < r.n; k += blockDim.x) bad += adamw_element(r.w, r.g, r.s0, r.s1, k, a);
+  }
+  add_count(bad, nonfinite);
+}
+
+unsigned chunk_blocks(int64_t count) {
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(count, detail::kMaxBlocks)));
 }
 
 }  // namespace
+
+int64_t update_chunk_floats() { return 32768; }
+
+void sgd_update_chunks(const UpdateRun* chunks, int64_t count, float lr, float momentum, float weight_decay,
+                       bool nesterov, bool first, unsigned long long* nonfinite, cudaStream_t s) {
+  if (count <= 0) return;
+  SUBDP_LAUNCH(chunk_blocks(count), kThreads, 0, s, sgd_chunks_kernel)
+  (chunks, count, lr, momentum, weight_decay, nesterov, first, nonfinite);
+  CUDA_CHECK_LAUNCH();
+}
+
+void adamw_update_chunks(const UpdateRun* chunks, int64_t count, float step_size, float bc2_sqrt, float decay,
+                         float eps, float beta1, float beta2, unsigned long long* nonfinite, cudaStream_t s) {
+  if (count <= 0) return;
+  SUBDP_LAUNCH(chunk_blocks(count), kThreads, 0, s, adamw_chunks_kernel)
+  (chunks, count, AdamScalars{beta1, beta2, bc2_sqrt, step_size, decay, eps}, nonfinite);
+  CUDA_CHECK_LAUNCH();
+}
 
 void sgd_update(float* w, const float* g, float* buf, int64_t n, float lr, float momentum, float weight_decay,
                 bool nesterov, bool first, cudaStream_t s) {
@@ -67,7 +135,7 @@ void adamw_update_scaled(float* w, const float* g, float* m, float* v, int64_t n
                          float decay, float eps, float beta1, float beta2, cudaStream_t s) {
   if (n <= 0) return;
   SUBDP_LAUNCH(blocks_for(n), kThreads, 0, s, adamw_kernel)
-  (w, g, m, v, n, beta1, beta2, bc2_sqrt, step_size, decay, eps);
+  (w, g, m, v, n, AdamScalars{beta1, beta2, bc2_sqrt, step_size, decay, eps});
   CUDA_CHECK_LAUNCH();
 }
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "engine/config/config.h"
@@ -319,6 +320,56 @@ TEST_F(LayerKernels, AdamWMatchesEngineOptimizer) {
   c.lr = 3e-3;
   c.weight_decay = 0.1;
   check_optimizer(c, 5);
+}
+
+std::vector<uint32_t> bits_of(const std::vector<float>& v) {
+  std::vector<uint32_t> b(v.size());
+  std::memcpy(b.data(), v.data(), sizeof(float) * v.size());
+  return b;
+}
+
+/// The multi-tensor updates against one call per run, bit for bit: three runs of one buffer,
+/// the middle one longer than two chunks (cut as the backend cuts them), and the count of
+/// non-finite writes from an infinite gradient element.
+TEST_F(LayerKernels, MultiTensorUpdatesGiveTheOneRunBits) {
+  const int64_t chunk = cuda::update_chunk_floats();
+  const std::vector<std::pair<int64_t, int64_t>> runs = {{0, 5}, {9, 2 * chunk + 7}, {2 * chunk + 20, 300}};
+  const int64_t n = 2 * chunk + 320;
+  auto g = random_vec(n, 95);
+  g[9 + chunk + 3] = INFINITY;  // one element: w, m, v (AdamW) or w, buf (SGD) go non-finite
+  const auto w0 = random_vec(n, 96), m0 = random_vec(n, 97, 0.f, 0.1f), v0 = random_vec(n, 98, 0.f, 0.01f);
+  struct Copy {
+    Dev<float> w, m, v;
+  };
+  Copy one{Dev<float>(w0), Dev<float>(m0), Dev<float>(v0)}, many{Dev<float>(w0), Dev<float>(m0), Dev<float>(v0)};
+  Dev<float> dg(g);
+  std::vector<UpdateRun> table;
+  for (const auto& [at, len] : runs)
+    for (int64_t k = 0; k < len; k += chunk)
+      table.push_back({many.w + at + k, dg + at + k, many.m + at + k, many.v + at + k, std::min(chunk, len - k)});
+  Dev<UpdateRun> dtable(table);
+  Dev<unsigned long long> count(std::vector<unsigned long long>{0});
+  for (bool adamw : {true, false}) {
+    SCOPED_TRACE(adamw ? "AdamW" : "SGD with Nesterov momentum");
+    for (const auto& [at, len] : runs) {
+      if (adamw)
+        cuda::adamw_update_scaled(one.w + at, dg + at, one.m + at, one.v + at, len, 1e-3f, 0.3f, 0.999f, 1e-8f, 0.9f,
+                                  0.95f, stream);
+      else
+        cuda::sgd_update(one.w + at, dg + at, one.m + at, len, 0.1f, 0.9f, 5e-4f, true, false, stream);
+    }
+    count.upload({0});
+    if (adamw)
+      cuda::adamw_update_chunks(dtable, static_cast<int64_t>(table.size()), 1e-3f, 0.3f, 0.999f, 1e-8f, 0.9f, 0.95f,
+                                count, stream);
+    else
+      cuda::sgd_update_chunks(dtable, static_cast<int64_t>(table.size()), 0.1f, 0.9f, 5e-4f, true, false, count,
+                              stream);
+    EXPECT_EQ(bits_of(many.w.download()), bits_of(one.w.download()));  // bits: NaN != NaN as floats
+    EXPECT_EQ(bits_of(many.m.download()), bits_of(one.m.download()));
+    EXPECT_EQ(bits_of(many.v.download()), bits_of(one.v.download()));
+    EXPECT_EQ(count.download()[0], adamw ? 3u : 2u);  // w, m, v; or w and the momentum buffer
+  }
 }
 
 }  // namespace
