@@ -250,7 +250,7 @@ class CudaBackend final : public Backend {
     cuda::add_bias_rows(y, b, rows, cols, stream_);
   }
   void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols_used, int64_t ld) override {
-    cuda::bias_grad_rows(dy, db, rows, cols_used, ld, stream_);
+    cuda::bias_grad_rows(dy, db, rows, cols_used, ld, column_workspace(rows, cols_used), stream_);
   }
 
   int64_t embedding_forward(const int32_t* ids, const float* table, int64_t num, float* y, int64_t rows, int64_t C,
@@ -310,7 +310,8 @@ class CudaBackend final : public Backend {
   }
   void rmsnorm_backward(const float* x, const float* gamma, const float* rstd, const float* dy, float* dx,
                         float* dgamma, int64_t rows, int C) override {
-    cuda::rmsnorm_backward(x, gamma, rstd, dy, dx, dgamma, rows, C, stream_);
+    cuda::rmsnorm_backward(x, gamma, rstd, dy, dx, dgamma, rows, C, dgamma ? column_workspace(rows, C) : nullptr,
+                           stream_);
   }
   void rope_rotate(float* x, int64_t rows, int T, int64_t ld, int heads, int hd, const float* cos, const float* sin,
                    bool inverse) override {
@@ -326,7 +327,8 @@ class CudaBackend final : public Backend {
   }
   void layernorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd, const float* dy,
                           float* dx, float* dgamma, float* dbeta, int64_t rows, int C) override {
-    cuda::layernorm_backward(x, gamma, mean, rstd, dy, dx, dgamma, dbeta, rows, C, stream_);
+    cuda::layernorm_backward(x, gamma, mean, rstd, dy, dx, dgamma, dbeta, rows, C,
+                             dgamma ? column_workspace(rows, C) : nullptr, stream_);
   }
 
   // Convolutions: im2col + cuBLAS in chunks of samples; the workspace ends with room for an
@@ -441,6 +443,11 @@ class CudaBackend final : public Backend {
     memory_->deallocate(scratch_, scratch_bytes_);
     if (scratch_tracked_) MemoryTracker::global().on_free(MemCategory::workspace, static_cast<int64_t>(scratch_bytes_));
     scratch_ = nullptr;
+  }
+  /// The column-gradient kernels' slice sums, in the scratch (null when they need none).
+  float* column_workspace(int64_t rows, int64_t cols) {
+    const int64_t floats = cuda::column_grad_workspace_floats(rows, cols);
+    return floats > 0 ? reinterpret_cast<float*>(scratch_doubles((floats + 1) / 2)) : nullptr;
   }
   unsigned long long* writes_counter() {
     if (writes_ == nullptr) {  // kept apart from the scratch, which other calls reuse and regrow

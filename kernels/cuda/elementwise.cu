@@ -1,5 +1,6 @@
 // Elementwise kernels (float32 and bf16 storage, float arithmetic) and the bias kernels:
 // CUDA twins of kernels/cpu/elementwise.cpp. Grid-stride loops, one element per step.
+#include "kernels/cuda/column_sums.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.h"
 
@@ -92,24 +93,12 @@ __global__ void add_bias_rows_kernel(T* y, const float* b, int64_t rows, int64_t
   for (int64_t i = grid_first(); i < n; i += grid_stride()) y[i] = from_f<T>(to_f(y[i]) + b[i % cols]);
 }
 
-// Block (32, 32): 32 columns per block, 32 row lanes; lane ty sums rows ty, ty+32, ... in
-// order, then the 32 partials are added in lane order. Fixed order: deterministic.
-constexpr int kBiasRowLanes = 32;
-
-__global__ void bias_grad_rows_kernel(const float* dy, float* db, int64_t rows, int64_t cols_used, int64_t ld) {
-  __shared__ float part[kBiasRowLanes][32];
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
-  float acc = 0.f;
-  if (c < cols_used)
-    for (int64_t r = threadIdx.y; r < rows; r += kBiasRowLanes) acc += dy[r * ld + c];
-  part[threadIdx.y][threadIdx.x] = acc;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < cols_used) {
-    float s = 0.f;
-    for (int k = 0; k < kBiasRowLanes; ++k) s += part[k][threadIdx.x];
-    db[c] += s;
-  }
-}
+/// The bias gradient term of (row r, column c): dy[r, c] (no second sum).
+struct BiasGradTerm {
+  const float* dy;
+  int64_t ld;
+  __device__ detail::Pair operator()(int64_t r, int64_t c) const { return {dy[r * ld + c], 0.f}; }
+};
 
 }  // namespace
 
@@ -188,12 +177,9 @@ void add_bias_rows(bf16* y, const float* b, int64_t rows, int64_t cols, cudaStre
 
 #undef LAUNCH_ELEMENTWISE
 
-void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols_used, int64_t ld, cudaStream_t s) {
-  if (rows <= 0 || cols_used <= 0) return;
-  const dim3 block(32, kBiasRowLanes);
-  const dim3 grid(static_cast<unsigned>((cols_used + 31) / 32));
-  SUBDP_LAUNCH(grid, block, 0, s, bias_grad_rows_kernel)(dy, db, rows, cols_used, ld);
-  CUDA_CHECK_LAUNCH();
+void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols_used, int64_t ld, float* ws,
+                    cudaStream_t s) {
+  detail::column_sums(BiasGradTerm{dy, ld}, rows, cols_used, db, nullptr, ws, s);
 }
 
 }  // namespace subdp::cuda

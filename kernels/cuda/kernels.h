@@ -60,9 +60,15 @@ void to_f32(const bf16* x, float* y, int64_t n, cudaStream_t stream);
 /// y (rows, cols) += b (cols) broadcast over rows.
 void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols, cudaStream_t stream);
 void add_bias_rows(bf16* y, const float* b, int64_t rows, int64_t cols, cudaStream_t stream);
+/// Floats of workspace a column gradient (bias_grad_rows, layernorm_backward,
+/// rmsnorm_backward) over rows x cols needs: its rows are cut into slices sized to the
+/// device (column_sums.cuh); 0 when one slice covers them.
+int64_t column_grad_workspace_floats(int64_t rows, int64_t cols);
 /// db[c] += sum_r dy[r, c] over the first cols_used columns of a (rows, ld) matrix; rows are
-/// summed in a fixed order (deterministic).
-void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols_used, int64_t ld, cudaStream_t stream);
+/// summed in a fixed order (deterministic on a device). ws:
+/// column_grad_workspace_floats(rows, cols_used) floats.
+void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols_used, int64_t ld, float* ws,
+                    cudaStream_t stream);
 
 // ---- reductions (reduce.cu) ------------------------------------------------------------
 
@@ -111,9 +117,9 @@ void layernorm_forward(const float* x, const float* gamma, const float* beta, fl
 void layernorm_forward(const bf16* x, const float* gamma, const float* beta, bf16* y, float* mean, float* rstd,
                        int64_t rows, int C, float eps, cudaStream_t stream);
 /// LayerNorm backward: dx (rows, C) accumulated (+=); dgamma, dbeta (C) accumulated when
-/// non-null (rows summed in a fixed order).
+/// non-null (rows summed in a fixed order). ws: column_grad_workspace_floats(rows, C) floats.
 void layernorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd, const float* dy,
-                        float* dx, float* dgamma, float* dbeta, int64_t rows, int C, cudaStream_t stream);
+                        float* dx, float* dgamma, float* dbeta, int64_t rows, int C, float* ws, cudaStream_t stream);
 /// RMSNorm (as cpu::rmsnorm_forward): y (rows, C) = x * rstd * gamma; rstd (rows) written.
 void rmsnorm_forward(const float* x, const float* gamma, float* y, float* rstd, int64_t rows, int C, float eps,
                      cudaStream_t stream);
@@ -121,8 +127,9 @@ void rmsnorm_forward(const float* x, const float* gamma, float* y, float* rstd, 
 void rmsnorm_apply(const float* x, const float* gamma, const float* rstd, float* y, int64_t rows, int C,
                    cudaStream_t stream);
 /// RMSNorm backward: dx (rows, C) accumulated (+=); dgamma (C) accumulated when non-null.
+/// ws: column_grad_workspace_floats(rows, C) floats.
 void rmsnorm_backward(const float* x, const float* gamma, const float* rstd, const float* dy, float* dx, float* dgamma,
-                      int64_t rows, int C, cudaStream_t stream);
+                      int64_t rows, int C, float* ws, cudaStream_t stream);
 /// BatchNorm2d forward on x (N, C, HW), as cpu::batchnorm_forward (training: batch
 /// statistics, mean/rstd written, running stats updated with unbiased variance; eval:
 /// running statistics).

@@ -1,7 +1,8 @@
 // LayerNorm, RMSNorm and BatchNorm2d forward/backward: twins of kernels/cpu/norm.cpp.
-// LayerNorm and RMSNorm: one block per row; parameter gradients in a separate column kernel that sums
-// rows in a fixed order. BatchNorm: one block per channel (statistics in double, two passes
-// as on the CPU), then an elementwise normalisation.
+// LayerNorm and RMSNorm: one block per row; parameter gradients by column_sums.cuh (rows in
+// slices sized to the device, summed in a fixed order). BatchNorm: one block per channel (statistics in double, two
+// passes as on the CPU), then an elementwise normalisation.
+#include "kernels/cuda/column_sums.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.h"
 
@@ -19,7 +20,6 @@ using detail::to_f;
 
 constexpr int kRowThreads = 128;      // LayerNorm threads per row
 constexpr int kChannelThreads = 512;  // BatchNorm threads per channel
-constexpr int kColLanes = 32;         // row lanes of the column-sum kernel
 
 template <class T>
 __global__ void layernorm_forward_kernel(const T* x, const float* gamma, const float* beta, T* y, float* mean,
@@ -65,34 +65,16 @@ __global__ void layernorm_backward_dx_kernel(const float* x, const float* gamma,
   }
 }
 
-// Block (32, kColLanes): column c = blockIdx.x*32 + tx; lane ty sums rows ty, ty+32, ...
-// in order, lanes combined in order: deterministic. RMSNorm passes mean and dbeta null
-// (no centring, no beta).
-__global__ void layernorm_param_grad_kernel(const float* x, const float* mean, const float* rstd, const float* dy,
-                                            float* dgamma, float* dbeta, int64_t rows, int C) {
-  __shared__ float sg[kColLanes][32];
-  __shared__ float sb[kColLanes][32];
-  const int c = blockIdx.x * 32 + threadIdx.x;
-  float ag = 0.f, ab = 0.f;
-  if (c < C)
-    for (int64_t r = threadIdx.y; r < rows; r += kColLanes) {
-      const float g = dy[r * C + c];
-      ag += (x[r * C + c] - (mean ? mean[r] : 0.f)) * rstd[r] * g;
-      ab += g;
-    }
-  sg[threadIdx.y][threadIdx.x] = ag;
-  sb[threadIdx.y][threadIdx.x] = ab;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < C) {
-    float tg = 0.f, tb = 0.f;
-    for (int k = 0; k < kColLanes; ++k) {
-      tg += sg[k][threadIdx.x];
-      tb += sb[k][threadIdx.x];
-    }
-    dgamma[c] += tg;
-    if (dbeta) dbeta[c] += tb;
+/// The gamma and beta gradient terms of (row r, column c): (xhat * dy, dy). RMSNorm passes
+/// mean null (no centring; its beta term goes nowhere).
+struct NormGradTerm {
+  const float *x, *mean, *rstd, *dy;
+  int64_t C;
+  __device__ detail::Pair operator()(int64_t r, int64_t c) const {
+    const float g = dy[r * C + c];
+    return {(x[r * C + c] - (mean ? mean[r] : 0.f)) * rstd[r] * g, g};
   }
-}
+};
 
 __global__ void rmsnorm_forward_kernel(const float* x, const float* gamma, float* y, float* rstd, int C, float eps) {
   __shared__ float shared[32];
@@ -212,16 +194,18 @@ void layernorm_forward(const bf16* x, const float* gamma, const float* beta, bf1
   CUDA_CHECK_LAUNCH();
 }
 
+int64_t column_grad_workspace_floats(int64_t rows, int64_t cols) {
+  return detail::column_sums_workspace_floats(rows, cols);
+}
+
 void layernorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd, const float* dy,
-                        float* dx, float* dgamma, float* dbeta, int64_t rows, int C, cudaStream_t s) {
+                        float* dx, float* dgamma, float* dbeta, int64_t rows, int C, float* ws, cudaStream_t s) {
   if (rows <= 0 || C <= 0) return;
   SUBDP_LAUNCH(static_cast<unsigned>(rows), kRowThreads, 0, s, layernorm_backward_dx_kernel)
   (x, gamma, mean, rstd, dy, dx, C);
   CUDA_CHECK_LAUNCH();
   if (dgamma == nullptr) return;
-  SUBDP_LAUNCH((C + 31) / 32, dim3(32, kColLanes), 0, s, layernorm_param_grad_kernel)
-  (x, mean, rstd, dy, dgamma, dbeta, rows, C);
-  CUDA_CHECK_LAUNCH();
+  detail::column_sums(NormGradTerm{x, mean, rstd, dy, C}, rows, C, dgamma, dbeta, ws, s);
 }
 
 void rmsnorm_forward(const float* x, const float* gamma, float* y, float* rstd, int64_t rows, int C, float eps,
@@ -240,14 +224,12 @@ void rmsnorm_apply(const float* x, const float* gamma, const float* rstd, float*
 }
 
 void rmsnorm_backward(const float* x, const float* gamma, const float* rstd, const float* dy, float* dx, float* dgamma,
-                      int64_t rows, int C, cudaStream_t s) {
+                      int64_t rows, int C, float* ws, cudaStream_t s) {
   if (rows <= 0 || C <= 0) return;
   SUBDP_LAUNCH(static_cast<unsigned>(rows), kRowThreads, 0, s, rmsnorm_backward_dx_kernel)(x, gamma, rstd, dy, dx, C);
   CUDA_CHECK_LAUNCH();
   if (dgamma == nullptr) return;
-  SUBDP_LAUNCH((C + 31) / 32, dim3(32, kColLanes), 0, s, layernorm_param_grad_kernel)
-  (x, nullptr, rstd, dy, dgamma, nullptr, rows, C);
-  CUDA_CHECK_LAUNCH();
+  detail::column_sums(NormGradTerm{x, nullptr, rstd, dy, C}, rows, C, dgamma, nullptr, ws, s);
 }
 
 void batchnorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
