@@ -40,6 +40,11 @@ class Backend {
   virtual std::shared_ptr<DeviceMemory> staging_memory() { return host_memory(); }
   /// Host → backend memory, `bytes` bytes.
   virtual void to_device(void* dst, const void* src, size_t bytes) = 0;
+  /// The same, queued without waiting (CUDA: on the backend's stream, from page-locked
+  /// staging memory): src must stay unchanged until the backend next synchronises with the
+  /// host (a read-back, a host copy, a collective). Batches rely on every forward pass
+  /// reading its loss back before the next batch is staged.
+  virtual void to_device_async(void* dst, const void* src, size_t bytes) { to_device(dst, src, bytes); }
   /// Backend memory → host, `bytes` bytes.
   virtual void to_host(void* dst, const void* src, size_t bytes) = 0;
   /// Within backend memory, `bytes` bytes of any dtype.

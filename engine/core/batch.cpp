@@ -15,9 +15,11 @@ Batch Batch::allocate(const Shape& x_shape, DType x_dtype, const Shape& y_shape,
 }
 
 void Batch::upload() const {
+  // Queued without a host wait on a device: the staging is written again only for the next
+  // batch, after this one's forward pass has read its loss back (a synchronisation).
   for (auto [device, host] : {std::pair{x, x_host}, std::pair{y, y_host}}) {
     if (!host.defined() || host.raw() == device.raw() || n == 0) continue;
-    device.slice0(0, n).copy_from(host.slice0(0, n));
+    device.slice0(0, n).copy_from_staging(host.slice0(0, n));
   }
 }
 

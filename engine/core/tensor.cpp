@@ -146,6 +146,14 @@ void Tensor::copy_from(const Tensor& other) const {
     backend().copy_bytes(raw(), other.raw(), nbytes());
 }
 
+void Tensor::copy_from_staging(const Tensor& staging) const {
+  if (on_host() || !staging.on_host()) return copy_from(staging);
+  SUBDP_CHECK(staging.numel() == numel() && staging.dtype_ == dtype_, "copy from {} into {}", shape_str(staging.shape_),
+              shape_str(shape_));
+  if (!storage_->data() || !staging.storage_->data()) return;  // dry run
+  backend().to_device_async(raw(), staging.raw(), nbytes());
+}
+
 HostCopy::HostCopy(const Tensor& t, bool load) : tensor_(t) {
   if (!t.defined() || t.on_host()) {
     data_ = t.defined() ? t.raw() : nullptr;

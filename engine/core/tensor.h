@@ -91,6 +91,10 @@ class Tensor {
   /// Copies other's elements (same numel and dtype) in whichever direction the two memories
   /// need: host to host, host to device, device to host or device to device.
   void copy_from(const Tensor& other) const;
+  /// copy_from for a batch's host staging into backend memory, queued without a host wait
+  /// (Backend::to_device_async: `staging` must not change until the backend next
+  /// synchronises).
+  void copy_from_staging(const Tensor& staging) const;
 
  private:
   static Tensor allocate(const Shape& shape, MemCategory category, DType dtype, std::shared_ptr<DeviceMemory> memory);

@@ -127,6 +127,9 @@ class CudaBackend final : public Backend {
   std::shared_ptr<DeviceMemory> memory() override { return memory_; }
   std::shared_ptr<DeviceMemory> staging_memory() override { return staging_ ? staging_ : host_memory(); }
   void to_device(void* dst, const void* src, size_t bytes) override { copy_sync(dst, src, bytes); }
+  void to_device_async(void* dst, const void* src, size_t bytes) override {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_));
+  }
   void to_host(void* dst, const void* src, size_t bytes) override { copy_sync(dst, src, bytes); }
   void copy_bytes(void* dst, const void* src, size_t bytes) override {
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
