@@ -165,27 +165,17 @@ class Backend {
   virtual void attention_backward(const AttentionShape& s, const float* qkv, const float* att, const float* dy,
                                   float* dqkv, float* ws, int slots) = 0;
 
-  // ---- optimizer updates (kernels/cpu/optimizer.h) over n contiguous elements. Each adds
-  // the non-finite values it wrote (weights and state) to a count that
-  // take_nonfinite_writes() returns: on a GPU the count stays on the device, so a step's
-  // updates cost one read-back rather than one per call.
-  virtual void sgd_update(float* w, const float* g, float* buf, int64_t n, float lr, float momentum, float weight_decay,
-                          bool nesterov, bool first) = 0;
-  virtual void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, float step_size, float bc2_sqrt,
-                            float decay, float eps, float beta1, float beta2) = 0;
+  // ---- optimizer updates (kernels/cpu/optimizer.h) over many contiguous runs (UpdateRun:
+  // s0 = SGD's momentum buffer or null, s1 unused; s0 = AdamW's m, s1 = v). Each adds the
+  // non-finite values it wrote (weights and state) to a count that take_nonfinite_writes()
+  // returns: on a GPU the count stays on the device, and every run goes in one launch, so a
+  // step's updates cost one launch and one read-back.
+  virtual void sgd_update_runs(const std::vector<UpdateRun>& runs, float lr, float momentum, float weight_decay,
+                               bool nesterov, bool first) = 0;
+  virtual void adamw_update_runs(const std::vector<UpdateRun>& runs, float step_size, float bc2_sqrt, float decay,
+                                 float eps, float beta1, float beta2) = 0;
   /// Non-finite values the updates wrote since the previous call (then 0 again).
   virtual int64_t take_nonfinite_writes() = 0;
-  /// The same updates over many runs (UpdateRun: s0 = buf for SGD; s0 = m, s1 = v for AdamW),
-  /// the bits of one call per run. The CUDA backend updates every run in one launch.
-  virtual void sgd_update_runs(const std::vector<UpdateRun>& runs, float lr, float momentum, float weight_decay,
-                               bool nesterov, bool first) {
-    for (const UpdateRun& r : runs) sgd_update(r.w, r.g, r.s0, r.n, lr, momentum, weight_decay, nesterov, first);
-  }
-  virtual void adamw_update_runs(const std::vector<UpdateRun>& runs, float step_size, float bc2_sqrt, float decay,
-                                 float eps, float beta1, float beta2) {
-    for (const UpdateRun& r : runs)
-      adamw_update(r.w, r.g, r.s0, r.s1, r.n, step_size, bc2_sqrt, decay, eps, beta1, beta2);
-  }
 };
 
 /// Keeps the run's backend memory open for one collective (see Backend::open_for_collective).

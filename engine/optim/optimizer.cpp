@@ -22,22 +22,19 @@ class StatefulOptimizer : public Optimizer {
       : params_(std::move(params)), states_(states), sharded_(shard != nullptr) {
     for (Param* p : params_) {
       std::vector<StateRun> runs;
-      std::vector<const float*> grads;
-      std::vector<float*> values;
+      std::vector<UpdateRun> updates;  // w and g here; the state pointers once it exists
       int64_t n = 0;
       if (shard) {
         for (const ShardPiece& piece : *shard)
           if (piece.param == p) {
             runs.push_back({piece.value_off, piece.grad_off, n, piece.len});
-            grads.push_back(piece.grad);
-            values.push_back(piece.value);
+            updates.push_back({piece.value, piece.grad, nullptr, nullptr, piece.len});
             n += piece.len;
           }
       } else {
         for_each_grad_span(*p, [&](int64_t vo, int64_t go, int64_t len) {
           runs.push_back({vo, go, go, len});
-          grads.push_back(p->grad.f32() + go);
-          values.push_back(p->value.f32() + vo);
+          updates.push_back({p->value.f32() + vo, p->grad.f32() + go, nullptr, nullptr, len});
         });
         n = p->grad.numel();
       }
@@ -45,18 +42,16 @@ class StatefulOptimizer : public Optimizer {
       for (int i = 0; i < states; ++i)
         s.push_back(shard ? Tensor::zeros({n}, MemCategory::optimizer)
                           : Tensor::zeros(p->grad.shape(), MemCategory::optimizer));
+      for (size_t k = 0; k < runs.size(); ++k) {
+        if (states > 0) updates[k].s0 = s[0].f32() + runs[k].state_off;
+        if (states > 1) updates[k].s1 = s[1].f32() + runs[k].state_off;
+      }
+      first_update_.push_back(update_runs_.size());
+      update_runs_.insert(update_runs_.end(), updates.begin(), updates.end());
       state_.push_back(std::move(s));
       runs_.push_back(std::move(runs));
-      grads_.push_back(std::move(grads));
-      values_.push_back(std::move(values));
     }
-    for (size_t i = 0; i < params_.size(); ++i)
-      for (size_t k = 0; k < runs_[i].size(); ++k) {
-        const int64_t off = runs_[i][k].state_off;
-        float* s0 = states > 0 ? state_[i][0].f32() + off : nullptr;
-        float* s1 = states > 1 ? state_[i][1].f32() + off : nullptr;
-        update_runs_.push_back({values_[i][k], grads_[i][k], s0, s1, runs_[i][k].len});
-      }
+    first_update_.push_back(update_runs_.size());
   }
   std::vector<Tensor*> state(size_t i) override {
     std::vector<Tensor*> out;
@@ -79,11 +74,9 @@ class StatefulOptimizer : public Optimizer {
     if (backend().take_nonfinite_writes() == 0) return;
     for (size_t i = 0; i < params_.size() && nonfinite_ < 0; ++i) {
       std::vector<FloatSpan> written;
-      for (size_t k = 0; k < runs_[i].size(); ++k) {
-        const StateRun& r = runs_[i][k];
-        written.push_back({values_[i][k], r.len});
-        for (Tensor& t : state_[i]) written.push_back({t.f32() + r.state_off, r.len});
-      }
+      for (size_t k = first_update_[i]; k < first_update_[i + 1]; ++k)
+        for (const float* x : {update_runs_[k].w, update_runs_[k].s0, update_runs_[k].s1})
+          if (x) written.push_back({x, update_runs_[k].n});
       if (!backend().all_finite_spans(written)) nonfinite_ = static_cast<int>(i);
     }
     if (nonfinite_ < 0) nonfinite_ = 0;  // counted but not found again: name the first
@@ -92,9 +85,8 @@ class StatefulOptimizer : public Optimizer {
   std::vector<Param*> params_;
   std::vector<std::vector<Tensor>> state_;
   std::vector<std::vector<StateRun>> runs_;
-  std::vector<std::vector<const float*>> grads_;  // per parameter, per run: its gradient
-  std::vector<std::vector<float*>> values_;       // per parameter, per run: the values it updates
-  std::vector<UpdateRun> update_runs_;            // every parameter's runs, in order, with their state
+  std::vector<UpdateRun> update_runs_;  // every parameter's runs, in order: values, gradient, state
+  std::vector<size_t> first_update_;    // parameter i's runs: [first_update_[i], first_update_[i + 1])
   int states_;
   bool sharded_;
   int64_t t_ = 0;

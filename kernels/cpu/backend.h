@@ -245,15 +245,17 @@ class CpuBackend final : public Backend {
     cpu::attention_backward(s, qkv, att, dy, dqkv, ws, slots);
   }
 
-  void sgd_update(float* w, const float* g, float* buf, int64_t n, float lr, float momentum, float weight_decay,
-                  bool nesterov, bool first) override {
+  void sgd_update_runs(const std::vector<UpdateRun>& runs, float lr, float momentum, float weight_decay, bool nesterov,
+                       bool first) override {
     auto in = access_.open();
-    nonfinite_writes_ += cpu::sgd_update(w, g, buf, n, lr, momentum, weight_decay, nesterov, first);
+    for (const UpdateRun& r : runs)
+      nonfinite_writes_ += cpu::sgd_update(r.w, r.g, r.s0, r.n, lr, momentum, weight_decay, nesterov, first);
   }
-  void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, float step_size, float bc2_sqrt,
-                    float decay, float eps, float beta1, float beta2) override {
+  void adamw_update_runs(const std::vector<UpdateRun>& runs, float step_size, float bc2_sqrt, float decay, float eps,
+                         float beta1, float beta2) override {
     auto in = access_.open();
-    nonfinite_writes_ += cpu::adamw_update(w, g, m, v, n, step_size, bc2_sqrt, decay, eps, beta1, beta2);
+    for (const UpdateRun& r : runs)
+      nonfinite_writes_ += cpu::adamw_update(r.w, r.g, r.s0, r.s1, r.n, step_size, bc2_sqrt, decay, eps, beta1, beta2);
   }
   int64_t take_nonfinite_writes() override { return std::exchange(nonfinite_writes_, 0); }
 

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.h"
@@ -199,9 +200,7 @@ __global__ void __launch_bounds__(64)
 }
 
 template <int N>
-struct HeadDim {
-  static constexpr int value = N;
-};
+using HeadDim = std::integral_constant<int, N>;
 
 /// Calls f(HeadDim<HD>{}) with the smallest compiled head width HD >= hd.
 template <class F>

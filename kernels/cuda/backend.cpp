@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -371,21 +370,10 @@ class CudaBackend final : public Backend {
     cuda::attention_backward(s, qkv, dy, dqkv, ws, stream_);
   }
 
-  // The updates count what they wrote into a device counter of their own, read once a step
-  // by take_nonfinite_writes (no synchronisation per call).
-  void sgd_update(float* w, const float* g, float* buf, int64_t n, float lr, float momentum, float weight_decay,
-                  bool nesterov, bool first) override {
-    cuda::sgd_update(w, g, buf, n, lr, momentum, weight_decay, nesterov, first, stream_);
-    count_writes({w, buf}, n);
-  }
-  void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, float step_size, float bc2_sqrt,
-                    float decay, float eps, float beta1, float beta2) override {
-    cuda::adamw_update_scaled(w, g, m, v, n, step_size, bc2_sqrt, decay, eps, beta1, beta2, stream_);
-    count_writes({w, m, v}, n);
-  }
-  // Multi-tensor: every run's chunks in one launch, counting into the same counter. The
-  // chunk table stays on the device while the runs stay the same (an optimizer's do), so a
-  // step uploads nothing.
+  // Multi-tensor: every run's chunks in one launch, counting its non-finite writes into a
+  // device counter of its own, read once a step by take_nonfinite_writes. The chunk table
+  // stays on the device while the runs stay the same (an optimizer's do), so a step uploads
+  // nothing.
   void sgd_update_runs(const std::vector<UpdateRun>& runs, float lr, float momentum, float weight_decay, bool nesterov,
                        bool first) override {
     const int64_t count = upload_chunks(runs);
@@ -460,11 +448,6 @@ class CudaBackend final : public Backend {
       zero(writes_, sizeof(*writes_));
     }
     return writes_;
-  }
-  void count_writes(std::initializer_list<const float*> xs, int64_t n) {
-    unsigned long long* counter = writes_counter();
-    for (const float* x : xs)
-      if (x != nullptr) cuda::count_nonfinite(x, n, counter, stream_);
   }
   /// The runs cut into chunks of at most update_chunk_floats(), in device memory at chunks_
   /// (uploaded only when they differ from the last call's); returns how many.
