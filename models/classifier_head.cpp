@@ -13,10 +13,9 @@ void CrossEntropyHead::keep_logits() {
   if (!dlogits_.defined()) dlogits_ = Tensor::empty(logits_.shape(), MemCategory::activations);
 }
 
-double CrossEntropyHead::loss(const int32_t* targets, int64_t rows, bool training, int64_t* correct) {
+void CrossEntropyHead::loss(const int32_t* targets, int64_t rows, bool training) {
   float* dlogits = training ? const_cast<float*>(this->dlogits()) : nullptr;
-  return backend().cross_entropy(logits_.f32(), targets, dlogits, rows, classes_, 1.f / static_cast<float>(rows),
-                                 correct);
+  backend().cross_entropy(logits_.f32(), targets, dlogits, rows, classes_, 1.f / static_cast<float>(rows));
 }
 
 }  // namespace subdp

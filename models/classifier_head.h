@@ -14,8 +14,9 @@ class CrossEntropyHead {
   /// Allocates (max_rows, classes) logits (activations).
   CrossEntropyHead(int64_t max_rows, int classes);
   float* logits() const { return logits_.f32(); }
-  /// Loss (nats, mean over rows); writes dlogits for backward when training.
-  double loss(const int32_t* targets, int64_t rows, bool training, int64_t* correct);
+  /// Adds the rows' losses (nats) and hits to the backend's StepCounters; writes dlogits for
+  /// backward when training.
+  void loss(const int32_t* targets, int64_t rows, bool training);
   /// dlogits (rows, classes) of the last training loss(): the logits' memory, or its own after
   /// keep_logits().
   const float* dlogits() const { return dlogits_.defined() ? dlogits_.f32() : logits_.f32(); }

@@ -288,12 +288,12 @@ void Gpt::run_forward(const int32_t* tokens, int B, int T, bool training) {
   FlopCounter::add_gemm(rows, V_, C_);
 }
 
-double Gpt::forward(const Batch& batch, bool training, int64_t* correct) {
+void Gpt::enqueue_forward(const Batch& batch, bool training) {
   SUBDP_CHECK(batch.x.ndim() == 2 && batch.x.dtype() == DType::i32 && batch.y.numel() == batch.x.numel(),
               "GPT expects (B, T) int32 tokens and targets, got x {}", shape_str(batch.x.shape()));
   const int T = static_cast<int>(batch.x.dim(1));
   run_forward(batch.x.i32(), static_cast<int>(batch.n), T, training);
-  return head_->loss(batch.y.i32(), batch.n * T, training, correct);
+  head_->loss(batch.y.i32(), batch.n * T, training);
 }
 
 std::vector<float> Gpt::logits(const int32_t* tokens, int B, int T) {
@@ -304,6 +304,7 @@ std::vector<float> Gpt::logits(const int32_t* tokens, int B, int T) {
   std::copy(tokens, tokens + rows, staged.i32());
   staged.store();
   run_forward(ids.i32(), B, T, false);
+  check_forward_counters(backend().take_counters());
   std::vector<float> out(rows * V_);
   backend().to_host(out.data(), head_->logits(), sizeof(float) * out.size());
   return out;

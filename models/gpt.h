@@ -107,7 +107,7 @@ class Gpt : public Model {
   Gpt(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed, bool recompute_blocks = false,
       ParamLayout layout = ParamLayout::per_param);
   /// batch.x, batch.y: (B, T) int32 tokens and next tokens, T <= context.
-  double forward(const Batch& batch, bool training, int64_t* correct) override;
+  void enqueue_forward(const Batch& batch, bool training) override;
   void backward() override;
   int64_t positions_per_example() const override { return T_; }
   int residual_blocks() const override { return static_cast<int>(blocks_.size()); }

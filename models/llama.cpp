@@ -28,7 +28,7 @@ class Llama : public Model {
  public:
   Llama(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed, bool recompute, ParamLayout layout);
   /// batch.x, batch.y: (B, T) int32 tokens and next tokens, T <= context.
-  double forward(const Batch& batch, bool training, int64_t* correct) override;
+  void enqueue_forward(const Batch& batch, bool training) override;
   void backward() override;
   int64_t positions_per_example() const override { return T_; }
   int residual_blocks() const override { return static_cast<int>(blocks_.size()); }
@@ -110,7 +110,7 @@ void Llama::build_blocks(const ModelConfig& c, int64_t rows) {
   scratch_.attn.bind(shared_, rows, width, T_, hd_, omp_get_max_threads());
 }
 
-double Llama::forward(const Batch& batch, bool training, int64_t* correct) {
+void Llama::enqueue_forward(const Batch& batch, bool training) {
   SUBDP_CHECK(batch.x.ndim() == 2 && batch.x.dtype() == DType::i32 && batch.y.numel() == batch.x.numel(),
               "LLaMA expects (B, T) int32 tokens and targets, got x {}", shape_str(batch.x.shape()));
   const int B = static_cast<int>(batch.n), T = static_cast<int>(batch.x.dim(1));
@@ -125,7 +125,7 @@ double Llama::forward(const Batch& batch, bool training, int64_t* correct) {
   last_ = run_blocks(blocks_, x0_.f32(), B, T, scratch_, training, trace_);
   norm_->forward(last_, norm_out_.f32(), rows);
   output_->forward(norm_out_.f32(), head_->logits(), rows);  // (rows, V)
-  return head_->loss(batch.y.i32(), rows, training, correct);
+  head_->loss(batch.y.i32(), rows, training);
 }
 
 void Llama::backward() {

@@ -46,7 +46,7 @@ Mlp::Mlp(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t s
   for (auto& d : dbuf_) d = Tensor::empty({max_batch, max_width}, MemCategory::activations);
 }
 
-double Mlp::forward(const Batch& batch, bool training, int64_t* correct) {
+void Mlp::enqueue_forward(const Batch& batch, bool training) {
   SUBDP_CHECK(batch.x.numel() / batch.x.dim(0) == in_features_ && batch.n <= batch.x.dim(0),
               "MLP expects {} input features per example, got {}", in_features_, batch.x.numel() / batch.x.dim(0));
   rows_ = batch.n;
@@ -61,7 +61,7 @@ double Mlp::forward(const Batch& batch, bool training, int64_t* correct) {
     x = h;
   }
   fcs_.back().forward(x, head_.logits(), rows_);  // (N, classes)
-  return head_.loss(targets_, rows_, training, correct);
+  head_.loss(targets_, rows_, training);
 }
 
 void Mlp::backward() {

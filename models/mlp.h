@@ -18,7 +18,7 @@ ModelUnits mlp_units(const ModelConfig& c);
 class Mlp : public Model {
  public:
   Mlp(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed);
-  double forward(const Batch& batch, bool training, int64_t* correct) override;
+  void enqueue_forward(const Batch& batch, bool training) override;
   void backward() override;
   const float* last_logits() const override { return head_.logits(); }
   void keep_logits() override { head_.keep_logits(); }

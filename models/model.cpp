@@ -1,6 +1,7 @@
 // Model registry: units and construction by name.
 #include "models/model.h"
 
+#include "engine/core/backend.h"
 #include "engine/core/error.h"
 #include "models/mlp.h"
 #include "models/resnet.h"
@@ -17,6 +18,22 @@ void Model::set_dropped_blocks(const std::vector<char>& dropped, const std::vect
   dropped_ = dropped;
   dense_ = dense;
   drop_scale_ = scale;
+}
+
+double Model::forward(const Batch& batch, bool training, int64_t* correct) {
+  enqueue_forward(batch, training);
+  const StepCounters c = backend().take_counters();
+  check_forward_counters(c);
+  SUBDP_ASSERT(c.nonfinite == 0 && c.nonfinite_writes == 0);  // the trainer reads those before any other forward
+  if (correct) *correct = c.correct;
+  return c.loss_rows ? c.loss_sum / static_cast<double>(c.loss_rows) : 0.0;
+}
+
+void check_forward_counters(const StepCounters& c) {
+  SUBDP_CHECK(c.bad_ids == 0,
+              "{} embedding ids outside their table in this forward pass (token ids must lie in [0, model.vocab); "
+              "the data sources check them when they load, so a broken caller or corrupted memory wrote them)",
+              c.bad_ids);
 }
 
 void Model::zero_grad() {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/config/config.h"
+#include "engine/core/backend.h"
 #include "engine/core/batch.h"
 #include "engine/subnet/param.h"
 #include "engine/subnet/plan.h"
@@ -33,10 +34,16 @@ class Model {
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
-  /// Forward pass and mean cross-entropy (nats) over the batch's target positions.
-  /// `correct` (optional) receives the number of positions whose argmax is the target.
-  /// training = true stores what backward() needs (and uses batch statistics / scaling).
-  virtual double forward(const Batch& batch, bool training, int64_t* correct) = 0;
+  /// Enqueues the forward pass and its cross-entropy: the loss over the batch's target
+  /// positions and their hits land in the backend's StepCounters, read by the caller (the
+  /// trainer's step reads them once with its gradient check). training = true stores what
+  /// backward() needs (and uses batch statistics / scaling).
+  virtual void enqueue_forward(const Batch& batch, bool training) = 0;
+  /// enqueue_forward, then one read of the counters: the mean cross-entropy (nats) over the
+  /// batch's target positions; `correct` (optional) receives the positions whose argmax is
+  /// the target. Errors: ids outside an embedding table; counts of another phase (an
+  /// optimizer's writes) still unread, which this read would lose.
+  double forward(const Batch& batch, bool training, int64_t* correct);
   /// Backward of the last training forward: accumulates parameter gradients. Call it once
   /// per forward: a model may overwrite its stored activations with their gradients.
   virtual void backward() = 0;
@@ -132,6 +139,10 @@ class Model {
 };
 
 /// Maskable units of the model the config describes (no allocation). Errors name the key.
+/// Stops with an error naming what a forward pass's counters found wrong (embedding ids
+/// outside their table).
+void check_forward_counters(const StepCounters& counters);
+
 ModelUnits model_units(const ModelConfig& config);
 
 /// Builds the local model for `mask` with activations for `max_batch` examples.

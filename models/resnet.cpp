@@ -227,7 +227,7 @@ ResNet::ResNet(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint
   scratch_.workspace = Tensor::empty({ws}, MemCategory::workspace);
 }
 
-double ResNet::forward(const Batch& batch, bool training, int64_t* correct) {
+void ResNet::enqueue_forward(const Batch& batch, bool training) {
   const int64_t per = static_cast<int64_t>(C_in_) * H_ * W_;
   SUBDP_CHECK(batch.x.numel() / batch.x.dim(0) == per && batch.n <= batch.x.dim(0),
               "ResNet expects ({}, {}, {}) images, got {} values per example", C_in_, H_, W_,
@@ -253,7 +253,7 @@ double ResNet::forward(const Batch& batch, bool training, int64_t* correct) {
   last_out_ = x;                                                                          // (N, C, Hf, Wf)
   backend().global_avg_pool_forward(x, pooled_.f32(), N, final_C_, final_H_ * final_W_);  // (N, C)
   fc_->forward(pooled_.f32(), head_.logits(), rows_);                                     // (N, classes)
-  return head_.loss(batch.y.i32(), rows_, training, correct);
+  head_.loss(batch.y.i32(), rows_, training);
 }
 
 // One activation-sized scratch g in all. Each activation buffer is post-ReLU and, once its

@@ -97,7 +97,7 @@ class ResNet : public Model {
   /// recompute_blocks: train.recompute = "blocks" (ResNetBlockActivations).
   ResNet(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed, bool recompute_blocks = false,
          ParamLayout layout = ParamLayout::per_param);
-  double forward(const Batch& batch, bool training, int64_t* correct) override;
+  void enqueue_forward(const Batch& batch, bool training) override;
   void backward() override;
   const float* last_logits() const override { return head_.logits(); }
   void keep_logits() override { head_.keep_logits(); }

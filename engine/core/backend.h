@@ -22,6 +22,18 @@ struct FloatSpan {
   int64_t n;
 };
 
+/// What the host needs to know of a step, accumulated in backend memory by the operations that
+/// find it and read in one transfer by Backend::take_counters (issue 41: one host
+/// synchronisation per step on a GPU; on the CPU it is a host struct).
+struct StepCounters {
+  double loss_sum = 0;           // cross_entropy: per-row losses (nats) summed in row order
+  int64_t loss_rows = 0;         // rows those losses cover
+  int64_t correct = 0;           // rows whose arg-max logit is the target
+  int64_t bad_ids = 0;           // embedding_forward: ids outside [0, num) (skipped)
+  int64_t nonfinite = 0;         // count_nonfinite_spans: inf / NaN elements
+  int64_t nonfinite_writes = 0;  // optimizer updates: inf / NaN values written (weights and state)
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -42,8 +54,8 @@ class Backend {
   virtual void to_device(void* dst, const void* src, size_t bytes) = 0;
   /// The same, queued without waiting (CUDA: on the backend's stream, from page-locked
   /// staging memory): src must stay unchanged until the backend next synchronises with the
-  /// host (a read-back, a host copy, a collective). Batches rely on every forward pass
-  /// reading its loss back before the next batch is staged.
+  /// host (a read-back, a host copy, a collective). Batches rely on every step (or
+  /// Model::forward) reading the counters back before the next batch is staged.
   virtual void to_device_async(void* dst, const void* src, size_t bytes) { to_device(dst, src, bytes); }
   /// Backend memory → host, `bytes` bytes.
   virtual void to_host(void* dst, const void* src, size_t bytes) = 0;
@@ -102,28 +114,32 @@ class Backend {
     return total;
   }
   virtual bool all_finite(const float* x, int64_t n) = 0;
-  /// True when every float of every span is finite. The CUDA backend checks all the spans
-  /// into one device flag and reads it back once (a step's gradient check: one
-  /// synchronisation instead of one per tensor).
+  /// True when every float of every span is finite: one read-back on CUDA (the ZeRO-2 / FSDP
+  /// block hooks' checks, and the searches that name a tensor after a fault).
   virtual bool all_finite_spans(const std::vector<FloatSpan>& spans) {
     for (const FloatSpan& s : spans)
       if (!all_finite(s.x, s.n)) return false;
     return true;
   }
+  /// Adds the inf / NaN elements of every span to StepCounters::nonfinite, without reading
+  /// anything back (a step's gradient check).
+  virtual void count_nonfinite_spans(const std::vector<FloatSpan>& spans) = 0;
   virtual void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols) = 0;
   virtual void bias_grad_rows(const float* dy, float* db, int64_t rows, int64_t cols_used, int64_t ld) = 0;
 
   // ---- embedding (kernels/cpu/embedding.h): y (rows, C) (+)= table[ids]; dtable[ids] += dy, for a
-  // table of `num` rows. Ids outside [0, num) are skipped; the forward returns their count.
-  virtual int64_t embedding_forward(const int32_t* ids, const float* table, int64_t num, float* y, int64_t rows,
-                                    int64_t C, bool accumulate) = 0;
+  // table of `num` rows. Ids outside [0, num) are skipped; the forward adds their count to
+  // StepCounters::bad_ids.
+  virtual void embedding_forward(const int32_t* ids, const float* table, int64_t num, float* y, int64_t rows, int64_t C,
+                                 bool accumulate) = 0;
   virtual void embedding_backward(const int32_t* ids, const float* dy, float* dtable, int64_t num, int64_t rows,
                                   int64_t C) = 0;
 
-  // ---- fused softmax cross-entropy (kernels/cpu/softmax.h): the mean loss in nats; dlogits
-  // null (evaluation), separate, or the logits themselves (in place).
-  virtual double cross_entropy(const float* logits, const int32_t* targets, float* dlogits, int64_t rows, int V,
-                               float scale, int64_t* correct) = 0;
+  // ---- fused softmax cross-entropy (kernels/cpu/softmax.h): adds the rows' losses (nats,
+  // summed in row order), their number and the correct ones to StepCounters; dlogits null
+  // (evaluation), separate, or the logits themselves (in place).
+  virtual void cross_entropy(const float* logits, const int32_t* targets, float* dlogits, int64_t rows, int V,
+                             float scale) = 0;
 
   // ---- normalisation (kernels/cpu/norm.h)
   virtual void batchnorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
@@ -167,15 +183,15 @@ class Backend {
 
   // ---- optimizer updates (kernels/cpu/optimizer.h) over many contiguous runs (UpdateRun:
   // s0 = SGD's momentum buffer or null, s1 unused; s0 = AdamW's m, s1 = v). Each adds the
-  // non-finite values it wrote (weights and state) to a count that take_nonfinite_writes()
-  // returns: on a GPU the count stays on the device, and every run goes in one launch, so a
-  // step's updates cost one launch and one read-back.
+  // non-finite values it wrote (weights and state) to StepCounters::nonfinite_writes: on a GPU
+  // every run goes in one launch and nothing is read back.
   virtual void sgd_update_runs(const std::vector<UpdateRun>& runs, float lr, float momentum, float weight_decay,
                                bool nesterov, bool first) = 0;
   virtual void adamw_update_runs(const std::vector<UpdateRun>& runs, float step_size, float bc2_sqrt, float decay,
                                  float eps, float beta1, float beta2) = 0;
-  /// Non-finite values the updates wrote since the previous call (then 0 again).
-  virtual int64_t take_nonfinite_writes() = 0;
+  /// The counters accumulated since the previous call (then 0 again): one device-to-host
+  /// transfer, the host synchronisation a training step needs.
+  virtual StepCounters take_counters() = 0;
 };
 
 /// Keeps the run's backend memory open for one collective (see Backend::open_for_collective).

@@ -15,8 +15,9 @@ class Embedding {
   int64_t num() const { return weight->local_shape.at(0); }
   int64_t channels() const { return weight->local_shape.at(1); }
 
-  /// y (rows, C) = W[ids[r]] (accumulate: y += W[ids[r]]). Throws subdp::Error on an id
-  /// outside [0, num).
+  /// y (rows, C) = W[ids[r]] (accumulate: y += W[ids[r]]). An id outside [0, num) is skipped
+  /// and counted in the backend's StepCounters::bad_ids (Model::forward and the trainer's
+  /// step read them and stop with an error: no read-back here).
   void forward(const int32_t* ids, float* y, int64_t rows, bool accumulate) const;
   /// dW[ids[r]] += dy[r] (rows, C), when this rank holds the gradient. Deterministic: each
   /// thread owns a range of columns and walks the rows in order.

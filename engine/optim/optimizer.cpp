@@ -64,24 +64,18 @@ class StatefulOptimizer : public Optimizer {
   int64_t steps_taken() const override { return t_; }
   void set_steps_taken(int64_t t) override { t_ = t; }
   const std::vector<Param*>& params() const override { return params_; }
-  int nonfinite_param() const override { return nonfinite_; }
-
- protected:
-  /// After a step's updates: one read of the backend's count of non-finite writes and, only
-  /// when it is not 0, a search for the first parameter whose values or state it wrote them to.
-  void note_updates() {
-    nonfinite_ = -1;
-    if (backend().take_nonfinite_writes() == 0) return;
-    for (size_t i = 0; i < params_.size() && nonfinite_ < 0; ++i) {
-      std::vector<FloatSpan> written;
+  int locate_nonfinite() const override {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      std::vector<FloatSpan> written;  // what its updates write: values and state
       for (size_t k = first_update_[i]; k < first_update_[i + 1]; ++k)
         for (const float* x : {update_runs_[k].w, update_runs_[k].s0, update_runs_[k].s1})
           if (x) written.push_back({x, update_runs_[k].n});
-      if (!backend().all_finite_spans(written)) nonfinite_ = static_cast<int>(i);
+      if (!backend().all_finite_spans(written)) return static_cast<int>(i);
     }
-    if (nonfinite_ < 0) nonfinite_ = 0;  // counted but not found again: name the first
+    return -1;
   }
-  int nonfinite_ = -1;
+
+ protected:
   std::vector<Param*> params_;
   std::vector<std::vector<Tensor>> state_;
   std::vector<std::vector<StateRun>> runs_;
@@ -103,7 +97,6 @@ class Sgd : public StatefulOptimizer {
     const float flr = static_cast<float>(lr);
     const bool first = t_ == 0;
     backend().sgd_update_runs(update_runs_, flr, mu, wd, c_.nesterov, first);
-    note_updates();
     ++t_;
   }
 
@@ -126,7 +119,6 @@ class AdamW : public StatefulOptimizer {
     const float decay = static_cast<float>(1.0 - lr * c_.weight_decay), eps = static_cast<float>(c_.eps);
     const float fb1 = static_cast<float>(b1), fb2 = static_cast<float>(b2);
     backend().adamw_update_runs(update_runs_, step_size, bc2_sqrt, decay, eps, fb1, fb2);
-    note_updates();
   }
 
  private:

@@ -32,10 +32,11 @@ class Optimizer {
   virtual void set_steps_taken(int64_t t) = 0;
   /// The parameters it updates (trainable ones holding a gradient), in state order.
   virtual const std::vector<Param*>& params() const = 0;
-  /// Index into params() of the first parameter whose value or state the last step() left
-  /// non-finite (inf or NaN), or -1. The updates count non-finite writes as they go (one read
-  /// of the count a step); only when it is not 0 are the parameters searched.
-  virtual int nonfinite_param() const = 0;
+  /// Index into params() of the first parameter whose value or state holds a non-finite value
+  /// (inf or NaN), or -1. The updates count their non-finite writes as they go
+  /// (StepCounters::nonfinite_writes, read with the next step's counters); only when that
+  /// count is not 0 does the trainer search with this (a read-back per parameter).
+  virtual int locate_nonfinite() const = 0;
 };
 
 /// Builds the optimizer named in config.optim over `params` (held gradients only). With

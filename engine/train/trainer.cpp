@@ -209,6 +209,7 @@ int Trainer::run() {
     const bool epoch_end = step_ % steps_per_epoch_ == 0;
     const bool eval_now = config_.train.eval_every > 0 ? step_ % config_.train.eval_every == 0 : epoch_end;
     if (eval_now || step_ == total_steps_) {
+      settle_updates();
       final_eval = evaluate_full();
       print_eval(final_eval, plan_.masked() ? evaluate_local() : final_eval);
     }
@@ -216,6 +217,7 @@ int Trainer::run() {
       save(false);
     if (stop_signal_ != 0 && step_ < total_steps_) return stop_for_signal();  // at the last step: finish
   }
+  settle_updates();  // the last update's check, before the checkpoint, the dump and the report
   if (!config_.checkpoint.dir.empty() && step_ != last_saved_step_) save(true);
   if (!options_.dump_local_dir.empty()) dump_local_values(options_.dump_local_dir);
   report_final(final_eval);
@@ -250,6 +252,7 @@ void Trainer::report_final(const EvalResult& final_eval) {
 }
 
 int Trainer::stop_for_signal() {
+  settle_updates();
   const bool saves = !config_.checkpoint.dir.empty();
   if (saves && step_ != last_saved_step_) save(false);
   if (prints_) {

@@ -85,14 +85,18 @@ class Trainer {
   /// gradients and the step's counters.
   void prepare_step(int64_t epoch, int64_t step_in_epoch);
   /// Forward and backward on this rank's batch (ZeRO-2 / FSDP: the block collectives run
-  /// inside, through the model's block hooks).
+  /// inside, through the model's block hooks); the loss stays in the backend's counters.
   void forward_backward(StepFigures& f);
-  /// Collective: agrees on non-finite values and stop signals across ranks. True when the
-  /// step is skipped (train.nonfinite = "skip"); throws when it must stop.
-  bool skip_if_nonfinite(const StepFigures& f);
+  /// The step's one read of the backend's counters (the loss, the gradient check, the
+  /// previous update's non-finite writes), then collective: agrees on non-finite values and
+  /// stop signals across ranks. True when the step is skipped (train.nonfinite = "skip");
+  /// throws when it must stop.
+  bool skip_if_nonfinite(StepFigures& f);
   /// Averages gradients over their holders (GradientSync::average).
   void reduce(StepFigures& f);
-  /// The optimizer update at this step's learning rate; stops every rank on a non-finite value.
+  /// The optimizer update at this step's learning rate. Its count of non-finite writes stays
+  /// in the backend's counters: the next step reads it with its own, or settle_updates() does
+  /// before anything else reads the weights.
   void update(StepFigures& f);
   /// Sends the updated values to the ranks that need them: ZeRO's all-gather, backward
   /// masking's owner broadcasts.
@@ -103,14 +107,20 @@ class Trainer {
   int stop_for_signal();
   /// Stochastic depth: this step's dropped blocks, passed to the model.
   void draw_dropped_blocks();
-  /// Checks this rank's gradients (ZeRO-2: those outside blocks; the blocks' were checked by
-  /// the sync's block hooks), naming the first non-finite one on stderr.
-  bool gradients_finite();
+  /// This rank's gradients that the step's counters check (ZeRO-2, FSDP, overlap: those
+  /// outside blocks; the blocks' were checked by the sync's block hooks).
+  std::vector<Param*> unchecked_gradients();
   /// True when every gradient of `params` is finite (one read-back on a device); else names
   /// the first non-finite one on stderr (rank, tensor, 1-based step).
   bool gradients_finite(const std::vector<Param*>& params) const;
-  /// Collective: stops every rank when the last optimizer update left a non-finite value.
-  void check_updated_values();
+  /// Collective: when no step has read the last update's count of non-finite writes yet,
+  /// reads it and stops every rank on a fault. Called before anything outside a training step
+  /// reads the weights (evaluation, checkpoints, alignment, re-dealing, the run's end).
+  void settle_updates();
+  /// Collective, once the ranks agreed that an update at 1-based step `step` wrote a
+  /// non-finite value (`mine`: on this rank): names the tensor on each such rank and stops
+  /// every rank.
+  [[noreturn]] void report_nonfinite_update(int64_t step, bool mine);
   void clip_gradients();
   EvalResult evaluate_full();
   /// Collective: eval_model_ (created on first use, untracked) receives the assembled full model.
@@ -172,6 +182,7 @@ class Trainer {
   int64_t step_ = 0, total_steps_ = 0, steps_per_epoch_ = 0;
   int64_t last_saved_step_ = -1;
   int64_t skipped_in_a_row_ = 0;  // consecutive steps skipped for non-finite values
+  bool updates_unread_ = false;   // the last update's non-finite writes are still in the counters
   int64_t skipped_total_ = 0;     // steps this run skipped (train.nonfinite = "skip")
   bool prints_ = false;  // rank 0, or the simulated rank, prints progress  // step of this run's newest checkpoint
   double base_lr_ = 0;

@@ -164,6 +164,7 @@ nlohmann::json Trainer::measure_alignment() {
 }
 
 void Trainer::save(bool final) {
+  settle_updates();  // never a checkpoint of an update that wrote a non-finite value
   last_saved_step_ = step_;
   auto tensors = gather_full(*model_, optimizer_.get(), *sync_, *world_, specs_);
   if (layout_.rank == 0) {

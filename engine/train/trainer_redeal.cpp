@@ -41,6 +41,7 @@ SubnetworkPlan Trainer::plan_of_deal(int64_t deal) const {
 }
 
 void Trainer::redeal(int64_t deal) {
+  settle_updates();  // the optimizer that wrote the last update is replaced
   const auto t0 = Clock::now();
   const uint64_t seed = deal_seed(config_.mask.seed, deal);
   SubnetworkPlan next = plan_of_deal(deal);

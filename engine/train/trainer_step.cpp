@@ -26,8 +26,10 @@ void Trainer::train_step(int64_t epoch, int64_t in_epoch) {
   publish(f);
   ++step_;
   last_train_loss_ = f.loss;
-  if (config_.log.alignment_every > 0 && step_ % config_.log.alignment_every == 0)
+  if (config_.log.alignment_every > 0 && step_ % config_.log.alignment_every == 0) {
+    settle_updates();
     pending_alignment_ = measure_alignment();
+  }
   f.step_s = seconds_since(t0);
   record(f);
 }
@@ -42,19 +44,35 @@ void Trainer::prepare_step(int64_t epoch, int64_t in_epoch) {
 }
 
 void Trainer::forward_backward(StepFigures& f) {
-  f.loss = model_->forward(batch_, true, &f.correct);
+  model_->enqueue_forward(batch_, true);
   model_->backward();
   sync_->wait_overlapped();  // parallel.overlap: before any other collective
   f.flops = FlopCounter::take();
 }
 
-bool Trainer::skip_if_nonfinite(const StepFigures& f) {
-  const bool finite = gradients_finite() && std::isfinite(f.loss);
-  // One all-reduce carries both flags: a non-finite value anywhere, and a stop signal on any
-  // rank (every rank then finishes this step and stops after it, at the same step).
-  double flags[2] = {finite ? 0.0 : 1.0, static_cast<double>(stop_signal_received())};
-  world_->allreduce_max(flags, 2);
+bool Trainer::skip_if_nonfinite(StepFigures& f) {
+  // The step's one host synchronisation: the loss, the gradients' non-finite count and the
+  // previous update's non-finite writes come back in one read of the counters.
+  const bool blocks_finite = sync_->blocks_finite();
+  const std::vector<Param*> unchecked = unchecked_gradients();
+  std::vector<FloatSpan> spans;
+  for (const Param* p : unchecked) spans.push_back({p->grad.f32(), p->grad.numel()});
+  backend().count_nonfinite_spans(spans);
+  const StepCounters c = backend().take_counters();
+  check_forward_counters(c);
+  f.loss = c.loss_rows ? c.loss_sum / static_cast<double>(c.loss_rows) : 0.0;
+  f.correct = c.correct;
+  // One all-reduce carries the flags: a non-finite value anywhere, a stop signal on any rank
+  // (every rank then finishes this step and stops after it, at the same step), and a
+  // non-finite write by the previous step's update.
+  const bool finite = blocks_finite && c.nonfinite == 0 && std::isfinite(f.loss);
+  double flags[3] = {finite ? 0.0 : 1.0, static_cast<double>(stop_signal_received()),
+                     c.nonfinite_writes > 0 ? 1.0 : 0.0};
+  world_->allreduce_max(flags, 3);
   stop_signal_ = static_cast<int>(flags[1]);
+  updates_unread_ = false;
+  if (flags[2] != 0) report_nonfinite_update(step_, c.nonfinite_writes > 0);  // the cause of whatever follows
+  if (c.nonfinite > 0) gradients_finite(unchecked);                           // names the tensor on stderr
   if (flags[0] == 0) {
     skipped_in_a_row_ = 0;
     return false;
@@ -88,7 +106,7 @@ void Trainer::reduce(StepFigures& f) {
 void Trainer::update(StepFigures& f) {
   f.lr = learning_rate(config_.optim, base_lr_, step_, total_steps_);
   optimizer_->step(f.lr);
-  check_updated_values();
+  updates_unread_ = true;
 }
 
 void Trainer::publish(StepFigures& f) {
@@ -115,14 +133,13 @@ void Trainer::draw_dropped_blocks() {
   model_->set_dropped_blocks(dropped, dense, scale);
 }
 
-bool Trainer::gradients_finite() {
-  if (!sync_->blocks_finite()) return false;
+std::vector<Param*> Trainer::unchecked_gradients() {
   std::vector<Param*> unchecked;
   for (Param* p : model_->params().trainable()) {
     // ZeRO-2, FSDP and overlap: the blocks' gradients were checked by the sync's block hooks.
     if (p->grad.defined() && !(sync_->checks_block_gradients() && p->block >= 0)) unchecked.push_back(p);
   }
-  return gradients_finite(unchecked);
+  return unchecked;
 }
 
 bool Trainer::gradients_finite(const std::vector<Param*>& params) const {
@@ -138,12 +155,22 @@ bool Trainer::gradients_finite(const std::vector<Param*>& params) const {
   return false;
 }
 
-void Trainer::check_updated_values() {
-  // The update loops count the non-finite values they write (no second pass over the
-  // weights); one flag is all-reduced, and only on a fault do the ranks exchange messages.
-  const int i = optimizer_->nonfinite_param();
+void Trainer::settle_updates() {
+  if (!updates_unread_) return;
+  updates_unread_ = false;
+  const StepCounters c = backend().take_counters();
+  SUBDP_ASSERT(c.loss_rows == 0 && c.nonfinite == 0 && c.bad_ids == 0);  // nothing but the update's count
+  double bad = c.nonfinite_writes > 0 ? 1.0 : 0.0;
+  world_->allreduce_max(&bad, 1);
+  if (bad != 0) report_nonfinite_update(step_, c.nonfinite_writes > 0);
+}
+
+void Trainer::report_nonfinite_update(int64_t step, bool mine_bad) {
+  // The update loops counted the non-finite values they wrote (no second pass over the
+  // weights); only now, on a fault, is each parameter searched and the messages exchanged.
   std::string mine;
-  if (i >= 0) {
+  if (mine_bad) {
+    const int i = std::max(optimizer_->locate_nonfinite(), 0);  // counted but not found again: name the first
     const Param& p = *optimizer_->params()[i];
     // A tensor laid out in runs (optimizer state; FSDP's value shard): its first non-finite element.
     auto first_bad = [&](const Tensor& t, const std::vector<StateRun>& runs) -> std::string {
@@ -166,16 +193,15 @@ void Trainer::check_updated_values() {
     }
     if (mine.empty()) mine = fmt::format("tensor {} or its optimizer state", p.name);  // counted, not found
   }
-  double bad = mine.empty() ? 0 : 1;
-  world_->allreduce_max(&bad, 1);
-  if (bad == 0) return;
   const auto all = world_->allgather(mine);
   for (int r = 0; r < static_cast<int>(all.size()); ++r)
     SUBDP_CHECK(all[r].empty(),
                 "non-finite value at step {} (written by the optimizer update) on rank {}: {}; every rank "
                 "stops here and no checkpoint is written (a smaller optim.lr, optim.grad_clip, or a checkpoint "
                 "before the fault)",
-                step_ + 1, r, all[r]);
+                step, r, all[r]);
+  SUBDP_CHECK(false, "non-finite value at step {} (written by the optimizer update) on a rank that did not name it",
+              step);
 }
 
 void Trainer::clip_gradients() {

@@ -139,6 +139,10 @@ class CpuBackend final : public Backend {
     auto in = access_.open();
     return cpu::all_finite(x, n);
   }
+  void count_nonfinite_spans(const std::vector<FloatSpan>& spans) override {
+    auto in = access_.open();
+    for (const FloatSpan& s : spans) counters_.nonfinite += cpu::count_nonfinite(s.x, s.n);
+  }
   void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols) override {
     auto in = access_.open();
     cpu::add_bias_rows(y, b, rows, cols);
@@ -148,10 +152,10 @@ class CpuBackend final : public Backend {
     cpu::bias_grad_rows(dy, db, rows, cols_used, ld);
   }
 
-  int64_t embedding_forward(const int32_t* ids, const float* table, int64_t num, float* y, int64_t rows, int64_t C,
-                            bool accumulate) override {
+  void embedding_forward(const int32_t* ids, const float* table, int64_t num, float* y, int64_t rows, int64_t C,
+                         bool accumulate) override {
     auto in = access_.open();
-    return cpu::embedding_forward(ids, table, num, y, rows, C, accumulate);
+    counters_.bad_ids += cpu::embedding_forward(ids, table, num, y, rows, C, accumulate);
   }
   void embedding_backward(const int32_t* ids, const float* dy, float* dtable, int64_t num, int64_t rows,
                           int64_t C) override {
@@ -159,10 +163,13 @@ class CpuBackend final : public Backend {
     cpu::embedding_backward(ids, dy, dtable, num, rows, C);
   }
 
-  double cross_entropy(const float* logits, const int32_t* targets, float* dlogits, int64_t rows, int V, float scale,
-                       int64_t* correct) override {
+  void cross_entropy(const float* logits, const int32_t* targets, float* dlogits, int64_t rows, int V,
+                     float scale) override {
     auto in = access_.open();
-    return cpu::cross_entropy(logits, targets, dlogits, rows, V, scale, correct);
+    int64_t correct = 0;
+    counters_.loss_sum += cpu::cross_entropy_sum(logits, targets, dlogits, rows, V, scale, &correct);
+    counters_.loss_rows += rows;
+    counters_.correct += correct;
   }
 
   void batchnorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
@@ -249,19 +256,20 @@ class CpuBackend final : public Backend {
                        bool first) override {
     auto in = access_.open();
     for (const UpdateRun& r : runs)
-      nonfinite_writes_ += cpu::sgd_update(r.w, r.g, r.s0, r.n, lr, momentum, weight_decay, nesterov, first);
+      counters_.nonfinite_writes += cpu::sgd_update(r.w, r.g, r.s0, r.n, lr, momentum, weight_decay, nesterov, first);
   }
   void adamw_update_runs(const std::vector<UpdateRun>& runs, float step_size, float bc2_sqrt, float decay, float eps,
                          float beta1, float beta2) override {
     auto in = access_.open();
     for (const UpdateRun& r : runs)
-      nonfinite_writes_ += cpu::adamw_update(r.w, r.g, r.s0, r.s1, r.n, step_size, bc2_sqrt, decay, eps, beta1, beta2);
+      counters_.nonfinite_writes +=
+          cpu::adamw_update(r.w, r.g, r.s0, r.s1, r.n, step_size, bc2_sqrt, decay, eps, beta1, beta2);
   }
-  int64_t take_nonfinite_writes() override { return std::exchange(nonfinite_writes_, 0); }
+  StepCounters take_counters() override { return std::exchange(counters_, StepCounters{}); }
 
  private:
   Access access_;
-  int64_t nonfinite_writes_ = 0;  // since the last take_nonfinite_writes
+  StepCounters counters_;  // since the last take_counters
 };
 
 }  // namespace subdp::cpu

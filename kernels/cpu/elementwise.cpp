@@ -143,12 +143,14 @@ double sum_squares(const float* x, int64_t n) {
   return s;
 }
 
-bool all_finite(const float* x, int64_t n) {
-  int bad = 0;
+int64_t count_nonfinite(const float* x, int64_t n) {
+  int64_t bad = 0;
 #pragma omp parallel for reduction(+ : bad) schedule(static)
   for (int64_t i = 0; i < n; ++i) bad += std::isfinite(x[i]) ? 0 : 1;
-  return bad == 0;
+  return bad;
 }
+
+bool all_finite(const float* x, int64_t n) { return count_nonfinite(x, n) == 0; }
 
 void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols) {
 #pragma omp parallel for schedule(static)

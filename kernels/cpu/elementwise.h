@@ -41,6 +41,8 @@ double sum(const float* x, int64_t n);
 double sum_squares(const float* x, int64_t n);
 /// True when every element is finite.
 bool all_finite(const float* x, int64_t n);
+/// Elements of x (n floats) that are inf or NaN.
+int64_t count_nonfinite(const float* x, int64_t n);
 /// y (rows, cols) += bias broadcast over rows: y[r, c] += b[c].
 void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols);
 /// db[c] += sum_r dy[r, c] over the first `cols_used` columns of an (rows, ld) matrix.

@@ -49,8 +49,8 @@ double cross_entropy_row(const float* l, int32_t t, float* d, int V, float scale
 }
 }  // namespace
 
-double cross_entropy(const float* logits, const int32_t* targets, float* dlogits, int64_t rows, int V, float scale,
-                     int64_t* correct) {
+double cross_entropy_sum(const float* logits, const int32_t* targets, float* dlogits, int64_t rows, int V, float scale,
+                         int64_t* correct) {
   std::vector<double> row_loss(rows);
   std::vector<char> row_hit(rows);
 #pragma omp parallel for schedule(static)
@@ -64,6 +64,12 @@ double cross_entropy(const float* logits, const int32_t* targets, float* dlogits
     hits += row_hit[r];
   }
   if (correct) *correct = hits;
+  return total;
+}
+
+double cross_entropy(const float* logits, const int32_t* targets, float* dlogits, int64_t rows, int V, float scale,
+                     int64_t* correct) {
+  const double total = cross_entropy_sum(logits, targets, dlogits, rows, V, scale, correct);
   return rows ? total / rows : 0.0;
 }
 

@@ -17,5 +17,8 @@ void softmax_rows(float* x, int64_t rows, int V);
 /// a broken caller sees it).
 double cross_entropy(const float* logits, const int32_t* targets, float* dlogits, int64_t rows, int V, float scale,
                      int64_t* correct);
+/// The same, returning the rows' losses summed in row order (double) instead of their mean.
+double cross_entropy_sum(const float* logits, const int32_t* targets, float* dlogits, int64_t rows, int V, float scale,
+                         int64_t* correct);
 
 }  // namespace subdp::cpu

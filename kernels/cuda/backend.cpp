@@ -106,9 +106,9 @@ class CudaBackend final : public Backend {
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);  // teardown: errors have nobody to tell
     release_scratch();
     release_chunks();
-    if (writes_ != nullptr) {
-      memory_->deallocate(writes_, kWritesBytes);
-      if (writes_tracked_) MemoryTracker::global().on_free(MemCategory::workspace, kWritesBytes);
+    if (counters_ != nullptr) {
+      memory_->deallocate(counters_, kCountersBytes);
+      if (counters_tracked_) MemoryTracker::global().on_free(MemCategory::workspace, kCountersBytes);
     }
     if (read_back_ != nullptr) staging_memory()->deallocate(read_back_, kReadBackBytes);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
@@ -248,6 +248,9 @@ class CudaBackend final : public Backend {
     for (const FloatSpan& s : spans) cuda::count_nonfinite(s.x, s.n, count, stream_);
     return read_back<unsigned long long>(count) == 0;
   }
+  void count_nonfinite_spans(const std::vector<FloatSpan>& spans) override {
+    for (const FloatSpan& s : spans) cuda::count_nonfinite(s.x, s.n, &counters()->nonfinite, stream_);
+  }
   void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols) override {
     cuda::add_bias_rows(y, b, rows, cols, stream_);
   }
@@ -255,13 +258,10 @@ class CudaBackend final : public Backend {
     cuda::bias_grad_rows(dy, db, rows, cols_used, ld, column_workspace(rows, cols_used), stream_);
   }
 
-  int64_t embedding_forward(const int32_t* ids, const float* table, int64_t num, float* y, int64_t rows, int64_t C,
-                            bool accumulate) override {
-    auto* count = reinterpret_cast<unsigned long long*>(scratch_doubles(1));
-    zero(count, sizeof(*count));
-    cuda::count_out_of_range(ids, rows, num, count, stream_);
+  void embedding_forward(const int32_t* ids, const float* table, int64_t num, float* y, int64_t rows, int64_t C,
+                         bool accumulate) override {
+    cuda::count_out_of_range(ids, rows, num, &counters()->bad_ids, stream_);
     cuda::embedding_forward(ids, table, y, rows, C, num, accumulate, stream_);
-    return static_cast<int64_t>(read_back<unsigned long long>(count));
   }
   void embedding_backward(const int32_t* ids, const float* dy, float* dtable, int64_t num, int64_t rows,
                           int64_t C) override {
@@ -270,26 +270,15 @@ class CudaBackend final : public Backend {
     cuda::embedding_backward(ids, dy, dtable, rows, C, num, ws, ws_bytes, stream_);
   }
 
-  double cross_entropy(const float* logits, const int32_t* targets, float* dlogits, int64_t rows, int V, float scale,
-                       int64_t* correct) override {
-    // Per-row losses and hits come back to the host and are summed there in row order, as
-    // the CPU kernel sums them (deterministic).
+  // The rows' losses and hits stay on the device: a fixed-order sum adds them to the
+  // counters, which the step reads once (take_counters).
+  void cross_entropy(const float* logits, const int32_t* targets, float* dlogits, int64_t rows, int V,
+                     float scale) override {
     double* area = scratch_doubles(rows);
     float* row_loss = reinterpret_cast<float*>(area);
     int32_t* row_hit = reinterpret_cast<int32_t*>(row_loss + rows);
     cuda::cross_entropy(logits, targets, dlogits, row_loss, row_hit, rows, V, scale, stream_);
-    std::vector<float> loss(rows);
-    std::vector<int32_t> hit(rows);
-    to_host(loss.data(), row_loss, sizeof(float) * rows);
-    to_host(hit.data(), row_hit, sizeof(int32_t) * rows);
-    double total = 0;
-    int64_t hits = 0;
-    for (int64_t r = 0; r < rows; ++r) {
-      total += loss[r];
-      hits += hit[r];
-    }
-    if (correct) *correct = hits;
-    return rows ? total / rows : 0.0;
+    cuda::add_row_losses(row_loss, row_hit, rows, counters(), stream_);
   }
 
   void batchnorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
@@ -370,25 +359,29 @@ class CudaBackend final : public Backend {
     cuda::attention_backward(s, qkv, dy, dqkv, ws, stream_);
   }
 
-  // Multi-tensor: every run's chunks in one launch, counting its non-finite writes into a
-  // device counter of its own, read once a step by take_nonfinite_writes. The chunk table
+  // Multi-tensor: every run's chunks in one launch, counting its non-finite writes into the
+  // step's counters. The chunk table
   // stays on the device while the runs stay the same (an optimizer's do), so a step uploads
   // nothing.
   void sgd_update_runs(const std::vector<UpdateRun>& runs, float lr, float momentum, float weight_decay, bool nesterov,
                        bool first) override {
     const int64_t count = upload_chunks(runs);
-    cuda::sgd_update_chunks(chunks_, count, lr, momentum, weight_decay, nesterov, first, writes_counter(), stream_);
+    cuda::sgd_update_chunks(chunks_, count, lr, momentum, weight_decay, nesterov, first, &counters()->nonfinite_writes,
+                            stream_);
   }
   void adamw_update_runs(const std::vector<UpdateRun>& runs, float step_size, float bc2_sqrt, float decay, float eps,
                          float beta1, float beta2) override {
     const int64_t count = upload_chunks(runs);
-    cuda::adamw_update_chunks(chunks_, count, step_size, bc2_sqrt, decay, eps, beta1, beta2, writes_counter(), stream_);
+    cuda::adamw_update_chunks(chunks_, count, step_size, bc2_sqrt, decay, eps, beta1, beta2,
+                              &counters()->nonfinite_writes, stream_);
   }
-  int64_t take_nonfinite_writes() override {
-    if (writes_ == nullptr) return 0;
-    const auto count = read_back<unsigned long long>(writes_);
-    zero(writes_, sizeof(*writes_));
-    return static_cast<int64_t>(count);
+  StepCounters take_counters() override {
+    if (counters_ == nullptr) return {};
+    const auto c = read_back<cuda::DeviceCounters>(counters_);
+    zero(counters_, sizeof(*counters_));
+    auto count = [](unsigned long long v) { return static_cast<int64_t>(v); };
+    return {c.loss_sum,       count(c.loss_rows), count(c.correct),
+            count(c.bad_ids), count(c.nonfinite), count(c.nonfinite_writes)};
   }
 
  private:
@@ -404,7 +397,7 @@ class CudaBackend final : public Backend {
   /// stream is synchronised before the host reads it.
   template <class T>
   T read_back(const void* device) {
-    static_assert(sizeof(T) <= kReadBackBytes, "read_back of a scalar");
+    static_assert(sizeof(T) <= kReadBackBytes, "read_back of a few values");
     if (read_back_ == nullptr) read_back_ = staging_memory()->allocate(kReadBackBytes);
     CUDA_CHECK(cudaMemcpyAsync(read_back_, device, sizeof(T), cudaMemcpyDeviceToHost, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -440,14 +433,14 @@ class CudaBackend final : public Backend {
     const int64_t floats = cuda::column_grad_workspace_floats(rows, cols);
     return floats > 0 ? reinterpret_cast<float*>(scratch_doubles((floats + 1) / 2)) : nullptr;
   }
-  unsigned long long* writes_counter() {
-    if (writes_ == nullptr) {  // kept apart from the scratch, which other calls reuse and regrow
-      writes_ = static_cast<unsigned long long*>(memory_->allocate(kWritesBytes));
-      writes_tracked_ = !MemoryTracker::global().paused();
-      if (writes_tracked_) MemoryTracker::global().on_alloc(MemCategory::workspace, kWritesBytes);
-      zero(writes_, sizeof(*writes_));
+  cuda::DeviceCounters* counters() {
+    if (counters_ == nullptr) {  // kept apart from the scratch, which other calls reuse and regrow
+      counters_ = static_cast<cuda::DeviceCounters*>(memory_->allocate(kCountersBytes));
+      counters_tracked_ = !MemoryTracker::global().paused();
+      if (counters_tracked_) MemoryTracker::global().on_alloc(MemCategory::workspace, kCountersBytes);
+      zero(counters_, sizeof(*counters_));
     }
-    return writes_;
+    return counters_;
   }
   /// The runs cut into chunks of at most update_chunk_floats(), in device memory at chunks_
   /// (uploaded only when they differ from the last call's); returns how many.
@@ -483,7 +476,8 @@ class CudaBackend final : public Backend {
   }
 
   static constexpr size_t kReadBackBytes = 64;
-  static constexpr int64_t kWritesBytes = 256;  // one counter, in the allocator's smallest piece
+  static constexpr int64_t kCountersBytes = 256;  // the allocator's smallest piece
+  static_assert(sizeof(cuda::DeviceCounters) <= kCountersBytes && sizeof(cuda::DeviceCounters) <= kReadBackBytes);
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
   std::shared_ptr<DeviceMemory> memory_;
@@ -492,8 +486,8 @@ class CudaBackend final : public Backend {
   double* scratch_ = nullptr;              // in memory_
   size_t scratch_bytes_ = 0;
   bool scratch_tracked_ = false;
-  unsigned long long* writes_ = nullptr;  // take_nonfinite_writes' counter, in memory_
-  bool writes_tracked_ = false;
+  cuda::DeviceCounters* counters_ = nullptr;  // take_counters' counters, in memory_
+  bool counters_tracked_ = false;
   UpdateRun* chunks_ = nullptr;  // the multi-tensor updates' chunk table, in memory_
   size_t chunks_bytes_ = 0;
   bool chunks_tracked_ = false;

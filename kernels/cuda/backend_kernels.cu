@@ -52,6 +52,36 @@ __global__ void count_nonfinite_kernel(const float* x, int64_t n, unsigned long 
   if (mine) atomicAdd(count, mine);
 }
 
+constexpr int kSumThreads = 256;
+
+__global__ void add_row_losses_kernel(const float* row_loss, const int32_t* row_hit, int64_t rows,
+                                      DeviceCounters* counters) {
+  __shared__ double loss[kSumThreads];
+  __shared__ unsigned long long hits[kSumThreads];
+  const int t = threadIdx.x;
+  double l = 0;
+  unsigned long long h = 0;
+  for (int64_t r = t; r < rows; r += kSumThreads) {
+    l += row_loss[r];
+    h += static_cast<unsigned long long>(row_hit[r]);
+  }
+  loss[t] = l;
+  hits[t] = h;
+  __syncthreads();
+  for (int half = kSumThreads / 2; half > 0; half /= 2) {
+    if (t < half) {
+      loss[t] += loss[t + half];
+      hits[t] += hits[t + half];
+    }
+    __syncthreads();
+  }
+  if (t == 0) {
+    counters->loss_sum += loss[0];
+    counters->loss_rows += static_cast<unsigned long long>(rows);
+    counters->correct += hits[0];
+  }
+}
+
 }  // namespace
 
 void fill(float* x, float value, int64_t n, cudaStream_t stream) {
@@ -90,6 +120,13 @@ void count_out_of_range(const int32_t* ids, int64_t rows, int64_t num, unsigned 
 void count_nonfinite(const float* x, int64_t n, unsigned long long* count, cudaStream_t stream) {
   if (n <= 0 || x == nullptr) return;
   SUBDP_LAUNCH(blocks_for(n), kThreads, 0, stream, count_nonfinite_kernel)(x, n, count);
+  CUDA_CHECK_LAUNCH();
+}
+
+void add_row_losses(const float* row_loss, const int32_t* row_hit, int64_t rows, DeviceCounters* counters,
+                    cudaStream_t stream) {
+  if (rows <= 0) return;
+  SUBDP_LAUNCH(1, kSumThreads, 0, stream, add_row_losses_kernel)(row_loss, row_hit, rows, counters);
   CUDA_CHECK_LAUNCH();
 }
 

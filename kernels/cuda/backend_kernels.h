@@ -7,6 +7,13 @@
 
 namespace subdp::cuda {
 
+/// The step's counters in device memory, as engine/core/backend.h's StepCounters (the CUDA
+/// backend's take_counters copies them to the host in one transfer).
+struct DeviceCounters {
+  double loss_sum;
+  unsigned long long loss_rows, correct, bad_ids, nonfinite, nonfinite_writes;
+};
+
 /// x (n) = value.
 void fill(float* x, float value, int64_t n, cudaStream_t stream);
 /// y (n) = x * alpha.
@@ -21,5 +28,10 @@ void layernorm_apply(const float* x, const float* gamma, const float* beta, cons
 void count_out_of_range(const int32_t* ids, int64_t rows, int64_t num, unsigned long long* count, cudaStream_t stream);
 /// *count += number of non-finite values of x (n); x may be null (nothing counted).
 void count_nonfinite(const float* x, int64_t n, unsigned long long* count, cudaStream_t stream);
+/// counters->loss_sum += the rows' losses row_loss (rows) summed in double, in a fixed order
+/// (each of one block's threads a strided share, then a fixed tree: the same bits every run);
+/// loss_rows += rows; correct += the sum of row_hit (rows, 0 or 1).
+void add_row_losses(const float* row_loss, const int32_t* row_hit, int64_t rows, DeviceCounters* counters,
+                    cudaStream_t stream);
 
 }  // namespace subdp::cuda

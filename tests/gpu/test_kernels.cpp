@@ -188,6 +188,39 @@ TEST_F(Kernels, CrossEntropyFused) {
   }
 }
 
+// The step's counters (Backend::take_counters): the loss summed on the device in a fixed
+// order (301 rows over 256 threads), the hits, the embedding's bad ids and the non-finite
+// count, all in one read that leaves them 0; the same work again gives the same bits.
+TEST_F(Kernels, StepCountersGatherTheStepsFindings) {
+  const int64_t rows = 301;
+  const int V = 1000;
+  const auto logits = random_vec(rows * V, 42, -5.f, 5.f);
+  const auto targets = random_ints(rows, 43, 0, V);
+  int64_t correct = 0;
+  const double loss_sum = cpu::cross_entropy_sum(logits.data(), targets.data(), nullptr, rows, V, 0.f, &correct);
+  auto backend = make_backend(DeviceType::cuda);
+  Dev<float> dl(logits), table(random_vec(5 * 3, 44)), y(4 * 3), grads(std::vector<float>{1.f, NAN, INFINITY, 2.f});
+  Dev<int32_t> dt(targets), ids(std::vector<int32_t>{0, 5, -2, 4});
+  auto enqueue = [&] {
+    backend->cross_entropy(dl, dt, nullptr, rows, V, 1.f / rows);
+    backend->embedding_forward(ids, table, 5, y, 4, 3, false);
+    backend->count_nonfinite_spans({{grads.get(), 4}, {grads.get() + 1, 1}});
+  };
+  enqueue();
+  const StepCounters c = backend->take_counters();
+  EXPECT_NEAR(c.loss_sum / loss_sum, 1.0, 1e-6);
+  EXPECT_EQ(c.loss_rows, rows);
+  EXPECT_EQ(c.correct, correct);
+  EXPECT_EQ(c.bad_ids, 2);
+  EXPECT_EQ(c.nonfinite, 3);
+  EXPECT_EQ(c.nonfinite_writes, 0);
+  const StepCounters zero = backend->take_counters();
+  EXPECT_EQ(zero.loss_sum, 0.0);
+  EXPECT_EQ(zero.loss_rows + zero.correct + zero.bad_ids + zero.nonfinite, 0);
+  enqueue();
+  EXPECT_EQ(backend->take_counters().loss_sum, c.loss_sum);
+}
+
 /// Row-major (rows, cols) matrix with leading dimension ld >= cols, random.
 std::vector<float> matrix(int rows, int ld, uint32_t seed) { return random_vec(static_cast<size_t>(rows) * ld, seed); }
 

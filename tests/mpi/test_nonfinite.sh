@@ -67,6 +67,16 @@ for d in "$WORK"/adam-resumed/step-*; do
     { echo "FAIL: $d holds a non-finite value"; exit 1; }
 done
 echo "ok: $(grep -m1 -oE "non-finite value at step [0-9]+[^;]*" "$WORK/adam.log")"
+# Without a checkpoint after every step, the update's count of non-finite writes is read with
+# the next step's counters (one host read a step): the same step, rank and tensor are named.
+rc=0
+run_ranks 4 train "$WORK/mlp.toml" "${masked[@]}" --set checkpoint.resume="$WORK/adam/step-00000004" --set checkpoint.every=0 \
+  >"$WORK/adam-deferred.log" 2>&1 || rc=$?
+[[ $rc != 0 ]] || { echo "FAIL: an overflowing update trained on (read with the next step)"; exit 1; }
+named() { grep -m1 -oE "non-finite value at step [0-9]+[^;]*" "$1"; }
+[[ "$(named "$WORK/adam-deferred.log")" == "$(named "$WORK/adam.log")" ]] ||
+  { echo "FAIL: read with the next step: '$(named "$WORK/adam-deferred.log")'"; exit 1; }
+echo "ok: the same, read with the next step's counters"
 # ZeRO-2 checks each block's gradient inside the backward pass, before reduce-scattering it:
 # the GPT at lr 1e30 stops naming a block's tensor, with no checkpoint from that step on.
 rc=0

@@ -225,8 +225,14 @@ TEST(Embedding, ForwardAndFiniteDifference) {
   std::vector<float> before(y.f32(), y.f32() + y.numel());
   emb.forward(ids.data(), y.f32(), rows, true);
   for (int64_t i = 0; i < y.numel(); ++i) EXPECT_FLOAT_EQ(y.f32()[i], 2 * before[i]);
-  std::vector<int32_t> bad = {7};
-  EXPECT_THROW(emb.forward(bad.data(), y.f32(), 1, false), Error);
+  // An id outside the table is skipped and counted; the counters' reader stops with an error.
+  EXPECT_EQ(backend().take_counters().bad_ids, 0);
+  std::vector<int32_t> bad = {7, 2, -1};
+  emb.forward(bad.data(), y.f32(), 3, false);
+  const StepCounters counters = backend().take_counters();
+  EXPECT_EQ(counters.bad_ids, 2);
+  EXPECT_THROW(check_forward_counters(counters), Error);
+  for (int c = 0; c < 4; ++c) EXPECT_EQ(y.f32()[4 + c], emb.weight->value.f32()[2 * 4 + c]);
 }
 
 // ---------------------------------------------------------------------------------------------
