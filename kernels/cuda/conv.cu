@@ -1,7 +1,9 @@
 // conv2d as im2col + cuBLAS GEMM, and global average pooling: twins of kernels/cpu/conv.cpp.
 // Layout NCHW, float32. Samples go through in chunks: one im2col pass and one strided-batched
-// GEMM per chunk, so the workspace is chunk * (Cin*k*k) * (Ho*Wo) floats. col2im gathers each
-// input pixel's contributions in (kh, kw) order, as the CPU adds them: no atomics.
+// GEMM per chunk for y and dx; for dw the chunk's columns and dy are laid side by side, so one
+// GEMM sums over the chunk's samples (K = chunk * Ho*Wo) instead of one GEMM per sample. The
+// workspace is chunk * (Cin*k*k + Cout) * (Ho*Wo) floats. col2im gathers each input pixel's
+// contributions in (kh, kw) order, as the CPU adds them: no atomics.
 #include <algorithm>
 
 #include "kernels/cuda/common.cuh"
@@ -35,6 +37,34 @@ __global__ void im2col_kernel(Geo g, const float* x, float* cols, int64_t total)
     const int iw = (p % g.Wo) * g.stride - g.pad + ki % g.k;
     const bool inside = ih >= 0 && ih < g.H && iw >= 0 && iw < g.W;
     cols[i] = inside ? x[(img * g.H + ih) * g.W + iw] : 0.f;
+  }
+}
+
+// cols (rows, n, Ho*Wo), the first `rows` rows of im2col with the n samples side by side:
+// element (c*kk + kh*k + kw, sample, oh*Wo + ow).
+__global__ void im2col_side_by_side_kernel(Geo g, const float* x, float* cols, int n, int64_t total) {
+  const int P = g.Ho * g.Wo, kk = g.k * g.k;
+  for (int64_t i = grid_first(); i < total; i += grid_stride()) {
+    const int p = static_cast<int>(i % P);
+    const int64_t t = i / P;
+    const int sample = static_cast<int>(t % n);
+    const int64_t row = t / n;  // c*kk + ki
+    const int ki = static_cast<int>(row % kk);
+    const int64_t img = static_cast<int64_t>(sample) * g.Cin + row / kk;
+    const int ih = (p / g.Wo) * g.stride - g.pad + ki / g.k;
+    const int iw = (p % g.Wo) * g.stride - g.pad + ki % g.k;
+    const bool inside = ih >= 0 && ih < g.H && iw >= 0 && iw < g.W;
+    cols[i] = inside ? x[(img * g.H + ih) * g.W + iw] : 0.f;
+  }
+}
+
+// dst (rows, n, P) = src (n, R, P) for rows r < rows: the samples side by side.
+__global__ void side_by_side_kernel(const float* src, float* dst, int n, int64_t R, int P, int64_t total) {
+  for (int64_t i = grid_first(); i < total; i += grid_stride()) {
+    const int p = static_cast<int>(i % P);
+    const int64_t t = i / P;
+    const int64_t sample = t % n, r = t / n;
+    dst[i] = src[(sample * R + r) * P + p];
   }
 }
 
@@ -77,6 +107,34 @@ __global__ void avg_pool_backward_kernel(const float* dy, float* dx, int64_t tot
 
 bool is_direct(const ConvShape& s) { return s.k == 1 && s.stride == 1 && s.pad == 0; }
 
+/// dst (rows, n, P) = src (n, R, P) for rows r < rows.
+void side_by_side(const float* src, float* dst, int n, int64_t R, int64_t rows, int P, cudaStream_t stream) {
+  const int64_t total = rows * n * P;
+  if (total <= 0) return;
+  SUBDP_LAUNCH(blocks_for(total), kThreads, 0, stream, side_by_side_kernel)(src, dst, n, R, P, total);
+  CUDA_CHECK_LAUNCH();
+}
+
+/// dw (dw_cout, dw_cin*kk) += dy[:dw_cout] . cols[:dw_cin*kk]^T summed over the n samples of
+/// x (n, Cin, H, W) and dy (n, Cout, P) in one GEMM: both laid out with the samples side by
+/// side in ws ((dw_cin*kk + dw_cout) * n * P floats).
+void weight_grad(const ConvShape& s, const float* x, const float* dy, float* dw, int dw_cout, int dw_cin, int n,
+                 float* ws, cudaStream_t stream) {
+  const int P = s.Ho() * s.Wo(), kk = s.k * s.k;
+  const int64_t rows = static_cast<int64_t>(dw_cin) * kk, K = static_cast<int64_t>(n) * P;
+  float* cols = ws;            // (dw_cin*kk, n, P)
+  float* dys = ws + rows * K;  // (dw_cout, n, P)
+  if (is_direct(s)) {
+    side_by_side(x, cols, n, s.Cin, dw_cin, P, stream);  // 1x1 stride 1: x is its own im2col
+  } else if (rows * K > 0) {
+    SUBDP_LAUNCH(blocks_for(rows * K), kThreads, 0, stream, im2col_side_by_side_kernel)(geo(s), x, cols, n, rows * K);
+    CUDA_CHECK_LAUNCH();
+  }
+  side_by_side(dy, dys, n, s.Cout, dw_cout, P, stream);
+  sgemm(false, true, dw_cout, static_cast<int>(rows), static_cast<int>(K), 1.f, dys, static_cast<int>(K), cols,
+        static_cast<int>(K), 1.f, dw, static_cast<int>(rows), stream);
+}
+
 }  // namespace
 
 void im2col(const ConvShape& s, const float* x, float* cols, int n, cudaStream_t stream) {
@@ -94,7 +152,7 @@ void col2im(const ConvShape& s, const float* cols, float* dx, int n, cudaStream_
 }
 
 int64_t conv2d_workspace_floats(const ConvShape& s, int chunk) {
-  return static_cast<int64_t>(std::max(chunk, 1)) * s.Cin * s.k * s.k * s.Ho() * s.Wo();
+  return static_cast<int64_t>(std::max(chunk, 1)) * (s.Cin * s.k * s.k + s.Cout) * s.Ho() * s.Wo();
 }
 
 void conv2d_forward(const ConvShape& s, const float* x, const float* w, float* y, float* ws, int chunk,
@@ -128,18 +186,7 @@ void conv2d_backward(const ConvShape& s, const float* x, const float* w, const f
     const int nc = std::min(chunk, s.N - n0);
     const float* xn = x + n0 * in_size;
     const float* dyn = dy + n0 * out_size;  // (nc, Cout, P)
-    if (want_dw) {
-      const float* cols = xn;
-      if (!direct) {
-        im2col(s, xn, ws, nc, stream);
-        cols = ws;
-      }
-      const int64_t cstride = direct ? in_size : cols_size;
-      // dw (dw_cout, dw_cin*kk) += dy_n[:dw_cout] (dw_cout, P) . cols_n[:dw_cin*kk]^T, in sample order
-      for (int i = 0; i < nc; ++i)
-        sgemm(false, true, dw_cout, dw_cin * kk, P, 1.f, dyn + i * out_size, P, cols + i * cstride, P, 1.f, dw,
-              dw_cin * kk, stream);
-    }
+    if (want_dw) weight_grad(s, xn, dyn, dw, dw_cout, dw_cin, nc, ws, stream);
     if (dx) {
       float* dxn = dx + n0 * in_size;
       // dcols_n (CK, P) = w^T (CK, Cout) . dy_n (Cout, P)

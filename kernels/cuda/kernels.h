@@ -179,7 +179,7 @@ void im2col(const ConvShape& s, const float* x, float* cols, int n, cudaStream_t
 /// its contributions in a fixed order: no atomics).
 void col2im(const ConvShape& s, const float* cols, float* dx, int n, cudaStream_t stream);
 /// Floats of workspace conv2d_forward / conv2d_backward need with `chunk` samples per
-/// im2col pass (larger chunks: fewer, larger GEMMs).
+/// im2col pass (larger chunks: fewer, larger GEMMs): chunk * (Cin*k*k + Cout) * Ho*Wo.
 int64_t conv2d_workspace_floats(const ConvShape& s, int chunk);
 /// As cpu::conv2d_forward: y (N, Cout, Ho, Wo) = conv(x, w), no bias.
 void conv2d_forward(const ConvShape& s, const float* x, const float* w, float* y, float* ws, int chunk,
