@@ -1,7 +1,9 @@
 """The PyTorch twin of subdp's LLaMA (models/llama.h), parameter names as subdp's: RMSNorm
 pre-norm blocks, rotary embeddings (rotate-half form), SwiGLU MLP, no biases, untied head.
-q, k and v are one packed weight, layers.<i>.attention.wqkv.weight (3C, C), split into
-wq, wk, wv (C rows each, in that order) in forward. Written for PyTorch 1.13 (Debian's),
+q, k and v are one packed weight, layers.<i>.attention.wqkv.weight ((heads + 2 kv_heads) hd, C),
+split into wq (heads hd rows), wk and wv (kv_heads hd rows each) in forward; with grouped-query
+attention (kv_heads < heads) each key / value head serves heads / kv_heads query heads
+(repeat_interleave, as the LLaMA reference code's repeat_kv). Written for PyTorch 1.13 (Debian's),
 which has no nn.RMSNorm.
 """
 import torch
@@ -35,14 +37,19 @@ def rotate(x, cos, sin):
 
 
 class Attention(nn.Module):
-    def __init__(self, d, heads):
+    def __init__(self, d, heads, kv_heads=None):
         super().__init__()
-        self.wqkv, self.wo, self.heads = nn.Linear(d, 3 * d, bias=False), nn.Linear(d, d, bias=False), heads
+        self.heads, self.kv_heads = heads, kv_heads or heads
+        hd = d // heads
+        self.wqkv = nn.Linear(d, (heads + 2 * self.kv_heads) * hd, bias=False)
+        self.wo = nn.Linear(d, d, bias=False)
 
     def forward(self, x, cos, sin):
         B, T, C = x.shape
-        hd = C // self.heads
-        q, k, v = (t.view(B, T, self.heads, hd).transpose(1, 2) for t in self.wqkv(x).split(C, dim=2))
+        hd, kv = C // self.heads, self.kv_heads
+        q, k, v = self.wqkv(x).split([C, kv * hd, kv * hd], dim=2)
+        q = q.view(B, T, self.heads, hd).transpose(1, 2)
+        k, v = (t.view(B, T, kv, hd).transpose(1, 2).repeat_interleave(self.heads // kv, dim=1) for t in (k, v))
         q, k = rotate(q, cos[:T], sin[:T]), rotate(k, cos[:T], sin[:T])
         att = (q @ k.transpose(-2, -1)) / hd ** 0.5
         att = att.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf")).softmax(-1)
@@ -60,10 +67,10 @@ class FeedForward(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, d, heads, hidden):
+    def __init__(self, d, heads, hidden, kv_heads=None):
         super().__init__()
         self.attention_norm, self.ffn_norm = RMSNorm(d), RMSNorm(d)
-        self.attention, self.feed_forward = Attention(d, heads), FeedForward(d, hidden)
+        self.attention, self.feed_forward = Attention(d, heads, kv_heads), FeedForward(d, hidden)
 
     def forward(self, x, cos, sin):
         x = x + self.attention(self.attention_norm(x), cos, sin)
@@ -78,10 +85,10 @@ def ffn_width(d):
 class Llama(nn.Module):
     """configs/llama_brown.toml's sizes by default."""
 
-    def __init__(self, vocab=256, ctx=128, d=256, heads=8, depth=6, hidden=None, theta=10000.0):
+    def __init__(self, vocab=256, ctx=128, d=256, heads=8, depth=6, hidden=None, theta=10000.0, kv_heads=None):
         super().__init__()
         self.tok_embeddings = nn.Embedding(vocab, d)
-        self.layers = nn.ModuleList([Block(d, heads, hidden or ffn_width(d)) for _ in range(depth)])
+        self.layers = nn.ModuleList([Block(d, heads, hidden or ffn_width(d), kv_heads) for _ in range(depth)])
         self.norm, self.output = RMSNorm(d), nn.Linear(d, vocab, bias=False)
         cos, sin = rope_tables(ctx, d // heads, theta)
         self.register_buffer("cos", cos, persistent=False)

@@ -103,6 +103,8 @@ def build(name):
         return GPT()
     if name == "llama":
         return Llama()
+    if name == "llama-gqa":  # configs/llama_brown.toml with model.kv_heads = 2
+        return Llama(kv_heads=2)
     raise ValueError(name)
 
 

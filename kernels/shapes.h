@@ -13,10 +13,16 @@ struct ConvShape {
   int Wo() const { return (W + 2 * pad - k) / stride + 1; }
 };
 
-/// Geometry of one attention call: B sequences of T positions, H heads of hd channels.
+/// Geometry of one attention call: B sequences of T positions, H query heads of hd channels
+/// and KV key / value heads (grouped-query attention, Ainslie et al. 2023, arXiv:2305.13245:
+/// query head h reads key / value head h / (H / KV); KV = 0 means H, multi-head attention).
+/// A qkv row holds the H q heads, then the KV k heads, then the KV v heads.
 struct AttentionShape {
-  int B = 0, T = 0, H = 0, hd = 0;
-  int64_t width() const { return static_cast<int64_t>(H) * hd; }  // C of y, a third of qkv
+  int B = 0, T = 0, H = 0, hd = 0, KV = 0;
+  int kv_heads() const { return KV > 0 ? KV : H; }
+  int group() const { return H / kv_heads(); }                    // query heads per key / value head
+  int64_t width() const { return static_cast<int64_t>(H) * hd; }  // C of y (and of the q section)
+  int64_t qkv_width() const { return static_cast<int64_t>(H + 2 * kv_heads()) * hd; }
 };
 
 /// One contiguous run of an optimizer update, n floats each, in backend memory: values w,

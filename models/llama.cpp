@@ -148,14 +148,18 @@ ModelUnits llama_units(const ModelConfig& c) {
               c.heads);
   SUBDP_CHECK(c.depth >= 1 && c.context >= 1 && c.vocab >= 1,
               "[model] llama needs depth, context and vocab >= 1 (got {}, {}, {})", c.depth, c.context, c.vocab);
-  const int64_t C = c.width, hd = C / c.heads, H = llama_ffn_width(c);
+  const int kv = llama_kv_heads(c);
+  SUBDP_CHECK(kv >= 1 && kv <= c.heads && c.heads % kv == 0, "[model] kv_heads = {} must divide heads = {}", kv,
+              c.heads);
+  const int64_t C = c.width, hd = C / c.heads, H = llama_ffn_width(c), qkv = (c.heads + 2 * int64_t{kv}) * hd * C;
   ModelUnits u;
   for (int b = 0; b < c.depth; ++b) {
     const std::string name = "layers." + std::to_string(b);
+    // Heads as units: multi-head attention only (the config refuses neuron level for grouped heads).
     u.layers.push_back({name + ".heads", c.heads, 3 * hd * C + hd * C});
     u.layers.push_back({name + ".mlp", static_cast<int>(H), 3 * C});
-    // attention_norm, ffn_norm (C each), wqkv (3C^2), wo (C^2), w1, w3 (HC each), w2 (HC)
-    u.blocks.push_back({name, 0, 2 * C + 4 * C * C + 3 * H * C, true});
+    // attention_norm, ffn_norm (C each), wqkv ((heads + 2 kv_heads) hd C), wo (C^2), w1, w3 (HC each), w2 (HC)
+    u.blocks.push_back({name, 0, 2 * C + qkv + C * C + 3 * H * C, true});
   }
   return u;
 }

@@ -7,6 +7,10 @@
 // N(0, 0.02); RMSNorm gains 1. Parameter names follow Meta's reference code, except that
 // q, k and v are one packed tensor layers.<i>.attention.wqkv.weight (3C, C) (q rows first),
 // which the PyTorch twin (benchmarks/torch_peer.py) splits.
+// Grouped-query attention (Ainslie et al. 2023), model.kv_heads < heads: wqkv is
+// ((heads + 2 kv_heads) hd, C), the q heads then kv_heads k and kv_heads v heads; query head h
+// reads key / value head h / (heads / kv_heads). Block level only (the config refuses neuron
+// level: heads are not units then).
 // Units (neuron level), two maskable layers per block (ids 2i, 2i+1):
 //   heads: head h = its rows of q, k, v and its columns of wo;
 //   mlp:   hidden neuron j = row j of w1 and of w3 and column j of w2.
@@ -23,7 +27,8 @@
 namespace subdp {
 
 /// Units: attention heads and SwiGLU hidden neurons per block (neuron level); whole blocks
-/// (block level). Errors name the [model] key (width not divisible by heads, odd head width).
+/// (block level). Errors name the [model] key (width not divisible by heads, odd head width,
+/// kv_heads not dividing heads).
 ModelUnits llama_units(const ModelConfig& c);
 
 /// The LLaMA for `mask` with activations for max_batch sequences of model.context tokens;

@@ -22,6 +22,7 @@ AttentionSpec attention_spec(const SubnetMask& mask, const ModelConfig& c, int i
   a.bias = false;
   a.C = c.width;
   a.heads = c.heads;
+  a.kv_heads = llama_kv_heads(c);
   a.T = c.context;
   a.max_rows = spec.max_rows;
   a.head_layer = neuron ? heads_layer(index) : -1;

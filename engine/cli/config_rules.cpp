@@ -32,6 +32,17 @@ void check_model_and_masking(const Config& c, const std::string& path) {
   SUBDP_CHECK(c.model.name != ModelKind::llama || (c.model.width / c.model.heads) % 2 == 0,
               "{}: [model] width / heads = {} / {}: llama's rotary embeddings need an even head width", path,
               c.model.width, c.model.heads);
+  const int kv = c.model.kv_heads;
+  SUBDP_CHECK(kv == 0 || c.model.name == ModelKind::llama,
+              "{}: [model] kv_heads = {}: grouped-query attention is built for model.name = \"llama\" only", path, kv);
+  SUBDP_CHECK(kv == 0 || (kv <= c.model.heads && c.model.heads % kv == 0),
+              "{}: [model] kv_heads = {}: must divide heads = {} (each key / value head serves heads / kv_heads "
+              "query heads; 0 or heads: multi-head attention)",
+              path, kv, c.model.heads);
+  SUBDP_CHECK(kv == 0 || kv == c.model.heads || c.mask.granularity == Granularity::block,
+              "{}: [model] kv_heads = {} < heads = {} with [mask] granularity = \"neuron\": neuron-level masking "
+              "of grouped-query attention is not built yet; use granularity = \"block\" (or kv_heads = 0)",
+              path, kv, c.model.heads);
   SUBDP_CHECK(c.mask.regime != MaskRegime::stochastic ||
                   (c.parallel.subnetworks == 1 && c.mask.granularity == Granularity::block),
               "{}: [mask] regime = \"stochastic\" (stochastic depth) keeps the whole model on every rank and drops "

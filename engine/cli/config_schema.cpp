@@ -25,6 +25,7 @@ std::vector<Field> model_data_train_fields(Config& c) {
       {"model", "depth", &m.depth, between(1, 4096)},
       {"model", "mlp_ratio", &m.mlp_ratio, between(1, 64)},
       {"model", "ffn_width", &m.ffn_width, between(0, 1 << 24)},
+      {"model", "kv_heads", &m.kv_heads, between(0, 1 << 16)},
       {"model", "rope_theta", &m.rope_theta, above(0)},
       {"data", "name", choice(d.name), any()},
       {"data", "path", &d.path, any()},

@@ -124,10 +124,15 @@ struct ModelConfig {
   // gpt and llama
   int vocab = 256, context = 128, width = 256, heads = 8, depth = 6, mlp_ratio = 4;
   // llama: SwiGLU hidden width (0: 8 width / 3 rounded up to a multiple of 64, LLaMA's rule
-  // at small sizes) and the RoPE base theta
+  // at small sizes), key / value heads for grouped-query attention (0: heads, plain multi-head
+  // attention; else a divisor of heads, each shared by heads / kv_heads query heads) and the
+  // RoPE base theta
   int ffn_width = 0;
+  int kv_heads = 0;
   double rope_theta = 10000.0;
 };
+/// The LLaMA's key / value heads: kv_heads, or heads when 0 (multi-head attention).
+inline int llama_kv_heads(const ModelConfig& c) { return c.kv_heads > 0 ? c.kv_heads : c.heads; }
 /// The LLaMA SwiGLU hidden width of `c`: ffn_width, or 8 width / 3 rounded up to a multiple of 64.
 inline int llama_ffn_width(const ModelConfig& c) {
   return c.ffn_width > 0 ? c.ffn_width : (8 * c.width / 3 + 63) / 64 * 64;

@@ -35,18 +35,22 @@ CausalSelfAttention::CausalSelfAttention(ParamSet& ps, const AttentionSpec& spec
   const int64_t max_rows = spec.max_rows, y_kept_cols = spec.y_kept_cols;
   const InitSpec weight_init = spec.weight_init;
   const Tensor *y_scratch = spec.y_scratch, *activation_area = spec.activation_area;
-  SUBDP_ASSERT(heads > 0 && C % heads == 0);
+  const int kv_heads = spec.kv_heads > 0 ? spec.kv_heads : heads;
+  const bool grouped = kv_heads != heads;
+  SUBDP_ASSERT(heads > 0 && C % heads == 0 && heads % kv_heads == 0 && !(grouped && head_layer >= 0));
   const InitSpec zero{InitSpec::constant, 0.f};
   SUBDP_ASSERT(!rope_cos_ == !rope_sin_ && (!rope_cos_ || hd_ % 2 == 0));
   const std::string qkv = prefix + "." + spec.qkv_name;
   // (3, C, C): unit axis 1 so a head is hd rows in each of the q, k, v sections.
   const UnitRef unit = head_layer >= 0 ? UnitRef{head_layer, 1, hd_} : UnitRef{};
-  const Shape wshape = head_layer >= 0 ? Shape{3, C, C} : Shape{3 * C, C};
+  const Shape wshape = head_layer >= 0 ? Shape{3, C, C} : Shape{(heads + 2 * int64_t{kv_heads}) * hd_, C};
   const Shape bshape = head_layer >= 0 ? Shape{3, C} : Shape{3 * C};
   qkv_weight = &ps.add(qkv + ".weight", wshape, weight_init, unit, block);
   if (spec.bias) qkv_bias = &ps.add(qkv + ".bias", bshape, zero, unit, block);
-  const int64_t Ck = shape_numel(qkv_weight->local_shape) / (3 * static_cast<int64_t>(C));  // local q width
+  // Local q width: grouped-query layers are never masked.
+  const int64_t Ck = grouped ? C : shape_numel(qkv_weight->local_shape) / (3 * static_cast<int64_t>(C));
   local_heads_ = static_cast<int>(Ck / hd_);
+  local_kv_heads_ = grouped ? kv_heads : local_heads_;
   proj = std::make_unique<Linear>(ps, prefix + "." + spec.proj_name, C, C, spec.bias, UnitRef{},
                                   head_layer >= 0 ? UnitRef{head_layer, 1, hd_} : UnitRef{}, block,
                                   spec.proj_weight_init.value_or(weight_init), zero);
@@ -57,7 +61,7 @@ CausalSelfAttention::CausalSelfAttention(ParamSet& ps, const AttentionSpec& spec
     SUBDP_ASSERT(activation_area->numel() >= max_rows * 4 * static_cast<int64_t>(C));
     return activation_area->slice0(offset, offset + max_rows * cols).view({max_rows, cols});
   };
-  qkv_ = stored(0, 3 * Ck);
+  qkv_ = stored(0, qkv_cols());
   y_ = y_scratch ? y_scratch->slice0(0, max_rows * Ck).view({max_rows, Ck}) : stored(max_rows * 3 * C, Ck);
   if (y_scratch) {
     SUBDP_ASSERT(y_kept_cols >= 0 && y_kept_cols <= Ck);
@@ -73,14 +77,15 @@ void CausalSelfAttention::forward(const float* x, float* out, int B, int T, Atte
     if (proj->bias) backend().add_bias_rows(out, proj->bias->value.f32(), rows, C_);
     return;
   }
-  float* qkv = qkv_.f32();  // (B, T, 3 Ck)
-  // qkv (rows, 3Ck) = x (rows, C) . Wqkv^T (C, 3Ck) + b
-  backend().sgemm(false, true, rows, 3 * Ck, C_, 1.f, x, C_, qkv_weight->value.f32(), C_, 0.f, qkv, 3 * Ck);
-  if (qkv_bias) backend().add_bias_rows(qkv, qkv_bias->value.f32(), rows, 3 * Ck);
-  FlopCounter::add_gemm(rows, 3 * Ck, C_);
+  float* qkv = qkv_.f32();  // (B, T, qkv_cols)
+  const int64_t cols = qkv_cols();
+  // qkv (rows, cols) = x (rows, C) . Wqkv^T (C, cols) + b
+  backend().sgemm(false, true, rows, cols, C_, 1.f, x, C_, qkv_weight->value.f32(), C_, 0.f, qkv, cols);
+  if (qkv_bias) backend().add_bias_rows(qkv, qkv_bias->value.f32(), rows, cols);
+  FlopCounter::add_gemm(rows, cols, C_);
   rotate_qk(qkv, rows, T, false);
   float* y = y_.f32();  // (B, T, Ck)
-  backend().attention_forward({B, T, local_heads_, hd_}, qkv, nullptr, y, s.ws.f32(), s.slots);
+  backend().attention_forward(shape(B, T), qkv, nullptr, y, s.ws.f32(), s.slots);
   FlopCounter::count() += 4LL * B * local_heads_ * T * T * hd_;
   if (head_scale_ != 1.f) backend().scale(y, head_scale_, rows * Ck);
   proj->forward(y, out, rows);  // (B, T, C)
@@ -103,11 +108,16 @@ void CausalSelfAttention::backward(const float* x, const float* dout, float* dx,
     proj->backward(y_.f32(), dout, dy, rows);  // y_ is stale scratch only when proj's dW has no column
   // y = head_scale * attention(qkv), so d attention = head_scale * dy.
   if (head_scale_ != 1.f) backend().scale(dy, head_scale_, rows * Ck);
-  float* dqkv = dy + rows * Ck;  // (B, T, 3 Ck)
-  backend().attention_backward({B, T, local_heads_, hd_}, qkv_.f32(), nullptr, dy, dqkv, s.ws.f32(), s.slots);
+  float* dqkv = dy + rows * Ck;  // (B, T, qkv_cols)
+  const int64_t cols = qkv_cols();
+  backend().attention_backward(shape(B, T), qkv_.f32(), nullptr, dy, dqkv, s.ws.f32(), s.slots);
   FlopCounter::count() += 10LL * B * local_heads_ * T * T * hd_;  // 8 plus the recomputed q k^T
   rotate_qk(dqkv, rows, T, true);                                 // d(q, k before RoPE) = R^T d(q, k after)
-  if (qkv_weight->grad.defined()) {
+  if (qkv_weight->grad.defined() && local_kv_heads_ != local_heads_) {
+    // Grouped-query (never masked): dW ((H + 2 KV) hd, C) += dqkv^T . x
+    backend().sgemm(true, false, cols, C_, rows, 1.f, dqkv, cols, x, C_, 1.f, qkv_weight->grad.f32(), C_);
+    FlopCounter::add_gemm(cols, C_, rows);
+  } else if (qkv_weight->grad.defined()) {
     // Kept prefix of each section: dW[s, :gk] (gk, C) += dqkv[:, s*Ck : s*Ck+gk]^T . x (rows, C)
     const int64_t gk = qkv_weight->grad.numel() / (3 * static_cast<int64_t>(C_));
     float* dw = qkv_weight->grad.f32();
@@ -118,15 +128,15 @@ void CausalSelfAttention::backward(const float* x, const float* dout, float* dx,
       FlopCounter::add_gemm(gk, C_, rows);
     }
   }
-  // dx (rows, C) = dqkv (rows, 3Ck) . Wqkv (3Ck, C)
-  backend().sgemm(false, false, rows, C_, 3 * Ck, 1.f, dqkv, 3 * Ck, qkv_weight->value.f32(), C_, 0.f, dx, C_);
-  FlopCounter::add_gemm(rows, C_, 3 * Ck);
+  // dx (rows, C) = dqkv (rows, cols) . Wqkv (cols, C)
+  backend().sgemm(false, false, rows, C_, cols, 1.f, dqkv, cols, qkv_weight->value.f32(), C_, 0.f, dx, C_);
+  FlopCounter::add_gemm(rows, C_, cols);
 }
 
 void CausalSelfAttention::rotate_qk(float* qkv, int64_t rows, int T, bool inverse) const {
   if (!rope_cos_) return;
-  // q and k are the first 2 Hk heads of each row (sections q, k, v of Ck columns each).
-  backend().rope_rotate(qkv, rows, T, 3 * int64_t{local_heads_} * hd_, 2 * local_heads_, hd_, rope_cos_->f32(),
+  // q and k are the first Hk + KVk heads of each row (sections q, k, v).
+  backend().rope_rotate(qkv, rows, T, qkv_cols(), local_heads_ + local_kv_heads_, hd_, rope_cos_->f32(),
                         rope_sin_->f32(), inverse);
 }
 

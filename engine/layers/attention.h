@@ -9,6 +9,8 @@
 // (3C, C) / (3C); unmasked they keep torch's shapes. Locally, heads are ordered kept-first
 // (LayerMask::order), so a forward-masked layer holds Hk heads and computes on them only,
 // and a backward-masked layer takes weight gradients for the first Hk heads of each section.
+// Grouped-query attention (AttentionSpec::kv_heads < heads, LLaMA): qkv.weight is
+// ((heads + 2 kv_heads) * hd, C), the q heads then the k and v heads; heads are not maskable.
 #pragma once
 #include <memory>
 #include <optional>
@@ -16,6 +18,7 @@
 
 #include "engine/layers/linear.h"
 #include "engine/subnet/param.h"
+#include "kernels/shapes.h"
 
 namespace subdp {
 
@@ -37,6 +40,7 @@ struct AttentionScratch {
 struct AttentionSpec {
   std::string prefix;           // parameter names <prefix>.qkv.weight, <prefix>.proj.bias, ...
   int C = 0, heads = 0, T = 0;  // width, heads, context
+  int kv_heads = 0;             // key / value heads (grouped-query attention); 0: heads
   int64_t max_rows = 0;         // B * T rows at most
   int head_layer = -1;          // maskable layer whose units are the heads; -1: heads not maskable
   int block = -1;               // residual block holding the layer; -1: none
@@ -72,6 +76,8 @@ class CausalSelfAttention {
   int channels() const { return C_; }
   /// Heads present locally (Hk; all heads unless forward-masked).
   int local_heads() const { return local_heads_; }
+  /// Columns of the local qkv: (Hk + 2 KVk) * hd (3 Ck without grouped-query attention).
+  int64_t qkv_cols() const { return static_cast<int64_t>(local_heads_ + 2 * local_kv_heads_) * hd_; }
 
   /// out (B, T, C) = proj(attention(x (B, T, C))), proj bias included. Stores qkv and y; the
   /// attention probabilities (B, Hk, T, T) are formed in s.ws and recomputed in backward, so
@@ -82,17 +88,19 @@ class CausalSelfAttention {
   /// dx may be dout: dout is read (by proj's backward) before dx is written.
   void backward(const float* x, const float* dout, float* dx, int B, int T, AttentionScratch& s) const;
 
-  Param* qkv_weight = nullptr;   // (3, Ck, C) local, torch (3C, C)
+  Param* qkv_weight = nullptr;   // (3, Ck, C) local, torch (3C, C); grouped-query ((H + 2 KV) hd, C)
   Param* qkv_bias = nullptr;     // (3, Ck); null without biases
   std::unique_ptr<Linear> proj;  // weight (C, Ck), bias (C) dense (none without biases)
 
  private:
-  /// RoPE on the q and k sections of qkv (rows, 3Ck), in place; inverse for their gradients.
+  /// RoPE on the q and k sections of qkv (rows, qkv_cols()), in place; inverse for their gradients.
   void rotate_qk(float* qkv, int64_t rows, int T, bool inverse) const;
-  int C_, heads_, hd_, local_heads_;
+  /// This call's geometry for the kernels.
+  AttentionShape shape(int B, int T) const { return {B, T, local_heads_, hd_, local_kv_heads_}; }
+  int C_, heads_, hd_, local_heads_, local_kv_heads_;
   float head_scale_;
   const Tensor *rope_cos_, *rope_sin_;
-  Tensor qkv_;     // (B, T, 3 Ck)
+  Tensor qkv_;     // (B, T, qkv_cols())
   Tensor y_;       // (B, T, Ck) attention output (scaled); a view of the scratch when shared
   Tensor y_kept_;  // (B, T, y_kept_cols_) stored prefix of y when y_ is shared
   int64_t y_kept_cols_ = 0;

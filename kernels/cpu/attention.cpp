@@ -70,11 +70,21 @@ float* slot(float* ws, int T, int which) {
   return ws + (2 * static_cast<int64_t>(omp_get_thread_num()) + which) * T * T;
 }
 
+/// Where query head h of sequence b reads its q, k and v (row stride s.qkv_width()).
+struct HeadRows {
+  int64_t q, k, v;
+};
+
+HeadRows head_rows(const AttentionShape& s, int64_t b, int64_t h) {
+  const int64_t ld = s.qkv_width(), row0 = b * s.T * ld, g = h / s.group();
+  return {row0 + h * s.hd, row0 + s.width() + g * s.hd, row0 + s.width() + (s.kv_heads() + g) * s.hd};
+}
+
 }  // namespace
 
 void attention_forward(const AttentionShape& s, const float* qkv, float* att, float* y, float* ws, int slots) {
   if (!att && !ws) throw std::invalid_argument("attention_forward: probabilities need att or a workspace");
-  const int T = s.T, hd = s.hd, C = static_cast<int>(s.width()), ld = 3 * C;
+  const int T = s.T, hd = s.hd, C = static_cast<int>(s.width()), ld = static_cast<int>(s.qkv_width());
   const float scale = 1.f / std::sqrt(static_cast<float>(hd));
   const int64_t pairs = static_cast<int64_t>(s.B) * s.H;
   // Stored probabilities use no workspace slot, so every thread may run.
@@ -82,46 +92,51 @@ void attention_forward(const AttentionShape& s, const float* qkv, float* att, fl
 #pragma omp parallel for schedule(static) num_threads(team) if (worth_threads(s))
   for (int64_t bh = 0; bh < pairs; ++bh) {
     const int64_t b = bh / s.H, h = bh % s.H;
-    const float* q = qkv + b * T * ld + h * hd;  // (T, hd), row stride 3C
-    const float* k = q + C;
-    const float* v = q + 2 * C;
+    const HeadRows at = head_rows(s, b, h);              // (T, hd) each, row stride ld
     float* a = att ? att + bh * T * T : slot(ws, T, 0);  // (T, T)
-    probabilities(q, k, T, hd, ld, scale, a);
+    probabilities(qkv + at.q, qkv + at.k, T, hd, ld, scale, a);
     // y_bh (T, hd) = a (T, T) . v (T, hd), row stride C
-    sgemm(false, false, T, hd, T, 1.f, a, T, v, ld, 0.f, y + b * T * C + h * hd, C);
+    sgemm(false, false, T, hd, T, 1.f, a, T, qkv + at.v, ld, 0.f, y + b * T * C + h * hd, C);
   }
 }
 
 void attention_backward(const AttentionShape& s, const float* qkv, const float* att, const float* dy, float* dqkv,
                         float* ws, int slots) {
-  const int T = s.T, hd = s.hd, C = static_cast<int>(s.width()), ld = 3 * C;
+  const int T = s.T, hd = s.hd, C = static_cast<int>(s.width()), ld = static_cast<int>(s.qkv_width());
   const float scale = 1.f / std::sqrt(static_cast<float>(hd));
-  const int64_t pairs = static_cast<int64_t>(s.B) * s.H;
+  const int G = s.group();
+  // One task per (sequence, key / value head): its query heads run in order, the first writing
+  // dk and dv and the rest adding to them, so no two threads write the same rows.
+  const int64_t tasks = static_cast<int64_t>(s.B) * s.kv_heads();
 #pragma omp parallel for schedule(static) num_threads(thread_count(slots)) if (worth_threads(s))
-  for (int64_t bh = 0; bh < pairs; ++bh) {
-    const int64_t b = bh / s.H, h = bh % s.H;
-    const int64_t off = b * T * ld + h * hd;
-    const float* q = qkv + off;  // (T, hd), row stride 3C; likewise k, v and their gradients
-    const float* k = q + C;
-    const float* v = q + 2 * C;
-    float* dq = dqkv + off;
-    float* dk = dq + C;
-    float* dv = dq + 2 * C;
-    const float* a = att ? att + bh * T * T : nullptr;  // (T, T)
-    if (!a) {
-      float* recomputed = slot(ws, T, 0);
-      probabilities(q, k, T, hd, ld, scale, recomputed);
-      a = recomputed;
+  for (int64_t task = 0; task < tasks; ++task) {
+    const int64_t b = task / s.kv_heads();
+    for (int64_t h = task % s.kv_heads() * G, first = h; h < first + G; ++h) {
+      const HeadRows at = head_rows(s, b, h);
+      const float* q = qkv + at.q;  // (T, hd), row stride ld; likewise k, v and their gradients
+      const float* k = qkv + at.k;
+      const float* v = qkv + at.v;
+      float* dq = dqkv + at.q;
+      float* dk = dqkv + at.k;
+      float* dv = dqkv + at.v;
+      const float beta = h == first ? 0.f : 1.f;
+      const int64_t bh = b * s.H + h;
+      const float* a = att ? att + bh * T * T : nullptr;  // (T, T)
+      if (!a) {
+        float* recomputed = slot(ws, T, 0);
+        probabilities(q, k, T, hd, ld, scale, recomputed);
+        a = recomputed;
+      }
+      const float* g = dy + b * T * C + h * hd;  // (T, hd), row stride C
+      float* da = slot(ws, T, 1);                // (T, T)
+      // da (T, T) = g (T, hd) . v^T (hd, T);  dv (T, hd) (+)= a^T (T, T) . g (T, hd)
+      sgemm(false, true, T, T, hd, 1.f, g, C, v, ld, 0.f, da, T);
+      sgemm(true, false, T, hd, T, 1.f, a, T, g, C, beta, dv, ld);
+      causal_softmax_backward(a, da, T);  // da now holds d(scores / scale)
+      // dq (T, hd) = da (T, T) . k (T, hd) * scale;  dk (T, hd) (+)= da^T (T, T) . q (T, hd) * scale
+      sgemm(false, false, T, hd, T, scale, da, T, k, ld, 0.f, dq, ld);
+      sgemm(true, false, T, hd, T, scale, da, T, q, ld, beta, dk, ld);
     }
-    const float* g = dy + b * T * C + h * hd;  // (T, hd), row stride C
-    float* da = slot(ws, T, 1);                // (T, T)
-    // da (T, T) = g (T, hd) . v^T (hd, T);  dv (T, hd) = a^T (T, T) . g (T, hd)
-    sgemm(false, true, T, T, hd, 1.f, g, C, v, ld, 0.f, da, T);
-    sgemm(true, false, T, hd, T, 1.f, a, T, g, C, 0.f, dv, ld);
-    causal_softmax_backward(a, da, T);  // da now holds d(scores / scale)
-    // dq (T, hd) = da (T, T) . k (T, hd) * scale;  dk (T, hd) = da^T (T, T) . q (T, hd) * scale
-    sgemm(false, false, T, hd, T, scale, da, T, k, ld, 0.f, dq, ld);
-    sgemm(true, false, T, hd, T, scale, da, T, q, ld, 0.f, dk, ld);
   }
 }
 

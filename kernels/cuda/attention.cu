@@ -4,8 +4,10 @@
 // share each tile of the other side's rows in shared memory, and tiles that the causal mask
 // hides wholly are never loaded. Softmax is online (a running max and sum per row), so the
 // forward keeps only its output, and the backward recomputes probabilities from the row's
-// log-sum-exp. Every sum runs in a fixed order and no kernel uses atomics: a run repeats bit
-// for bit. The CPU attention (kernels/cpu/attention.cpp) is the reference.
+// log-sum-exp. Grouped-query attention: a query head reads its key / value head's rows, and a
+// key / value head's dk, dv sum its query heads in order. Every sum runs in a fixed order and
+// no kernel uses atomics: a run repeats bit for bit. The CPU attention
+// (kernels/cpu/attention.cpp) is the reference.
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -27,20 +29,35 @@ __host__ __device__ constexpr int tile_rows() {
   return HD <= 64 ? 64 : 32;
 }
 
-/// Where one (sequence b, head h) sits: qkv rows of 3C floats with head h's q at column h*hd
-/// (k at C + h*hd, v at 2C + h*hd), and dy / y rows of C floats with head h at h*hd.
+/// Where query head h of sequence b sits: qkv rows of ld = (H + 2 KV) hd floats with h's q at
+/// column h*hd and its key / value head g = h / (H / KV) at H*hd + g*hd (k) and
+/// (H + KV)*hd + g*hd (v); dy / y rows of C = H*hd floats with head h at h*hd.
 struct HeadView {
   int64_t ld, C;
-  const float* q;  // row 0 of head h's q; k and v are C and 2C further
+  const float* q;  // row 0 of head h's q
+  const float* k;  // row 0 of its key head
+  const float* v;  // row 0 of its value head
   int64_t y_off;   // offset of row 0, column h*hd in (B, T, C) tensors
   int64_t stat;    // offset of row 0 in (B, H, T) statistics
 };
 
-__device__ HeadView head_view(const float* qkv, int T, int H, int hd) {
+__device__ HeadView head_view(const float* qkv, int T, int H, int KV, int hd, int b, int h) {
+  const int64_t C = static_cast<int64_t>(H) * hd, ld = static_cast<int64_t>(H + 2 * KV) * hd;
+  const int64_t g = h / (H / KV);
+  const float* row0 = qkv + static_cast<int64_t>(b) * T * ld;
+  return {ld,
+          C,
+          row0 + static_cast<int64_t>(h) * hd,
+          row0 + C + g * hd,
+          row0 + C + (KV + g) * hd,
+          static_cast<int64_t>(b) * T * C + static_cast<int64_t>(h) * hd,
+          (static_cast<int64_t>(b) * H + h) * T};
+}
+
+/// The view of the query head of block (blockIdx.x, blockIdx.y = b * H + h).
+__device__ HeadView query_view(const float* qkv, int T, int H, int KV, int hd) {
   const int b = static_cast<int>(blockIdx.y) / H, h = static_cast<int>(blockIdx.y) % H;
-  const int64_t C = static_cast<int64_t>(H) * hd, ld = 3 * C;
-  return {ld, C, qkv + static_cast<int64_t>(b) * T * ld + static_cast<int64_t>(h) * hd,
-          static_cast<int64_t>(b) * T * C + static_cast<int64_t>(h) * hd, static_cast<int64_t>(blockIdx.y) * T};
+  return head_view(qkv, T, H, KV, hd, b, h);
 }
 
 /// tile[r][d] = src[(r0 + r) * ld + d], zero past row T and past column hd: the zero columns
@@ -80,8 +97,8 @@ __device__ void for_each_causal_key(const HeadView& v, int T, int hd, int i, Vis
   const int keys = min(T, static_cast<int>(blockIdx.x + 1) * kRowsPerBlock);  // no row of the block sees past it
   for (int j0 = 0; j0 < keys; j0 += BC) {
     __syncthreads();  // every thread is done with the previous tile
-    load_tile<HD, BC>(ks, v.q + v.C, v.ld, j0, T, hd);
-    load_tile<HD, BC>(vs, v.q + 2 * v.C, v.ld, j0, T, hd);
+    load_tile<HD, BC>(ks, v.k, v.ld, j0, T, hd);
+    load_tile<HD, BC>(vs, v.v, v.ld, j0, T, hd);
     __syncthreads();
     const int n = i < T ? min(BC, i - j0 + 1) : 0;
     for (int jj = 0; jj < n; ++jj) visit(ks[jj], vs[jj]);
@@ -93,8 +110,8 @@ __device__ void for_each_causal_key(const HeadView& v, int T, int hd, int i, Vis
 /// instead of y. lse may be null in the plain forward.
 template <int HD, bool kForBackward>
 __global__ void __launch_bounds__(64) flash_forward_kernel(const float* qkv, const float* dy, float* y, float* lse,
-                                                           float* delta, int T, int H, int hd, float scale) {
-  const HeadView v = head_view(qkv, T, H, hd);
+                                                           float* delta, int T, int H, int KV, int hd, float scale) {
+  const HeadView v = query_view(qkv, T, H, KV, hd);
   const int i = static_cast<int>(blockIdx.x) * kRowsPerBlock + static_cast<int>(threadIdx.x);
   const bool active = i < T;
   float q[HD], o[HD];
@@ -128,50 +145,57 @@ __global__ void __launch_bounds__(64) flash_forward_kernel(const float* qkv, con
   }
 }
 
-/// dk and dv of the key rows of block (blockIdx.x, b * H + h): each sums over the query
-/// rows i >= j, query tiles from the block's first key on.
+/// dk and dv of the key rows of block (blockIdx.x, blockIdx.y = b * KV + g): each sums over
+/// the query heads of key / value head g in order, and for each over the query rows i >= j,
+/// query tiles from the block's first key on.
 template <int HD>
 __global__ void __launch_bounds__(64)
     flash_backward_dkdv_kernel(const float* qkv, const float* dy, const float* lse, const float* delta, float* dqkv,
-                               int T, int H, int hd, float scale) {
+                               int T, int H, int KV, int hd, float scale) {
   constexpr int BQ = tile_rows<HD>();  // divides kRowsPerBlock, so the first tile starts at j0
   __shared__ float qs[BQ][HD];
   __shared__ float gs[BQ][HD];
   __shared__ float ls[BQ];
   __shared__ float ds[BQ];
-  const HeadView v = head_view(qkv, T, H, hd);
+  const int b = static_cast<int>(blockIdx.y) / KV, g = static_cast<int>(blockIdx.y) % KV, G = H / KV;
+  const HeadView kv = head_view(qkv, T, H, KV, hd, b, g * G);
   const int j0 = static_cast<int>(blockIdx.x) * kRowsPerBlock, j = j0 + static_cast<int>(threadIdx.x);
   const bool active = j < T;
   float k[HD], vv[HD], dk[HD], dv[HD];
-  load_row<HD>(k, v.q + v.C + static_cast<int64_t>(j) * v.ld, active ? hd : 0);
-  load_row<HD>(vv, v.q + 2 * v.C + static_cast<int64_t>(j) * v.ld, active ? hd : 0);
+  load_row<HD>(k, kv.k + static_cast<int64_t>(j) * kv.ld, active ? hd : 0);
+  load_row<HD>(vv, kv.v + static_cast<int64_t>(j) * kv.ld, active ? hd : 0);
   load_row<HD>(dk, nullptr, 0);
   load_row<HD>(dv, nullptr, 0);
-  for (int i0 = j0; i0 < T; i0 += BQ) {
-    __syncthreads();
-    load_tile<HD, BQ>(qs, v.q, v.ld, i0, T, hd);
-    load_tile<HD, BQ>(gs, dy + v.y_off, v.C, i0, T, hd);
-    for (int r = threadIdx.x; r < BQ; r += blockDim.x) {
-      ls[r] = i0 + r < T ? lse[v.stat + i0 + r] : 0.f;
-      ds[r] = i0 + r < T ? delta[v.stat + i0 + r] : 0.f;
-    }
-    __syncthreads();
-    const int n = active ? min(BQ, T - i0) : 0;
-    for (int ii = max(0, j - i0); ii < n; ++ii) {  // causal: queries i >= j
-      const float p = expf(scale * dot<HD>(k, qs[ii]) - ls[ii]);
-      const float dsc = p * (dot<HD>(vv, gs[ii]) - ds[ii]);  // d(score), before the scale
+  for (int h = g * G; h < (g + 1) * G; ++h) {
+    const HeadView v = head_view(qkv, T, H, KV, hd, b, h);
+    for (int i0 = j0; i0 < T; i0 += BQ) {
+      __syncthreads();
+      load_tile<HD, BQ>(qs, v.q, v.ld, i0, T, hd);
+      load_tile<HD, BQ>(gs, dy + v.y_off, v.C, i0, T, hd);
+      for (int r = threadIdx.x; r < BQ; r += blockDim.x) {
+        ls[r] = i0 + r < T ? lse[v.stat + i0 + r] : 0.f;
+        ds[r] = i0 + r < T ? delta[v.stat + i0 + r] : 0.f;
+      }
+      __syncthreads();
+      const int n = active ? min(BQ, T - i0) : 0;
+      for (int ii = max(0, j - i0); ii < n; ++ii) {  // causal: queries i >= j
+        const float p = expf(scale * dot<HD>(k, qs[ii]) - ls[ii]);
+        const float dsc = p * (dot<HD>(vv, gs[ii]) - ds[ii]);  // d(score), before the scale
 #pragma unroll
-      for (int d = 0; d < HD; ++d) {
-        dv[d] += p * gs[ii][d];
-        dk[d] += dsc * qs[ii][d];
+        for (int d = 0; d < HD; ++d) {
+          dv[d] += p * gs[ii][d];
+          dk[d] += dsc * qs[ii][d];
+        }
       }
     }
   }
   if (!active) return;
-  float* out = dqkv + (v.q - qkv) + static_cast<int64_t>(j) * v.ld;
+  const int64_t row = static_cast<int64_t>(j) * kv.ld;
+  float* dk_out = dqkv + (kv.k - qkv) + row;
+  float* dv_out = dqkv + (kv.v - qkv) + row;
   for (int d = 0; d < hd; ++d) {
-    out[v.C + d] = scale * dk[d];
-    out[2 * v.C + d] = dv[d];
+    dk_out[d] = scale * dk[d];
+    dv_out[d] = dv[d];
   }
 }
 
@@ -179,8 +203,8 @@ __global__ void __launch_bounds__(64)
 template <int HD>
 __global__ void __launch_bounds__(64)
     flash_backward_dq_kernel(const float* qkv, const float* dy, const float* lse, const float* delta, float* dqkv,
-                             int T, int H, int hd, float scale) {
-  const HeadView v = head_view(qkv, T, H, hd);
+                             int T, int H, int KV, int hd, float scale) {
+  const HeadView v = query_view(qkv, T, H, KV, hd);
   const int i = static_cast<int>(blockIdx.x) * kRowsPerBlock + static_cast<int>(threadIdx.x);
   const bool active = i < T;
   float q[HD], g[HD], dq[HD];
@@ -214,13 +238,20 @@ void with_head_dim(int hd, F&& f) {
   return f(HeadDim<128>{});
 }
 
-dim3 grid_of(const AttentionShape& s) {
-  return dim3(static_cast<unsigned>((s.T + kRowsPerBlock - 1) / kRowsPerBlock), static_cast<unsigned>(s.B * s.H));
+/// Blocks of 64 rows over T, times B * heads (the query heads, or the key / value heads).
+dim3 grid_of(const AttentionShape& s, int heads) {
+  return dim3(static_cast<unsigned>((s.T + kRowsPerBlock - 1) / kRowsPerBlock), static_cast<unsigned>(s.B * heads));
 }
 
 float scale_of(const AttentionShape& s) { return 1.f / std::sqrt(static_cast<float>(s.hd)); }
 
 bool empty(const AttentionShape& s) { return s.B <= 0 || s.T <= 0 || s.H <= 0; }
+
+void check_groups(const AttentionShape& s) {
+  if (s.kv_heads() <= 0 || s.H % s.kv_heads() != 0)
+    throw std::invalid_argument("CUDA attention: " + std::to_string(s.kv_heads()) +
+                                " key / value heads do not divide " + std::to_string(s.H) + " query heads");
+}
 
 }  // namespace
 
@@ -230,10 +261,11 @@ int64_t attention_workspace_floats(const AttentionShape& s) {
 
 void attention_forward(const AttentionShape& s, const float* qkv, float* y, float* lse, cudaStream_t stream) {
   if (empty(s)) return;
+  check_groups(s);
   with_head_dim(s.hd, [&](auto tag) {
     constexpr int HD = decltype(tag)::value;
-    SUBDP_LAUNCH(grid_of(s), kRowsPerBlock, 0, stream, flash_forward_kernel<HD, false>)
-    (qkv, nullptr, y, lse, nullptr, s.T, s.H, s.hd, scale_of(s));
+    SUBDP_LAUNCH(grid_of(s, s.H), kRowsPerBlock, 0, stream, flash_forward_kernel<HD, false>)
+    (qkv, nullptr, y, lse, nullptr, s.T, s.H, s.kv_heads(), s.hd, scale_of(s));
     CUDA_CHECK_LAUNCH();
   });
 }
@@ -241,19 +273,20 @@ void attention_forward(const AttentionShape& s, const float* qkv, float* y, floa
 void attention_backward(const AttentionShape& s, const float* qkv, const float* dy, float* dqkv, float* ws,
                         cudaStream_t stream) {
   if (empty(s)) return;
+  check_groups(s);
   float* lse = ws;
   float* delta = ws + static_cast<int64_t>(s.B) * s.H * s.T;
   with_head_dim(s.hd, [&](auto tag) {
     constexpr int HD = decltype(tag)::value;
     const float scale = scale_of(s);
-    SUBDP_LAUNCH(grid_of(s), kRowsPerBlock, 0, stream, flash_forward_kernel<HD, true>)
-    (qkv, dy, nullptr, lse, delta, s.T, s.H, s.hd, scale);
+    SUBDP_LAUNCH(grid_of(s, s.H), kRowsPerBlock, 0, stream, flash_forward_kernel<HD, true>)
+    (qkv, dy, nullptr, lse, delta, s.T, s.H, s.kv_heads(), s.hd, scale);
     CUDA_CHECK_LAUNCH();
-    SUBDP_LAUNCH(grid_of(s), kRowsPerBlock, 0, stream, flash_backward_dkdv_kernel<HD>)
-    (qkv, dy, lse, delta, dqkv, s.T, s.H, s.hd, scale);
+    SUBDP_LAUNCH(grid_of(s, s.kv_heads()), kRowsPerBlock, 0, stream, flash_backward_dkdv_kernel<HD>)
+    (qkv, dy, lse, delta, dqkv, s.T, s.H, s.kv_heads(), s.hd, scale);
     CUDA_CHECK_LAUNCH();
-    SUBDP_LAUNCH(grid_of(s), kRowsPerBlock, 0, stream, flash_backward_dq_kernel<HD>)
-    (qkv, dy, lse, delta, dqkv, s.T, s.H, s.hd, scale);
+    SUBDP_LAUNCH(grid_of(s, s.H), kRowsPerBlock, 0, stream, flash_backward_dq_kernel<HD>)
+    (qkv, dy, lse, delta, dqkv, s.T, s.H, s.kv_heads(), s.hd, scale);
     CUDA_CHECK_LAUNCH();
   });
 }

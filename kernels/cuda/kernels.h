@@ -162,12 +162,14 @@ constexpr int kMaxAttentionHeadDim = 128;
 /// (sequence, head, row), 2 B H T; no (T, T) matrix.
 int64_t attention_workspace_floats(const AttentionShape& s);
 /// Flash-style causal attention, as cpu::attention_forward: y (B, T, H*hd) from qkv
-/// (B, T, 3*H*hd), float32; lse (B, H, T), the rows' log-sum-exp of the scaled scores, when
-/// not null. Throws std::invalid_argument when hd is outside 1..kMaxAttentionHeadDim.
+/// (B, T, (H + 2 KV)*hd), float32, grouped-query when KV < H; lse (B, H, T), the rows'
+/// log-sum-exp of the scaled scores, when not null. Throws std::invalid_argument when hd is
+/// outside 1..kMaxAttentionHeadDim or KV does not divide H.
 void attention_forward(const AttentionShape& s, const float* qkv, float* y, float* lse, cudaStream_t stream);
-/// Backward of attention_forward, as cpu::attention_backward: dqkv (B, T, 3*H*hd) written
-/// from dy (B, T, H*hd); recomputes the forward's statistics into ws
-/// (attention_workspace_floats(s) floats). Deterministic (no atomics).
+/// Backward of attention_forward, as cpu::attention_backward: dqkv (B, T, (H + 2 KV)*hd)
+/// written from dy (B, T, H*hd); recomputes the forward's statistics into ws
+/// (attention_workspace_floats(s) floats). A key / value head sums its query heads' shares in
+/// head order. Deterministic (no atomics).
 void attention_backward(const AttentionShape& s, const float* qkv, const float* dy, float* dqkv, float* ws,
                         cudaStream_t stream);
 

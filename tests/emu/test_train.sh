@@ -101,6 +101,7 @@ one_rank gpt gpt-recompute-sgd --set train.recompute=blocks "${sgd[@]}"
 one_rank resnet resnet-stochastic --set mask.regime=stochastic --set mask.keep=0.5
 one_rank llama llama-dp-sgd "${sgd[@]}"
 one_rank llama llama-recompute-sgd --set train.recompute=blocks "${sgd[@]}"
+one_rank llama llama-gqa-sgd --set model.kv_heads=2 "${sgd[@]}"  # grouped-query: 2 query heads per k / v head
 
 masked=(--set parallel.subnetworks=4 --set mask.keep=0.5)
 one_of_four mlp mlp-fwd-neuron "${masked[@]}" --set mask.regime=forward --set mask.granularity=neuron

@@ -161,7 +161,7 @@ TEST_F(LayerKernels, Embedding) {
 /// Row log-sum-exp of the scaled causal scores, (B, H, T), in double: the flash forward's
 /// statistic.
 std::vector<float> reference_lse(const cpu::AttentionShape& s, const std::vector<float>& qkv) {
-  const int64_t C = s.width();
+  const int64_t C = s.width(), ld = s.qkv_width();
   const double scale = 1.0 / std::sqrt(static_cast<double>(s.hd));
   std::vector<float> lse;
   for (int b = 0; b < s.B; ++b)
@@ -171,7 +171,8 @@ std::vector<float> reference_lse(const cpu::AttentionShape& s, const std::vector
         for (int j = 0; j <= i; ++j) {
           double dot = 0;
           for (int d = 0; d < s.hd; ++d)
-            dot += double{qkv[(b * s.T + i) * 3 * C + h * s.hd + d]} * qkv[(b * s.T + j) * 3 * C + C + h * s.hd + d];
+            dot += double{qkv[(b * s.T + i) * ld + h * s.hd + d]} *
+                   qkv[(b * s.T + j) * ld + C + (h / s.group()) * s.hd + d];  // its key head
           scores.push_back(scale * dot);
         }
         const double mx = *std::max_element(scores.begin(), scores.end());
@@ -186,12 +187,15 @@ std::vector<float> reference_lse(const cpu::AttentionShape& s, const std::vector
 // the key / query tiles (T = 130, 70), cover each compiled head width (16, 32, 64, 128) and
 // heads narrower than their width (5, 33, 100: zero-padded columns).
 TEST_F(LayerKernels, FlashAttentionMatchesCpu) {
-  const cpu::AttentionShape shapes[] = {{3, 37, 4, 16}, {2, 130, 2, 64}, {1, 70, 2, 128},
-                                        {2, 20, 3, 5},  {1, 65, 1, 33},  {1, 33, 2, 100}};
+  // The last three are grouped-query: 2 and 3 query heads per key / value head, and one key /
+  // value head for all four (multi-query).
+  const cpu::AttentionShape shapes[] = {{3, 37, 4, 16},    {2, 130, 2, 64},    {1, 70, 2, 128},
+                                        {2, 20, 3, 5},     {1, 65, 1, 33},     {1, 33, 2, 100},
+                                        {2, 70, 4, 16, 2}, {1, 130, 6, 32, 2}, {2, 37, 4, 64, 1}};
   for (const auto& s : shapes) {
-    SCOPED_TRACE("B T H hd = " + std::to_string(s.B) + " " + std::to_string(s.T) + " " + std::to_string(s.H) + " " +
-                 std::to_string(s.hd));
-    const int64_t qkv_n = static_cast<int64_t>(s.B) * s.T * 3 * s.width(),
+    SCOPED_TRACE("B T H hd KV = " + std::to_string(s.B) + " " + std::to_string(s.T) + " " + std::to_string(s.H) + " " +
+                 std::to_string(s.hd) + " " + std::to_string(s.kv_heads()));
+    const int64_t qkv_n = static_cast<int64_t>(s.B) * s.T * s.qkv_width(),
                   y_n = static_cast<int64_t>(s.B) * s.T * s.width();
     const auto qkv = random_vec(qkv_n, 60, -2.f, 2.f), dy = random_vec(y_n, 61);
     std::vector<float> y(y_n), dqkv(qkv_n), ws(cpu::attention_workspace_floats(s, 1));

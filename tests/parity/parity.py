@@ -53,7 +53,7 @@ def main():
     model.load_state_dict(state, strict=False)
     model.train()
     batch = read(os.path.join(a.dump, "batch.safetensors"))
-    x = batch["x"].long() if a.model in ("gpt", "llama") else batch["x"]
+    x = batch["x"].long() if a.model in ("gpt", "llama", "llama-gqa") else batch["x"]
     y = batch["y"].long()
     out = read(os.path.join(a.dump, "outputs.safetensors"))
     worst = []

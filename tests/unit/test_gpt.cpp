@@ -200,6 +200,42 @@ TEST(Attention, RecomputedProbabilitiesGiveTheStoredResultsExactly) {
   }
 }
 
+TEST(Attention, GroupedQueryEqualsRepeatedKeyValueHeads) {
+  // Grouped-query attention (KV = 2 key / value heads for H = 6 query heads) is multi-head
+  // attention on k and v repeated per group (torch's repeat_interleave): the same y and dq;
+  // a key / value head's dk and dv are the sums of its query heads' (on two threads).
+  const cpu::AttentionShape gqa{2, 11, 6, 4, 2}, mha{2, 11, 6, 4};
+  const int G = gqa.group(), hd = gqa.hd;
+  const int64_t rows = int64_t{gqa.B} * gqa.T, C = gqa.width(), ldg = gqa.qkv_width(), ldm = 3 * C;
+  Tensor qkv = random_tensor({rows * ldg}, 1.f, 35), dy = random_tensor({rows * C}, 1.f, 36);
+  // (row, column of head h in section `sec`, element d) of an MHA qkv row <- the GQA row's
+  auto gqa_column = [&](int sec, int h, int d) -> int64_t {
+    return sec == 0 ? h * hd + d : C + ((sec - 1) * gqa.kv_heads() + h / G) * hd + d;
+  };
+  std::vector<float> repeated(rows * ldm);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int sec = 0; sec < 3; ++sec)
+      for (int h = 0; h < gqa.H; ++h)
+        for (int d = 0; d < hd; ++d)
+          repeated[r * ldm + sec * C + h * hd + d] = qkv.f32()[r * ldg + gqa_column(sec, h, d)];
+  const int saved = omp_get_max_threads();
+  cpu::set_num_threads(2);
+  std::vector<float> ws(cpu::attention_workspace_floats(gqa, 2)), y_g(rows * C), y_m(rows * C);
+  std::vector<float> d_g(rows * ldg), d_m(rows * ldm);
+  cpu::attention_forward(gqa, qkv.f32(), nullptr, y_g.data(), ws.data(), 2);
+  cpu::attention_backward(gqa, qkv.f32(), nullptr, dy.f32(), d_g.data(), ws.data(), 2);
+  cpu::attention_forward(mha, repeated.data(), nullptr, y_m.data(), ws.data(), 2);
+  cpu::attention_backward(mha, repeated.data(), nullptr, dy.f32(), d_m.data(), ws.data(), 2);
+  cpu::set_num_threads(saved);
+  for (int64_t i = 0; i < rows * C; ++i) ASSERT_NEAR(y_g[i], y_m[i], 1e-6) << i;
+  std::vector<double> summed(rows * ldg, 0.0);  // the MHA gradient folded onto the GQA layout
+  for (int64_t r = 0; r < rows; ++r)
+    for (int sec = 0; sec < 3; ++sec)
+      for (int h = 0; h < gqa.H; ++h)
+        for (int d = 0; d < hd; ++d) summed[r * ldg + gqa_column(sec, h, d)] += d_m[r * ldm + sec * C + h * hd + d];
+  for (int64_t i = 0; i < rows * ldg; ++i) ASSERT_NEAR(d_g[i], summed[i], 1e-5) << i;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Embedding
 

@@ -146,9 +146,8 @@ TEST(Rope, ScoresDependOnTheRelativePositionOnly) {
 // ---------------------------------------------------------------------------------------------
 // Whole tiny LLaMA
 
-void check_llama_gradients(const SubnetMask& mask, const std::string& what) {
+void check_llama_gradients(const SubnetMask& mask, const std::string& what, const ModelConfig& c = tiny_llama()) {
   OneThread one;
-  const ModelConfig c = tiny_llama();
   auto model = make_llama(c, mask, kBatch, 7);
   randomize(*model, 11);
   test::check_model_gradients(*model, token_batch(kBatch, c.context, c.vocab, 2), what);
@@ -161,6 +160,38 @@ TEST(Llama, FiniteDifferenceMaskedModels) {
   for (const char* regime : {"forward", "backward"})
     for (const char* gran : {"neuron", "block"})
       check_llama_gradients(test::planned_mask(units, regime, gran, 2, 0.5, 1, 5), std::string(regime) + "/" + gran);
+}
+
+/// The tiny LLaMA with grouped-query attention: 4 query heads of width 2 over 2 key / value heads.
+ModelConfig tiny_grouped_llama() {
+  ModelConfig c = tiny_llama();
+  c.heads = 4;
+  c.kv_heads = 2;
+  return c;
+}
+
+TEST(Llama, GroupedQueryFiniteDifference) {
+  const ModelConfig c = tiny_grouped_llama();
+  const ModelUnits units = llama_units(c);
+  check_llama_gradients(full_mask(units), "grouped full", c);
+  for (const char* regime : {"forward", "backward"})
+    check_llama_gradients(test::planned_mask(units, regime, "block", 2, 0.5, 1, 5), std::string("grouped ") + regime,
+                          c);
+}
+
+TEST(Llama, GroupedQueryShapesAndUnits) {
+  const ModelConfig c = tiny_grouped_llama();
+  const ModelUnits u = llama_units(c);
+  auto full = make_llama(c, full_mask(u), 1, 0);
+  int64_t branch = 0;
+  for (Param* p : full->params().all()) {
+    if (p->name == "layers.0.attention.wqkv.weight") EXPECT_EQ(p->full_shape, (Shape{(4 + 2 * 2) * 2, 8}));
+    if (p->block == 0) branch += shape_numel(p->full_shape);
+  }
+  EXPECT_EQ(branch, u.blocks[0].branch_params);
+  ModelConfig uneven = c;
+  uneven.kv_heads = 3;  // does not divide 4 heads
+  EXPECT_THROW(llama_units(uneven), Error);
 }
 
 TEST(Llama, UnitsAndParameterNames) {
