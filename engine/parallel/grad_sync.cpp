@@ -2,6 +2,7 @@
 // every rank, and the block hooks of ZeRO-2 and FSDP.
 #include "engine/parallel/grad_sync.h"
 
+#include "engine/core/backend.h"
 #include "engine/core/clock.h"
 #include "engine/core/error.h"
 
@@ -81,7 +82,7 @@ int64_t GradientSync::elements_per_step() const {
   return n;
 }
 
-BlockHooks GradientSync::block_hooks(std::function<bool(const std::vector<Param*>&)> gradients_finite) {
+BlockHooks GradientSync::block_hooks() {
   BlockHooks hooks;
   if (!checks_block_gradients()) return hooks;
   block_params_.clear();
@@ -90,7 +91,7 @@ BlockHooks GradientSync::block_hooks(std::function<bool(const std::vector<Param*
     if (static_cast<int>(block_params_.size()) <= p->block) block_params_.resize(p->block + 1);
     block_params_[p->block].push_back(p);
   }
-  hooks.after_backward = [this, gradients_finite](int b) { block_backward_done(b, gradients_finite); };
+  hooks.after_backward = [this](int b) { block_backward_done(b); };
   if (sharding_ == Sharding::parameters)
     hooks.before_forward = hooks.before_backward = [this](int b) {
       const auto t = Clock::now();
@@ -100,11 +101,14 @@ BlockHooks GradientSync::block_hooks(std::function<bool(const std::vector<Param*
   return hooks;
 }
 
-void GradientSync::block_backward_done(int b, const std::function<bool(const std::vector<Param*>&)>& gradients_finite) {
+void GradientSync::block_backward_done(int b) {
   static const std::vector<Param*> none;
   const auto& params = b < static_cast<int>(block_params_.size()) ? block_params_[b] : none;
-  // Reduced all the same when not finite: every holder takes part in the collective.
-  if (blocks_finite_ && !gradients_finite(params)) blocks_finite_ = false;
+  // Counted before the collective reads them (stream order), reduced all the same when not
+  // finite: every holder takes part in the collective.
+  std::vector<FloatSpan> spans;
+  for (const Param* p : params) spans.push_back({p->grad.f32(), p->grad.numel()});
+  backend().count_nonfinite_spans(spans);
   if (overlap_) return overlap_->block_done(b);
   if (!shards_blocks()) return;  // not reached: without overlap the hooks exist for a sharding only
   const auto t = Clock::now();
@@ -123,7 +127,6 @@ void GradientSync::wait_overlapped() {
 void GradientSync::begin_step() {
   take_bytes();  // ZeRO-2 and overlap send inside the backward pass: count from here
   take_broadcast_bytes();
-  blocks_finite_ = true;
   hook_s_ = 0;
   if (overlap_) overlap_->begin_step();
 }

@@ -68,12 +68,13 @@ class GradientSync {
   void broadcast_unit_values();
 
   /// ZeRO-2, FSDP and overlap: the calls the model makes around each block
-  /// (Model::set_block_hooks). After block b's backward: its gradients are checked with
-  /// `gradients_finite` (which names a non-finite one), then ZeRO-2 / FSDP reduce-scatter them
+  /// (Model::set_block_hooks). After block b's backward: its gradients' non-finite elements
+  /// are counted into the backend's StepCounters (read with the step's counters; no host
+  /// wait here), then ZeRO-2 / FSDP reduce-scatter them
   /// (reduce_block) and zero them for the next block, which shares their buffer, and overlap
   /// lets the chunks they complete go out; FSDP: gather_block before each block's forward and
   /// backward. Empty hooks otherwise. Call begin_step() before each step's forward.
-  BlockHooks block_hooks(std::function<bool(const std::vector<Param*>&)> gradients_finite);
+  BlockHooks block_hooks();
   /// Resets the step's hook figures and the byte counters.
   void begin_step();
   /// Overlap, after the backward pass: waits for the chunks the block hooks started (before
@@ -87,8 +88,6 @@ class GradientSync {
   /// True when the block hooks check the blocks' gradients (ZeRO-2, FSDP, overlap): the
   /// caller checks only the rest.
   bool checks_block_gradients() const { return shards_blocks() || overlap_ != nullptr; }
-  /// False when a block hook found a non-finite gradient in this step.
-  bool blocks_finite() const { return blocks_finite_; }
   /// Seconds this step's collectives took inside the forward and backward passes (hooks).
   double hook_seconds() const { return hook_s_; }
 
@@ -113,7 +112,7 @@ class GradientSync {
  private:
   void reduce_bucket(Bucket& b);
   /// ZeRO-2 / FSDP / overlap hook after block b's backward (block_hooks).
-  void block_backward_done(int b, const std::function<bool(const std::vector<Param*>&)>& gradients_finite);
+  void block_backward_done(int b);
   Sharding sharding_;
   BucketSet set_;
   std::unique_ptr<OwnerBroadcast> broadcast_;  // backward masking on several ranks
@@ -123,7 +122,6 @@ class GradientSync {
   std::unique_ptr<OverlappedAllReduce> overlap_;   // parallel.overlap on several ranks
   int next_block_ = -1;                            // ZeRO-2: the block reduce_block expects next (checks the order)
   std::vector<std::vector<Param*>> block_params_;  // ZeRO-2, FSDP: block b's trained parameters
-  bool blocks_finite_ = true;
   double hook_s_ = 0;
 };
 

@@ -142,9 +142,8 @@ void Trainer::build_local_model() {
   sync_->initialise_shard_values(config_.train.seed);  // FSDP: the shards hold the blocks' values
   optimizer_ =
       make_optimizer(config_.optim, model_->params().trainable(), sync_->sharded() ? &sync_->shard_pieces() : nullptr);
-  // ZeRO-2 / FSDP / overlap: the sync's collectives inside the passes, each block's gradients checked first.
-  model_->set_block_hooks(
-      sync_->block_hooks([this](const std::vector<Param*>& params) { return gradients_finite(params); }));
+  // ZeRO-2 / FSDP / overlap: the sync's collectives inside the passes, each block's gradients counted first.
+  model_->set_block_hooks(sync_->block_hooks());
   if (step_ == 0) report_overlap();
 }
 

@@ -110,9 +110,11 @@ class Trainer {
   /// This rank's gradients that the step's counters check (ZeRO-2, FSDP, overlap: those
   /// outside blocks; the blocks' were checked by the sync's block hooks).
   std::vector<Param*> unchecked_gradients();
-  /// True when every gradient of `params` is finite (one read-back on a device); else names
-  /// the first non-finite one on stderr (rank, tensor, 1-based step).
-  bool gradients_finite(const std::vector<Param*>& params) const;
+  /// After the step's counters found a non-finite gradient: names the first tensor holding
+  /// one on this rank on stderr (rank, tensor, 1-based step), searching (ZeRO-2 / FSDP) the
+  /// shard pieces the blocks' gradients were reduced into, then the gradients in the backward
+  /// pass's order. A read-back per tensor: only after a fault.
+  void name_nonfinite_gradient() const;
   /// Collective: when no step has read the last update's count of non-finite writes yet,
   /// reads it and stops every rank on a fault. Called before anything outside a training step
   /// reads the weights (evaluation, checkpoints, alignment, re-dealing, the run's end).

@@ -53,7 +53,6 @@ void Trainer::forward_backward(StepFigures& f) {
 bool Trainer::skip_if_nonfinite(StepFigures& f) {
   // The step's one host synchronisation: the loss, the gradients' non-finite count and the
   // previous update's non-finite writes come back in one read of the counters.
-  const bool blocks_finite = sync_->blocks_finite();
   const std::vector<Param*> unchecked = unchecked_gradients();
   std::vector<FloatSpan> spans;
   for (const Param* p : unchecked) spans.push_back({p->grad.f32(), p->grad.numel()});
@@ -65,14 +64,14 @@ bool Trainer::skip_if_nonfinite(StepFigures& f) {
   // One all-reduce carries the flags: a non-finite value anywhere, a stop signal on any rank
   // (every rank then finishes this step and stops after it, at the same step), and a
   // non-finite write by the previous step's update.
-  const bool finite = blocks_finite && c.nonfinite == 0 && std::isfinite(f.loss);
+  const bool finite = c.nonfinite == 0 && std::isfinite(f.loss);
   double flags[3] = {finite ? 0.0 : 1.0, static_cast<double>(stop_signal_received()),
                      c.nonfinite_writes > 0 ? 1.0 : 0.0};
   world_->allreduce_max(flags, 3);
   stop_signal_ = static_cast<int>(flags[1]);
   updates_unread_ = false;
   if (flags[2] != 0) report_nonfinite_update(step_, c.nonfinite_writes > 0);  // the cause of whatever follows
-  if (c.nonfinite > 0) gradients_finite(unchecked);                           // names the tensor on stderr
+  if (c.nonfinite > 0) name_nonfinite_gradient();
   if (flags[0] == 0) {
     skipped_in_a_row_ = 0;
     return false;
@@ -142,17 +141,21 @@ std::vector<Param*> Trainer::unchecked_gradients() {
   return unchecked;
 }
 
-bool Trainer::gradients_finite(const std::vector<Param*>& params) const {
-  std::vector<FloatSpan> spans;
-  for (const Param* p : params) spans.push_back({p->grad.f32(), p->grad.numel()});
-  if (backend().all_finite_spans(spans)) return true;
-  for (const Param* p : params) {  // only after a fault: find the tensor to name
-    if (backend().all_finite(p->grad.f32(), p->grad.numel())) continue;
+void Trainer::name_nonfinite_gradient() const {
+  // Only after a fault. Under ZeRO-2 / FSDP the blocks' gradients were reduced into the shard
+  // pieces (and zeroed), where the rank owning a piece finds the value the sum carried: those
+  // first, then the gradients in the backward pass's order (the last layer's first).
+  std::vector<std::pair<const Param*, FloatSpan>> places;
+  for (const ShardPiece& piece : sync_->shard_pieces()) places.push_back({piece.param, {piece.grad, piece.len}});
+  const auto& params = model_->params().trainable();
+  for (auto it = params.rbegin(); it != params.rend(); ++it)
+    if ((*it)->grad.defined()) places.push_back({*it, {(*it)->grad.f32(), (*it)->grad.numel()}});
+  for (const auto& [p, span] : places) {
+    if (backend().all_finite(span.x, span.n)) continue;
     std::fprintf(stderr, "subdp: rank %d: non-finite gradient in %s at step %lld\n", layout_.rank, p->name.c_str(),
                  static_cast<long long>(step_ + 1));  // 1-based, as the progress lines and metrics
-    break;
+    return;
   }
-  return false;
 }
 
 void Trainer::settle_updates() {
