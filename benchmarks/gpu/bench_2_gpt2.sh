@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # GPU bench 2 (`bench_2_gpt2.sh BIN_DIR OUT_DIR`): GPT-2 small (12 blocks, width 768, 12 heads,
-# context 1024, vocabulary 50304, AdamW) on random tokens: subdp's CUDA backend (float32: bf16
-# is not implemented yet) in tokens/s and model FLOP utilisation, next to PyTorch training the
-# same model in the same run (torch_gpt2.py: fp32, bf16 autocast eager, bf16 torch.compile).
-# MFU = (6 N + 6 L C T) FLOPs per token (llm.c's formula) * tokens/s / peak, with the H200's
-# dense peaks: 67 TFLOP/s fp32 (no TF32), 989 TFLOP/s bf16 (NVIDIA's H200 datasheet). Writes
-# gpt2.csv.
+# context 1024, vocabulary 50304, AdamW) on random tokens: subdp's CUDA backend in float32 and
+# with TF32 GEMMs ([device] precision = "tf32"; bf16 is not implemented yet) in tokens/s and
+# model FLOP utilisation, next to PyTorch training the same model in the same run
+# (torch_gpt2.py: fp32, tf32, bf16 autocast eager, bf16 torch.compile). MFU = (6 N + 6 L C T)
+# FLOPs per token (llm.c's formula) * tokens/s / peak, with the H200's dense peaks: 67 TFLOP/s
+# fp32, 494 TFLOP/s TF32, 989 TFLOP/s bf16 (NVIDIA's H200 datasheet). Writes gpt2.csv.
 set -euo pipefail
 BIN=$1
 OUT=$2
@@ -15,7 +15,7 @@ B=${SUBDP_GPT2_BATCH:-8}
 STEPS=${SUBDP_GPT2_STEPS:-10}
 # GPT-2 small; SUBDP_GPU_REHEARSAL=1 (the emulated device): a tiny GPT of the same code paths,
 # and the PyTorch peer on the CPU in float32.
-V=50304 T=1024 C=768 H=12 L=12 PEER=(--modes fp32,bf16,compile) NTOK=1000000
+V=50304 T=1024 C=768 H=12 L=12 PEER=(--modes fp32,tf32,bf16,compile) NTOK=1000000
 if [[ ${SUBDP_GPU_REHEARSAL:-0} == 1 ]]; then
   V=512 T=64 C=64 H=4 L=2 B=2 STEPS=2 PEER=(--modes fp32 --device cpu) NTOK=20000
 fi
@@ -54,8 +54,10 @@ lr = 1e-4
 [log]
 every = 1
 TOML
-"$BIN/subdp" train "$OUT/gpt2.toml" --set device.type=cuda --set log.metrics_file="$OUT/gpt2-subdp.jsonl" \
-  > "$OUT/gpt2-subdp.txt"
+for p in fp32 tf32; do
+  "$BIN/subdp" train "$OUT/gpt2.toml" --set device.type=cuda --set device.precision=$p \
+    --set log.metrics_file="$OUT/gpt2-subdp-$p.jsonl" > "$OUT/gpt2-subdp-$p.txt"
+done
 # The peer: each mode its own guarded run inside torch_gpt2.py (a failed mode prints a row
 # saying so); LD_LIBRARY_PATH was never set for it (run.sh gives it to subdp's binaries only).
 python3 "$ROOT/benchmarks/gpu/torch_gpt2.py" --batch "$B" --steps "$STEPS" --vocab "$V" --context "$T" \
@@ -64,25 +66,30 @@ rm -f "$tokens"
 python3 - "$OUT" "$B" "$T" "$V" "$C" "$L" <<'PY'
 import json, sys
 out, B, T, V, C, L = sys.argv[1], *map(int, sys.argv[2:7])
-steps = [r for r in map(json.loads, filter(str.strip, open(f"{out}/gpt2-subdp.jsonl"))) if "event" not in r][3:]  # after warm-up
-mid = sorted(steps, key=lambda s: s["step_time_s"])[len(steps) // 2]
+def median_step(precision):
+    """The median step (by time) after the 3 warm-up steps of subdp's run in `precision`."""
+    path = f"{out}/gpt2-subdp-{precision}.jsonl"
+    steps = [r for r in map(json.loads, filter(str.strip, open(path))) if "event" not in r][3:]
+    return sorted(steps, key=lambda s: s["step_time_s"])[len(steps) // 2]
+mid = median_step("fp32")
 # MFU by llm.c's formula (train_gpt2.cu, gpt2_estimate_mfu): 6 N + 6 L C T FLOPs per token,
 # N the parameters of this GPT (tied head; per block 12 C^2 + 13 C with biases and two
 # LayerNorms; embeddings V C + T C; final LayerNorm 2 C), over the dense peak of the H200's
-# datasheet: 67 TFLOP/s fp32 (no TF32), 989 TFLOP/s bf16. engine_flops_per_token is the
-# engine's own count of the same step, for comparison.
-peak = {"fp32": 67e12, "bf16": 989e12, "compile": 989e12}
+# datasheet: 67 TFLOP/s fp32, 494 TFLOP/s TF32 (dense), 989 TFLOP/s bf16. The engine's own
+# count of the same step's FLOPs is printed beside it, for comparison.
+peak = {"fp32": 67e12, "tf32": 494e12, "bf16": 989e12, "compile": 989e12}
 N = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
 flops_per_token = 6 * N + 6 * L * C * T
 print(f"llm.c FLOPs per token {flops_per_token:.4g}, the engine's {mid['flops'] / (B * T):.4g}")
-rows = [("subdp-cuda-fp32", B * T / mid["step_time_s"], mid["step_time_s"], "")]
+rows = [(f"subdp-cuda-{p}", B * T / m["step_time_s"], m["step_time_s"], "")
+        for p, m in (("fp32", mid), ("tf32", median_step("tf32")))]
 for line in open(f"{out}/gpt2-torch.csv"):
     mode, tps, dt, note = (line.strip().split(",") + [""] * 4)[:4]
     rows.append((mode, float(tps or "nan"), float(dt or "nan"), f"params {note}" if note.isdigit() else note))
 with open(f"{out}/gpt2.csv", "w") as f:
     f.write("run,tokens_per_s,step_s,mfu,ratio_vs_subdp,note\n")
     for name, tps, dt, note in rows:
-        p = peak["fp32"] if name.endswith("fp32") else peak[name.split("-")[-1]]
+        p = peak[name.split("-")[-1]]
         f.write(f"{name},{tps:.0f},{dt:.4f},{flops_per_token * tps / p:.3f},{tps / rows[0][1]:.3f},{note}\n")
 print(open(f"{out}/gpt2.csv").read())
 PY

@@ -2,11 +2,12 @@
 """PyTorch peer of the GPT-2 small throughput bench (benchmarks/gpu/bench_2_gpt2.sh): the same
 model as subdp's GPT (pre-LN blocks, GELU tanh, tied embedding head, no dropout, no biases
 folded away), AdamW, random tokens, measured in tokens per second after warm-up, in float32,
-bf16 autocast (eager) and bf16 autocast under torch.compile. Prints one CSV row per mode:
+float32 with TF32 matmuls (allow_tf32), bf16 autocast (eager) and bf16 autocast under
+torch.compile. Prints one CSV row per mode:
 mode,tokens_per_s,step_s,params; a mode that fails prints mode,,,failed: <error> and the next
 mode still runs.
 
-Usage: torch_gpt2.py --batch B --context T --steps N [--modes fp32,bf16,compile] [--device cpu]
+Usage: torch_gpt2.py --batch B --context T --steps N [--modes fp32,tf32,bf16,compile] [--device cpu]
 """
 import argparse
 import math
@@ -59,6 +60,7 @@ def measure(mode, args):
     if mode == "compile":
         step_fn = torch.compile(model)
     bf16 = mode in ("bf16", "compile")
+    torch.backends.cuda.matmul.allow_tf32 = mode == "tf32"  # fp32 means fp32, as subdp's default
     x = torch.randint(0, args.vocab, (args.batch, args.context), device=dev)
     y = torch.randint(0, args.vocab, (args.batch, args.context), device=dev)
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
@@ -91,10 +93,9 @@ def main():
     ap.add_argument("--heads", type=int, default=12)
     ap.add_argument("--depth", type=int, default=12)
     ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--modes", default="fp32,bf16,compile")
+    ap.add_argument("--modes", default="fp32,tf32,bf16,compile")
     ap.add_argument("--device", default="cuda")
     args = ap.parse_args()
-    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32, as subdp's cuBLAS calls
     for mode in args.modes.split(","):
         try:
             measure(mode, args)

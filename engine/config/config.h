@@ -92,8 +92,8 @@ enum class MaskScale { inverse_keep, none };
 SUBDP_CHOICES(MaskScale, "inverse_keep", "none");
 enum class DeviceType { cpu, cuda, fenced };
 SUBDP_CHOICES(DeviceType, "cpu", "cuda", "fenced");
-enum class Precision { fp32, bf16 };
-SUBDP_CHOICES(Precision, "fp32", "bf16");
+enum class Precision { fp32, tf32, bf16 };
+SUBDP_CHOICES(Precision, "fp32", "tf32", "bf16");
 #undef SUBDP_CHOICES
 
 /// Streams print a config enum as its TOML spelling (test failure messages).

@@ -41,8 +41,10 @@ class Backend {
   virtual std::string name() const = 0;
   /// Library and kernel choices in one line (BLAS build, cores), for `subdp version`.
   virtual std::string describe() const = 0;
-  /// Threads per rank (OpenMP / BLAS) and the Winograd output tile (2 or 4).
-  virtual void configure(int threads, int winograd_tile) = 0;
+  /// Threads per rank (OpenMP / BLAS), the Winograd output tile (2 or 4) and the GEMMs'
+  /// precision ([device] precision: fp32, or tf32 on CUDA, which the config rules keep off
+  /// other backends).
+  virtual void configure(int threads, int winograd_tile, Precision precision = Precision::fp32) = 0;
 
   // ---- memory: where Tensor::empty allocates, and the transfers (synchronous: the
   // destination is ready on return). Host code reaches backend memory only through these.

@@ -51,7 +51,8 @@ std::string metrics_path(const std::string& pattern, int rank, int world) {
 Trainer::Trainer(const Config& config, std::unique_ptr<Communicator> world, const TrainOptions& options)
     : config_(config), options_(options), world_(std::move(world)) {
   set_backend(make_backend(config_.device.type));  // once per run, before any model is built
-  backend().configure(threads_per_rank(config_.train.threads), winograd_tile_side(config_.train));
+  backend().configure(threads_per_rank(config_.train.threads), winograd_tile_side(config_.train),
+                      config_.device.precision);
   layout_.world = world_->size();
   layout_.rank = world_->rank();
   prints_ = layout_.rank == 0 || world_->simulated();

@@ -41,7 +41,7 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(Access access = Access()) : access_(std::move(access)) {}
   std::string name() const override { return access_.name(); }
   std::string describe() const override { return blas_description(); }
-  void configure(int threads, int winograd_tile) override {
+  void configure(int threads, int winograd_tile, Precision) override {
     set_num_threads(threads);
     set_winograd_max_tile(winograd_tile);
   }

@@ -118,10 +118,10 @@ class CudaBackend final : public Backend {
   std::string describe() const override {
     cudaDeviceProp p{};
     CUDA_CHECK(cudaGetDeviceProperties(&p, device_));
-    return fmt::format("{} #{} (sm_{}{}, {:.1f} GiB), cuBLAS fp32", p.name, device_, p.major, p.minor,
-                       p.totalGlobalMem / double(size_t{1} << 30));
+    return fmt::format("{} #{} (sm_{}{}, {:.1f} GiB), cuBLAS {}", p.name, device_, p.major, p.minor,
+                       p.totalGlobalMem / double(size_t{1} << 30), cuda::tf32() ? "tf32" : "fp32");
   }
-  void configure(int, int) override {}
+  void configure(int, int, Precision precision) override { cuda::set_tf32(precision == Precision::tf32); }
 
   std::shared_ptr<DeviceMemory> memory() override { return memory_; }
   std::shared_ptr<DeviceMemory> staging_memory() override { return staging_ ? staging_ : host_memory(); }

@@ -4,6 +4,7 @@
 // use and bound to the caller's stream on every call.
 #include <cublas_v2.h>
 
+#include <atomic>
 #include <unordered_map>
 
 #include "kernels/cuda/check.h"
@@ -23,9 +24,14 @@ struct HandleCache {
 
 cublasOperation_t op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
+std::atomic<bool> g_tf32{false};
+
+/// The handle on `stream`, in the math mode set_tf32 chose (set on every call: a host-side
+/// field, and the handles are per thread).
 cublasHandle_t bound_handle(cudaStream_t stream) {
   cublasHandle_t h = cublas_handle();
   CUBLAS_CHECK(cublasSetStream(h, stream));
+  CUBLAS_CHECK(cublasSetMathMode(h, g_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
   return h;
 }
 
@@ -39,6 +45,9 @@ void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, con
 
 }  // namespace
 
+void set_tf32(bool on) { g_tf32 = on; }
+bool tf32() { return g_tf32; }
+
 cublasHandle_t cublas_handle() {
   thread_local HandleCache cache;
   int device = 0;
@@ -47,7 +56,8 @@ cublasHandle_t cublas_handle() {
   if (it != cache.handles.end()) return it->second;
   cublasHandle_t h = nullptr;
   CUBLAS_CHECK(cublasCreate(&h));
-  // Pure fp32 for sgemm (no TF32), so results match the CPU to fp32 rounding.
+  // Pure fp32 unless set_tf32 (bound_handle sets the mode per call), so results match the
+  // CPU to fp32 rounding.
   CUBLAS_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
   cache.handles.emplace(device, h);
   return h;

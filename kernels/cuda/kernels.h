@@ -226,8 +226,13 @@ void adamw_update_chunks(const UpdateRun* chunks, int64_t count, float step_size
 
 /// The calling thread's cuBLAS handle for the current device (created on first use).
 cublasHandle_t cublas_handle();
+/// sgemm and sgemm_strided_batched from now on (every thread): on = TF32 tensor cores
+/// (CUBLAS_TF32_TENSOR_OP_MATH: the operands rounded to 10 mantissa bits, products summed in
+/// fp32; [device] precision = "tf32"), off = pure fp32 (the default).
+void set_tf32(bool on);
+bool tf32();
 /// As cpu::sgemm, row-major: C (M, N) = alpha * op(A) (M, K) * op(B) (K, N) + beta * C.
-/// Pure fp32 (no TF32). Runs cublasSgemm on the column-major transposes (operands swapped).
+/// Pure fp32 unless set_tf32(true). Runs cublasSgemm on the column-major transposes (operands swapped).
 void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
            int ldb, float beta, float* C, int ldc, cudaStream_t stream);
 /// `batch` independent sgemm calls; matrix i starts stride_* elements after matrix i-1

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "kernels/emu/bf16.h"
@@ -43,6 +44,24 @@ inline std::vector<float> widen(const void* p, cudaDataType_t type, int64_t n) {
 }
 
 inline size_t type_size(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
+
+/// x rounded to TF32 (8 exponent bits, 10 mantissa bits), to nearest with ties away from zero
+/// as PTX's cvt.rna.tf32.f32: what tensor cores read from a float32 operand. inf and NaN stay.
+inline float round_tf32(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof(u));
+  if ((u & 0x7f800000u) == 0x7f800000u) return x;
+  u = (u + 0x1000u) & ~0x1fffu;  // half of the 13 dropped bits' unit, then drop them
+  std::memcpy(&x, &u, sizeof(u));
+  return x;
+}
+
+/// The n floats at p rounded to TF32 (the operands of a TF32 GEMM).
+inline std::vector<float> tf32_copy(const float* p, int64_t n) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[i] = round_tf32(p[i]);
+  return v;
+}
 
 /// Writes the m x n column-major result `f` (leading dimension ld) into `out` of `type`.
 inline void store(const std::vector<float>& f, void* out, cudaDataType_t type, int m, int n, int64_t ld) {

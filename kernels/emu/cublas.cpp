@@ -1,7 +1,8 @@
 // The emulated cuBLAS (cublas.h): argument rules first (as cuBLAS returns
 // CUBLAS_STATUS_INVALID_VALUE for them), then the GEMM queued on the handle's stream,
 // computed by OpenBLAS in column-major order; bf16 operands are widened to float and a bf16
-// result rounded to nearest even.
+// result rounded to nearest even; under CUBLAS_TF32_TENSOR_OP_MATH float32 operands are
+// rounded to TF32 first, as the tensor cores read them.
 #include "kernels/emu/cublas.h"
 
 #include <cstdio>
@@ -17,6 +18,7 @@ namespace subdp::emu {
 
 struct BlasHandle {
   cudaStream_t stream = nullptr;
+  cublasMath_t math = CUBLAS_DEFAULT_MATH;
 };
 
 }  // namespace subdp::emu
@@ -84,8 +86,10 @@ cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream) {
   return CUBLAS_STATUS_SUCCESS;
 }
 
-cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t) {
-  return handle == nullptr ? CUBLAS_STATUS_NOT_INITIALIZED : CUBLAS_STATUS_SUCCESS;
+cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode) {
+  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  handle->math = mode;
+  return CUBLAS_STATUS_SUCCESS;
 }
 
 const char* cublasGetStatusString(cublasStatus_t status) {
@@ -116,10 +120,21 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_
   Stream* s = stream_or_null(handle);
   if (s == nullptr) return invalid(call, "the handle's stream was destroyed");
   const float al = *alpha, be = *beta;
+  // CUBLAS_TF32_TENSOR_OP_MATH: the operands as the tensor cores read them (TF32), fp32 sums.
+  const bool tf32 = (handle->math & CUBLAS_TF32_TENSOR_OP_MATH) != 0;
+  const int64_t na = extent(a, batchCount), nb = extent(b, batchCount);
   enqueue(s, call, [=] {
+    std::vector<float> ra, rb;
+    const float *pa = A, *pb = B;
+    if (tf32 && k > 0) {
+      ra = tf32_copy(A, na);
+      rb = tf32_copy(B, nb);
+      pa = ra.data();
+      pb = rb.data();
+    }
     for (int i = 0; i < batchCount; ++i)
-      cblas_sgemm(CblasColMajor, cblas_op(transa), cblas_op(transb), m, n, k, al, A + i * strideA, lda, B + i * strideB,
-                  ldb, be, C + i * strideC, ldc);
+      cblas_sgemm(CblasColMajor, cblas_op(transa), cblas_op(transb), m, n, k, al, pa + i * strideA, lda,
+                  pb + i * strideB, ldb, be, C + i * strideC, ldc);
   });
   return CUBLAS_STATUS_SUCCESS;
 }

@@ -183,8 +183,12 @@ void run_one(const LtMatmulDesc& d, const Problem& p, float alpha, float beta, c
   const Operand oa{"A", nullptr, static_cast<int64_t>(a.rows), static_cast<int64_t>(a.cols), a.ld, 0, 0};
   const Operand ob{"B", nullptr, static_cast<int64_t>(b.rows), static_cast<int64_t>(b.cols), b.ld, 0, 0};
   const Operand oc{"C", nullptr, p.m, p.n, c.ld, 0, 0};
-  const std::vector<float> fa = widen(entry(A, a, i), a.type, extent(oa, 1));
-  const std::vector<float> fb = widen(entry(B, b, i), b.type, extent(ob, 1));
+  std::vector<float> fa = widen(entry(A, a, i), a.type, extent(oa, 1));
+  std::vector<float> fb = widen(entry(B, b, i), b.type, extent(ob, 1));
+  if (d.compute == CUBLAS_COMPUTE_32F_FAST_TF32 && a.type == CUDA_R_32F) {  // as the tensor cores read them
+    for (float& v : fa) v = round_tf32(v);
+    for (float& v : fb) v = round_tf32(v);
+  }
   std::vector<float> f = beta != 0.f ? widen(entry(C, c, i), c.type, extent(oc, 1))
                                      : std::vector<float>(static_cast<size_t>(extent(oc, 1)), 0.f);
   if (c.ld != dd.ld) {  // D's layout from here on

@@ -102,6 +102,16 @@ one_rank resnet resnet-stochastic --set mask.regime=stochastic --set mask.keep=0
 one_rank llama llama-dp-sgd "${sgd[@]}"
 one_rank llama llama-recompute-sgd --set train.recompute=blocks "${sgd[@]}"
 one_rank llama llama-gqa-sgd --set model.kv_heads=2 "${sgd[@]}"  # grouped-query: 2 query heads per k / v head
+# [device] precision = "tf32" (cuBLAS on TF32 tensor cores, which the emulator rounds as they
+# do): the GPT's losses within 1e-3 of the fp32 run on the device, and not its bits.
+for p in fp32 tf32; do
+  "$SUBDP" train "$WORK/gpt.toml" --set device.type=cuda --set device.precision=$p "${sgd[@]}" \
+    --set log.metrics_file="$WORK/gpt-$p-{rank}.jsonl" >/dev/null
+done
+$CHECK close-losses "$WORK/gpt-tf32-0.jsonl" "$WORK/gpt-fp32-0.jsonl" 1e-3
+! $CHECK same-tail "$WORK/gpt-fp32-0.jsonl" "$WORK/gpt-tf32-0.jsonl" >/dev/null 2>&1 ||
+  { echo "FAIL: precision = tf32 gave the fp32 losses bit for bit"; exit 1; }
+echo "ok: gpt-tf32"
 
 masked=(--set parallel.subnetworks=4 --set mask.keep=0.5)
 one_of_four mlp mlp-fwd-neuron "${masked[@]}" --set mask.regime=forward --set mask.granularity=neuron

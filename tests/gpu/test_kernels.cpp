@@ -3,6 +3,8 @@
 // (< 1e-2, CPU run on the bf16-rounded inputs).
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "engine/core/backend.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/gemm.h"
@@ -236,6 +238,39 @@ TEST_F(Kernels, SgemmAllTransposes) {
       cuda::sgemm(ta, tb, M, N, K, 0.7f, dA, lda, dB, ldb, 0.3f, dC, ldc, stream);
       EXPECT_REL(dC.download(), C, kF32Tol) << "trans_a=" << ta << " trans_b=" << tb;
     }
+}
+
+// [device] precision = "tf32": the GEMM on TF32 tensor cores matches the CPU GEMM of the
+// operands rounded to 10 mantissa bits (nearest, ties away) to fp32 rounding, and is told
+// apart from the fp32 GEMM (about 1e-3 relative); set_tf32(false) gives fp32 back.
+TEST_F(Kernels, SgemmTf32RoundsTheOperands) {
+  const int M = 33, N = 20, K = 257;
+  const auto A = matrix(M, K, 18), B = matrix(K, N, 19), C0 = matrix(M, N, 20);
+  auto tf32 = [](std::vector<float> v) {
+    for (float& x : v) {
+      uint32_t u;
+      std::memcpy(&u, &x, 4);
+      u = (u + 0x1000u) & ~0x1fffu;
+      std::memcpy(&x, &u, 4);
+    }
+    return v;
+  };
+  const auto At = tf32(A), Bt = tf32(B);
+  auto want = C0, plain = C0;
+  cpu::sgemm(false, false, M, N, K, 1.f, At.data(), K, Bt.data(), N, 0.5f, want.data(), N);
+  cpu::sgemm(false, false, M, N, K, 1.f, A.data(), K, B.data(), N, 0.5f, plain.data(), N);
+  Dev<float> dA(A), dB(B), dC(C0);
+  cuda::set_tf32(true);
+  cuda::sgemm(false, false, M, N, K, 1.f, dA, K, dB, N, 0.5f, dC, N, stream);
+  const auto got = dC.download();
+  cuda::set_tf32(false);
+  EXPECT_REL(got, want, kF32Tol);
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(double{got[i]} - plain[i]));
+  EXPECT_GT(worst, 1e-4) << "TF32 gave the fp32 result: the operands were not rounded";
+  dC.upload(C0);
+  cuda::sgemm(false, false, M, N, K, 1.f, dA, K, dB, N, 0.5f, dC, N, stream);
+  EXPECT_REL(dC.download(), plain, kF32Tol);
 }
 
 TEST_F(Kernels, SgemmStridedBatched) {

@@ -307,8 +307,13 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"precision_bf16_cpu",
                   S + "[device]\nprecision = \"bf16\"\n",
                   {},
-                  {"[device] precision = \"bf16\"", "bf16 is not implemented yet"}},
-        ErrorCase{"precision_enum", S + "[device]\nprecision = \"fp16\"\n", {}, {"[device] precision", "fp32, bf16"}},
+                  {"[device] precision = \"bf16\"", "bf16 mixed precision is not implemented yet"}},
+        ErrorCase{"precision_tf32_cpu",
+                  S + "[device]\nprecision = \"tf32\"\n",
+                  {},
+                  {"[device] precision = \"tf32\"", "CUDA devices only", "device.type = \"cpu\""}},
+        ErrorCase{
+            "precision_enum", S + "[device]\nprecision = \"fp16\"\n", {}, {"[device] precision", "fp32, tf32, bf16"}},
         ErrorCase{"schedule_enum", S + "[optim]\nschedule = \"step\"\n", {}, {"[optim] schedule", "cosine, constant"}},
         ErrorCase{
             "lr_scaling_enum", S + "[optim]\nlr_scaling = \"sqrt\"\n", {}, {"[optim] lr_scaling", "none, linear"}},

@@ -107,7 +107,7 @@ int run_sample(const std::string& checkpoint, const std::string& prompt, int tok
               path, config.data.name);
   set_backend(make_backend(config.device.type));
   backend().configure(config.train.threads > 0 ? config.train.threads : omp_get_num_procs(),
-                      winograd_tile_side(config.train));
+                      winograd_tile_side(config.train), config.device.precision);
   const ModelUnits units = model_units(config.model);
   const auto model = make_model(config.model, full_mask(units), 1, config.train.seed);
   check_checkpoint_tensors(path, full_specs(config.model), 0, OptimizerLoad::ignore, tensors, optimizer);
