@@ -37,7 +37,7 @@ CausalSelfAttention::CausalSelfAttention(ParamSet& ps, const AttentionSpec& spec
   const Tensor *y_scratch = spec.y_scratch, *activation_area = spec.activation_area;
   const int kv_heads = spec.kv_heads > 0 ? spec.kv_heads : heads;
   const bool grouped = kv_heads != heads;
-  SUBDP_ASSERT(heads > 0 && C % heads == 0 && heads % kv_heads == 0 && !(grouped && head_layer >= 0));
+  SUBDP_ASSERT(heads > 0 && C % heads == 0 && heads % kv_heads == 0 && !(grouped && (head_layer >= 0 || spec.bias)));
   const InitSpec zero{InitSpec::constant, 0.f};
   SUBDP_ASSERT(!rope_cos_ == !rope_sin_ && (!rope_cos_ || hd_ % 2 == 0));
   const std::string qkv = prefix + "." + spec.qkv_name;

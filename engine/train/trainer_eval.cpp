@@ -151,6 +151,7 @@ nlohmann::json Trainer::measure_alignment() {
   model_->zero_grad();
   model_->forward(batch_, true, nullptr);
   model_->backward();
+  (void)backend().take_counters();  // the block hooks' count of this gradient, not the next step's
   restore_running_stats(*model_, saved);
   nlohmann::json out = nlohmann::json::object();
   for (const auto& [kind, sums] : gradient_alignment(*model_, *eval_model_, units_, plan_)) {

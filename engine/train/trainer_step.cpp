@@ -135,7 +135,7 @@ void Trainer::draw_dropped_blocks() {
 std::vector<Param*> Trainer::unchecked_gradients() {
   std::vector<Param*> unchecked;
   for (Param* p : model_->params().trainable()) {
-    // ZeRO-2, FSDP and overlap: the blocks' gradients were checked by the sync's block hooks.
+    // ZeRO-2, FSDP and overlap: the sync's block hooks counted the blocks' gradients.
     if (p->grad.defined() && !(sync_->checks_block_gradients() && p->block >= 0)) unchecked.push_back(p);
   }
   return unchecked;

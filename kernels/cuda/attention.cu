@@ -1,13 +1,14 @@
 // Causal self-attention that never stores a (T, T) matrix: a flash-style forward and backward
 // (Dao et al., "FlashAttention", arXiv:2205.14135, algorithms 1 and 2) in float32 on CUDA
-// cores. One thread owns one query (or key) row of one (sequence, head); the block's 64 rows
-// share each tile of the other side's rows in shared memory, and tiles that the causal mask
-// hides wholly are never loaded. Softmax is online (a running max and sum per row), so the
-// forward keeps only its output, and the backward recomputes probabilities from the row's
-// log-sum-exp. Grouped-query attention: a query head reads its key / value head's rows, and a
-// key / value head's dk, dv sum its query heads in order. Every sum runs in a fixed order and
-// no kernel uses atomics: a run repeats bit for bit. The CPU attention
-// (kernels/cpu/attention.cpp) is the reference.
+// cores. One thread (two or four at head widths 64 and 128, each with a slice of the columns,
+// their dot products summed across the lanes) owns one query (or key) row of one (sequence,
+// head); the block's 64 rows share each tile of the other side's rows in shared memory, and
+// tiles that the causal mask hides wholly are never loaded. Softmax is online (a running max
+// and sum per row), so the forward keeps only its output, and the backward recomputes
+// probabilities from the row's log-sum-exp. Grouped-query attention: a query head reads its
+// key / value head's rows, and a key / value head's dk, dv sum its query heads in order.
+// Every sum runs in a fixed order and no kernel uses atomics: a run repeats bit for bit. The
+// CPU attention (kernels/cpu/attention.cpp) is the reference.
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -20,7 +21,7 @@ namespace subdp::cuda {
 
 namespace {
 
-constexpr int kRowsPerBlock = 64;  // threads per block, one row each
+constexpr int kRowsPerBlock = 64;  // rows per block, row_lanes<HD>() threads each
 
 /// Rows of the shared tile: two (rows, HD) float tiles fill 32 KiB of the 48 KiB a block
 /// gets without an opt-in.
@@ -85,10 +86,43 @@ __device__ float dot(const float (&a)[HD], const float* b) {
   return s;
 }
 
+/// Lanes that share one row in every kernel here: each holds HD / row_lanes columns of the
+/// row's vectors (at most 32 floats each, so they fit in registers: with one lane a row, the
+/// dk / dv kernel at head width 64 held 256 floats and spilled 420 bytes a thread, 3,704 at 128).
+template <int HD>
+__host__ __device__ constexpr int row_lanes() {
+  return HD > 32 ? HD / 32 : 1;
+}
+
+/// Sum of x over the LANES lanes of a row (adjacent lanes; a butterfly, so each lane ends
+/// with the same bits: the same partial sums meet in either order).
+template <int LANES>
+__device__ float row_sum(float x) {
+  const unsigned lane = threadIdx.x & 31u;
+  const unsigned mask = LANES == 1 ? 0u : ((1u << LANES) - 1u) << (lane & ~static_cast<unsigned>(LANES - 1));
+#pragma unroll
+  for (int o = 1; o < LANES; o *= 2) x += __shfl_xor_sync(mask, x, o);
+  return x;
+}
+
+/// This thread's row within the block and its lane's first column and column count (inside
+/// the head: zero past hd, and for a row past T).
+struct RowLane {
+  int row, c0, mine;
+};
+
+template <int HD>
+__device__ RowLane row_lane(int T, int hd) {
+  constexpr int LANES = row_lanes<HD>(), W = HD / LANES;
+  const int row = static_cast<int>(blockIdx.x) * kRowsPerBlock + static_cast<int>(threadIdx.x) / LANES;
+  const int c0 = static_cast<int>(threadIdx.x) % LANES * W;
+  return {row, c0, row < T ? max(0, min(W, hd - c0)) : 0};
+}
+
 /// Calls visit(k_j, v_j) for every key j <= i (causal) of query row i, in order of j, for the
 /// (sequence, head) of view v; k_j and v_j are HD-float rows in shared memory. Every thread
 /// of the block must call it (they load each tile of keys and values together); a thread
-/// with i >= T visits nothing.
+/// with i >= T visits nothing, and a row's lanes visit the same keys.
 template <int HD, class Visit>
 __device__ void for_each_causal_key(const HeadView& v, int T, int hd, int i, Visit&& visit) {
   constexpr int BC = tile_rows<HD>();
@@ -109,39 +143,41 @@ __device__ void for_each_causal_key(const HeadView& v, int T, int hd, int i, Vis
 /// with kForBackward the row's log-sum-exp and delta = rowsum(dy * y) (the backward's D)
 /// instead of y. lse may be null in the plain forward.
 template <int HD, bool kForBackward>
-__global__ void __launch_bounds__(64) flash_forward_kernel(const float* qkv, const float* dy, float* y, float* lse,
-                                                           float* delta, int T, int H, int KV, int hd, float scale) {
+__global__ void __launch_bounds__(kRowsPerBlock* row_lanes<HD>())
+    flash_forward_kernel(const float* qkv, const float* dy, float* y, float* lse, float* delta, int T, int H, int KV,
+                         int hd, float scale) {
+  constexpr int LANES = row_lanes<HD>(), W = HD / LANES;
   const HeadView v = query_view(qkv, T, H, KV, hd);
-  const int i = static_cast<int>(blockIdx.x) * kRowsPerBlock + static_cast<int>(threadIdx.x);
-  const bool active = i < T;
-  float q[HD], o[HD];
-  load_row<HD>(q, v.q + static_cast<int64_t>(i) * v.ld, active ? hd : 0);
-  load_row<HD>(o, nullptr, 0);
+  const auto [i, c0, mine] = row_lane<HD>(T, hd);
+  float q[W], o[W];
+  load_row<W>(q, v.q + static_cast<int64_t>(i) * v.ld + c0, mine);
+  load_row<W>(o, nullptr, 0);
   float m = -INFINITY, l = 0.f;
   for_each_causal_key<HD>(v, T, hd, i, [&](const float* k, const float* vj) {
-    const float s = scale * dot<HD>(q, k);
+    const float s = scale * row_sum<LANES>(dot<W>(q, k + c0));
     if (s > m) {  // a new running max: rescale what was summed under the old one
       const float c = expf(m - s);
       l *= c;
 #pragma unroll
-      for (int d = 0; d < HD; ++d) o[d] *= c;
+      for (int d = 0; d < W; ++d) o[d] *= c;
       m = s;
     }
     const float p = expf(s - m);
     l += p;
 #pragma unroll
-    for (int d = 0; d < HD; ++d) o[d] += p * vj[d];
+    for (int d = 0; d < W; ++d) o[d] += p * vj[c0 + d];
   });
-  if (!active) return;
+  if (i >= T) return;
   const float inv = 1.f / l;
-  if (lse) lse[v.stat + i] = m + logf(l);
-  const int64_t at = v.y_off + static_cast<int64_t>(i) * v.C;
+  if (lse && c0 == 0) lse[v.stat + i] = m + logf(l);
+  const int64_t at = v.y_off + static_cast<int64_t>(i) * v.C + c0;
   if constexpr (kForBackward) {
-    float sum = 0.f;
-    for (int d = 0; d < hd; ++d) sum += dy[at + d] * (o[d] * inv);
-    delta[v.stat + i] = sum;
+    float part = 0.f;
+    for (int d = 0; d < mine; ++d) part += dy[at + d] * (o[d] * inv);
+    const float sum = row_sum<LANES>(part);
+    if (c0 == 0) delta[v.stat + i] = sum;
   } else {
-    for (int d = 0; d < hd; ++d) y[at + d] = o[d] * inv;
+    for (int d = 0; d < mine; ++d) y[at + d] = o[d] * inv;
   }
 }
 
@@ -149,23 +185,25 @@ __global__ void __launch_bounds__(64) flash_forward_kernel(const float* qkv, con
 /// the query heads of key / value head g in order, and for each over the query rows i >= j,
 /// query tiles from the block's first key on.
 template <int HD>
-__global__ void __launch_bounds__(64)
+__global__ void __launch_bounds__(kRowsPerBlock* row_lanes<HD>())
     flash_backward_dkdv_kernel(const float* qkv, const float* dy, const float* lse, const float* delta, float* dqkv,
                                int T, int H, int KV, int hd, float scale) {
   constexpr int BQ = tile_rows<HD>();  // divides kRowsPerBlock, so the first tile starts at j0
+  constexpr int LANES = row_lanes<HD>(), W = HD / LANES;
   __shared__ float qs[BQ][HD];
   __shared__ float gs[BQ][HD];
   __shared__ float ls[BQ];
   __shared__ float ds[BQ];
   const int b = static_cast<int>(blockIdx.y) / KV, g = static_cast<int>(blockIdx.y) % KV, G = H / KV;
   const HeadView kv = head_view(qkv, T, H, KV, hd, b, g * G);
-  const int j0 = static_cast<int>(blockIdx.x) * kRowsPerBlock, j = j0 + static_cast<int>(threadIdx.x);
+  const int j0 = static_cast<int>(blockIdx.x) * kRowsPerBlock;
+  const auto [j, c0, mine] = row_lane<HD>(T, hd);
   const bool active = j < T;
-  float k[HD], vv[HD], dk[HD], dv[HD];
-  load_row<HD>(k, kv.k + static_cast<int64_t>(j) * kv.ld, active ? hd : 0);
-  load_row<HD>(vv, kv.v + static_cast<int64_t>(j) * kv.ld, active ? hd : 0);
-  load_row<HD>(dk, nullptr, 0);
-  load_row<HD>(dv, nullptr, 0);
+  float k[W], vv[W], dk[W], dv[W];
+  load_row<W>(k, kv.k + static_cast<int64_t>(j) * kv.ld + c0, mine);
+  load_row<W>(vv, kv.v + static_cast<int64_t>(j) * kv.ld + c0, mine);
+  load_row<W>(dk, nullptr, 0);
+  load_row<W>(dv, nullptr, 0);
   for (int h = g * G; h < (g + 1) * G; ++h) {
     const HeadView v = head_view(qkv, T, H, KV, hd, b, h);
     for (int i0 = j0; i0 < T; i0 += BQ) {
@@ -177,23 +215,23 @@ __global__ void __launch_bounds__(64)
         ds[r] = i0 + r < T ? delta[v.stat + i0 + r] : 0.f;
       }
       __syncthreads();
-      const int n = active ? min(BQ, T - i0) : 0;
+      const int n = active ? min(BQ, T - i0) : 0;    // the same for a row's lanes: they shuffle together
       for (int ii = max(0, j - i0); ii < n; ++ii) {  // causal: queries i >= j
-        const float p = expf(scale * dot<HD>(k, qs[ii]) - ls[ii]);
-        const float dsc = p * (dot<HD>(vv, gs[ii]) - ds[ii]);  // d(score), before the scale
+        const float p = expf(scale * row_sum<LANES>(dot<W>(k, qs[ii] + c0)) - ls[ii]);
+        const float dsc = p * (row_sum<LANES>(dot<W>(vv, gs[ii] + c0)) - ds[ii]);  // d(score), before the scale
 #pragma unroll
-        for (int d = 0; d < HD; ++d) {
-          dv[d] += p * gs[ii][d];
-          dk[d] += dsc * qs[ii][d];
+        for (int d = 0; d < W; ++d) {
+          dv[d] += p * gs[ii][c0 + d];
+          dk[d] += dsc * qs[ii][c0 + d];
         }
       }
     }
   }
   if (!active) return;
-  const int64_t row = static_cast<int64_t>(j) * kv.ld;
+  const int64_t row = static_cast<int64_t>(j) * kv.ld + c0;
   float* dk_out = dqkv + (kv.k - qkv) + row;
   float* dv_out = dqkv + (kv.v - qkv) + row;
-  for (int d = 0; d < hd; ++d) {
+  for (int d = 0; d < mine; ++d) {
     dk_out[d] = scale * dk[d];
     dv_out[d] = dv[d];
   }
@@ -201,26 +239,27 @@ __global__ void __launch_bounds__(64)
 
 /// dq of the query rows of block (blockIdx.x, b * H + h): each sums over the keys j <= i.
 template <int HD>
-__global__ void __launch_bounds__(64)
+__global__ void __launch_bounds__(kRowsPerBlock* row_lanes<HD>())
     flash_backward_dq_kernel(const float* qkv, const float* dy, const float* lse, const float* delta, float* dqkv,
                              int T, int H, int KV, int hd, float scale) {
+  constexpr int LANES = row_lanes<HD>(), W = HD / LANES;
   const HeadView v = query_view(qkv, T, H, KV, hd);
-  const int i = static_cast<int>(blockIdx.x) * kRowsPerBlock + static_cast<int>(threadIdx.x);
+  const auto [i, c0, mine] = row_lane<HD>(T, hd);
   const bool active = i < T;
-  float q[HD], g[HD], dq[HD];
-  load_row<HD>(q, v.q + static_cast<int64_t>(i) * v.ld, active ? hd : 0);
-  load_row<HD>(g, dy + v.y_off + static_cast<int64_t>(i) * v.C, active ? hd : 0);
-  load_row<HD>(dq, nullptr, 0);
+  float q[W], g[W], dq[W];
+  load_row<W>(q, v.q + static_cast<int64_t>(i) * v.ld + c0, mine);
+  load_row<W>(g, dy + v.y_off + static_cast<int64_t>(i) * v.C + c0, mine);
+  load_row<W>(dq, nullptr, 0);
   const float L = active ? lse[v.stat + i] : 0.f, D = active ? delta[v.stat + i] : 0.f;
   for_each_causal_key<HD>(v, T, hd, i, [&](const float* k, const float* vj) {
-    const float p = expf(scale * dot<HD>(q, k) - L);
-    const float dsc = p * (dot<HD>(g, vj) - D);
+    const float p = expf(scale * row_sum<LANES>(dot<W>(q, k + c0)) - L);
+    const float dsc = p * (row_sum<LANES>(dot<W>(g, vj + c0)) - D);
 #pragma unroll
-    for (int d = 0; d < HD; ++d) dq[d] += dsc * k[d];
+    for (int d = 0; d < W; ++d) dq[d] += dsc * k[c0 + d];
   });
   if (!active) return;
-  float* out = dqkv + (v.q - qkv) + static_cast<int64_t>(i) * v.ld;
-  for (int d = 0; d < hd; ++d) out[d] = scale * dq[d];
+  float* out = dqkv + (v.q - qkv) + static_cast<int64_t>(i) * v.ld + c0;
+  for (int d = 0; d < mine; ++d) out[d] = scale * dq[d];
 }
 
 template <int N>
@@ -264,7 +303,7 @@ void attention_forward(const AttentionShape& s, const float* qkv, float* y, floa
   check_groups(s);
   with_head_dim(s.hd, [&](auto tag) {
     constexpr int HD = decltype(tag)::value;
-    SUBDP_LAUNCH(grid_of(s, s.H), kRowsPerBlock, 0, stream, flash_forward_kernel<HD, false>)
+    SUBDP_LAUNCH(grid_of(s, s.H), kRowsPerBlock * row_lanes<HD>(), 0, stream, flash_forward_kernel<HD, false>)
     (qkv, nullptr, y, lse, nullptr, s.T, s.H, s.kv_heads(), s.hd, scale_of(s));
     CUDA_CHECK_LAUNCH();
   });
@@ -279,13 +318,13 @@ void attention_backward(const AttentionShape& s, const float* qkv, const float* 
   with_head_dim(s.hd, [&](auto tag) {
     constexpr int HD = decltype(tag)::value;
     const float scale = scale_of(s);
-    SUBDP_LAUNCH(grid_of(s, s.H), kRowsPerBlock, 0, stream, flash_forward_kernel<HD, true>)
+    SUBDP_LAUNCH(grid_of(s, s.H), kRowsPerBlock * row_lanes<HD>(), 0, stream, flash_forward_kernel<HD, true>)
     (qkv, dy, nullptr, lse, delta, s.T, s.H, s.kv_heads(), s.hd, scale);
     CUDA_CHECK_LAUNCH();
-    SUBDP_LAUNCH(grid_of(s, s.kv_heads()), kRowsPerBlock, 0, stream, flash_backward_dkdv_kernel<HD>)
+    SUBDP_LAUNCH(grid_of(s, s.kv_heads()), kRowsPerBlock * row_lanes<HD>(), 0, stream, flash_backward_dkdv_kernel<HD>)
     (qkv, dy, lse, delta, dqkv, s.T, s.H, s.kv_heads(), s.hd, scale);
     CUDA_CHECK_LAUNCH();
-    SUBDP_LAUNCH(grid_of(s, s.H), kRowsPerBlock, 0, stream, flash_backward_dq_kernel<HD>)
+    SUBDP_LAUNCH(grid_of(s, s.H), kRowsPerBlock * row_lanes<HD>(), 0, stream, flash_backward_dq_kernel<HD>)
     (qkv, dy, lse, delta, dqkv, s.T, s.H, s.kv_heads(), s.hd, scale);
     CUDA_CHECK_LAUNCH();
   });
