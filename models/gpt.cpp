@@ -249,7 +249,7 @@ Gpt::Gpt(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t s
   lnf_->allocate_stats(rows);
   x0_ = activation(rows, C_);
   lnf_out_ = shared_.slice0(0, rows * C_).view({rows, C_});
-  head_ = std::make_unique<CrossEntropyHead>(rows, V_);
+  head_ = std::make_unique<CrossEntropyHead>(rows, V_, C_);
   pos_ids_ = Tensor::empty({max_batch, T_}, MemCategory::activations, DType::i32);
   dres_ = activation(rows, C_);
   scratch_.dln = activation(rows, C_);
@@ -282,10 +282,7 @@ void Gpt::run_forward(const int32_t* tokens, int B, int T, bool training) {
   last_ = run_blocks(blocks_, x0, B, T, scratch_, training, trace_);
   const float* x = last_;
   lnf_->forward(x, lnf_out_.f32(), rows);
-  // logits (rows, V) = lnf_out (rows, C) . wte^T (C, V)
-  backend().sgemm(false, true, rows, V_, C_, 1.f, lnf_out_.f32(), C_, wte_->weight->value.f32(), C_, 0.f,
-                  head_->logits(), V_);
-  FlopCounter::add_gemm(rows, V_, C_);
+  head_->project(lnf_out_.f32(), wte_->weight->value.f32(), rows);  // logits (rows, V): the tied wte
 }
 
 void Gpt::enqueue_forward(const Batch& batch, bool training) {
@@ -305,23 +302,14 @@ std::vector<float> Gpt::logits(const int32_t* tokens, int B, int T) {
   staged.store();
   run_forward(ids.i32(), B, T, false);
   check_forward_counters(backend().take_counters());
-  std::vector<float> out(rows * V_);
-  backend().to_host(out.data(), head_->logits(), sizeof(float) * out.size());
-  return out;
+  return head_->read_logits(0, rows);
 }
 
 void Gpt::backward() {
   const int64_t rows = static_cast<int64_t>(B_) * Tcur_;
-  const float* dlogits = head_->dlogits();  // (rows, V)
   Param* wte = wte_->weight;
-  if (wte->grad.defined()) {
-    // dwte (V, C) += dlogits^T (V, rows) . lnf_out (rows, C)
-    backend().sgemm(true, false, V_, C_, rows, 1.f, dlogits, V_, lnf_out_.f32(), C_, 1.f, wte->grad.f32(), C_);
-    FlopCounter::add_gemm(V_, C_, rows);
-  }
-  float* dln = scratch_.dln.f32();  // (rows, C) = dlogits (rows, V) . wte (V, C)
-  backend().sgemm(false, false, rows, C_, V_, 1.f, dlogits, V_, wte->value.f32(), C_, 0.f, dln, C_);
-  FlopCounter::add_gemm(rows, C_, V_);
+  float* dln = scratch_.dln.f32();  // (rows, C); dwte (V, C) += dlogits^T . lnf_out
+  head_->project_backward(lnf_out_.f32(), wte->value.f32(), wte->grad.defined() ? wte->grad.f32() : nullptr, dln, rows);
   float* dres = dres_.f32();  // (B, T, C)
   backend().fill(dres, 0.f, rows * C_);
   lnf_->backward(last_, dln, dres, rows);

@@ -112,7 +112,7 @@ class Gpt : public Model {
   int64_t positions_per_example() const override { return T_; }
   int residual_blocks() const override { return static_cast<int>(blocks_.size()); }
   /// Logits (B*T, vocab) of the last forward.
-  const float* last_logits() const override { return head_->logits(); }
+  std::vector<float> read_logits(int64_t first, int64_t rows) const override { return head_->read_logits(first, rows); }
   void keep_logits() override { head_->keep_logits(); }
   /// Logits (B*T, vocab), copied to the host, of host tokens (B, T) int32, B <= max_batch,
   /// T <= context (generation: the tokens are staged into backend memory).

@@ -32,7 +32,7 @@ class Llama : public Model {
   void backward() override;
   int64_t positions_per_example() const override { return T_; }
   int residual_blocks() const override { return static_cast<int>(blocks_.size()); }
-  const float* last_logits() const override { return head_->logits(); }
+  std::vector<float> read_logits(int64_t first, int64_t rows) const override { return head_->read_logits(first, rows); }
   void keep_logits() override { head_->keep_logits(); }
 
  private:
@@ -77,7 +77,7 @@ Llama::Llama(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64
   output_ = std::make_unique<Linear>(params_, "output", C_, V_, false, UnitRef{}, UnitRef{}, -1, kTransformerWeight);
   x0_ = Tensor::empty({rows, int64_t{C_}}, MemCategory::activations);
   norm_out_ = shared_.slice0(0, rows * C_).view({rows, int64_t{C_}});
-  head_ = std::make_unique<CrossEntropyHead>(rows, V_);
+  head_ = std::make_unique<CrossEntropyHead>(rows, V_, C_);
   dres_ = Tensor::empty({rows, int64_t{C_}}, MemCategory::activations);
 }
 
@@ -124,14 +124,15 @@ void Llama::enqueue_forward(const Batch& batch, bool training) {
   tok_->forward(tokens_, x0_.f32(), rows, false);
   last_ = run_blocks(blocks_, x0_.f32(), B, T, scratch_, training, trace_);
   norm_->forward(last_, norm_out_.f32(), rows);
-  output_->forward(norm_out_.f32(), head_->logits(), rows);  // (rows, V)
+  head_->project(norm_out_.f32(), output_->weight->value.f32(), rows);  // logits (rows, V)
   head_->loss(batch.y.i32(), rows, training);
 }
 
 void Llama::backward() {
   const int64_t rows = static_cast<int64_t>(B_) * Tcur_;
   float* dln = scratch_.dln.f32();
-  output_->backward(norm_out_.f32(), head_->dlogits(), dln, rows);  // d output.weight; dln (rows, C)
+  const Param& w = *output_->weight;  // d output.weight; dln (rows, C)
+  head_->project_backward(norm_out_.f32(), w.value.f32(), w.grad.defined() ? w.grad.f32() : nullptr, dln, rows);
   float* dres = dres_.f32();
   backend().fill(dres, 0.f, rows * C_);
   norm_->backward(last_, dln, dres, rows);

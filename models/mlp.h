@@ -20,7 +20,7 @@ class Mlp : public Model {
   Mlp(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed);
   void enqueue_forward(const Batch& batch, bool training) override;
   void backward() override;
-  const float* last_logits() const override { return head_.logits(); }
+  std::vector<float> read_logits(int64_t first, int64_t rows) const override { return head_.read_logits(first, rows); }
   void keep_logits() override { head_.keep_logits(); }
 
  private:

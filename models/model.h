@@ -49,10 +49,11 @@ class Model {
   virtual void backward() = 0;
   /// Every BatchNorm layer (for re-estimating running statistics of an assembled model).
   virtual std::vector<BatchNorm2d*> batchnorms() { return {}; }
-  /// Logits of the last forward, (positions, classes) row-major; nullptr if not kept. A
+  /// Rows [first, first + rows) of the last forward's logits, (positions, classes) row-major,
+  /// as host floats (a bf16 head's widened); empty for a model that does not expose them. A
   /// training forward overwrites them with their gradient (the fused classifier) unless
   /// keep_logits() was called.
-  virtual const float* last_logits() const { return nullptr; }
+  virtual std::vector<float> read_logits(int64_t /*first*/, int64_t /*rows*/) const { return {}; }
   /// Training forwards keep their logits (dlogits in a tensor of their own): parity-dump.
   virtual void keep_logits() {}
   /// Target positions per example (1 for classifiers, T for language models).

@@ -99,7 +99,7 @@ class ResNet : public Model {
          ParamLayout layout = ParamLayout::per_param);
   void enqueue_forward(const Batch& batch, bool training) override;
   void backward() override;
-  const float* last_logits() const override { return head_.logits(); }
+  std::vector<float> read_logits(int64_t first, int64_t rows) const override { return head_.read_logits(first, rows); }
   void keep_logits() override { head_.keep_logits(); }
   std::vector<BatchNorm2d*> batchnorms() override;
   int residual_blocks() const override { return static_cast<int>(blocks_.size()); }

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # GPU bench 2 (`bench_2_gpt2.sh BIN_DIR OUT_DIR`): GPT-2 small (12 blocks, width 768, 12 heads,
-# context 1024, vocabulary 50304, AdamW) on random tokens: subdp's CUDA backend in float32 and
-# with TF32 GEMMs ([device] precision = "tf32"; bf16 is not implemented yet) in tokens/s and
-# model FLOP utilisation, next to PyTorch training the same model in the same run
+# context 1024, vocabulary 50304, AdamW) on random tokens: subdp's CUDA backend in float32,
+# with bf16 and with TF32 GEMMs ([device] precision = "bf16" / "tf32": tensor-core GEMMs on
+# float32 activations, docs/architecture.md) in tokens/s and model FLOP utilisation, next to PyTorch training the same model in the same run
 # (torch_gpt2.py: fp32, tf32, bf16 autocast eager, bf16 torch.compile). MFU = (6 N + 6 L C T)
 # FLOPs per token (llm.c's formula) * tokens/s / peak, with the H200's dense peaks: 67 TFLOP/s
 # fp32, 494 TFLOP/s TF32, 989 TFLOP/s bf16 (NVIDIA's H200 datasheet). Writes gpt2.csv.
@@ -54,9 +54,11 @@ lr = 1e-4
 [log]
 every = 1
 TOML
-for p in fp32 tf32; do
+# Each precision its own guarded run (a failure is a row saying so), the most telling first.
+for p in fp32 bf16 tf32; do
   "$BIN/subdp" train "$OUT/gpt2.toml" --set device.type=cuda --set device.precision=$p \
-    --set log.metrics_file="$OUT/gpt2-subdp-$p.jsonl" > "$OUT/gpt2-subdp-$p.txt"
+    --set log.metrics_file="$OUT/gpt2-subdp-$p.jsonl" > "$OUT/gpt2-subdp-$p.txt" 2>&1 ||
+    echo "subdp precision $p failed: $(tail -n 3 "$OUT/gpt2-subdp-$p.txt")"
 done
 # The peer: each mode its own guarded run inside torch_gpt2.py (a failed mode prints a row
 # saying so); LD_LIBRARY_PATH was never set for it (run.sh gives it to subdp's binaries only).
@@ -67,11 +69,16 @@ python3 - "$OUT" "$B" "$T" "$V" "$C" "$L" <<'PY'
 import json, sys
 out, B, T, V, C, L = sys.argv[1], *map(int, sys.argv[2:7])
 def median_step(precision):
-    """The median step (by time) after the 3 warm-up steps of subdp's run in `precision`."""
-    path = f"{out}/gpt2-subdp-{precision}.jsonl"
-    steps = [r for r in map(json.loads, filter(str.strip, open(path))) if "event" not in r][3:]
-    return sorted(steps, key=lambda s: s["step_time_s"])[len(steps) // 2]
-mid = median_step("fp32")
+    """The median step (by time) after the 3 warm-up steps of subdp's run in `precision`; None
+    when the run failed (its log says why)."""
+    try:
+        path = f"{out}/gpt2-subdp-{precision}.jsonl"
+        steps = [r for r in map(json.loads, filter(str.strip, open(path))) if "event" not in r][3:]
+        return sorted(steps, key=lambda s: s["step_time_s"])[len(steps) // 2]
+    except (OSError, ValueError, IndexError):
+        return None
+subdp = {p: median_step(p) for p in ("fp32", "bf16", "tf32")}
+mid = next((m for m in subdp.values() if m), None)
 # MFU by llm.c's formula (train_gpt2.cu, gpt2_estimate_mfu): 6 N + 6 L C T FLOPs per token,
 # N the parameters of this GPT (tied head; per block 12 C^2 + 13 C with biases and two
 # LayerNorms; embeddings V C + T C; final LayerNorm 2 C), over the dense peak of the H200's
@@ -80,9 +87,11 @@ mid = median_step("fp32")
 peak = {"fp32": 67e12, "tf32": 494e12, "bf16": 989e12, "compile": 989e12}
 N = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
 flops_per_token = 6 * N + 6 * L * C * T
-print(f"llm.c FLOPs per token {flops_per_token:.4g}, the engine's {mid['flops'] / (B * T):.4g}")
-rows = [(f"subdp-cuda-{p}", B * T / m["step_time_s"], m["step_time_s"], "")
-        for p, m in (("fp32", mid), ("tf32", median_step("tf32")))]
+if mid:
+    print(f"llm.c FLOPs per token {flops_per_token:.4g}, the engine's {mid['flops'] / (B * T):.4g}")
+nan = float("nan")
+rows = [(f"subdp-cuda-{p}", B * T / m["step_time_s"] if m else nan, m["step_time_s"] if m else nan,
+         "" if m else "failed: see gpt2-subdp-" + p + ".txt") for p, m in subdp.items()]
 for line in open(f"{out}/gpt2-torch.csv"):
     mode, tps, dt, note = (line.strip().split(",") + [""] * 4)[:4]
     rows.append((mode, float(tps or "nan"), float(dt or "nan"), f"params {note}" if note.isdigit() else note))

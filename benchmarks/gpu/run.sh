@@ -215,7 +215,7 @@ for b in "$ROOT"/benchmarks/gpu/bench_*.sh; do
   name=$(basename "$b" .sh)
   if [ "$READY" -ne 1 ]; then skip_step "$name" "nothing built"; continue; fi
   cap=90
-  [[ $name == *gpt2* ]] && cap=170  # two subdp runs (fp32, tf32) and four PyTorch modes
+  [[ $name == *gpt2* ]] && cap=190  # three subdp runs (fp32, bf16, tf32) and four PyTorch modes
   run_step "$name" "$cap" bench.log "$b" "$WRAP" "$LOGS"
 done
 

@@ -91,14 +91,10 @@ void check_features(const Config& c, const std::string& path) {
               "{}: [checkpoint] resume = \"auto\": needs [checkpoint] dir", path);
   // device.type = "cuda" is checked when the run picks its backend (make_backend): "no CUDA
   // device was found" on a machine without one, rather than a config error.
-  SUBDP_CHECK(c.device.precision != Precision::bf16,
-              "{}: [device] precision = \"bf16\": bf16 mixed precision is not implemented yet; use \"fp32\" (or "
-              "\"tf32\" on a CUDA device)",
-              path);
-  SUBDP_CHECK(c.device.precision != Precision::tf32 || c.device.type == DeviceType::cuda,
-              "{}: [device] precision = \"tf32\": TF32 tensor-core GEMMs exist on CUDA devices only (device.type = "
-              "\"{}\" computes in fp32); use \"fp32\" or device.type = \"cuda\"",
-              path, c.device.type);
+  SUBDP_CHECK(c.device.precision == Precision::fp32 || c.device.type == DeviceType::cuda,
+              "{}: [device] precision = \"{}\": tensor-core GEMMs (TF32, bf16) exist on CUDA devices only "
+              "(device.type = \"{}\" computes in fp32); use \"fp32\" or device.type = \"cuda\"",
+              path, c.device.precision, c.device.type);
 }
 
 /// parallel.overlap: the holder all-reduce of the CPU backend over MPI (engine/parallel/overlap.h).

@@ -31,6 +31,22 @@ int cuda_device_count() {
 
 Backend& backend() { return *current(); }
 
+namespace {
+[[noreturn]] void no_bf16(const Backend& b) {
+  throw Error(
+      fmt::format("the {} backend has no bf16 operations: [device] precision = \"bf16\" needs device.type = "
+                  "\"cuda\"",
+                  b.name()));
+}
+}  // namespace
+
+void Backend::to_bf16(const float*, void*, int64_t) { no_bf16(*this); }
+void Backend::bf16_to_f32(const void*, float*, int64_t) { no_bf16(*this); }
+void Backend::gemm_bf16(bool, bool, int, int, int, float, const void*, int, const void*, int, float, void*, int, bool) {
+  no_bf16(*this);
+}
+void Backend::cross_entropy_bf16(const void*, const int32_t*, void*, int64_t, int, float) { no_bf16(*this); }
+
 CollectiveScope::CollectiveScope() : backend_(backend()) { backend_.open_for_collective(); }
 CollectiveScope::~CollectiveScope() { backend_.close_for_collective(); }
 

@@ -42,9 +42,12 @@ class Backend {
   /// Library and kernel choices in one line (BLAS build, cores), for `subdp version`.
   virtual std::string describe() const = 0;
   /// Threads per rank (OpenMP / BLAS), the Winograd output tile (2 or 4) and the GEMMs'
-  /// precision ([device] precision: fp32, or tf32 on CUDA, which the config rules keep off
-  /// other backends).
+  /// precision ([device] precision: fp32, or tf32 / bf16 tensor cores on CUDA, which the
+  /// config rules keep off other backends).
   virtual void configure(int threads, int winograd_tile, Precision precision = Precision::fp32) = 0;
+  /// The GEMMs' precision configure() set (fp32 on backends without tensor cores). Models
+  /// built under bf16 keep their language-model logits in bf16 (CrossEntropyHead).
+  virtual Precision precision() const { return Precision::fp32; }
 
   // ---- memory: where Tensor::empty allocates, and the transfers (synchronous: the
   // destination is ready on return). Host code reaches backend memory only through these.
@@ -142,6 +145,20 @@ class Backend {
   // (evaluation), separate, or the logits themselves (in place).
   virtual void cross_entropy(const float* logits, const int32_t* targets, float* dlogits, int64_t rows, int V,
                              float scale) = 0;
+
+  // ---- bf16 buffers ([device] precision = "bf16", CUDA only; elsewhere these throw): `void*`
+  // points to 2-byte bf16 values, rounded from float32 to nearest even.
+  /// y (n bf16) = x (n floats).
+  virtual void to_bf16(const float* x, void* y, int64_t n);
+  /// y (n floats) = x (n bf16), exactly.
+  virtual void bf16_to_f32(const void* x, float* y, int64_t n);
+  /// As sgemm over bf16 A and B, sums in fp32: C float32, or bf16 (rounded) when c_bf16.
+  virtual void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const void* A, int lda,
+                         const void* B, int ldb, float beta, void* C, int ldc, bool c_bf16);
+  /// cross_entropy over bf16 logits (read as floats, reduced in fp32), dlogits bf16 (null,
+  /// separate, or the logits themselves).
+  virtual void cross_entropy_bf16(const void* logits, const int32_t* targets, void* dlogits, int64_t rows, int V,
+                                  float scale);
 
   // ---- normalisation (kernels/cpu/norm.h)
   virtual void batchnorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean,

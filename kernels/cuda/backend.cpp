@@ -119,9 +119,21 @@ class CudaBackend final : public Backend {
     cudaDeviceProp p{};
     CUDA_CHECK(cudaGetDeviceProperties(&p, device_));
     return fmt::format("{} #{} (sm_{}{}, {:.1f} GiB), cuBLAS {}", p.name, device_, p.major, p.minor,
-                       p.totalGlobalMem / double(size_t{1} << 30), cuda::tf32() ? "tf32" : "fp32");
+                       p.totalGlobalMem / double(size_t{1} << 30), cuda::gemm_math_name(cuda::gemm_math()));
   }
-  void configure(int, int, Precision precision) override { cuda::set_tf32(precision == Precision::tf32); }
+  Precision precision() const override {
+    switch (cuda::gemm_math()) {
+      case cuda::GemmMath::bf16: return Precision::bf16;
+      case cuda::GemmMath::tf32: return Precision::tf32;
+      case cuda::GemmMath::fp32: break;
+    }
+    return Precision::fp32;
+  }
+  void configure(int, int, Precision precision) override {
+    cuda::set_gemm_math(precision == Precision::bf16   ? cuda::GemmMath::bf16
+                        : precision == Precision::tf32 ? cuda::GemmMath::tf32
+                                                       : cuda::GemmMath::fp32);
+  }
 
   std::shared_ptr<DeviceMemory> memory() override { return memory_; }
   std::shared_ptr<DeviceMemory> staging_memory() override { return staging_ ? staging_ : host_memory(); }
@@ -279,6 +291,31 @@ class CudaBackend final : public Backend {
     int32_t* row_hit = reinterpret_cast<int32_t*>(row_loss + rows);
     cuda::cross_entropy(logits, targets, dlogits, row_loss, row_hit, rows, V, scale, stream_);
     cuda::add_row_losses(row_loss, row_hit, rows, counters(), stream_);
+  }
+
+  void cross_entropy_bf16(const void* logits, const int32_t* targets, void* dlogits, int64_t rows, int V,
+                          float scale) override {
+    double* area = scratch_doubles(rows);
+    float* row_loss = reinterpret_cast<float*>(area);
+    int32_t* row_hit = reinterpret_cast<int32_t*>(row_loss + rows);
+    cuda::cross_entropy(static_cast<const cuda::bf16*>(logits), targets, static_cast<cuda::bf16*>(dlogits), row_loss,
+                        row_hit, rows, V, scale, stream_);
+    cuda::add_row_losses(row_loss, row_hit, rows, counters(), stream_);
+  }
+  void to_bf16(const float* x, void* y, int64_t n) override {
+    cuda::to_bf16(x, static_cast<cuda::bf16*>(y), n, stream_);
+  }
+  void bf16_to_f32(const void* x, float* y, int64_t n) override {
+    cuda::to_f32(static_cast<const cuda::bf16*>(x), y, n, stream_);
+  }
+  void gemm_bf16(bool ta, bool tb, int M, int N, int K, float alpha, const void* A, int lda, const void* B, int ldb,
+                 float beta, void* C, int ldc, bool c_bf16) override {
+    const auto* a = static_cast<const cuda::bf16*>(A);
+    const auto* b = static_cast<const cuda::bf16*>(B);
+    if (c_bf16)
+      cuda::gemm(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, static_cast<cuda::bf16*>(C), ldc, stream_);
+    else
+      cuda::gemm(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, static_cast<float*>(C), ldc, stream_);
   }
 
   void batchnorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,

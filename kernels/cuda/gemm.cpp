@@ -1,7 +1,8 @@
 // Row-major GEMM through cuBLAS (column-major): a row-major C = op(A) op(B) is the
 // column-major C^T = op(B)^T op(A)^T, so each call passes B before A and swaps M and N.
 // Handles are per thread and device (cuBLAS handles are not thread-safe), created on first
-// use and bound to the caller's stream on every call.
+// use and bound to the caller's stream on every call. The float32 GEMMs run in the precision
+// set_gemm_math chose: fp32, TF32 (the math mode) or bf16 (cublasGemmEx's compute type).
 #include <cublas_v2.h>
 
 #include <atomic>
@@ -24,14 +25,14 @@ struct HandleCache {
 
 cublasOperation_t op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
-std::atomic<bool> g_tf32{false};
+std::atomic<GemmMath> g_math{GemmMath::fp32};
 
-/// The handle on `stream`, in the math mode set_tf32 chose (set on every call: a host-side
-/// field, and the handles are per thread).
+/// The handle on `stream`, in the math mode set_gemm_math chose (set on every call: a
+/// host-side field, and the handles are per thread).
 cublasHandle_t bound_handle(cudaStream_t stream) {
   cublasHandle_t h = cublas_handle();
   CUBLAS_CHECK(cublasSetStream(h, stream));
-  CUBLAS_CHECK(cublasSetMathMode(h, g_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  CUBLAS_CHECK(cublasSetMathMode(h, g_math == GemmMath::tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
   return h;
 }
 
@@ -45,8 +46,17 @@ void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, con
 
 }  // namespace
 
-void set_tf32(bool on) { g_tf32 = on; }
-bool tf32() { return g_tf32; }
+void set_gemm_math(GemmMath math) { g_math = math; }
+GemmMath gemm_math() { return g_math; }
+
+const char* gemm_math_name(GemmMath math) {
+  switch (math) {
+    case GemmMath::fp32: return "fp32";
+    case GemmMath::tf32: return "tf32";
+    case GemmMath::bf16: return "bf16";
+  }
+  return "?";
+}
 
 cublasHandle_t cublas_handle() {
   thread_local HandleCache cache;
@@ -56,8 +66,8 @@ cublasHandle_t cublas_handle() {
   if (it != cache.handles.end()) return it->second;
   cublasHandle_t h = nullptr;
   CUBLAS_CHECK(cublasCreate(&h));
-  // Pure fp32 unless set_tf32 (bound_handle sets the mode per call), so results match the
-  // CPU to fp32 rounding.
+  // Pure fp32 unless set_gemm_math (bound_handle sets the mode per call), so results match
+  // the CPU to fp32 rounding.
   CUBLAS_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
   cache.handles.emplace(device, h);
   return h;
@@ -65,17 +75,24 @@ cublasHandle_t cublas_handle() {
 
 void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
            int ldb, float beta, float* C, int ldc, cudaStream_t stream) {
-  if (M == 0 || N == 0) return;
-  CUBLAS_CHECK(
-      cublasSgemm(bound_handle(stream), op(trans_b), op(trans_a), N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc));
+  sgemm_strided_batched(trans_a, trans_b, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1, stream);
 }
 
 void sgemm_strided_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
                            int64_t stride_a, const float* B, int ldb, int64_t stride_b, float beta, float* C, int ldc,
                            int64_t stride_c, int batch, cudaStream_t stream) {
   if (M == 0 || N == 0 || batch == 0) return;
-  CUBLAS_CHECK(cublasSgemmStridedBatched(bound_handle(stream), op(trans_b), op(trans_a), N, M, K, &alpha, B, ldb,
-                                         stride_b, A, lda, stride_a, &beta, C, ldc, stride_c, batch));
+  cublasHandle_t h = bound_handle(stream);
+  if (g_math == GemmMath::bf16) {  // fp32 in and out, bf16 tensor cores: cuBLAS rounds the operands
+    CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, op(trans_b), op(trans_a), N, M, K, &alpha, B, CUDA_R_32F, ldb, stride_b,
+                                            A, CUDA_R_32F, lda, stride_a, &beta, C, CUDA_R_32F, ldc, stride_c, batch,
+                                            CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT));
+  } else if (batch == 1) {
+    CUBLAS_CHECK(cublasSgemm(h, op(trans_b), op(trans_a), N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc));
+  } else {
+    CUBLAS_CHECK(cublasSgemmStridedBatched(h, op(trans_b), op(trans_a), N, M, K, &alpha, B, ldb, stride_b, A, lda,
+                                           stride_a, &beta, C, ldc, stride_c, batch));
+  }
 }
 
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda, const bf16* B, int ldb,

@@ -108,6 +108,10 @@ void softmax_rows(bf16* x, int64_t rows, int V, cudaStream_t stream);
 /// sum(row_loss) / rows (see sum()).
 void cross_entropy(const float* logits, const int32_t* targets, float* dlogits, float* row_loss, int32_t* row_hit,
                    int64_t rows, int V, float scale, cudaStream_t stream);
+/// The same over bf16 logits and dlogits: each logit read as a float, the reductions in fp32,
+/// each gradient rounded to bf16 once (the losses as the float kernel's on the rounded logits).
+void cross_entropy(const bf16* logits, const int32_t* targets, bf16* dlogits, float* row_loss, int32_t* row_hit,
+                   int64_t rows, int V, float scale, cudaStream_t stream);
 
 // ---- normalisation (norm.cu) -----------------------------------------------------------
 
@@ -226,13 +230,21 @@ void adamw_update_chunks(const UpdateRun* chunks, int64_t count, float step_size
 
 /// The calling thread's cuBLAS handle for the current device (created on first use).
 cublasHandle_t cublas_handle();
-/// sgemm and sgemm_strided_batched from now on (every thread): on = TF32 tensor cores
-/// (CUBLAS_TF32_TENSOR_OP_MATH: the operands rounded to 10 mantissa bits, products summed in
-/// fp32; [device] precision = "tf32"), off = pure fp32 (the default).
-void set_tf32(bool on);
-bool tf32();
-/// As cpu::sgemm, row-major: C (M, N) = alpha * op(A) (M, K) * op(B) (K, N) + beta * C.
-/// Pure fp32 unless set_tf32(true). Runs cublasSgemm on the column-major transposes (operands swapped).
+/// The precision of sgemm and sgemm_strided_batched ([device] precision); operands, results
+/// and the sums are float32 in memory in every case.
+enum class GemmMath {
+  fp32,  // pure float32 (the default): the CPU's results to fp32 rounding
+  tf32,  // CUBLAS_TF32_TENSOR_OP_MATH: operands rounded to 10 mantissa bits, fp32 sums
+  bf16,  // CUBLAS_COMPUTE_32F_FAST_16BF: operands rounded to bf16 (7 mantissa bits; cuBLAS may
+         // pick TF32 instead), fp32 sums, on the bf16 tensor cores
+};
+/// From now on, every thread.
+void set_gemm_math(GemmMath math);
+GemmMath gemm_math();
+/// "fp32", "tf32" or "bf16".
+const char* gemm_math_name(GemmMath math);
+/// As cpu::sgemm, row-major: C (M, N) = alpha * op(A) (M, K) * op(B) (K, N) + beta * C, in the
+/// precision set_gemm_math chose. Runs cuBLAS on the column-major transposes (operands swapped).
 void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
            int ldb, float beta, float* C, int ldc, cudaStream_t stream);
 /// `batch` independent sgemm calls; matrix i starts stride_* elements after matrix i-1

@@ -60,22 +60,24 @@ __device__ ArgMax block_argmax(ArgMax a, float* sv, int* si) {
 }
 
 // dlogits: null, separate, or logits itself (every thread reads the target logit first; the
-// reductions' barriers then separate every read of the row from the first write).
-__global__ void cross_entropy_kernel(const float* logits, const int32_t* targets, float* dlogits, float* row_loss,
+// reductions' barriers then separate every read of the row from the first write). T: float,
+// or bf16 logits and dlogits (read as floats, reduced in fp32, gradients rounded once).
+template <class T>
+__global__ void cross_entropy_kernel(const T* logits, const int32_t* targets, T* dlogits, float* row_loss,
                                      int32_t* row_hit, int V, float scale) {
   __shared__ float sv[32];
   __shared__ int si[32];
   const int64_t r = blockIdx.x;
-  const float* l = logits + r * V;
+  const T* l = logits + r * V;
   const int t = targets[r];
   const bool valid = t >= 0 && t < V;
-  const float lt = valid ? l[t] : 0.f;
+  const float lt = valid ? to_f(l[t]) : 0.f;
   ArgMax a{-INFINITY, 0x7fffffff};
-  for (int i = threadIdx.x; i < V; i += blockDim.x) a = better(a, ArgMax{l[i], i});
+  for (int i = threadIdx.x; i < V; i += blockDim.x) a = better(a, ArgMax{to_f(l[i]), i});
   a = block_argmax(a, sv, si);
   const float mx = a.v;
   float s = 0.f;
-  for (int i = threadIdx.x; i < V; i += blockDim.x) s += expf(l[i] - mx);
+  for (int i = threadIdx.x; i < V; i += blockDim.x) s += expf(to_f(l[i]) - mx);
   s = block_sum(s, sv);
   if (threadIdx.x == 0) {
     row_loss[r] = valid ? logf(s) - (lt - mx) : NAN;
@@ -83,10 +85,10 @@ __global__ void cross_entropy_kernel(const float* logits, const int32_t* targets
   }
   if (!dlogits) return;
   const float inv = 1.f / s;
-  float* d = dlogits + r * V;
+  T* d = dlogits + r * V;
   for (int i = threadIdx.x; i < V; i += blockDim.x) {
-    const float g = expf(l[i] - mx) * inv * scale;
-    d[i] = i == t ? g - scale : g;
+    const float g = expf(to_f(l[i]) - mx) * inv * scale;
+    d[i] = from_f<T>(i == t ? g - scale : g);
   }
 }
 
@@ -104,12 +106,23 @@ void softmax_rows(bf16* x, int64_t rows, int V, cudaStream_t s) {
   CUDA_CHECK_LAUNCH();
 }
 
-void cross_entropy(const float* logits, const int32_t* targets, float* dlogits, float* row_loss, int32_t* row_hit,
-                   int64_t rows, int V, float scale, cudaStream_t s) {
+template <class T>
+void cross_entropy_rows(const T* logits, const int32_t* targets, T* dlogits, float* row_loss, int32_t* row_hit,
+                        int64_t rows, int V, float scale, cudaStream_t s) {
   if (rows <= 0 || V <= 0) return;
-  SUBDP_LAUNCH(static_cast<unsigned>(rows), kRowThreads, 0, s, cross_entropy_kernel)
+  SUBDP_LAUNCH(static_cast<unsigned>(rows), kRowThreads, 0, s, cross_entropy_kernel<T>)
   (logits, targets, dlogits, row_loss, row_hit, V, scale);
   CUDA_CHECK_LAUNCH();
+}
+
+void cross_entropy(const float* logits, const int32_t* targets, float* dlogits, float* row_loss, int32_t* row_hit,
+                   int64_t rows, int V, float scale, cudaStream_t s) {
+  cross_entropy_rows(logits, targets, dlogits, row_loss, row_hit, rows, V, scale, s);
+}
+
+void cross_entropy(const bf16* logits, const int32_t* targets, bf16* dlogits, float* row_loss, int32_t* row_hit,
+                   int64_t rows, int V, float scale, cudaStream_t s) {
+  cross_entropy_rows(logits, targets, dlogits, row_loss, row_hit, rows, V, scale, s);
 }
 
 }  // namespace subdp::cuda

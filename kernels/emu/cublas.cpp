@@ -1,8 +1,9 @@
 // The emulated cuBLAS (cublas.h): argument rules first (as cuBLAS returns
 // CUBLAS_STATUS_INVALID_VALUE for them), then the GEMM queued on the handle's stream,
 // computed by OpenBLAS in column-major order; bf16 operands are widened to float and a bf16
-// result rounded to nearest even; under CUBLAS_TF32_TENSOR_OP_MATH float32 operands are
-// rounded to TF32 first, as the tensor cores read them.
+// result rounded to nearest even; under CUBLAS_TF32_TENSOR_OP_MATH (or the compute types
+// CUBLAS_COMPUTE_32F_FAST_TF32 / _FAST_16BF) float32 operands are rounded to TF32 (bf16) first,
+// as the tensor cores read them.
 #include "kernels/emu/cublas.h"
 
 #include <cstdio>
@@ -66,6 +67,63 @@ cublasStatus_t check_gemm(const char* call, cublasHandle_t h, cublasOperation_t 
 
 Stream* stream_or_null(cublasHandle_t h) { return stream_of(h->stream); }
 
+/// One GEMM call of any entry point, column-major as cuBLAS sees it.
+struct GemmArgs {
+  const char* call;
+  cublasOperation_t ta, tb;
+  int m, n, k;
+  Operand a, b, c;
+  cudaDataType_t at, bt, ct;
+  int batch;
+  cublasComputeType_t compute;
+};
+
+/// The type combinations subdp uses, from cublasGemmEx's table: fp32 compute over fp32 or
+/// bf16 inputs with a matching (or fp32) output; the fast fp32 modes over fp32 only.
+bool supported_types(const GemmArgs& g) {
+  if (g.at != g.bt) return false;
+  if (g.compute == CUBLAS_COMPUTE_32F_FAST_16BF || g.compute == CUBLAS_COMPUTE_32F_FAST_TF32)
+    return g.at == CUDA_R_32F && g.ct == CUDA_R_32F;
+  if (g.compute != CUBLAS_COMPUTE_32F) return false;
+  return g.at == CUDA_R_32F ? g.ct == CUDA_R_32F : g.at == CUDA_R_16BF && (g.ct == CUDA_R_16BF || g.ct == CUDA_R_32F);
+}
+
+/// Batch entry i of an operand as floats: widened from bf16, or rounded as the compute type's
+/// tensor cores read float32 operands (inputs only).
+std::vector<float> entry_floats(const Operand& o, cudaDataType_t type, int i, cublasComputeType_t compute, bool input) {
+  const char* base = static_cast<const char*>(o.p) + static_cast<size_t>(i) * o.stride * o.element;
+  std::vector<float> v = widen(base, type, extent(o, 1));
+  if (input && type == CUDA_R_32F) round_as_read(v, compute);
+  return v;
+}
+
+/// Checks the call (cuBLAS's status for a bad one) and queues the batched GEMM on the handle's
+/// stream: per entry, alpha op(A) op(B) + beta C in float over the operands as read, stored as
+/// C's type.
+cublasStatus_t run_gemm(cublasHandle_t handle, const GemmArgs& g, const float* alpha, const float* beta) {
+  if (!supported_types(g)) {
+    std::fprintf(stderr, "subdp CUDA emulator: %s: unsupported type combination\n", g.call);
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  const cublasStatus_t st = check_gemm(g.call, handle, g.ta, g.tb, g.m, g.n, g.k, alpha, beta, g.a, g.b, g.c, g.batch);
+  if (st != CUBLAS_STATUS_SUCCESS || g.m == 0 || g.n == 0 || g.batch == 0) return st;
+  Stream* s = stream_or_null(handle);
+  if (s == nullptr) return invalid(g.call, "the handle's stream was destroyed");
+  const float al = *alpha, be = *beta;
+  enqueue(s, g.call, [g, al, be] {
+    for (int i = 0; i < g.batch; ++i) {
+      const std::vector<float> fa = entry_floats(g.a, g.at, i, g.compute, true);
+      const std::vector<float> fb = entry_floats(g.b, g.bt, i, g.compute, true);
+      std::vector<float> fc = entry_floats(g.c, g.ct, i, g.compute, false);
+      cblas_sgemm(CblasColMajor, cblas_op(g.ta), cblas_op(g.tb), g.m, g.n, g.k, al, fa.data(), static_cast<int>(g.a.ld),
+                  fb.data(), static_cast<int>(g.b.ld), be, fc.data(), static_cast<int>(g.c.ld));
+      store(fc, const_cast<char*>(static_cast<const char*>(g.c.p)) + static_cast<size_t>(i) * g.c.stride * g.c.element,
+            g.ct, g.m, g.n, g.c.ld);
+    }
+  });
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 }  // namespace
 
 cublasStatus_t cublasCreate(cublasHandle_t* handle) {
@@ -111,32 +169,23 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_
                                          int m, int n, int k, const float* alpha, const float* A, int lda,
                                          long long strideA, const float* B, int ldb, long long strideB,
                                          const float* beta, float* C, int ldc, long long strideC, int batchCount) {
-  const char* call = "cublasSgemmStridedBatched";
-  const Operand a{"A", A, transa == CUBLAS_OP_N ? m : k, transa == CUBLAS_OP_N ? k : m, lda, strideA, 4};
-  const Operand b{"B", B, transb == CUBLAS_OP_N ? k : n, transb == CUBLAS_OP_N ? n : k, ldb, strideB, 4};
-  const Operand c{"C", C, m, n, ldc, strideC, 4};
-  const cublasStatus_t st = check_gemm(call, handle, transa, transb, m, n, k, alpha, beta, a, b, c, batchCount);
-  if (st != CUBLAS_STATUS_SUCCESS || m == 0 || n == 0 || batchCount == 0) return st;
-  Stream* s = stream_or_null(handle);
-  if (s == nullptr) return invalid(call, "the handle's stream was destroyed");
-  const float al = *alpha, be = *beta;
-  // CUBLAS_TF32_TENSOR_OP_MATH: the operands as the tensor cores read them (TF32), fp32 sums.
-  const bool tf32 = (handle->math & CUBLAS_TF32_TENSOR_OP_MATH) != 0;
-  const int64_t na = extent(a, batchCount), nb = extent(b, batchCount);
-  enqueue(s, call, [=] {
-    std::vector<float> ra, rb;
-    const float *pa = A, *pb = B;
-    if (tf32 && k > 0) {
-      ra = tf32_copy(A, na);
-      rb = tf32_copy(B, nb);
-      pa = ra.data();
-      pb = rb.data();
-    }
-    for (int i = 0; i < batchCount; ++i)
-      cblas_sgemm(CblasColMajor, cblas_op(transa), cblas_op(transb), m, n, k, al, pa + i * strideA, lda,
-                  pb + i * strideB, ldb, be, C + i * strideC, ldc);
-  });
-  return CUBLAS_STATUS_SUCCESS;
+  // CUBLAS_TF32_TENSOR_OP_MATH: the operands as the TF32 tensor cores read them, fp32 sums.
+  const bool tf32 = handle != nullptr && (handle->math & CUBLAS_TF32_TENSOR_OP_MATH) != 0;
+  const GemmArgs g{"cublasSgemmStridedBatched",
+                   transa,
+                   transb,
+                   m,
+                   n,
+                   k,
+                   {"A", A, transa == CUBLAS_OP_N ? m : k, transa == CUBLAS_OP_N ? k : m, lda, strideA, 4},
+                   {"B", B, transb == CUBLAS_OP_N ? k : n, transb == CUBLAS_OP_N ? n : k, ldb, strideB, 4},
+                   {"C", C, m, n, ldc, strideC, 4},
+                   CUDA_R_32F,
+                   CUDA_R_32F,
+                   CUDA_R_32F,
+                   batchCount,
+                   tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F};
+  return run_gemm(handle, g, alpha, beta);
 }
 
 cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
@@ -145,34 +194,34 @@ cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa, cubl
   return cublasSgemmStridedBatched(handle, transa, transb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
 }
 
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                          int m, int n, int k, const void* alpha, const void* A, cudaDataType Atype,
+                                          int lda, long long strideA, const void* B, cudaDataType Btype, int ldb,
+                                          long long strideB, const void* beta, void* C, cudaDataType Ctype, int ldc,
+                                          long long strideC, int batchCount, cublasComputeType_t computeType,
+                                          cublasGemmAlgo_t) {
+  const GemmArgs g{
+      "cublasGemmStridedBatchedEx",
+      transa,
+      transb,
+      m,
+      n,
+      k,
+      {"A", A, transa == CUBLAS_OP_N ? m : k, transa == CUBLAS_OP_N ? k : m, lda, strideA, type_size(Atype)},
+      {"B", B, transb == CUBLAS_OP_N ? k : n, transb == CUBLAS_OP_N ? n : k, ldb, strideB, type_size(Btype)},
+      {"C", C, m, n, ldc, strideC, type_size(Ctype)},
+      Atype,
+      Btype,
+      Ctype,
+      batchCount,
+      computeType};
+  return run_gemm(handle, g, static_cast<const float*>(alpha), static_cast<const float*>(beta));
+}
+
 cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
                             int k, const void* alpha, const void* A, cudaDataType_t Atype, int lda, const void* B,
                             cudaDataType_t Btype, int ldb, const void* beta, void* C, cudaDataType_t Ctype, int ldc,
-                            cublasComputeType_t computeType, cublasGemmAlgo_t) {
-  const char* call = "cublasGemmEx";
-  // The combinations subdp uses, from the table of cublasGemmEx: fp32 compute over fp32 or
-  // bf16 inputs, with a matching (or fp32) output.
-  const bool types_ok = computeType == CUBLAS_COMPUTE_32F && Atype == Btype &&
-                        (Atype == CUDA_R_32F ? Ctype == CUDA_R_32F
-                                             : Atype == CUDA_R_16BF && (Ctype == CUDA_R_16BF || Ctype == CUDA_R_32F));
-  if (!types_ok) {
-    std::fprintf(stderr, "subdp CUDA emulator: %s: unsupported type combination\n", call);
-    return CUBLAS_STATUS_NOT_SUPPORTED;
-  }
-  const Operand a{"A", A, transa == CUBLAS_OP_N ? m : k, transa == CUBLAS_OP_N ? k : m, lda, 0, type_size(Atype)};
-  const Operand b{"B", B, transb == CUBLAS_OP_N ? k : n, transb == CUBLAS_OP_N ? n : k, ldb, 0, type_size(Btype)};
-  const Operand c{"C", C, m, n, ldc, 0, type_size(Ctype)};
-  const cublasStatus_t st = check_gemm(call, handle, transa, transb, m, n, k, alpha, beta, a, b, c, 1);
-  if (st != CUBLAS_STATUS_SUCCESS || m == 0 || n == 0) return st;
-  Stream* s = stream_or_null(handle);
-  if (s == nullptr) return invalid(call, "the handle's stream was destroyed");
-  const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
-  enqueue(s, call, [=] {
-    const std::vector<float> fa = widen(A, Atype, extent(a, 1)), fb = widen(B, Btype, extent(b, 1));
-    std::vector<float> fc = widen(C, Ctype, extent(c, 1));
-    cblas_sgemm(CblasColMajor, cblas_op(transa), cblas_op(transb), m, n, k, al, fa.data(), lda, fb.data(), ldb, be,
-                fc.data(), ldc);
-    store(fc, C, Ctype, m, n, ldc);
-  });
-  return CUBLAS_STATUS_SUCCESS;
+                            cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
+  return cublasGemmStridedBatchedEx(handle, transa, transb, m, n, k, alpha, A, Atype, lda, 0, B, Btype, ldb, 0, beta, C,
+                                    Ctype, ldc, 0, 1, computeType, algo);
 }

@@ -108,7 +108,8 @@ bool check_problem(const LtMatmulDesc* d, const LtLayout* a, const LtLayout* b, 
                    Problem& p) {
   if (d == nullptr || a == nullptr || b == nullptr || c == nullptr || dd == nullptr)
     return p.fail(CUBLAS_STATUS_INVALID_VALUE, "null descriptor or layout");
-  if (d->compute != CUBLAS_COMPUTE_32F && d->compute != CUBLAS_COMPUTE_32F_FAST_TF32)
+  if (d->compute != CUBLAS_COMPUTE_32F && d->compute != CUBLAS_COMPUTE_32F_FAST_TF32 &&
+      d->compute != CUBLAS_COMPUTE_32F_FAST_16BF)
     return p.fail(CUBLAS_STATUS_NOT_SUPPORTED, "the emulator computes in float32 only");
   if (d->scale != CUDA_R_32F) return p.fail(CUBLAS_STATUS_NOT_SUPPORTED, "scale type must be float32");
   if (d->pointer_mode != 0) return p.fail(CUBLAS_STATUS_NOT_SUPPORTED, "the emulator takes host alpha and beta only");
@@ -185,9 +186,9 @@ void run_one(const LtMatmulDesc& d, const Problem& p, float alpha, float beta, c
   const Operand oc{"C", nullptr, p.m, p.n, c.ld, 0, 0};
   std::vector<float> fa = widen(entry(A, a, i), a.type, extent(oa, 1));
   std::vector<float> fb = widen(entry(B, b, i), b.type, extent(ob, 1));
-  if (d.compute == CUBLAS_COMPUTE_32F_FAST_TF32 && a.type == CUDA_R_32F) {  // as the tensor cores read them
-    for (float& v : fa) v = round_tf32(v);
-    for (float& v : fb) v = round_tf32(v);
+  if (a.type == CUDA_R_32F) {  // as the tensor cores read them
+    round_as_read(fa, d.compute);
+    round_as_read(fb, d.compute);
   }
   std::vector<float> f = beta != 0.f ? widen(entry(C, c, i), c.type, extent(oc, 1))
                                      : std::vector<float>(static_cast<size_t>(extent(oc, 1)), 0.f);

@@ -240,37 +240,68 @@ TEST_F(Kernels, SgemmAllTransposes) {
     }
 }
 
-// [device] precision = "tf32": the GEMM on TF32 tensor cores matches the CPU GEMM of the
-// operands rounded to 10 mantissa bits (nearest, ties away) to fp32 rounding, and is told
-// apart from the fp32 GEMM (about 1e-3 relative); set_tf32(false) gives fp32 back.
-TEST_F(Kernels, SgemmTf32RoundsTheOperands) {
-  const int M = 33, N = 20, K = 257;
-  const auto A = matrix(M, K, 18), B = matrix(K, N, 19), C0 = matrix(M, N, 20);
-  auto tf32 = [](std::vector<float> v) {
-    for (float& x : v) {
-      uint32_t u;
-      std::memcpy(&u, &x, 4);
-      u = (u + 0x1000u) & ~0x1fffu;
-      std::memcpy(&x, &u, 4);
+// [device] precision = "tf32" / "bf16": the GEMM on tensor cores matches the CPU GEMM of the
+// operands rounded as they read them (TF32: 10 mantissa bits, nearest, ties away; bf16: 7 bits,
+// nearest even) to fp32 rounding of the sums, and is told apart from the fp32 GEMM (about 1e-3
+// relative for TF32, 1e-2 for bf16); GemmMath::fp32 gives fp32 back. Batched as the
+// convolutions call it (a shared weight, stride 0), and transposed as the linear layers do.
+// On a device, cuBLAS may run the bf16 mode on TF32 kernels: the bf16 reference then differs
+// by about the bf16 rounding, which the tolerance stated below covers.
+void expect_rounded_gemm(cuda::GemmMath math, float (*round)(float), double tol, double apart, cudaStream_t stream) {
+  const int M = 33, N = 20, K = 257, batch = 3;
+  for (bool ta : {false, true}) {
+    const int lda = ta ? M : K;
+    const auto A = matrix(batch * (ta ? K : M), lda, 18), B = matrix(K, N, 19), C0 = matrix(batch * M, N, 20);
+    auto rounded = [round](std::vector<float> v) {
+      for (float& x : v) x = round(x);
+      return v;
+    };
+    const auto Ar = rounded(A), Br = rounded(B);
+    auto want = C0, plain = C0;
+    const int64_t sa = int64_t{M} * K, sc = int64_t{M} * N;
+    for (int i = 0; i < batch; ++i) {
+      cpu::sgemm(ta, false, M, N, K, 1.f, Ar.data() + i * sa, lda, Br.data(), N, 0.5f, want.data() + i * sc, N);
+      cpu::sgemm(ta, false, M, N, K, 1.f, A.data() + i * sa, lda, B.data(), N, 0.5f, plain.data() + i * sc, N);
     }
-    return v;
-  };
-  const auto At = tf32(A), Bt = tf32(B);
-  auto want = C0, plain = C0;
-  cpu::sgemm(false, false, M, N, K, 1.f, At.data(), K, Bt.data(), N, 0.5f, want.data(), N);
-  cpu::sgemm(false, false, M, N, K, 1.f, A.data(), K, B.data(), N, 0.5f, plain.data(), N);
-  Dev<float> dA(A), dB(B), dC(C0);
-  cuda::set_tf32(true);
-  cuda::sgemm(false, false, M, N, K, 1.f, dA, K, dB, N, 0.5f, dC, N, stream);
-  const auto got = dC.download();
-  cuda::set_tf32(false);
-  EXPECT_REL(got, want, kF32Tol);
-  double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(double{got[i]} - plain[i]));
-  EXPECT_GT(worst, 1e-4) << "TF32 gave the fp32 result: the operands were not rounded";
-  dC.upload(C0);
-  cuda::sgemm(false, false, M, N, K, 1.f, dA, K, dB, N, 0.5f, dC, N, stream);
-  EXPECT_REL(dC.download(), plain, kF32Tol);
+    Dev<float> dA(A), dB(B), dC(C0);
+    cuda::set_gemm_math(math);
+    cuda::sgemm_strided_batched(ta, false, M, N, K, 1.f, dA, lda, sa, dB, N, 0, 0.5f, dC, N, sc, batch, stream);
+    const auto got = dC.download();
+    cuda::set_gemm_math(cuda::GemmMath::fp32);
+    EXPECT_REL(got, want, tol) << cuda::gemm_math_name(math) << " trans_a=" << ta;
+    double worst = 0;
+    for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(double{got[i]} - plain[i]));
+    EXPECT_GT(worst, apart) << cuda::gemm_math_name(math) << " gave the fp32 result: the operands were not rounded";
+    dC.upload(C0);
+    cuda::sgemm_strided_batched(ta, false, M, N, K, 1.f, dA, lda, sa, dB, N, 0, 0.5f, dC, N, sc, batch, stream);
+    EXPECT_REL(dC.download(), plain, kF32Tol);
+  }
+}
+
+float tf32_round(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  u = (u + 0x1000u) & ~0x1fffu;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+float bf16_round(float x) { return round_bf16(std::vector<float>{x})[0]; }
+
+#ifdef SUBDP_CUDA_EMULATED
+constexpr bool kEmulated = true;
+#else
+constexpr bool kEmulated = false;
+#endif
+
+TEST_F(Kernels, SgemmTf32RoundsTheOperands) {
+  expect_rounded_gemm(cuda::GemmMath::tf32, tf32_round, kF32Tol, 1e-4, stream);
+}
+
+// bf16: within 1e-5 of the bf16 reference on the emulator; a device's TF32 kernels would sit
+// about 2^-9 of the operands away from it, and kBf16Tol states what the mode promises.
+TEST_F(Kernels, SgemmBf16RoundsTheOperands) {
+  expect_rounded_gemm(cuda::GemmMath::bf16, bf16_round, kEmulated ? kF32Tol : kBf16Tol, 1e-3, stream);
 }
 
 TEST_F(Kernels, SgemmStridedBatched) {

@@ -307,7 +307,7 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"precision_bf16_cpu",
                   S + "[device]\nprecision = \"bf16\"\n",
                   {},
-                  {"[device] precision = \"bf16\"", "bf16 mixed precision is not implemented yet"}},
+                  {"[device] precision = \"bf16\"", "CUDA devices only", "device.type = \"cpu\""}},
         ErrorCase{"precision_tf32_cpu",
                   S + "[device]\nprecision = \"tf32\"\n",
                   {},

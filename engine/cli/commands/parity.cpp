@@ -58,10 +58,9 @@ int run_parity_dump(const Config& config, const std::string& out_dir, int steps)
   const double loss = model->forward(batch, true, nullptr);
   model->backward();
   const int64_t rows = batch.n * model->positions_per_example();
-  SUBDP_CHECK(model->last_logits() != nullptr, "model.name = \"{}\" does not expose its logits", config.model.name);
   const int64_t classes = is_language_model(config.model.name) ? config.model.vocab : config.model.classes;
-  std::vector<float> logits(rows * classes);
-  backend().to_host(logits.data(), model->last_logits(), sizeof(float) * logits.size());
+  const std::vector<float> logits = model->read_logits(0, rows);
+  SUBDP_CHECK(!logits.empty(), "model.name = \"{}\" does not expose its logits", config.model.name);
   outputs.push_back(named("logits", {rows, classes}, logits.data()));
   const float loss_f = static_cast<float>(loss);
   outputs.push_back(named("loss", {1}, &loss_f));

@@ -336,8 +336,9 @@ int run_plan(const Config& config, int world, const PlanOptions& options) {
   const long cores = sysconf(_SC_NPROCESSORS_ONLN);
   const int threads =
       config.train.threads > 0 ? config.train.threads : std::max<int>(1, static_cast<int>(cores / world));
-  set_backend(make_planning_backend(config.device.type));  // device.type decides the workspaces
-  backend().configure(threads, winograd_tile_side(config.train));
+  // device.type decides the workspaces, precision the language models' logits (bf16: 2 bytes).
+  set_backend(make_planning_backend(config.device.type));
+  backend().configure(threads, winograd_tile_side(config.train), config.device.precision);
   const std::vector<PlanRow> rows = memory_rows(config, plan, world);
   BudgetAnswer budget;
   if (options.budget_bytes > 0) budget = answer_budget(config, world, options.budget_bytes);

@@ -53,8 +53,8 @@ std::vector<float> last_logits(Model& model, const std::vector<int32_t>& ids, in
   b.n = 1;
   b.upload();
   model.forward(b, false, nullptr);
-  std::vector<float> out(V);
-  backend().to_host(out.data(), model.last_logits() + static_cast<int64_t>(len - 1) * V, sizeof(float) * V);
+  std::vector<float> out = model.read_logits(len - 1, 1);
+  SUBDP_CHECK(static_cast<int>(out.size()) == V, "internal: {} logits for a vocabulary of {}", out.size(), V);
   return out;
 }
 
