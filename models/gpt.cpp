@@ -164,8 +164,7 @@ const float* TransformerBlock::forward(const float* x, int B, int T, GptScratch&
   if (branch_scale != 1.f) backend().scale(mid, branch_scale, n);
   backend().add(mid, x, mid, n);  // mid = x + attn branch
   ln2_->forward(mid, ln2_out_.f32(), rows);
-  fc_->forward(ln2_out_.f32(), fc_pre_.f32(), rows);  // (B, T, H)
-  backend().gelu_forward(fc_pre_.f32(), fc_act_.f32(), nh);
+  fc_->forward_gelu(ln2_out_.f32(), fc_pre_.f32(), fc_act_.f32(), rows);  // (B, T, H) each
   if (neuron_scale_ != 1.f) backend().scale(fc_act_.f32(), neuron_scale_, nh);
   float* out = out_.f32();  // (B, T, C)
   linear_forward(*fc2_, fc_act_.f32(), out, rows);

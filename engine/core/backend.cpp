@@ -31,6 +31,15 @@ int cuda_device_count() {
 
 Backend& backend() { return *current(); }
 
+void Backend::linear_forward(const float* x, const float* w, const float* b, float* y, float* pre_gelu, int64_t rows,
+                             int64_t in, int64_t out) {
+  float* z = pre_gelu ? pre_gelu : y;
+  sgemm(false, true, static_cast<int>(rows), static_cast<int>(out), static_cast<int>(in), 1.f, x, static_cast<int>(in),
+        w, static_cast<int>(in), 0.f, z, static_cast<int>(out));
+  if (b) add_bias_rows(z, b, rows, out);
+  if (pre_gelu) gelu_forward(pre_gelu, y, rows * out);
+}
+
 namespace {
 [[noreturn]] void no_bf16(const Backend& b) {
   throw Error(

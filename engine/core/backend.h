@@ -87,6 +87,14 @@ class Backend {
   virtual void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
                      const float* B, int ldb, float beta, float* C, int ldc) = 0;
 
+  /// A linear layer's forward: y (rows, out) = x (rows, in) . w^T (in, out) + b, w (out, in),
+  /// b (out floats) or null. With pre_gelu (rows, out) not null: pre_gelu receives that and
+  /// y = gelu(pre_gelu), tanh form. By default sgemm, add_bias_rows and gelu_forward (the CPU's
+  /// arithmetic); the CUDA backend runs one cuBLASLt GEMM with a bias / GELU epilogue where
+  /// the library offers one.
+  virtual void linear_forward(const float* x, const float* w, const float* b, float* y, float* pre_gelu, int64_t rows,
+                              int64_t in, int64_t out);
+
   // ---- fills and copies within the backend's memory (n floats)
   virtual void fill(float* x, float value, int64_t n) = 0;
   virtual void copy(const float* src, float* dst, int64_t n) = 0;

@@ -80,8 +80,8 @@ void CausalSelfAttention::forward(const float* x, float* out, int B, int T, Atte
   float* qkv = qkv_.f32();  // (B, T, qkv_cols)
   const int64_t cols = qkv_cols();
   // qkv (rows, cols) = x (rows, C) . Wqkv^T (C, cols) + b
-  backend().sgemm(false, true, rows, cols, C_, 1.f, x, C_, qkv_weight->value.f32(), C_, 0.f, qkv, cols);
-  if (qkv_bias) backend().add_bias_rows(qkv, qkv_bias->value.f32(), rows, cols);
+  backend().linear_forward(x, qkv_weight->value.f32(), qkv_bias ? qkv_bias->value.f32() : nullptr, qkv, nullptr, rows,
+                           C_, cols);
   FlopCounter::add_gemm(rows, cols, C_);
   rotate_qk(qkv, rows, T, false);
   float* y = y_.f32();  // (B, T, Ck)

@@ -20,12 +20,12 @@ Linear::Linear(ParamSet& ps, const std::string& name, int64_t in, int64_t out, b
                    out_units.layer >= 0 ? UnitRef{out_units.layer, 0, out_units.unit_size} : UnitRef{}, block);
 }
 
-void Linear::forward(const float* x, float* y, int64_t rows) const {
-  const int64_t I = in(), O = out();
-  // y (rows, O) = x (rows, I) . W^T (I, O)
-  backend().sgemm(false, true, rows, O, I, 1.f, x, I, weight->value.f32(), I, 0.f, y, O);
-  if (bias) backend().add_bias_rows(y, bias->value.f32(), rows, O);
-  FlopCounter::add_gemm(rows, O, I);
+void Linear::forward(const float* x, float* y, int64_t rows) const { forward_gelu(x, nullptr, y, rows); }
+
+void Linear::forward_gelu(const float* x, float* pre, float* y, int64_t rows) const {
+  // y (rows, O) = x (rows, I) . W^T (I, O) + b, then GELU when pre holds that
+  backend().linear_forward(x, weight->value.f32(), bias ? bias->value.f32() : nullptr, y, pre, rows, in(), out());
+  FlopCounter::add_gemm(rows, out(), in());
 }
 
 void Linear::backward(const float* x, const float* dy, float* dx, int64_t rows, int64_t ldx, bool accumulate_dx) const {

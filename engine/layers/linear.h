@@ -22,6 +22,9 @@ class Linear {
 
   /// y (rows, out) = x (rows, in) W^T + b.
   void forward(const float* x, float* y, int64_t rows) const;
+  /// pre (rows, out) = x W^T + b and y (rows, out) = gelu(pre) (tanh form): on CUDA one GEMM
+  /// with cuBLASLt's GELU epilogue (Backend::linear_forward).
+  void forward_gelu(const float* x, float* pre, float* y, int64_t rows) const;
   /// Accumulates dW (kept prefix) and db from dy (rows, out) and x (rows, in);
   /// writes dx (rows, in) when dx != nullptr. x is read only for dW, and only its kept
   /// prefix columns: ldx (default in()) lets a caller store just those (backward masking).

@@ -166,6 +166,11 @@ class CudaBackend final : public Backend {
              float beta, float* C, int ldc) override {
     cuda::sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, stream_);
   }
+  void linear_forward(const float* x, const float* w, const float* b, float* y, float* pre_gelu, int64_t rows,
+                      int64_t in, int64_t out) override {
+    if (!cuda::linear_lt(x, w, b, y, pre_gelu, rows, in, out, stream_))
+      Backend::linear_forward(x, w, b, y, pre_gelu, rows, in, out);
+  }
   void fill(float* x, float value, int64_t n) override {
     if (value == 0.f)
       zero(x, sizeof(float) * n);

@@ -1,27 +1,19 @@
 // Row-major GEMM through cuBLAS (column-major): a row-major C = op(A) op(B) is the
 // column-major C^T = op(B)^T op(A)^T, so each call passes B before A and swaps M and N.
-// Handles are per thread and device (cuBLAS handles are not thread-safe), created on first
-// use and bound to the caller's stream on every call. The float32 GEMMs run in the precision
-// set_gemm_math chose: fp32, TF32 (the math mode) or bf16 (cublasGemmEx's compute type).
+// Handles are per thread and device (handle_cache.h), bound to the caller's stream on every
+// call. The float32 GEMMs run in the precision set_gemm_math chose: fp32, TF32 (the math
+// mode) or bf16 (cublasGemmEx's compute type).
 #include <cublas_v2.h>
 
 #include <atomic>
-#include <unordered_map>
 
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/handle_cache.h"
 #include "kernels/cuda/kernels.h"
 
 namespace subdp::cuda {
 
 namespace {
-
-/// Owns the calling thread's handles, one per device; destroyed at thread exit.
-struct HandleCache {
-  std::unordered_map<int, cublasHandle_t> handles;
-  ~HandleCache() {
-    for (auto& kv : handles) cublasDestroy(kv.second);  // teardown: errors ignored
-  }
-};
 
 cublasOperation_t op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
@@ -59,18 +51,8 @@ const char* gemm_math_name(GemmMath math) {
 }
 
 cublasHandle_t cublas_handle() {
-  thread_local HandleCache cache;
-  int device = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  auto it = cache.handles.find(device);
-  if (it != cache.handles.end()) return it->second;
-  cublasHandle_t h = nullptr;
-  CUBLAS_CHECK(cublasCreate(&h));
-  // Pure fp32 unless set_gemm_math (bound_handle sets the mode per call), so results match
-  // the CPU to fp32 rounding.
-  CUBLAS_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
-  cache.handles.emplace(device, h);
-  return h;
+  // Made in CUBLAS_DEFAULT_MATH (pure fp32); bound_handle sets set_gemm_math's mode per call.
+  return thread_device_handle<cublasHandle_t, &cublasCreate, &cublasDestroy>();
 }
 
 void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,

@@ -252,6 +252,16 @@ void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const f
 void sgemm_strided_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
                            int64_t stride_a, const float* B, int ldb, int64_t stride_b, float beta, float* C, int ldc,
                            int64_t stride_c, int batch, cudaStream_t stream);
+/// A linear layer's forward as one cuBLASLt GEMM (gemm_lt.cpp), row-major, float32, in the
+/// precision set_gemm_math chose: y (rows, out) = x (rows, in) . w^T (in, out) + b (b: out
+/// floats, or null), and with pre (rows, out) not null: pre = that, y = gelu(pre) (tanh form),
+/// by the epilogues BIAS, GELU_AUX_BIAS or GELU_AUX. Returns false, having done nothing, where
+/// the fusion has nothing to fuse (no bias, no GELU), a size is 0, `out` is not a multiple of 8
+/// under GELU (the library's rule for pre's leading dimension), b or pre is not 16-byte aligned,
+/// or cuBLASLt offers no algorithm:
+/// the caller then runs sgemm and its own kernels. No workspace.
+bool linear_lt(const float* x, const float* w, const float* b, float* y, float* pre, int64_t rows, int64_t in,
+               int64_t out, cudaStream_t stream);
 /// bf16 GEMM (cublasGemmEx, fp32 accumulation: CUBLAS_COMPUTE_32F), bf16 or fp32 output.
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda, const bf16* B, int ldb,
           float beta, bf16* C, int ldc, cudaStream_t stream);

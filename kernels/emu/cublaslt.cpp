@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,7 @@ struct LtLayout {
 };
 struct LtPreference {
   uint64_t max_workspace = 0;
+  uint32_t min_alignment[4] = {256, 256, 256, 256};  // A, B, C, D, in bytes
 };
 
 }  // namespace subdp::emu
@@ -152,6 +154,21 @@ bool device_extent(Problem& p, const char* name, const void* ptr, size_t bytes) 
   if (bytes == 0 || region_of(ptr, bytes) == Region::device) return true;
   return p.fail(CUBLAS_STATUS_INVALID_VALUE, std::string(name) + " (" + std::to_string(bytes) + " bytes) is " +
                                                  describe_region(ptr, bytes) + ", not device memory");
+}
+
+/// The heuristic's algorithm runs only on matrices aligned as its preference promised.
+bool aligned_as_assumed(const cublasLtMatmulAlgo_t& algo, std::initializer_list<const void*> ptrs, Problem& p) {
+  const char* names[] = {"A", "B", "C", "D"};
+  int i = 0;
+  for (const void* ptr : ptrs) {
+    const uint64_t need = algo.data[i];
+    if (need > 1 && reinterpret_cast<uintptr_t>(ptr) % need != 0)
+      return p.fail(CUBLAS_STATUS_NOT_SUPPORTED,
+                    std::string(names[i]) + " is not aligned to the " + std::to_string(need) +
+                        " bytes the algorithm assumes (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_" + names[i] + "_BYTES)");
+    ++i;
+  }
+  return true;
 }
 
 /// Elements the auxiliary buffer spans for an m x n D: its leading dimension, n columns.
@@ -324,6 +341,9 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
   if (pref == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
   if (attr == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES)
     return set(pref->max_workspace, buf, size, "cublasLtMatmulPreferenceSetAttribute");
+  if (attr >= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES && attr <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES)
+    return set(pref->min_alignment[attr - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES], buf, size,
+               "cublasLtMatmulPreferenceSetAttribute");
   if (attr == CUBLASLT_MATMUL_PREF_SEARCH_MODE) {
     uint32_t mode = 0;
     return set(mode, buf, size, "cublasLtMatmulPreferenceSetAttribute");
@@ -343,6 +363,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
   Problem p;
   if (!check_problem(desc, Adesc, Bdesc, Cdesc, Ddesc, p)) return refuse(p.code, p.error);
   results[0] = cublasLtMatmulHeuristicResult_t{};  // one algorithm, which needs no workspace
+  for (int i = 0; i < 4; ++i) results[0].algo.data[i] = pref->min_alignment[i];  // what it assumes
   results[0].state = CUBLAS_STATUS_SUCCESS;
   results[0].wavesCount = 1.f;
   *returned = 1;
@@ -352,7 +373,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void* alpha, const void* A,
                               cublasLtMatrixLayout_t Adesc, const void* B, cublasLtMatrixLayout_t Bdesc,
                               const void* beta, const void* C, cublasLtMatrixLayout_t Cdesc, void* D,
-                              cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t*, void* workspace,
+                              cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t* algo, void* workspace,
                               size_t workspaceSize, cudaStream_t stream) {
   if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
   Problem p;
@@ -377,6 +398,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     return refuse(CUBLAS_STATUS_NOT_SUPPORTED,
                   "cublasLtMatmul: the emulator applies bias and aux epilogues to one "
                   "matrix, not a batch");
+  if (algo != nullptr && !aligned_as_assumed(*algo, {A, B, C, D}, p)) return refuse(p.code, p.error);
   Stream* s = stream_of(stream);
   if (s == nullptr) return refuse(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmul: destroyed stream");
   if (p.m == 0 || p.n == 0) return CUBLAS_STATUS_SUCCESS;

@@ -6,7 +6,10 @@
 // GELU_BIAS, GELU_AUX, GELU_AUX_BIAS (GELU in its tanh form, as the library), DGELU and
 // DGELU_BGRAD; the others, and row-major or tiled orders, give CUBLAS_STATUS_NOT_SUPPORTED
 // with a line saying so. Every matrix, the bias, the auxiliary buffer and the workspace must be
-// device memory of their full extent.
+// device memory of their full extent. The heuristic's algorithm assumes the preference's
+// minimum alignments of A, B, C and D (256 bytes unless set, as the library's default):
+// cublasLtMatmul with that algorithm refuses a pointer aligned to less (NOT_SUPPORTED), as an
+// algorithm with vector loads cannot run on it.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -82,6 +85,10 @@ enum cublasLtEpilogue_t {
 enum cublasLtMatmulPreferenceAttributes_t {
   CUBLASLT_MATMUL_PREF_SEARCH_MODE = 0,
   CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8,
 };
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle);

@@ -1,0 +1,88 @@
+// cuda::linear_lt (kernels/cuda/gemm_lt.cpp): a linear layer's forward as one cuBLASLt GEMM
+// with its bias / GELU epilogue, against the CPU's sgemm, bias and GELU kernels. x, w and y
+// start 4 bytes past an allocation (as views into shared activations do), so the heuristic
+// must be told their real alignment: the emulated cuBLASLt refuses an algorithm run on
+// pointers aligned to less than its preference promised, as the library does.
+#include <gtest/gtest.h>
+
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cuda/kernels.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace subdp::gpu_test {
+namespace {
+
+using LinearLt = GpuTest;
+
+struct LinearCase {
+  bool bias, gelu;
+  int out;
+};
+
+/// y and pre of the CPU kernels for x (rows, in), w (out, in), b (out) over `round`ed x and w.
+void reference(const std::vector<float>& x, const std::vector<float>& w, const std::vector<float>& b, bool bias,
+               bool gelu, int rows, int in, int out, std::vector<float>& y, std::vector<float>& pre) {
+  pre.assign(static_cast<size_t>(rows) * out, 0.f);
+  cpu::sgemm(false, true, rows, out, in, 1.f, x.data(), in, w.data(), in, 0.f, pre.data(), out);
+  if (bias) cpu::add_bias_rows(pre.data(), b.data(), rows, out);
+  y = pre;
+  if (gelu) cpu::gelu_forward(pre.data(), y.data(), static_cast<int64_t>(rows) * out);
+}
+
+TEST_F(LinearLt, BiasAndGeluEpiloguesMatchTheCpuKernels) {
+  const int rows = 37, in = 24;
+  for (const LinearCase c : {LinearCase{true, false, 40}, LinearCase{true, true, 40}, LinearCase{false, true, 16}}) {
+    SCOPED_TRACE(::testing::Message() << "bias " << c.bias << " gelu " << c.gelu);
+    const auto x = random_vec(static_cast<size_t>(rows) * in, 50), w = random_vec(static_cast<size_t>(c.out) * in, 51);
+    const auto b = random_vec(c.out, 52);
+    std::vector<float> want_y, want_pre;
+    reference(x, w, b, c.bias, c.gelu, rows, in, c.out, want_y, want_pre);
+    const size_t ny = static_cast<size_t>(rows) * c.out;
+    Dev<float> dx(x.size() + 1), dw(w.size() + 1), db(b), dy(ny + 1), dpre(ny + 1);
+    CUDA_CHECK(cudaMemcpy(dx.get() + 1, x.data(), 4 * x.size(), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(dw.get() + 1, w.data(), 4 * w.size(), cudaMemcpyHostToDevice));
+    ASSERT_TRUE(cuda::linear_lt(dx.get() + 1, dw.get() + 1, c.bias ? db.get() : nullptr, dy.get() + 1,
+                                c.gelu ? dpre.get() : nullptr, rows, in, c.out, stream));
+    std::vector<float> got_y(ny), got_pre(ny);
+    CUDA_CHECK(cudaMemcpy(got_y.data(), dy.get() + 1, 4 * ny, cudaMemcpyDeviceToHost));
+    EXPECT_REL(got_y, want_y, kF32Tol);
+    if (c.gelu) {
+      CUDA_CHECK(cudaMemcpy(got_pre.data(), dpre.get(), 4 * ny, cudaMemcpyDeviceToHost));
+      EXPECT_REL(got_pre, want_pre, kF32Tol);
+    }
+  }
+}
+
+// Under precision = "bf16" the fused GEMM rounds its operands as cuBLAS's bf16 sgemm does.
+TEST_F(LinearLt, Bf16ComputeRoundsTheOperands) {
+  const int rows = 33, in = 257, out = 24;
+  const auto x = random_vec(static_cast<size_t>(rows) * in, 53), w = random_vec(static_cast<size_t>(out) * in, 54);
+  const auto b = random_vec(out, 55);
+  std::vector<float> want_y, want_pre, plain_y;
+  reference(round_bf16(x), round_bf16(w), b, true, false, rows, in, out, want_y, want_pre);
+  reference(x, w, b, true, false, rows, in, out, plain_y, want_pre);
+  Dev<float> dx(x), dw(w), db(b), dy(static_cast<size_t>(rows) * out);
+  cuda::set_gemm_math(cuda::GemmMath::bf16);
+  const bool fused = cuda::linear_lt(dx, dw, db, dy, nullptr, rows, in, out, stream);
+  cuda::set_gemm_math(cuda::GemmMath::fp32);
+  ASSERT_TRUE(fused);
+  const auto got = dy.download();
+  EXPECT_REL(got, want_y, 1e-5);
+  EXPECT_GT(rel_error(got, plain_y), 1e-4) << "bf16 gave the fp32 result";
+}
+
+// Nothing to fuse, an empty problem, a GELU input whose leading dimension the library refuses
+// (not a multiple of 8), or a bias off 16-byte alignment: false, and nothing written.
+TEST_F(LinearLt, DeclinesWhatItCannotFuse) {
+  Dev<float> x(64), w(64), b(12), y(64), pre(64);
+  y.upload(std::vector<float>(64, 7.f));
+  EXPECT_FALSE(cuda::linear_lt(x, w, nullptr, y, nullptr, 4, 4, 4, stream));
+  EXPECT_FALSE(cuda::linear_lt(x, w, b, y, nullptr, 0, 4, 4, stream));
+  EXPECT_FALSE(cuda::linear_lt(x, w, b, y, pre, 4, 4, 12, stream));
+  EXPECT_FALSE(cuda::linear_lt(x, w, b.get() + 1, y, nullptr, 4, 4, 4, stream));  // a bias 4 bytes off 16
+  EXPECT_EQ(y.download(), std::vector<float>(64, 7.f));
+}
+
+}  // namespace
+}  // namespace subdp::gpu_test
