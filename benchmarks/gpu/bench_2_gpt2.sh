@@ -61,9 +61,11 @@ for p in fp32 bf16 tf32; do
     echo "subdp precision $p failed: $(tail -n 3 "$OUT/gpt2-subdp-$p.txt")"
 done
 # The peer: each mode its own guarded run inside torch_gpt2.py (a failed mode prints a row
-# saying so); LD_LIBRARY_PATH was never set for it (run.sh gives it to subdp's binaries only).
+# saying so; a peer that cannot start, e.g. without torch, one row "torch" with its last error
+# line); LD_LIBRARY_PATH was never set for it (run.sh gives it to subdp's binaries only).
 python3 "$ROOT/benchmarks/gpu/torch_gpt2.py" --batch "$B" --steps "$STEPS" --vocab "$V" --context "$T" \
-  --width "$C" --heads "$H" --depth "$L" "${PEER[@]}" > "$OUT/gpt2-torch.csv" || true
+  --width "$C" --heads "$H" --depth "$L" "${PEER[@]}" > "$OUT/gpt2-torch.csv" 2> "$OUT/gpt2-torch.err" ||
+  echo "torch,,,failed: $(tail -n 1 "$OUT/gpt2-torch.err" | tr ',' ';')" >> "$OUT/gpt2-torch.csv"
 rm -f "$tokens"
 python3 - "$OUT" "$B" "$T" "$V" "$C" "$L" <<'PY'
 import json, sys
@@ -98,7 +100,7 @@ for line in open(f"{out}/gpt2-torch.csv"):
 with open(f"{out}/gpt2.csv", "w") as f:
     f.write("run,tokens_per_s,step_s,mfu,ratio_vs_subdp,note\n")
     for name, tps, dt, note in rows:
-        p = peak[name.split("-")[-1]]
+        p = peak.get(name.split("-")[-1], nan)
         f.write(f"{name},{tps:.0f},{dt:.4f},{flops_per_token * tps / p:.3f},{tps / rows[0][1]:.3f},{note}\n")
 print(open(f"{out}/gpt2.csv").read())
 PY

@@ -38,6 +38,9 @@ fi
 # Commands that run the full model on one process refuse masking instead of ignoring it.
 expect_error "parity-dump runs the full model on one process" 1 "$SUBDP" parity-dump "$WORK/gpt.toml" "$WORK/pd" \
   --set parallel.subnetworks=2 --set mask.regime=forward --set mask.keep=0.5
+# ... and a tensor-core precision, which its float32 PyTorch twin does not share.
+expect_error "parity-dump compares with the PyTorch twin in float32" 1 "$SUBDP" parity-dump "$WORK/gpt.toml" \
+  "$WORK/pd" --set device.type=cuda --set device.precision=bf16
 run_ranks 1 train "$WORK/gpt.toml" --set checkpoint.dir="$WORK/sample-ckpt" >/dev/null
 expect_error "sample runs the checkpoint's assembled full model" 1 "$SUBDP" sample "$WORK/sample-ckpt" --tokens 4 \
   --set mask.regime=forward

@@ -41,6 +41,10 @@ int run_parity_dump(const Config& config, const std::string& out_dir, int steps)
               "parity-dump runs the full model on one process (the PyTorch twin's computation): [parallel] subnetworks "
               "= {} would be ignored; use --set parallel.subnetworks=1",
               config.parallel.subnetworks);
+  SUBDP_CHECK(config.device.precision == Precision::fp32,
+              "parity-dump compares with the PyTorch twin in float32: [device] precision = \"{}\" would be ignored; "
+              "use --set device.precision=fp32",
+              config.device.precision);
   set_backend(make_backend(config.device.type));
   backend().configure(config.train.threads > 0 ? config.train.threads : 1, winograd_tile_side(config.train));
   std::filesystem::create_directories(out_dir);
