@@ -106,9 +106,7 @@ void GradientSync::block_backward_done(int b) {
   const auto& params = b < static_cast<int>(block_params_.size()) ? block_params_[b] : none;
   // Counted before the collective reads them (stream order), reduced all the same when not
   // finite: every holder takes part in the collective.
-  std::vector<FloatSpan> spans;
-  for (const Param* p : params) spans.push_back({p->grad.f32(), p->grad.numel()});
-  backend().count_nonfinite_spans(spans);
+  backend().count_nonfinite_spans(grad_spans(params));
   if (overlap_) return overlap_->block_done(b);
   if (!shards_blocks()) return;  // not reached: without overlap the hooks exist for a sharding only
   const auto t = Clock::now();

@@ -4,8 +4,9 @@
 #include <cmath>
 #include <map>
 
-#include "engine/core/hash.h"
+#include "engine/core/backend.h"
 #include "engine/core/error.h"
+#include "engine/core/hash.h"
 
 namespace subdp {
 
@@ -233,6 +234,13 @@ float init_value(uint64_t seed, const std::string& name, int64_t full_index, Ini
   const double u2 = (static_cast<double>(r2 >> 11) + 0.5) * (1.0 / 9007199254740992.0);
   // Box-Muller transform.
   return static_cast<float>(init.a * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+}
+
+std::vector<FloatSpan> grad_spans(const std::vector<Param*>& params) {
+  std::vector<FloatSpan> spans;
+  spans.reserve(params.size());
+  for (const Param* p : params) spans.push_back({p->grad.f32(), p->grad.numel()});
+  return spans;
 }
 
 }  // namespace subdp

@@ -14,6 +14,8 @@
 
 namespace subdp {
 
+struct FloatSpan;  // engine/core/backend.h
+
 /// Local unit order of one maskable layer: order[p] = global unit at local position p;
 /// the first `kept` positions are this rank's kept units.
 struct LayerMask {
@@ -174,6 +176,10 @@ std::string describe_grad_element(const Param& p, int64_t grad_off);
 /// maskable layer l]". One pass over the tensor: for error messages only (optimizer state,
 /// laid out by Optimizer::state_runs, is located with describe_grad_element).
 std::string locate_nonfinite(const Param& p, const float* data);
+
+/// Each parameter's whole gradient (grad.numel() floats), in order: the spans a step's
+/// non-finite count reads (Backend::count_nonfinite_spans). The gradients must be allocated.
+std::vector<FloatSpan> grad_spans(const std::vector<Param*>& params);
 
 /// Deterministic initial value of element `full_index` of parameter `name`.
 float init_value(uint64_t seed, const std::string& name, int64_t full_index, InitSpec init);

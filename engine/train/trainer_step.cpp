@@ -53,10 +53,7 @@ void Trainer::forward_backward(StepFigures& f) {
 bool Trainer::skip_if_nonfinite(StepFigures& f) {
   // The step's one host synchronisation: the loss, the gradients' non-finite count and the
   // previous update's non-finite writes come back in one read of the counters.
-  const std::vector<Param*> unchecked = unchecked_gradients();
-  std::vector<FloatSpan> spans;
-  for (const Param* p : unchecked) spans.push_back({p->grad.f32(), p->grad.numel()});
-  backend().count_nonfinite_spans(spans);
+  backend().count_nonfinite_spans(grad_spans(unchecked_gradients()));
   const StepCounters c = backend().take_counters();
   check_forward_counters(c);
   f.loss = c.loss_rows ? c.loss_sum / static_cast<double>(c.loss_rows) : 0.0;
