@@ -198,9 +198,9 @@ void TransformerBlock::backward(const float* x, float* dres, int B, int T, GptSc
       backend().gelu_forward_columns(fc_pre_.f32(), rows, fc_->out(), cols, dh);
     if (neuron_scale_ != 1.f) backend().scale(dh, neuron_scale_, rows * cols);
   }
-  fc2_->backward(dh, branch_grad(), fc2_->in() > 0 ? dh : nullptr, rows, cols > 0 ? cols : fc2_->in());
-  // fc_act = neuron_scale * gelu(fc_pre)
-  backend().gelu_backward(fc_pre_.f32(), dh, dh, nh);
+  // fc_act = neuron_scale * gelu(fc_pre): fc2's dx through GELU (one GEMM on CUDA), then the scale
+  fc2_->backward(dh, branch_grad(), fc2_->in() > 0 ? dh : nullptr, rows, cols > 0 ? cols : fc2_->in(), false,
+                 fc_pre_.f32());
   if (neuron_scale_ != 1.f) backend().scale(dh, neuron_scale_, nh);
   // fc's dW reads ln2's output: recomputed (fc_ has no dW in a dropped block).
   if (fc_->weight->grad.defined()) ln2_->recompute(mid_.f32(), s.ln_out.f32(), rows);

@@ -40,6 +40,13 @@ void Backend::linear_forward(const float* x, const float* w, const float* b, flo
   if (pre_gelu) gelu_forward(pre_gelu, y, rows * out);
 }
 
+void Backend::linear_dx_dgelu(const float* dy, const float* w, const float* pre, float* dx, int64_t rows, int64_t in,
+                              int64_t out) {
+  sgemm(false, false, static_cast<int>(rows), static_cast<int>(in), static_cast<int>(out), 1.f, dy,
+        static_cast<int>(out), w, static_cast<int>(in), 0.f, dx, static_cast<int>(in));
+  gelu_backward(pre, dx, dx, rows * in);
+}
+
 namespace {
 [[noreturn]] void no_bf16(const Backend& b) {
   throw Error(

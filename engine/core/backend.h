@@ -94,6 +94,11 @@ class Backend {
   /// the library offers one.
   virtual void linear_forward(const float* x, const float* w, const float* b, float* y, float* pre_gelu, int64_t rows,
                               int64_t in, int64_t out);
+  /// The input gradient of a linear layer whose input was gelu(pre): dx (rows, in) = (dy (rows,
+  /// out) . w (out, in)) * gelu'(pre), pre (rows, in). By default sgemm, then gelu_backward;
+  /// the CUDA backend runs one cuBLASLt GEMM with the DGELU epilogue where offered.
+  virtual void linear_dx_dgelu(const float* dy, const float* w, const float* pre, float* dx, int64_t rows, int64_t in,
+                               int64_t out);
 
   // ---- fills and copies within the backend's memory (n floats)
   virtual void fill(float* x, float value, int64_t n) = 0;

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "engine/core/backend.h"
+#include "engine/core/error.h"
 #include "engine/layers/flops.h"
 
 namespace subdp {
@@ -28,7 +29,8 @@ void Linear::forward_gelu(const float* x, float* pre, float* y, int64_t rows) co
   FlopCounter::add_gemm(rows, out(), in());
 }
 
-void Linear::backward(const float* x, const float* dy, float* dx, int64_t rows, int64_t ldx, bool accumulate_dx) const {
+void Linear::backward(const float* x, const float* dy, float* dx, int64_t rows, int64_t ldx, bool accumulate_dx,
+                      const float* gelu_pre) const {
   const int64_t I = in(), O = out();
   if (weight->grad.defined()) {
     // Kept prefix only: dW[:go, :gi] (go, gi) += dy[:, :go]^T (go, rows) . x[:, :gi] (rows, gi)
@@ -38,11 +40,15 @@ void Linear::backward(const float* x, const float* dy, float* dx, int64_t rows, 
     FlopCounter::add_gemm(go, gi, rows);
   }
   if (bias && bias->grad.defined()) backend().bias_grad_rows(dy, bias->grad.f32(), rows, bias->grad_extent(), O);
-  if (dx) {
-    // dx (rows, I) (+)= dy (rows, O) . W (O, I)
-    backend().sgemm(false, false, rows, I, O, 1.f, dy, O, weight->value.f32(), I, accumulate_dx ? 1.f : 0.f, dx, I);
-    FlopCounter::add_gemm(rows, I, O);
+  if (!dx) return;
+  FlopCounter::add_gemm(rows, I, O);
+  if (gelu_pre) {  // dx (rows, I) = (dy (rows, O) . W (O, I)) * gelu'(gelu_pre)
+    SUBDP_ASSERT(!accumulate_dx);
+    backend().linear_dx_dgelu(dy, weight->value.f32(), gelu_pre, dx, rows, I, O);
+    return;
   }
+  // dx (rows, I) (+)= dy (rows, O) . W (O, I)
+  backend().sgemm(false, false, rows, I, O, 1.f, dy, O, weight->value.f32(), I, accumulate_dx ? 1.f : 0.f, dx, I);
 }
 
 }  // namespace subdp

@@ -30,8 +30,11 @@ class Linear {
   /// prefix columns: ldx (default in()) lets a caller store just those (backward masking).
   /// dW is formed before dx is written, so dx may be the memory x is in. accumulate_dx: dx +=
   /// instead of = (two layers reading the same input, as SwiGLU's gate and up projections).
-  void backward(const float* x, const float* dy, float* dx, int64_t rows, int64_t ldx = 0,
-                bool accumulate_dx = false) const;
+  /// gelu_pre (rows, in), when not null: this layer's input was gelu(gelu_pre), and dx is the
+  /// gradient of gelu_pre instead (on CUDA one GEMM with cuBLASLt's DGELU epilogue); not with
+  /// accumulate_dx.
+  void backward(const float* x, const float* dy, float* dx, int64_t rows, int64_t ldx = 0, bool accumulate_dx = false,
+                const float* gelu_pre = nullptr) const;
 
   Param* weight = nullptr;
   Param* bias = nullptr;

@@ -171,6 +171,11 @@ class CudaBackend final : public Backend {
     if (!cuda::linear_lt(x, w, b, y, pre_gelu, rows, in, out, stream_))
       Backend::linear_forward(x, w, b, y, pre_gelu, rows, in, out);
   }
+  void linear_dx_dgelu(const float* dy, const float* w, const float* pre, float* dx, int64_t rows, int64_t in,
+                       int64_t out) override {
+    if (!cuda::linear_dx_dgelu_lt(dy, w, pre, dx, rows, in, out, stream_))
+      Backend::linear_dx_dgelu(dy, w, pre, dx, rows, in, out);
+  }
   void fill(float* x, float value, int64_t n) override {
     if (value == 0.f)
       zero(x, sizeof(float) * n);

@@ -59,40 +59,42 @@ void set_alignment(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttr
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &a, sizeof(a)));
 }
 
-}  // namespace
+/// One column-major problem D (m, n) = op(A) B with an epilogue: A stored (k, m) and
+/// transposed (trans_a) or (m, k) as is, B (k, n), D (m, n), each with its leading dimension
+/// its row count; aux (m, n) when the epilogue has one.
+struct LtProblem {
+  bool trans_a;
+  int64_t m, n, k;
+  const float *A, *B;
+  float* D;
+  cublasLtEpilogue_t epilogue;
+  const float* bias;
+  float* aux;
+};
 
-bool linear_lt(const float* x, const float* w, const float* b, float* y, float* pre, int64_t rows, int64_t in,
-               int64_t out, cudaStream_t stream) {
-  if ((b == nullptr && pre == nullptr) || rows <= 0 || in <= 0 || out <= 0 || rows > INT_MAX || in > INT_MAX ||
-      out > INT_MAX)
-    return false;
-  if (pre != nullptr && out % 8 != 0) return false;  // the library's rule for the GELU input's ld
-  // The bias and the GELU input have no alignment preference to state: run only on the
-  // 16-byte alignment any vectorised epilogue could want (a separately allocated tensor has it).
-  if (alignment_of(b) < 16 || alignment_of(pre) < 16) return false;
+/// Runs p through the heuristic's first algorithm; false when cuBLASLt offers none.
+bool run_lt(const LtProblem& p, cudaStream_t stream) {
   LtCall c;
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&c.desc, compute_type(), CUDA_R_32F));
-  set_desc(c.desc, CUBLASLT_MATMUL_DESC_TRANSA, int32_t{CUBLAS_OP_T});
-  const cublasLtEpilogue_t epilogue = pre == nullptr ? CUBLASLT_EPILOGUE_BIAS
-                                      : b != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
-                                                     : CUBLASLT_EPILOGUE_GELU_AUX;
-  set_desc(c.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
-  if (b != nullptr) set_desc(c.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(b));
-  if (pre != nullptr) {
-    set_desc(c.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<void*>(pre));
-    set_desc(c.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, out);
+  set_desc(c.desc, CUBLASLT_MATMUL_DESC_TRANSA, int32_t{p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N});
+  set_desc(c.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, p.epilogue);
+  if (p.bias != nullptr) set_desc(c.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(p.bias));
+  if (p.aux != nullptr) {
+    set_desc(c.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<void*>(p.aux));
+    set_desc(c.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, p.m);
   }
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c.a, CUDA_R_32F, in, out, in));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c.b, CUDA_R_32F, in, rows, in));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c.d, CUDA_R_32F, out, rows, out));
+  CUBLAS_CHECK(p.trans_a ? cublasLtMatrixLayoutCreate(&c.a, CUDA_R_32F, p.k, p.m, p.k)
+                         : cublasLtMatrixLayoutCreate(&c.a, CUDA_R_32F, p.m, p.k, p.m));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c.b, CUDA_R_32F, p.k, p.n, p.k));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c.d, CUDA_R_32F, p.m, p.n, p.m));
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&c.pref));
   const uint64_t no_workspace = 0;  // nothing the planner does not count
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(c.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &no_workspace,
                                                     sizeof(no_workspace)));
-  set_alignment(c.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, w);
-  set_alignment(c.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, x);
-  set_alignment(c.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, y);
-  set_alignment(c.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, y);
+  set_alignment(c.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, p.A);
+  set_alignment(c.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, p.B);
+  set_alignment(c.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, p.D);
+  set_alignment(c.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, p.D);
   cublasLtHandle_t h = lt_handle();
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
@@ -100,9 +102,34 @@ bool linear_lt(const float* x, const float* w, const float* b, float* y, float* 
   if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0)) return false;
   CUBLAS_CHECK(st);
   const float alpha = 1.f, beta = 0.f;
-  CUBLAS_CHECK(
-      cublasLtMatmul(h, c.desc, &alpha, w, c.a, x, c.b, &beta, y, c.d, y, c.d, &result.algo, nullptr, 0, stream));
+  CUBLAS_CHECK(cublasLtMatmul(h, c.desc, &alpha, p.A, c.a, p.B, c.b, &beta, p.D, c.d, p.D, c.d, &result.algo, nullptr,
+                              0, stream));
   return true;
+}
+
+bool fits_int(int64_t v) { return v > 0 && v <= INT_MAX; }
+
+}  // namespace
+
+bool linear_lt(const float* x, const float* w, const float* b, float* y, float* pre, int64_t rows, int64_t in,
+               int64_t out, cudaStream_t stream) {
+  if ((b == nullptr && pre == nullptr) || !fits_int(rows) || !fits_int(in) || !fits_int(out)) return false;
+  if (pre != nullptr && out % 8 != 0) return false;  // the library's rule for the GELU input's ld
+  // The bias and the GELU input have no alignment preference to state: run only on the
+  // 16-byte alignment any vectorised epilogue could want (a separately allocated tensor has it).
+  if (alignment_of(b) < 16 || alignment_of(pre) < 16) return false;
+  // y^T (out, rows) = W (out, in) x^T (in, rows): W stored (in, out) column-major, transposed.
+  const cublasLtEpilogue_t epilogue = pre == nullptr ? CUBLASLT_EPILOGUE_BIAS
+                                      : b != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                                     : CUBLASLT_EPILOGUE_GELU_AUX;
+  return run_lt({true, out, rows, in, w, x, y, epilogue, b, pre}, stream);
+}
+
+bool linear_dx_dgelu_lt(const float* dy, const float* w, const float* pre, float* dx, int64_t rows, int64_t in,
+                        int64_t out, cudaStream_t stream) {
+  if (!fits_int(rows) || !fits_int(in) || !fits_int(out) || in % 8 != 0 || alignment_of(pre) < 16) return false;
+  // dx^T (in, rows) = W^T (in, out) dy^T (out, rows): W stored (in, out) column-major, as is.
+  return run_lt({false, in, rows, out, w, dy, dx, CUBLASLT_EPILOGUE_DGELU, nullptr, const_cast<float*>(pre)}, stream);
 }
 
 }  // namespace subdp::cuda

@@ -262,6 +262,12 @@ void sgemm_strided_batched(bool trans_a, bool trans_b, int M, int N, int K, floa
 /// the caller then runs sgemm and its own kernels. No workspace.
 bool linear_lt(const float* x, const float* w, const float* b, float* y, float* pre, int64_t rows, int64_t in,
                int64_t out, cudaStream_t stream);
+/// A linear layer's input gradient through the GELU before it, as one cuBLASLt GEMM with the
+/// DGELU epilogue: dx (rows, in) = (dy (rows, out) . w (out, in)) * gelu'(pre), pre (rows, in)
+/// the GELU's input. Returns false, having done nothing, where a size is 0, `in` is not a
+/// multiple of 8, pre is not 16-byte aligned or cuBLASLt offers no algorithm.
+bool linear_dx_dgelu_lt(const float* dy, const float* w, const float* pre, float* dx, int64_t rows, int64_t in,
+                        int64_t out, cudaStream_t stream);
 /// bf16 GEMM (cublasGemmEx, fp32 accumulation: CUBLAS_COMPUTE_32F), bf16 or fp32 output.
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda, const bf16* B, int ldb,
           float beta, bf16* C, int ldc, cudaStream_t stream);

@@ -54,6 +54,25 @@ TEST_F(LinearLt, BiasAndGeluEpiloguesMatchTheCpuKernels) {
   }
 }
 
+// The input gradient through the GELU before the layer (DGELU epilogue): dx = (dy w) *
+// gelu'(pre), against the CPU's sgemm and gelu_backward; dy, w and dx 4 bytes off alignment.
+TEST_F(LinearLt, DgeluInputGradientMatchesTheCpuKernels) {
+  const int rows = 37, in = 40, out = 24;
+  const auto dy = random_vec(static_cast<size_t>(rows) * out, 56), w = random_vec(static_cast<size_t>(out) * in, 57);
+  const auto pre = random_vec(static_cast<size_t>(rows) * in, 58, -3.f, 3.f);
+  std::vector<float> want(static_cast<size_t>(rows) * in);
+  cpu::sgemm(false, false, rows, in, out, 1.f, dy.data(), out, w.data(), in, 0.f, want.data(), in);
+  cpu::gelu_backward(pre.data(), want.data(), want.data(), static_cast<int64_t>(rows) * in);
+  Dev<float> ddy(dy.size() + 1), dw(w.size() + 1), dpre(pre), ddx(want.size() + 1);
+  CUDA_CHECK(cudaMemcpy(ddy.get() + 1, dy.data(), 4 * dy.size(), cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(dw.get() + 1, w.data(), 4 * w.size(), cudaMemcpyHostToDevice));
+  ASSERT_TRUE(cuda::linear_dx_dgelu_lt(ddy.get() + 1, dw.get() + 1, dpre, ddx.get() + 1, rows, in, out, stream));
+  std::vector<float> got(want.size());
+  CUDA_CHECK(cudaMemcpy(got.data(), ddx.get() + 1, 4 * got.size(), cudaMemcpyDeviceToHost));
+  EXPECT_REL(got, want, kF32Tol);
+  EXPECT_FALSE(cuda::linear_dx_dgelu_lt(ddy, dw, dpre, ddx, rows, 36, out, stream));  // in not a multiple of 8
+}
+
 // Under precision = "bf16" the fused GEMM rounds its operands as cuBLAS's bf16 sgemm does.
 TEST_F(LinearLt, Bf16ComputeRoundsTheOperands) {
   const int rows = 33, in = 257, out = 24;
