@@ -32,6 +32,7 @@ struct StepCounters {
   int64_t bad_ids = 0;           // embedding_forward: ids outside [0, num) (skipped)
   int64_t nonfinite = 0;         // count_nonfinite_spans: inf / NaN elements
   int64_t nonfinite_writes = 0;  // optimizer updates: inf / NaN values written (weights and state)
+  double flags[3] = {0, 0, 0};   // set_step_flags' flags, as the world's all-reduce left them
 };
 
 class Backend {
@@ -224,6 +225,16 @@ class Backend {
   /// The counters accumulated since the previous call (then 0 again): one device-to-host
   /// transfer, the host synchronisation a training step needs.
   virtual StepCounters take_counters() = 0;
+  /// A step's three flags from the counters accumulated so far, written at step_flags()
+  /// without a read-back: [0] 1 when a loss or gradient is not finite (nonfinite > 0, or the
+  /// loss sum not finite), [1] `stop` (a stop signal), [2] 1 when an update wrote a non-finite
+  /// value. The trainer all-reduces (max) the three doubles at step_flags() over the world in
+  /// place, and take_counters returns them in StepCounters::flags: on CUDA they are device
+  /// memory, which NCCL reduces with no host wait, so the step's one read-back carries them.
+  virtual void set_step_flags(double stop) = 0;
+  /// The three doubles set_step_flags wrote: host memory on the host backends, device memory
+  /// on CUDA (a communicator of the run reduces either in place).
+  virtual double* step_flags() = 0;
 };
 
 /// Keeps the run's backend memory open for one collective (see Backend::open_for_collective).

@@ -54,17 +54,17 @@ bool Trainer::skip_if_nonfinite(StepFigures& f) {
   // The step's one host synchronisation: the loss, the gradients' non-finite count and the
   // previous update's non-finite writes come back in one read of the counters.
   backend().count_nonfinite_spans(grad_spans(unchecked_gradients()));
+  // One all-reduce carries the flags, in the backend's memory (on a GPU NCCL reduces them on
+  // the device): a non-finite value anywhere, a stop signal on any rank (every rank then
+  // finishes this step and stops after it, at the same step), and a non-finite write by the
+  // previous step's update.
+  backend().set_step_flags(static_cast<double>(stop_signal_received()));
+  world_->allreduce_max(backend().step_flags(), 3);
   const StepCounters c = backend().take_counters();
   check_forward_counters(c);
   f.loss = c.loss_rows ? c.loss_sum / static_cast<double>(c.loss_rows) : 0.0;
   f.correct = c.correct;
-  // One all-reduce carries the flags: a non-finite value anywhere, a stop signal on any rank
-  // (every rank then finishes this step and stops after it, at the same step), and a
-  // non-finite write by the previous step's update.
-  const bool finite = c.nonfinite == 0 && std::isfinite(f.loss);
-  double flags[3] = {finite ? 0.0 : 1.0, static_cast<double>(stop_signal_received()),
-                     c.nonfinite_writes > 0 ? 1.0 : 0.0};
-  world_->allreduce_max(flags, 3);
+  const double* flags = c.flags;
   stop_signal_ = static_cast<int>(flags[1]);
   updates_unread_ = false;
   if (flags[2] != 0) report_nonfinite_update(step_, c.nonfinite_writes > 0);  // the cause of whatever follows

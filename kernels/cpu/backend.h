@@ -5,6 +5,7 @@
 // the fenced test device (kernels/fenced) opens its otherwise inaccessible pool.
 #pragma once
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -266,6 +267,12 @@ class CpuBackend final : public Backend {
           cpu::adamw_update(r.w, r.g, r.s0, r.s1, r.n, step_size, bc2_sqrt, decay, eps, beta1, beta2);
   }
   StepCounters take_counters() override { return std::exchange(counters_, StepCounters{}); }
+  void set_step_flags(double stop) override {
+    counters_.flags[0] = counters_.nonfinite > 0 || !std::isfinite(counters_.loss_sum) ? 1.0 : 0.0;
+    counters_.flags[1] = stop;
+    counters_.flags[2] = counters_.nonfinite_writes > 0 ? 1.0 : 0.0;
+  }
+  double* step_flags() override { return counters_.flags; }
 
  private:
   Access access_;

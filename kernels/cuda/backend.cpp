@@ -427,9 +427,13 @@ class CudaBackend final : public Backend {
     const auto c = read_back<cuda::DeviceCounters>(counters_);
     zero(counters_, sizeof(*counters_));
     auto count = [](unsigned long long v) { return static_cast<int64_t>(v); };
-    return {c.loss_sum,       count(c.loss_rows), count(c.correct),
-            count(c.bad_ids), count(c.nonfinite), count(c.nonfinite_writes)};
+    StepCounters out{c.loss_sum,       count(c.loss_rows), count(c.correct),
+                     count(c.bad_ids), count(c.nonfinite), count(c.nonfinite_writes)};
+    std::copy(c.flags, c.flags + 3, out.flags);
+    return out;
   }
+  void set_step_flags(double stop) override { cuda::set_step_flags(counters(), stop, stream_); }
+  double* step_flags() override { return counters()->flags; }
 
  private:
   static int chunk(const ConvShape& s) { return std::max(1, std::min(s.N, 32)); }
@@ -522,7 +526,7 @@ class CudaBackend final : public Backend {
     chunk_table_.clear();
   }
 
-  static constexpr size_t kReadBackBytes = 64;
+  static constexpr size_t kReadBackBytes = 128;
   static constexpr int64_t kCountersBytes = 256;  // the allocator's smallest piece
   static_assert(sizeof(cuda::DeviceCounters) <= kCountersBytes && sizeof(cuda::DeviceCounters) <= kReadBackBytes);
   int device_ = 0;

@@ -82,7 +82,18 @@ __global__ void add_row_losses_kernel(const float* row_loss, const int32_t* row_
   }
 }
 
+__global__ void step_flags_kernel(DeviceCounters* c, double stop) {
+  c->flags[0] = c->nonfinite > 0 || !isfinite(c->loss_sum) ? 1.0 : 0.0;
+  c->flags[1] = stop;
+  c->flags[2] = c->nonfinite_writes > 0 ? 1.0 : 0.0;
+}
+
 }  // namespace
+
+void set_step_flags(DeviceCounters* c, double stop, cudaStream_t stream) {
+  SUBDP_LAUNCH(1, 1, 0, stream, step_flags_kernel)(c, stop);
+  CUDA_CHECK_LAUNCH();
+}
 
 void fill(float* x, float value, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;

@@ -12,7 +12,11 @@ namespace subdp::cuda {
 struct DeviceCounters {
   double loss_sum;
   unsigned long long loss_rows, correct, bad_ids, nonfinite, nonfinite_writes;
+  double flags[3];  // Backend::set_step_flags
 };
+
+/// c->flags from c's counters (Backend::set_step_flags), one thread.
+void set_step_flags(DeviceCounters* c, double stop, cudaStream_t stream);
 
 /// x (n) = value.
 void fill(float* x, float value, int64_t n, cudaStream_t stream);
