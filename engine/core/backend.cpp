@@ -74,7 +74,9 @@ void set_backend(std::unique_ptr<Backend> b) {
 std::unique_ptr<Backend> make_backend(DeviceType device_type) {
   if (device_type == DeviceType::cpu) return make_cpu_backend();
   if (device_type == DeviceType::fenced) return make_fenced_backend();
-  SUBDP_CHECK(cuda_device_count() > 0, "[device] type = \"cuda\": no CUDA device was found{}; use \"cpu\"",
+  SUBDP_CHECK(cuda_device_count() > 0,
+              "[device] type = \"cuda\": no CUDA device was found{}; use \"cpu\" (--set device.type=cpu, and "
+              "--set device.precision=fp32 where it is tf32 or bf16: the CPU computes in fp32)",
 #ifdef SUBDP_WITH_CUDA
               " (cudaGetDeviceCount)"
 #else

@@ -185,9 +185,11 @@ void Trainer::check_layout_agreement() {
 
 int Trainer::run() {
   if (prints_) {
-    std::printf("subdp: %s | world W=%d, subnetworks S=%d, replicas R=%d | device %s, backend %s | %d threads/rank\n",
-                data_->describe().c_str(), layout_.world, layout_.S, layout_.replicas(), backend().name().c_str(),
-                name_of(world_->kind()), threads_per_rank(config_.train.threads));
+    std::printf(
+        "subdp: %s | world W=%d, subnetworks S=%d, replicas R=%d | device %s %s, backend %s | %d threads/rank\n",
+        data_->describe().c_str(), layout_.world, layout_.S, layout_.replicas(), backend().name().c_str(),
+        fmt::format("{}", config_.device.precision).c_str(), name_of(world_->kind()),
+        threads_per_rank(config_.train.threads));
     std::printf("%s", plan_.describe(units_).c_str());
     if (world_->simulated() && sync_->sharded())
       std::printf(
@@ -236,7 +238,9 @@ void Trainer::report_final(const EvalResult& final_eval) {
                     {"test_acc", final_eval.acc},
                     {"peak_bytes", static_cast<int64_t>(peak)},
                     {"time_s", time_s},
-                    {"skipped_steps", skipped_total_}});
+                    {"skipped_steps", skipped_total_},
+                    {"device", backend().name()},
+                    {"precision", fmt::format("{}", config_.device.precision)}});
   if (!prints_) return;
   std::printf("memory: largest per-rank peak %s; plain DP would need %s per rank (%.2fx)\n",
               mib(static_cast<int64_t>(peak)).c_str(), mib(dp_footprint_.total_peak).c_str(),
