@@ -296,21 +296,12 @@ class CudaBackend final : public Backend {
   // counters, which the step reads once (take_counters).
   void cross_entropy(const float* logits, const int32_t* targets, float* dlogits, int64_t rows, int V,
                      float scale) override {
-    double* area = scratch_doubles(rows);
-    float* row_loss = reinterpret_cast<float*>(area);
-    int32_t* row_hit = reinterpret_cast<int32_t*>(row_loss + rows);
-    cuda::cross_entropy(logits, targets, dlogits, row_loss, row_hit, rows, V, scale, stream_);
-    cuda::add_row_losses(row_loss, row_hit, rows, counters(), stream_);
+    cross_entropy_rows(logits, targets, dlogits, rows, V, scale);
   }
-
   void cross_entropy_bf16(const void* logits, const int32_t* targets, void* dlogits, int64_t rows, int V,
                           float scale) override {
-    double* area = scratch_doubles(rows);
-    float* row_loss = reinterpret_cast<float*>(area);
-    int32_t* row_hit = reinterpret_cast<int32_t*>(row_loss + rows);
-    cuda::cross_entropy(static_cast<const cuda::bf16*>(logits), targets, static_cast<cuda::bf16*>(dlogits), row_loss,
-                        row_hit, rows, V, scale, stream_);
-    cuda::add_row_losses(row_loss, row_hit, rows, counters(), stream_);
+    cross_entropy_rows(static_cast<const cuda::bf16*>(logits), targets, static_cast<cuda::bf16*>(dlogits), rows, V,
+                       scale);
   }
   void to_bf16(const float* x, void* y, int64_t n) override {
     cuda::to_bf16(x, static_cast<cuda::bf16*>(y), n, stream_);
@@ -436,6 +427,15 @@ class CudaBackend final : public Backend {
   double* step_flags() override { return counters()->flags; }
 
  private:
+  /// The fused cross-entropy over float or bf16 logits: per-row losses and hits in the scratch,
+  /// added to the counters in a fixed order.
+  template <class T>
+  void cross_entropy_rows(const T* logits, const int32_t* targets, T* dlogits, int64_t rows, int V, float scale) {
+    float* row_loss = reinterpret_cast<float*>(scratch_doubles(rows));
+    int32_t* row_hit = reinterpret_cast<int32_t*>(row_loss + rows);
+    cuda::cross_entropy(logits, targets, dlogits, row_loss, row_hit, rows, V, scale, stream_);
+    cuda::add_row_losses(row_loss, row_hit, rows, counters(), stream_);
+  }
   static int chunk(const ConvShape& s) { return std::max(1, std::min(s.N, 32)); }
   static int64_t input_floats(const ConvShape& s) { return int64_t{s.N} * s.Cin * s.H * s.W; }
 
