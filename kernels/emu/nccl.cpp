@@ -10,6 +10,7 @@
 #include <climits>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -148,14 +149,26 @@ bool same_collective_everywhere(const ncclComm& c, const char* name, size_t coun
   return true;
 }
 
-/// Queues `body` on the call's stream and runs the stream up to it.
+/// Queues `body` on the call's stream and runs the stream up to it; what body writes to the
+/// `bytes` at `out` (the collective's results) lands there only in a late operation queued
+/// after it, so that work not ordered after the collective reads the old contents.
 template <class F>
-ncclResult_t queue(const Call& call, size_t count, ncclDataType_t type, int op, int root, F body) {
+ncclResult_t queue(const Call& call, size_t count, ncclDataType_t type, int op, int root, void* out, size_t bytes,
+                   F body) {
   Stream* s = stream_of(call.stream);
   ncclComm c = *call.comm;
   const char* name = call.name;
+  auto result = std::make_shared<std::vector<char>>();
+  char* dst = static_cast<char*>(out);
   const uint64_t at = enqueue(s, std::string(name), [=] {
-    if (same_collective_everywhere(c, name, count, type, op, root)) body(c);
+    if (!same_collective_everywhere(c, name, count, type, op, root)) return;
+    std::vector<char> before(dst, dst + bytes);
+    body(c);
+    result->assign(dst, dst + bytes);
+    std::copy(before.begin(), before.end(), dst);
+  });
+  enqueue_late(s, std::string(name) + " (its result landing)", [=] {
+    if (!result->empty()) std::copy(result->begin(), result->end(), dst);
   });
   run_until(s, at);
   return sticky_error() == cudaSuccess ? ncclSuccess : fail(ncclUnhandledCudaError, error_string(sticky_error()));
@@ -256,7 +269,7 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
   if (!call.check(count, datatype, op, true, 0) || !call.buffer("sendbuff", sendbuff, bytes) ||
       !call.buffer("recvbuff", recvbuff, bytes))
     return fail(ncclInvalidArgument, call.error);
-  return queue(call, count, datatype, op, 0, [=](const ncclComm& c) {
+  return queue(call, count, datatype, op, 0, recvbuff, bytes, [=](const ncclComm& c) {
     if (sendbuff != recvbuff) std::memmove(recvbuff, sendbuff, bytes);
     if (c.mpi != MPI_COMM_NULL && count > 0)
       EMU_MPI_CHECK(
@@ -271,13 +284,14 @@ ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, nccl
   if (!call.check(count, datatype, op, true, root) || !call.buffer("sendbuff", sendbuff, bytes) ||
       (comm->rank == root && !call.buffer("recvbuff", recvbuff, bytes)))
     return fail(ncclInvalidArgument, call.error);
-  return queue(call, count, datatype, op, root, [=](const ncclComm& c) {
-    const bool is_root = c.rank == root;
-    if (is_root && sendbuff != recvbuff) std::memmove(recvbuff, sendbuff, bytes);
-    if (c.mpi == MPI_COMM_NULL || count == 0) return;
-    EMU_MPI_CHECK(MPI_Reduce(is_root ? MPI_IN_PLACE : sendbuff, is_root ? recvbuff : nullptr, static_cast<int>(count),
-                             mpi_type(datatype), mpi_op(op), root, c.mpi));
-  });
+  return queue(call, count, datatype, op, root, comm->rank == root ? recvbuff : nullptr, comm->rank == root ? bytes : 0,
+               [=](const ncclComm& c) {
+                 const bool is_root = c.rank == root;
+                 if (is_root && sendbuff != recvbuff) std::memmove(recvbuff, sendbuff, bytes);
+                 if (c.mpi == MPI_COMM_NULL || count == 0) return;
+                 EMU_MPI_CHECK(MPI_Reduce(is_root ? MPI_IN_PLACE : sendbuff, is_root ? recvbuff : nullptr,
+                                          static_cast<int>(count), mpi_type(datatype), mpi_op(op), root, c.mpi));
+               });
 }
 
 ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
@@ -287,7 +301,7 @@ ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, n
   if (!call.check(count, datatype, ncclSum, false, root) ||
       (comm->rank == root && !call.buffer("sendbuff", sendbuff, bytes)) || !call.buffer("recvbuff", recvbuff, bytes))
     return fail(ncclInvalidArgument, call.error);
-  return queue(call, count, datatype, -1, root, [=](const ncclComm& c) {
+  return queue(call, count, datatype, -1, root, recvbuff, bytes, [=](const ncclComm& c) {
     if (c.rank == root && sendbuff != recvbuff) std::memmove(recvbuff, sendbuff, bytes);
     if (c.mpi != MPI_COMM_NULL && count > 0)
       EMU_MPI_CHECK(MPI_Bcast(recvbuff, static_cast<int>(count), mpi_type(datatype), root, c.mpi));
@@ -302,7 +316,7 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
       !call.buffer("sendbuff", sendbuff, bytes * static_cast<size_t>(comm->size)) ||
       !call.buffer("recvbuff", recvbuff, bytes))
     return fail(ncclInvalidArgument, call.error);
-  return queue(call, recvcount, datatype, op, 0, [=](const ncclComm& c) {
+  return queue(call, recvcount, datatype, op, 0, recvbuff, bytes, [=](const ncclComm& c) {
     if (c.mpi == MPI_COMM_NULL) {
       if (sendbuff != recvbuff) std::memmove(recvbuff, sendbuff, bytes);
       return;
@@ -324,13 +338,14 @@ ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
   if (!call.check(sendcount, datatype, ncclSum, false, 0) || !call.buffer("sendbuff", sendbuff, bytes) ||
       !call.buffer("recvbuff", recvbuff, bytes * static_cast<size_t>(comm->size)))
     return fail(ncclInvalidArgument, call.error);
-  return queue(call, sendcount, datatype, -1, 0, [=](const ncclComm& c) {
-    char* mine = static_cast<char*>(recvbuff) + bytes * static_cast<size_t>(c.rank);
-    if (sendbuff != mine) std::memmove(mine, sendbuff, bytes);
-    if (c.mpi != MPI_COMM_NULL && sendcount > 0)
-      EMU_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recvbuff, static_cast<int>(sendcount),
-                                  mpi_type(datatype), c.mpi));
-  });
+  return queue(call, sendcount, datatype, -1, 0, recvbuff, bytes * static_cast<size_t>(comm->size),
+               [=](const ncclComm& c) {
+                 char* mine = static_cast<char*>(recvbuff) + bytes * static_cast<size_t>(c.rank);
+                 if (sendbuff != mine) std::memmove(mine, sendbuff, bytes);
+                 if (c.mpi != MPI_COMM_NULL && sendcount > 0)
+                   EMU_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recvbuff,
+                                               static_cast<int>(sendcount), mpi_type(datatype), c.mpi));
+               });
 }
 
 // Collectives in a group run one after another in the order issued, the same on every rank,

@@ -43,13 +43,17 @@ void run_head(Stream& s) {
   ++s.completed;
 }
 
-/// One step: a runnable stream drawn at random runs its head; false when none can.
+/// One step: a runnable stream drawn at random runs its head, a late head only when no other
+/// can run; false when none can.
 bool step() {
   Streams& all = streams();
-  std::vector<Stream*> ready;
-  if (runnable(all.legacy)) ready.push_back(&all.legacy);
-  for (auto& s : all.all)
-    if (runnable(*s)) ready.push_back(s.get());
+  std::vector<Stream*> ready, late;
+  auto consider = [&](Stream& s) {
+    if (runnable(s)) (s.queue.front().late ? late : ready).push_back(&s);
+  };
+  consider(all.legacy);
+  for (auto& s : all.all) consider(*s);
+  if (ready.empty()) ready.swap(late);
   if (ready.empty()) return false;
   run_head(*ready[all.order() % ready.size()]);
   return true;
@@ -85,6 +89,12 @@ Stream* create_stream(unsigned flags) {
 void destroy_stream(Stream* s) {
   run_until(s, s->enqueued);
   s->destroyed = true;
+}
+
+uint64_t enqueue_late(Stream* s, std::string name, std::function<void()> run) {
+  const uint64_t at = enqueue(s, std::move(name), std::move(run));
+  s->queue.back().late = true;
+  return at;
 }
 
 uint64_t enqueue(Stream* s, std::string name, std::function<void()> run) {

@@ -3,7 +3,9 @@
 // a copy to pageable memory, cudaFree). Then all queued work runs, one operation at a time,
 // streams interleaved in an order drawn from SUBDP_EMU_SEED and constrained only by the
 // stream order, cudaStreamWaitEvent and the legacy default stream's implicit barriers; so a
-// missing synchronisation or a cross-stream race reads a stale value in a test.
+// missing synchronisation or a cross-stream race reads a stale value in a test. A `late`
+// operation (where a collective's result lands in device memory) runs only when no other
+// operation can: work not ordered after it reads the old contents, always, as it can on a GPU.
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -19,6 +21,7 @@ struct Operation {
   std::function<void()> run;  // empty for a wait
   Stream* wait_on = nullptr;  // a wait: runnable once wait_on->completed >= wait_until
   uint64_t wait_until = 0;
+  bool late = false;  // runs only when no operation that is not late can
 };
 
 struct Stream {
@@ -43,6 +46,8 @@ void destroy_stream(Stream* s);
 /// Queues `run` on s, after the legacy stream's implicit barriers; returns its position
 /// (the stream's `completed` count once it has run).
 uint64_t enqueue(Stream* s, std::string name, std::function<void()> run);
+/// enqueue, as a late operation (see the file comment).
+uint64_t enqueue_late(Stream* s, std::string name, std::function<void()> run);
 /// Queues a wait on s for `on` reaching `position`.
 void enqueue_wait(Stream* s, Stream* on, uint64_t position);
 /// Runs queued work (all streams, seeded interleaving) until s has completed `position`.

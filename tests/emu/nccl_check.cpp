@@ -1,8 +1,9 @@
 // The emulated NCCL's collectives against their definitions, on every rank of mpirun (tests/emu
 // CMake: gpu.emu.nccl, 3 ranks): all-reduce, reduce, broadcast, reduce-scatter and all-gather,
 // in place and out of place as NCCL allows, on a world communicator and on ncclCommSplit
-// children; then a collective issued differently on one rank must be an error on every rank,
-// not a hang. Prints "ok" lines; exits 1 on the first wrong value.
+// children; a result read on another stream only once ordered after the collective; then a
+// collective issued differently on one rank must be an error on every rank, not a hang.
+// Prints "ok" lines; exits 1 on the first wrong value.
 #define OMPI_SKIP_MPICXX 1
 #include <cuda_runtime.h>
 #include <mpi.h>
@@ -89,6 +90,37 @@ void collectives(ncclComm_t comm, const std::string& name) {
     std::printf("ok: %s (%d ranks): all-reduce, reduce, broadcast, reduce-scatter, all-gather\n", name.c_str(), size);
 }
 
+/// A copy on another stream reads an all-reduce's result only when ordered after it by an
+/// event: without the wait it reads the values from before (the emulator lands a collective's
+/// result as late as a GPU may).
+void stream_order(ncclComm_t comm) {
+  int rank = 0, size = 0;
+  check(ncclCommUserRank(comm, &rank), "ncclCommUserRank");
+  check(ncclCommCount(comm, &size), "ncclCommCount");
+  const size_t n = 4;
+  cudaStream_t comm_stream = nullptr, compute = nullptr;
+  cudaEvent_t done = nullptr;
+  cudaStreamCreateWithFlags(&comm_stream, cudaStreamNonBlocking);
+  cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking);
+  cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
+  Buffer a(own(rank, n)), unordered(std::vector<float>(n, 0.f)), ordered(std::vector<float>(n, 0.f));
+  check(ncclAllReduce(a.d, a.d, n, ncclFloat, ncclSum, comm, comm_stream), "ncclAllReduce");
+  cudaMemcpyAsync(unordered.d, a.d, n * sizeof(float), cudaMemcpyDeviceToDevice, compute);
+  cudaEventRecord(done, comm_stream);
+  cudaStreamWaitEvent(compute, done, 0);
+  cudaMemcpyAsync(ordered.d, a.d, n * sizeof(float), cudaMemcpyDeviceToDevice, compute);
+  cudaStreamSynchronize(compute);
+  expect(unordered.read() == own(rank, n), "a copy not ordered after the all-reduce read its result");
+  float rank_sum = 0;
+  for (int r = 0; r < size; ++r) rank_sum += 100.f * r;
+  const auto sum = ordered.read();
+  for (size_t i = 0; i < n; ++i) expect(sum[i] == rank_sum + size * static_cast<float>(i), "ordered copy");
+  cudaEventDestroy(done);
+  cudaStreamDestroy(compute);
+  cudaStreamDestroy(comm_stream);
+  if (rank == 0) std::printf("ok: an all-reduce's result is read only by work ordered after it\n");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -102,6 +134,7 @@ int main(int argc, char** argv) {
   ncclComm_t world = nullptr;
   check(ncclCommInitRank(&world, size, id, g_rank), "ncclCommInitRank");
   collectives(world, "world");
+  stream_order(world);
   // Even ranks form one child, odd ranks another; keys reverse the order within each.
   ncclComm_t child = nullptr;
   check(ncclCommSplit(world, g_rank % 2, size - g_rank, &child, nullptr), "ncclCommSplit");
