@@ -97,7 +97,8 @@ void check_features(const Config& c, const std::string& path) {
               path, c.device.precision, c.device.type);
 }
 
-/// parallel.overlap: the holder all-reduce of the CPU backend over MPI (engine/parallel/overlap.h).
+/// parallel.overlap: the holder all-reduce of the CPU backend over MPI, or of a CUDA device over
+/// NCCL (engine/parallel/overlap.h).
 void check_overlap(const Config& c, const std::string& path) {
   if (!c.parallel.overlap) return;
   SUBDP_CHECK(c.parallel.shard == Sharding::none,
@@ -105,11 +106,16 @@ void check_overlap(const Config& c, const std::string& path) {
               "backward pass; the sharded layouts reduce-scatter instead (ZeRO-2 and FSDP already block by block "
               "during the backward pass); use shard = \"none\" or overlap = false",
               path, c.parallel.shard);
-  SUBDP_CHECK(c.device.type == DeviceType::cpu,
-              "{}: [parallel] overlap = true with [device] type = \"{}\": overlap runs on the CPU backend only (the "
-              "fenced device's pool is opened by one thread at a time; the CUDA path is not overlapped yet); use "
-              "type = \"cpu\" or overlap = false",
-              path, c.device.type);
+  SUBDP_CHECK(c.device.type != DeviceType::fenced,
+              "{}: [parallel] overlap = true with [device] type = \"fenced\": the fenced device's pool is opened by "
+              "one thread at a time, and overlap's communication thread would open it during the backward pass; use "
+              "type = \"cpu\" or \"cuda\", or overlap = false",
+              path);
+  SUBDP_CHECK(c.device.type != DeviceType::cuda || c.parallel.backend != CommBackend::mpi,
+              "{}: [parallel] overlap = true with [device] type = \"cuda\" and backend = \"{}\": a CUDA device "
+              "overlaps through NCCL's streams, and MPI's collectives would block the backward pass; use backend = "
+              "\"nccl\" or \"auto\", or overlap = false",
+              path, c.parallel.backend);
 }
 
 }  // namespace

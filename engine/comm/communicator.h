@@ -29,6 +29,14 @@ class Communicator {
   /// In-place sum / max all-reduce of n float64 values (metrics, norms, hashes).
   virtual void allreduce_sum(double* data, int64_t n) = 0;
   virtual void allreduce_max(double* data, int64_t n) = 0;
+  /// allreduce_sum that may still be running when it returns (parallel.overlap on a device):
+  /// NCCL orders it after the work already queued on the compute stream, but the compute
+  /// stream's later work only after join(); until then `data` must be neither read nor
+  /// written. Default (host communicators): the blocking allreduce_sum.
+  virtual void allreduce_sum_deferred(float* data, int64_t n) { allreduce_sum(data, n); }
+  /// Orders the compute stream's later work after every deferred collective issued so far on
+  /// this communicator; no host wait. Default: nothing (nothing was deferred).
+  virtual void join() {}
   /// Sum-reduce n float32 values to `root` (recv used on root only; may alias data).
   virtual void reduce_sum(const float* data, float* recv, int64_t n, int root) = 0;
   /// Reduce-scatter (sum) in place: `data` holds sum(counts) float32 values on every rank,

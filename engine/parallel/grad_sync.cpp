@@ -9,7 +9,8 @@
 namespace subdp {
 
 GradientSync::GradientSync(Communicator& world, const Layout& layout, const SubnetworkPlan& plan,
-                           std::vector<Param*> params, double bucket_mb, Sharding sharding, int blocks, bool overlap)
+                           std::vector<Param*> params, double bucket_mb, Sharding sharding, int blocks,
+                           OverlapMode overlap)
     : sharding_(sharding),
       set_(world, layout, plan, std::move(params), bucket_mb, sharding != Sharding::none,
            subdp::shards_blocks(sharding) ? blocks : 0),
@@ -20,8 +21,8 @@ GradientSync::GradientSync(Communicator& world, const Layout& layout, const Subn
   set_.allocate_buffer(broadcast_ ? broadcast_->chunk() : 0, shards_blocks());
   if (sharded()) state_ = std::make_unique<ShardedState>(set_, world.simulated());
   if (sharding == Sharding::parameters) params_ = std::make_unique<ShardedParams>(set_, *state_);
-  SUBDP_ASSERT(!overlap || sharding == Sharding::none);  // the config rules refuse the rest
-  if (overlap && layout.world > 1) overlap_ = std::make_unique<OverlappedAllReduce>(set_, blocks);
+  SUBDP_ASSERT(overlap == OverlapMode::off || sharding == Sharding::none);  // the config rules refuse the rest
+  if (overlap != OverlapMode::off && layout.world > 1) overlap_ = OverlappedAllReduce::make(set_, blocks, overlap);
 }
 
 const std::vector<ShardPiece>& GradientSync::shard_pieces() const {

@@ -41,10 +41,12 @@ class GradientSync {
   /// blocks (held or not); it needs the model's gradients laid out with
   /// ParamLayout::shared_block_grads and allocates the shard-gradient tensor (category grads).
   /// overlap (parallel.overlap, not sharded): the holder all-reduces start during the
-  /// backward pass from the block hooks, on a communication thread (overlap.h); needs the
-  /// model's `blocks`. A no-op on one rank.
+  /// backward pass from the block hooks, on a communication thread or as deferred collectives
+  /// on a device (overlap.h; the latter allocates a buffer per early chunk, category comm);
+  /// needs the model's `blocks`. A no-op on one rank.
   GradientSync(Communicator& world, const Layout& layout, const SubnetworkPlan& plan, std::vector<Param*> params,
-               double bucket_mb, Sharding sharding = Sharding::none, int blocks = 0, bool overlap = false);
+               double bucket_mb, Sharding sharding = Sharding::none, int blocks = 0,
+               OverlapMode overlap = OverlapMode::off);
   /// Averages gradients and running statistics over their holders (ZeRO-2: what no block's
   /// reduce_block took: parameters outside blocks, running statistics). Sharded: only this
   /// rank's shard of each bucket is averaged (the rest of its gradients are stale).

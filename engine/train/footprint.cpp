@@ -9,6 +9,11 @@
 
 namespace subdp {
 
+OverlapMode overlap_mode_of(const Config& c) {
+  if (!c.parallel.overlap) return OverlapMode::off;
+  return c.device.type == DeviceType::cuda ? OverlapMode::streams : OverlapMode::thread;
+}
+
 MemStats predict_rank_memory(const Config& c, int world, int rank) {
   const int S = c.parallel.subnetworks;
   SUBDP_CHECK(world % S == 0, "parallel.subnetworks = {} does not divide the world size W = {}", S, world);
@@ -22,7 +27,9 @@ MemStats predict_rank_memory(const Config& c, int world, int rank) {
         make_model(c.model, make_subnet_mask(plan, units, layout.subnet(), c.mask.scale == MaskScale::inverse_keep),
                    c.train.batch_size, c.train.seed, c.train.recompute == Recompute::blocks, param_layout_of(sharding));
     GradientSync sync(*comm, layout, plan, model->params().all(), c.parallel.bucket_mb, sharding,
-                      static_cast<int>(units.blocks.size()));
+                      static_cast<int>(units.blocks.size()),
+                      // The device's per-chunk buffers; the CPU's thread allocates nothing.
+                      overlap_mode_of(c) == OverlapMode::streams ? OverlapMode::streams : OverlapMode::off);
     auto opt = make_optimizer(c.optim, model->params().trainable(), sync.sharded() ? &sync.shard_pieces() : nullptr);
     Batch batch = allocate_batch(c);
   });

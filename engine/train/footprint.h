@@ -4,9 +4,14 @@
 #pragma once
 #include "engine/config/config.h"
 #include "engine/core/memory.h"
+#include "engine/parallel/overlap.h"
 #include "models/model.h"
 
 namespace subdp {
+
+/// How the trainer overlaps the holder all-reduces (parallel.overlap): a communication thread
+/// on the CPU, deferred collectives on a CUDA device, or off.
+OverlapMode overlap_mode_of(const Config& config);
 
 /// Bytes by category that rank `rank` of a `world`-rank run of `config` allocates.
 /// Errors as the trainer's (layout, plan, model).

@@ -139,7 +139,7 @@ void Trainer::build_local_model() {
   model_ = make_model(config_.model, mask, config_.train.batch_size, config_.train.seed,
                       config_.train.recompute == Recompute::blocks, param_layout_of(sharding));
   sync_ = std::make_unique<GradientSync>(*world_, layout_, plan_, model_->params().all(), config_.parallel.bucket_mb,
-                                         sharding, static_cast<int>(units_.blocks.size()), config_.parallel.overlap);
+                                         sharding, static_cast<int>(units_.blocks.size()), overlap_mode_of(config_));
   sync_->initialise_shard_values(config_.train.seed);  // FSDP: the shards hold the blocks' values
   optimizer_ =
       make_optimizer(config_.optim, model_->params().trainable(), sync_->sharded() ? &sync_->shard_pieces() : nullptr);

@@ -129,6 +129,19 @@ class NcclComm final : public NcclCommunicator {
       NCCL_CHECK(ncclAllReduce(d, d, static_cast<size_t>(n), ncclFloat, ncclSum, comm_, stream_));
     });
   }
+  void allreduce_sum_deferred(float* data, int64_t n) override {
+    if (n == 0) return;
+    if (!is_device_pointer(data)) return allreduce_sum(data, n);  // staged host buffers: blocking
+    enqueue([&] { NCCL_CHECK(ncclAllReduce(data, data, static_cast<size_t>(n), ncclFloat, ncclSum, comm_, stream_)); },
+            /*compute_waits=*/false);
+    deferred_ = true;
+  }
+  void join() override {
+    if (!deferred_) return;
+    CUDA_CHECK(cudaSetDevice(device_));
+    CUDA_CHECK(cudaStreamWaitEvent(compute_stream(), after_, 0));  // the last collective's, so every one's
+    deferred_ = false;
+  }
   void allreduce_sum(double* data, int64_t n) override {
     in_place(data, n * sizeof(double), [&](void* d) {
       NCCL_CHECK(ncclAllReduce(d, d, static_cast<size_t>(n), ncclDouble, ncclSum, comm_, stream_));
@@ -214,16 +227,19 @@ class NcclComm final : public NcclCommunicator {
     return static_cast<cudaStream_t>(subdp::backend().cuda_stream());
   }
 
-  /// Runs op on the comm stream between the compute stream's earlier and later work.
+  /// Runs op on the comm stream after the compute stream's earlier work and, when
+  /// compute_waits, before its later work (else before the work after join()).
   template <class F>
-  void enqueue(F&& op) {
+  void enqueue(F&& op, bool compute_waits = true) {
     CUDA_CHECK(cudaSetDevice(device_));
     const cudaStream_t compute = compute_stream();
     CUDA_CHECK(cudaEventRecord(before_, compute));
     CUDA_CHECK(cudaStreamWaitEvent(stream_, before_, 0));
     op();
     CUDA_CHECK(cudaEventRecord(after_, stream_));
+    if (!compute_waits) return;
     CUDA_CHECK(cudaStreamWaitEvent(compute, after_, 0));
+    deferred_ = false;  // this collective came after every deferred one on the same stream
   }
 
   /// In-place collective on `bytes` at p: direct on device memory, staged (and waited for)
@@ -269,6 +285,7 @@ class NcclComm final : public NcclCommunicator {
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
   int rank_ = 0, size_ = 1;
+  bool deferred_ = false;  // a deferred collective the compute stream has not joined yet
 };
 
 }  // namespace

@@ -91,3 +91,20 @@ for f in mlp resnet gpt llama; do printf '[device]\ntype = "%s"\n' "$DEVICE" >> 
 
 # final_model DIR: model.safetensors of the newest checkpoint in DIR.
 final_model() { echo "$(ls -d "$1"/step-* | tail -1)/model.safetensors"; }
+
+# same_runs NP A B: the runs whose metrics are $WORK/A-{rank}.jsonl and checkpoints $WORK/A
+# (and B's) agree bit for bit on every rank: losses, bytes moved per step, the final model and
+# optimizer tensors. Returns 1 with a message naming the first difference.
+same_runs() {
+  local np=$1 a=$2 b=$3 r f
+  for ((r = 0; r < np; ++r)); do
+    $CHECK same-losses "$WORK/$a-$r.jsonl" "$WORK/$b-$r.jsonl" >/dev/null ||
+      { echo "FAIL: rank $r: the losses of $b differ from $a's"; return 1; }
+    $CHECK same-bytes "$WORK/$a-$r.jsonl" "$WORK/$b-$r.jsonl" >/dev/null || return 1
+  done
+  for f in model optimizer; do
+    $CHECK tensors-close "$(final_model "$WORK/$a" | xargs dirname)/$f.safetensors" \
+      "$(final_model "$WORK/$b" | xargs dirname)/$f.safetensors" 0 >/dev/null ||
+      { echo "FAIL: the final $f tensors of $b differ from $a's"; return 1; }
+  done
+}
