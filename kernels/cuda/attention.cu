@@ -14,6 +14,7 @@
 #include <string>
 #include <type_traits>
 
+#include "kernels/cuda/attention_view.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.h"
 
@@ -28,37 +29,6 @@ constexpr int kRowsPerBlock = 64;  // rows per block, row_lanes<HD>() threads ea
 template <int HD>
 __host__ __device__ constexpr int tile_rows() {
   return HD <= 64 ? 64 : 32;
-}
-
-/// Where query head h of sequence b sits: qkv rows of ld = (H + 2 KV) hd floats with h's q at
-/// column h*hd and its key / value head g = h / (H / KV) at H*hd + g*hd (k) and
-/// (H + KV)*hd + g*hd (v); dy / y rows of C = H*hd floats with head h at h*hd.
-struct HeadView {
-  int64_t ld, C;
-  const float* q;  // row 0 of head h's q
-  const float* k;  // row 0 of its key head
-  const float* v;  // row 0 of its value head
-  int64_t y_off;   // offset of row 0, column h*hd in (B, T, C) tensors
-  int64_t stat;    // offset of row 0 in (B, H, T) statistics
-};
-
-__device__ HeadView head_view(const float* qkv, int T, int H, int KV, int hd, int b, int h) {
-  const int64_t C = static_cast<int64_t>(H) * hd, ld = static_cast<int64_t>(H + 2 * KV) * hd;
-  const int64_t g = h / (H / KV);
-  const float* row0 = qkv + static_cast<int64_t>(b) * T * ld;
-  return {ld,
-          C,
-          row0 + static_cast<int64_t>(h) * hd,
-          row0 + C + g * hd,
-          row0 + C + (KV + g) * hd,
-          static_cast<int64_t>(b) * T * C + static_cast<int64_t>(h) * hd,
-          (static_cast<int64_t>(b) * H + h) * T};
-}
-
-/// The view of the query head of block (blockIdx.x, blockIdx.y = b * H + h).
-__device__ HeadView query_view(const float* qkv, int T, int H, int KV, int hd) {
-  const int b = static_cast<int>(blockIdx.y) / H, h = static_cast<int>(blockIdx.y) % H;
-  return head_view(qkv, T, H, KV, hd, b, h);
 }
 
 /// tile[r][d] = src[(r0 + r) * ld + d], zero past row T and past column hd: the zero columns
@@ -148,7 +118,8 @@ __global__ void __launch_bounds__(kRowsPerBlock* row_lanes<HD>())
                          int hd, float scale) {
   constexpr int LANES = row_lanes<HD>(), W = HD / LANES;
   const HeadView v = query_view(qkv, T, H, KV, hd);
-  const auto [i, c0, mine] = row_lane<HD>(T, hd);
+  const RowLane rl = row_lane<HD>(T, hd);
+  const int i = rl.row, c0 = rl.c0, mine = rl.mine;  // not a structured binding: lambdas capture c0
   float q[W], o[W];
   load_row<W>(q, v.q + static_cast<int64_t>(i) * v.ld + c0, mine);
   load_row<W>(o, nullptr, 0);
@@ -197,7 +168,8 @@ __global__ void __launch_bounds__(kRowsPerBlock* row_lanes<HD>())
   const int b = static_cast<int>(blockIdx.y) / KV, g = static_cast<int>(blockIdx.y) % KV, G = H / KV;
   const HeadView kv = head_view(qkv, T, H, KV, hd, b, g * G);
   const int j0 = static_cast<int>(blockIdx.x) * kRowsPerBlock;
-  const auto [j, c0, mine] = row_lane<HD>(T, hd);
+  const RowLane rl = row_lane<HD>(T, hd);
+  const int j = rl.row, c0 = rl.c0, mine = rl.mine;  // not a structured binding: lambdas capture c0
   const bool active = j < T;
   float k[W], vv[W], dk[W], dv[W];
   load_row<W>(k, kv.k + static_cast<int64_t>(j) * kv.ld + c0, mine);
@@ -244,7 +216,8 @@ __global__ void __launch_bounds__(kRowsPerBlock* row_lanes<HD>())
                              int T, int H, int KV, int hd, float scale) {
   constexpr int LANES = row_lanes<HD>(), W = HD / LANES;
   const HeadView v = query_view(qkv, T, H, KV, hd);
-  const auto [i, c0, mine] = row_lane<HD>(T, hd);
+  const RowLane rl = row_lane<HD>(T, hd);
+  const int i = rl.row, c0 = rl.c0, mine = rl.mine;  // not a structured binding: lambdas capture c0
   const bool active = i < T;
   float q[W], g[W], dq[W];
   load_row<W>(q, v.q + static_cast<int64_t>(i) * v.ld + c0, mine);

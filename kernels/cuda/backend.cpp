@@ -382,7 +382,9 @@ class CudaBackend final : public Backend {
   }
 
   // Flash attention (attention.cu): the layer keeps no probabilities and neither does the
-  // workspace; the backward recomputes each row's log-sum-exp into it (2 B H T floats).
+  // workspace; the backward recomputes each row's log-sum-exp into it (2 B H T floats). Under
+  // bf16 the forward runs on tensor cores where the head width allows (attention_tc.cu); the
+  // backward stays in float32 on CUDA cores.
   int64_t attention_workspace_floats(const AttentionShape& s, int) override {
     SUBDP_CHECK(s.hd >= 1 && s.hd <= cuda::kMaxAttentionHeadDim,
                 "[model] width / heads: a head of {} columns; the CUDA attention takes 1 to {}", s.hd,
@@ -390,6 +392,7 @@ class CudaBackend final : public Backend {
     return cuda::attention_workspace_floats(s);
   }
   void attention_forward(const AttentionShape& s, const float* qkv, float*, float* y, float*, int) override {
+    if (precision() == Precision::bf16 && cuda::attention_forward_tc(s, qkv, y, nullptr, stream_)) return;
     cuda::attention_forward(s, qkv, y, nullptr, stream_);
   }
   void attention_backward(const AttentionShape& s, const float* qkv, const float*, const float* dy, float* dqkv,

@@ -170,6 +170,11 @@ int64_t attention_workspace_floats(const AttentionShape& s);
 /// log-sum-exp of the scaled scores, when not null. Throws std::invalid_argument when hd is
 /// outside 1..kMaxAttentionHeadDim or KV does not divide H.
 void attention_forward(const AttentionShape& s, const float* qkv, float* y, float* lse, cudaStream_t stream);
+/// attention_forward on tensor cores (attention_tc.cu, precision = "bf16"): q, k, v and the
+/// probabilities rounded to bf16, products summed in float; y and lse as attention_forward's
+/// within bf16 rounding. Returns false (nothing launched) unless hd is a multiple of 16 up to
+/// kMaxAttentionHeadDim and KV divides H.
+bool attention_forward_tc(const AttentionShape& s, const float* qkv, float* y, float* lse, cudaStream_t stream);
 /// Backward of attention_forward, as cpu::attention_backward: dqkv (B, T, (H + 2 KV)*hd)
 /// written from dy (B, T, H*hd); recomputes the forward's statistics into ws
 /// (attention_workspace_floats(s) floats). A key / value head sums its query heads' shares in

@@ -229,7 +229,7 @@ int block_barrier(int predicate) {
   return g_block->or_result;
 }
 
-uint64_t warp_exchange(unsigned mask, uint64_t value, int source, const char* what) {
+void warp_gather(unsigned mask, uint64_t value, uint64_t (&all)[32], const char* what) {
   if (g_block == nullptr) fail_outside_kernel(what);
   Thread* t = g_thread;
   Warp& w = g_block->warps[t->warp];
@@ -241,11 +241,18 @@ uint64_t warp_exchange(unsigned mask, uint64_t value, int source, const char* wh
   w.arrived |= 1u << t->lane;
   t->state = State::at_warp_barrier;
   yield();
-  const uint64_t got = source >= 0 && source < 32 && (w.members >> source & 1u) ? w.value[source] : value;
+  for (int l = 0; l < 32; ++l) all[l] = w.members >> l & 1u ? w.value[l] : 0;
   w.arrived |= 1u << t->lane;
   t->state = State::at_warp_barrier;
   yield();
-  return got;
+}
+
+uint64_t warp_exchange(unsigned mask, uint64_t value, int source, const char* what) {
+  uint64_t all[32];
+  warp_gather(mask, value, all, what);
+  if (g_block == nullptr) return value;
+  const unsigned members = g_block->warps[g_thread->warp].members;
+  return source >= 0 && source < 32 && (members >> source & 1u) ? all[source] : value;
 }
 
 bool check_launch(const LaunchConfig& c) {

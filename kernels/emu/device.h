@@ -38,6 +38,9 @@ int block_barrier(int predicate);
 /// Warp collective: every lane in `mask` of the calling warp must call it; returns the value
 /// lane `source` offered (a lane outside the warp or block gives the caller's own value).
 uint64_t warp_exchange(unsigned mask, uint64_t value, int source, const char* what);
+/// Warp collective: every lane in `mask` of the calling warp posts `value`; on return all[l]
+/// holds lane l's (0 for a lane the warp does not have).
+void warp_gather(unsigned mask, uint64_t value, uint64_t (&all)[32], const char* what);
 /// Lane of the calling thread in its warp.
 inline int lane_id() {
   const unsigned linear = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);

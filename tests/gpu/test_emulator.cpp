@@ -1,10 +1,13 @@
 // The emulated device's own checks (SUBDP_CUDA=EMULATE only): what it must refuse or
 // expose as a GPU would — launch limits, a host pointer handed to a kernel, a copy read
 // before its stream ran, a race between streams without an event, host access to device
-// memory. The kernels here are test kernels: the emulated build compiles them as host C++.
+// memory, a warp matrix operation misused. The kernels here are test kernels: the emulated build compiles them as host
+// C++.
 #if defined(SUBDP_CUDA_EMULATED)
 #include <gtest/gtest.h>
+#include <mma.h>
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -128,6 +131,67 @@ TEST_F(Emulator, HostAccessToDeviceMemoryFaults) {
   Dev<float> x(4);
   float* p = x.get();
   EXPECT_DEATH(p[0] = 1.f, "host code touched emulated device memory");
+}
+
+namespace wmma = nvcuda::wmma;
+
+/// One warp: d = a b + c for a (16 x 16 bf16, row-major), b (col-major) and c (float,
+/// row-major); `lanes` receives, for each lane and element i of a fragment loaded from
+/// [0, 256), the tile position that element holds.
+__global__ void wmma_kernel(const __nv_bfloat16* a, const __nv_bfloat16* b, const float* c, float* d,
+                            const float* positions, float* lanes) {
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
+  wmma::load_matrix_sync(fa, a, 16);
+  wmma::load_matrix_sync(fb, b, 16);
+  wmma::load_matrix_sync(fc, c, 16, wmma::mem_row_major);
+  wmma::mma_sync(fc, fa, fb, fc);
+  wmma::store_matrix_sync(d, fc, 16, wmma::mem_row_major);
+  wmma::load_matrix_sync(fc, positions, 16, wmma::mem_row_major);
+  for (int i = 0; i < fc.num_elements; ++i) lanes[threadIdx.x * fc.num_elements + i] = fc.x[i];
+}
+
+/// A load from `a` with leading dimension ldm.
+__global__ void wmma_load_kernel(const __nv_bfloat16* a, unsigned ldm) {
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
+  wmma::load_matrix_sync(fa, a, ldm);
+}
+
+TEST_F(Emulator, WarpMatrixMultiplyIsTheProductOfTheBf16Tiles) {
+  const std::vector<float> a = round_bf16(random_vec(256, 1)), b = round_bf16(random_vec(256, 2)),
+                           c = random_vec(256, 3);
+  std::vector<float> positions(256);
+  for (int p = 0; p < 256; ++p) positions[p] = static_cast<float>(p);
+  DevBf16 da(a), db(b);
+  Dev<float> dc(c), dd(256), dpos(positions), dlanes(256);
+  SUBDP_LAUNCH(1, 32, 0, stream, wmma_kernel)(da, db, dc.get(), dd.get(), dpos.get(), dlanes.get());
+  CUDA_CHECK_LAUNCH();
+  const std::vector<float> d = dd.download(), lanes = dlanes.download();
+  for (int r = 0; r < 16; ++r)
+    for (int col = 0; col < 16; ++col) {
+      float want = c[r * 16 + col];  // b is column-major: b(k, col) at col * 16 + k
+      for (int k = 0; k < 16; ++k) want += a[r * 16 + k] * b[col * 16 + k];
+      EXPECT_NEAR(d[r * 16 + col], want, 1e-5f) << r << "," << col;
+    }
+  // Every element held by exactly one lane, and not in the row-major lane order a kernel
+  // might wrongly assume (lane l holding positions 8 l .. 8 l + 7).
+  EXPECT_EQ(std::set<float>(lanes.begin(), lanes.end()).size(), 256u);
+  EXPECT_NE(lanes, positions);
+}
+
+TEST_F(Emulator, WarpMatrixLoadsNeedAlignedPointersAndLeadingDimensions) {
+  DevBf16 a(std::vector<float>(512, 1.f));
+  SUBDP_LAUNCH(1, 32, 0, stream, wmma_load_kernel)(a.get() + 16, 16u);  // 32 bytes in: fine
+  CUDA_CHECK(cudaDeviceSynchronize());
+  for (const auto& [offset, ldm] : {std::pair<int, unsigned>{8, 16}, {0, 12}}) {
+    SUBDP_LAUNCH(1, 32, 0, stream, wmma_load_kernel)(a.get() + offset, ldm);
+    const cudaError_t st = cudaDeviceSynchronize();
+    EXPECT_EQ(st, cudaErrorMisalignedAddress) << offset << " " << ldm;
+    const std::string why = cudaGetErrorString(st);
+    EXPECT_NE(why.find("not 256-bit aligned or ldm"), std::string::npos) << why;
+    CUDA_CHECK(cudaDeviceReset());  // the fault is sticky, as on a GPU
+  }
 }
 
 }  // namespace

@@ -216,6 +216,35 @@ TEST_F(LayerKernels, FlashAttentionMatchesCpu) {
   }
 }
 
+// The tensor-core forward (precision = "bf16") against the CPU attention of the same inputs
+// rounded to bf16: only the probabilities' rounding to bf16 differs (a relative 2^-9 each),
+// so y within 3e-3 (measured 0.9e-3 to 1.1e-3), and the log-sum-exp, whose sum adds the rounded probabilities, within
+// 1e-3 (measured 1.4e-4 to 2.3e-4).
+// Head widths 16 to 128 (48: zero-padded to 64), rows across the blocks and key tiles, and
+// grouped-query heads; every output element written, the same bits twice.
+TEST_F(LayerKernels, TensorCoreAttentionMatchesCpuOnBf16Inputs) {
+  const cpu::AttentionShape shapes[] = {{3, 37, 4, 16},    {2, 130, 2, 64},    {1, 70, 2, 128},   {1, 65, 2, 48},
+                                        {2, 70, 4, 16, 2}, {1, 130, 6, 32, 2}, {2, 37, 4, 64, 1}, {1, 1, 1, 32}};
+  for (const auto& s : shapes) {
+    SCOPED_TRACE("B T H hd KV = " + std::to_string(s.B) + " " + std::to_string(s.T) + " " + std::to_string(s.H) + " " +
+                 std::to_string(s.hd) + " " + std::to_string(s.kv_heads()));
+    const int64_t qkv_n = static_cast<int64_t>(s.B) * s.T * s.qkv_width(),
+                  y_n = static_cast<int64_t>(s.B) * s.T * s.width(), lse_n = static_cast<int64_t>(s.B) * s.H * s.T;
+    const auto qkv = round_bf16(random_vec(qkv_n, 62, -2.f, 2.f));
+    std::vector<float> y(y_n), ws(cpu::attention_workspace_floats(s, 1));
+    cpu::attention_forward(s, qkv.data(), nullptr, y.data(), ws.data(), 1);
+    Dev<float> dq(qkv), dy(std::vector<float>(y_n, std::nanf(""))), dlse(std::vector<float>(lse_n, std::nanf("")));
+    ASSERT_TRUE(cuda::attention_forward_tc(s, dq, dy, dlse, stream));
+    const auto first = dy.download();
+    EXPECT_REL(first, y, 3e-3);
+    EXPECT_REL(dlse.download(), reference_lse(s, qkv), 1e-3);
+    ASSERT_TRUE(cuda::attention_forward_tc(s, dq, dy, nullptr, stream));
+    EXPECT_EQ(dy.download(), first);
+  }
+  Dev<float> qkv(std::vector<float>(3 * 33, 0.f)), y(33);
+  EXPECT_FALSE(cuda::attention_forward_tc({1, 1, 1, 33}, qkv, y, nullptr, stream));  // not a multiple of 16
+}
+
 TEST_F(LayerKernels, FlashAttentionRefusesAHeadWiderThanCompiled) {
   const cpu::AttentionShape s{1, 4, 1, cuda::kMaxAttentionHeadDim + 1};
   Dev<float> qkv(std::vector<float>(4 * 3 * s.width(), 0.f)), y(4 * s.width());

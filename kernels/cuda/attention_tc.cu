@@ -1,0 +1,187 @@
+// Causal self-attention forward on tensor cores (precision = "bf16"): the flash forward of
+// attention.cu (Dao et al., arXiv:2205.14135, algorithm 1; online softmax, causal tiles
+// skipped, no (T, T) matrix) with the two products S = Q K^T and O += P V as warp matrix
+// operations (nvcuda::wmma, m16n16k16, bf16 operands, float accumulators).
+//
+// A block takes BR query rows of one (sequence, head), one warp per 16 rows, and walks the
+// key tiles of BC = 32 rows up to its last row. Q, K and V are rounded to bf16 as they are
+// loaded into shared memory; P is rounded to bf16 before P V, and the row sums that normalise
+// the output add the same rounded values, so each output row is a convex combination of the
+// value rows. Fragments' element layouts are unspecified, so everything done per row (the
+// causal mask, the running max and sum, the rescale of O) runs on the scores and the output
+// kept in shared memory as floats, two lanes per row. A row's sums run in a fixed order: a
+// run repeats bit for bit.
+#include <mma.h>
+
+#include <cmath>
+
+#include "kernels/cuda/attention_view.cuh"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/kernels.h"
+
+namespace subdp::cuda {
+
+namespace {
+
+namespace wmma = nvcuda::wmma;
+
+constexpr int kTile = 16;  // the m16n16k16 tile
+constexpr int kKeys = 32;  // BC: key rows per tile
+
+/// Query rows per block: 64 (4 warps), 32 at head width 128 (the shared memory stays
+/// under the 48 KiB a block gets without an opt-in).
+template <int HD>
+__host__ __device__ constexpr int query_rows() {
+  return HD <= 64 ? 64 : 32;
+}
+
+/// The block's shared memory, in elements of each array; leading dimensions padded by 16
+/// bytes (the wmma loads need multiples of 16 bytes, and the padding spreads the banks).
+template <int HD>
+struct TcLayout {
+  static constexpr int BR = query_rows<HD>();
+  static constexpr int OLD = HD + 4;  // o: (BR, OLD) floats; first holds Q as bf16 (BR, QLD)
+  static constexpr int QLD = HD + 8;
+  static constexpr int KLD = HD + 8;     // k, v: (kKeys, KLD) bf16
+  static constexpr int SLD = kKeys + 4;  // s: (BR, SLD) float scores
+  static constexpr int PLD = kKeys + 8;  // p: (BR, PLD) bf16 probabilities
+  static constexpr int o_bytes = BR * OLD * 4, kv_bytes = kKeys * KLD * 2;
+  static constexpr int s_bytes = BR * SLD * 4, p_bytes = BR * PLD * 2;
+  static constexpr int bytes = o_bytes + 2 * kv_bytes + s_bytes + p_bytes;
+  static_assert(BR * QLD * 2 <= o_bytes, "Q is staged in o's space");
+  static_assert(bytes <= 48 * 1024, "static shared memory above 48 KiB");
+  static_assert(o_bytes % 32 == 0 && kv_bytes % 32 == 0 && s_bytes % 32 == 0, "32-byte aligned arrays");
+};
+
+/// dst[r][d] = bf16(src[(r0 + r) * ld + d]) for r < rows, d < HD; zero past row T and past
+/// column hd (zero columns add exact zeros to every product).
+template <int HD>
+__device__ void load_bf16(__nv_bfloat16* dst, int dld, const float* src, int64_t ld, int r0, int rows, int T, int hd) {
+  for (int e = threadIdx.x; e < rows * HD; e += blockDim.x) {
+    const int r = e / HD, d = e % HD;
+    const float x = r0 + r < T && d < hd ? src[static_cast<int64_t>(r0 + r) * ld + d] : 0.f;
+    dst[r * dld + d] = __float2bfloat16(x);
+  }
+}
+
+template <int HD>
+__global__ void __launch_bounds__(128)
+    flash_forward_tc_kernel(const float* qkv, float* y, float* lse, int T, int H, int KV, int hd, float scale) {
+  using L = TcLayout<HD>;
+  constexpr int BR = L::BR;
+  alignas(32) __shared__ unsigned char smem[L::bytes];
+  float* o = reinterpret_cast<float*>(smem);
+  auto* q_stage = reinterpret_cast<__nv_bfloat16*>(smem);
+  auto* ks = reinterpret_cast<__nv_bfloat16*>(smem + L::o_bytes);
+  auto* vs = reinterpret_cast<__nv_bfloat16*>(smem + L::o_bytes + L::kv_bytes);
+  float* s = reinterpret_cast<float*>(smem + L::o_bytes + 2 * L::kv_bytes);
+  auto* p = reinterpret_cast<__nv_bfloat16*>(smem + L::o_bytes + 2 * L::kv_bytes + L::s_bytes);
+
+  const HeadView v = query_view(qkv, T, H, KV, hd);
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int q0 = static_cast<int>(blockIdx.x) * BR, w0 = warp * kTile;  // block's and warp's first row
+  // This lane's row (two lanes a row) and its half of the score and output columns.
+  const int rr = w0 + lane / 2, half = lane % 2, i = q0 + rr;
+
+  load_bf16<HD>(q_stage, L::QLD, v.q, v.ld, q0, BR, T, hd);
+  __syncthreads();
+  wmma::fragment<wmma::matrix_a, kTile, kTile, kTile, __nv_bfloat16, wmma::row_major> qf[HD / kTile];
+  for (int kk = 0; kk < HD / kTile; ++kk) wmma::load_matrix_sync(qf[kk], q_stage + w0 * L::QLD + kk * kTile, L::QLD);
+  __syncthreads();  // every warp holds its Q before o overwrites the staging
+  for (int e = threadIdx.x; e < BR * L::OLD; e += blockDim.x) o[e] = 0.f;
+
+  float m = -INFINITY, l = 0.f;
+  const int keys = min(T, q0 + BR);  // no row of the block sees past it
+  for (int j0 = 0; j0 < keys; j0 += kKeys) {
+    __syncthreads();  // every warp is done with the previous tile (and o is zeroed)
+    load_bf16<HD>(ks, L::KLD, v.k, v.ld, j0, kKeys, T, hd);
+    load_bf16<HD>(vs, L::KLD, v.v, v.ld, j0, kKeys, T, hd);
+    __syncthreads();
+    if (q0 + w0 >= T || j0 > q0 + w0 + kTile - 1) continue;  // the warp's rows are past T or see no key here
+
+    // S = Q K^T for the warp's 16 rows: k is (keys, HD) row-major, so K^T is col-major.
+    for (int n = 0; n < kKeys / kTile; ++n) {
+      wmma::fragment<wmma::accumulator, kTile, kTile, kTile, float> acc;
+      wmma::fill_fragment(acc, 0.f);
+      for (int kk = 0; kk < HD / kTile; ++kk) {
+        wmma::fragment<wmma::matrix_b, kTile, kTile, kTile, __nv_bfloat16, wmma::col_major> kf;
+        wmma::load_matrix_sync(kf, ks + n * kTile * L::KLD + kk * kTile, L::KLD);
+        wmma::mma_sync(acc, qf[kk], kf, acc);
+      }
+      wmma::store_matrix_sync(s + w0 * L::SLD + n * kTile, acc, L::SLD, wmma::mem_row_major);
+    }
+    __syncwarp();
+
+    // Online softmax of the row (two lanes, kKeys / 2 columns each): masked, rescaled, P in bf16.
+    constexpr int kHalfKeys = kKeys / 2;
+    float tile_max = -INFINITY;
+    float sc[kHalfKeys];
+    for (int c = 0; c < kHalfKeys; ++c) {
+      const int j = j0 + half * kHalfKeys + c;
+      sc[c] = i < T && j <= i ? s[rr * L::SLD + half * kHalfKeys + c] * scale : -INFINITY;
+      tile_max = fmaxf(tile_max, sc[c]);
+    }
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+    const float m_new = fmaxf(m, tile_max);
+    const float alpha = m == -INFINITY ? 0.f : expf(m - m_new);
+    float sum = 0.f;
+    for (int c = 0; c < kHalfKeys; ++c) {
+      const __nv_bfloat16 pb = __float2bfloat16(sc[c] == -INFINITY ? 0.f : expf(sc[c] - m_new));
+      p[rr * L::PLD + half * kHalfKeys + c] = pb;
+      sum += __bfloat162float(pb);
+    }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);  // both lanes add the same two halves
+    l = l * alpha + sum;
+    m = m_new;
+    for (int d = half * (HD / 2); d < (half + 1) * (HD / 2); ++d) o[rr * L::OLD + d] *= alpha;
+    __syncwarp();
+
+    // O += P V: p is (rows, keys) row-major, v (keys, HD) row-major.
+    for (int n = 0; n < HD / kTile; ++n) {
+      wmma::fragment<wmma::accumulator, kTile, kTile, kTile, float> acc;
+      wmma::load_matrix_sync(acc, o + w0 * L::OLD + n * kTile, L::OLD, wmma::mem_row_major);
+      for (int kk = 0; kk < kKeys / kTile; ++kk) {
+        wmma::fragment<wmma::matrix_a, kTile, kTile, kTile, __nv_bfloat16, wmma::row_major> pf;
+        wmma::fragment<wmma::matrix_b, kTile, kTile, kTile, __nv_bfloat16, wmma::row_major> vf;
+        wmma::load_matrix_sync(pf, p + w0 * L::PLD + kk * kTile, L::PLD);
+        wmma::load_matrix_sync(vf, vs + kk * kTile * L::KLD + n * kTile, L::KLD);
+        wmma::mma_sync(acc, pf, vf, acc);
+      }
+      wmma::store_matrix_sync(o + w0 * L::OLD + n * kTile, acc, L::OLD, wmma::mem_row_major);
+    }
+    __syncwarp();
+  }
+  if (i >= T) return;
+  const float inv = 1.f / l;
+  if (lse && half == 0) lse[v.stat + i] = m + logf(l);
+  float* out = y + v.y_off + static_cast<int64_t>(i) * v.C;
+  for (int d = half * (HD / 2); d < min(hd, (half + 1) * (HD / 2)); ++d) out[d] = o[rr * L::OLD + d] * inv;
+}
+
+template <int HD>
+void launch_tc(const AttentionShape& s, const float* qkv, float* y, float* lse, cudaStream_t stream) {
+  constexpr int BR = query_rows<HD>();
+  const dim3 grid(static_cast<unsigned>((s.T + BR - 1) / BR), static_cast<unsigned>(s.B * s.H));
+  SUBDP_LAUNCH(grid, BR * 2, 0, stream, flash_forward_tc_kernel<HD>)
+  (qkv, y, lse, s.T, s.H, s.kv_heads(), s.hd, 1.f / std::sqrt(static_cast<float>(s.hd)));
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+bool attention_forward_tc(const AttentionShape& s, const float* qkv, float* y, float* lse, cudaStream_t stream) {
+  if (s.hd <= 0 || s.hd % kTile != 0 || s.hd > kMaxAttentionHeadDim || s.kv_heads() <= 0 || s.H % s.kv_heads() != 0)
+    return false;
+  if (s.B <= 0 || s.T <= 0 || s.H <= 0) return true;
+  if (s.hd <= 16)
+    launch_tc<16>(s, qkv, y, lse, stream);
+  else if (s.hd <= 32)
+    launch_tc<32>(s, qkv, y, lse, stream);
+  else if (s.hd <= 64)
+    launch_tc<64>(s, qkv, y, lse, stream);
+  else
+    launch_tc<128>(s, qkv, y, lse, stream);
+  return true;
+}
+
+}  // namespace subdp::cuda

@@ -1,0 +1,41 @@
+// Where a head's rows sit in the packed qkv and the (B, T, C) outputs, for the attention
+// kernels (attention.cu on CUDA cores, attention_tc.cu on tensor cores).
+#pragma once
+#include <cstdint>
+
+#include "kernels/cuda/common.cuh"
+
+namespace subdp::cuda {
+
+/// Where query head h of sequence b sits: qkv rows of ld = (H + 2 KV) hd floats with h's q at
+/// column h*hd and its key / value head g = h / (H / KV) at H*hd + g*hd (k) and
+/// (H + KV)*hd + g*hd (v); dy / y rows of C = H*hd floats with head h at h*hd.
+struct HeadView {
+  int64_t ld, C;
+  const float* q;  // row 0 of head h's q
+  const float* k;  // row 0 of its key head
+  const float* v;  // row 0 of its value head
+  int64_t y_off;   // offset of row 0, column h*hd in (B, T, C) tensors
+  int64_t stat;    // offset of row 0 in (B, H, T) statistics
+};
+
+__device__ inline HeadView head_view(const float* qkv, int T, int H, int KV, int hd, int b, int h) {
+  const int64_t C = static_cast<int64_t>(H) * hd, ld = static_cast<int64_t>(H + 2 * KV) * hd;
+  const int64_t g = h / (H / KV);
+  const float* row0 = qkv + static_cast<int64_t>(b) * T * ld;
+  return {ld,
+          C,
+          row0 + static_cast<int64_t>(h) * hd,
+          row0 + C + g * hd,
+          row0 + C + (KV + g) * hd,
+          static_cast<int64_t>(b) * T * C + static_cast<int64_t>(h) * hd,
+          (static_cast<int64_t>(b) * H + h) * T};
+}
+
+/// The view of the query head of block (blockIdx.x, blockIdx.y = b * H + h).
+__device__ inline HeadView query_view(const float* qkv, int T, int H, int KV, int hd) {
+  const int b = static_cast<int>(blockIdx.y) / H, h = static_cast<int>(blockIdx.y) % H;
+  return head_view(qkv, T, H, KV, hd, b, h);
+}
+
+}  // namespace subdp::cuda
