@@ -11,35 +11,22 @@
 // causal mask, the running max and sum, the rescale of O) runs on the scores and the output
 // kept in shared memory as floats, two lanes per row. A row's sums run in a fixed order: a
 // run repeats bit for bit.
-#include <mma.h>
-
 #include <cmath>
 
+#include "kernels/cuda/attention_tc.cuh"
 #include "kernels/cuda/attention_view.cuh"
-#include "kernels/cuda/common.cuh"
-#include "kernels/cuda/kernels.h"
 
 namespace subdp::cuda {
 
+namespace tc {
+
 namespace {
 
-namespace wmma = nvcuda::wmma;
-
-constexpr int kTile = 16;  // the m16n16k16 tile
-constexpr int kKeys = 32;  // BC: key rows per tile
-
-/// Query rows per block: 64 (4 warps), 32 at head width 128 (the shared memory stays
-/// under the 48 KiB a block gets without an opt-in).
+/// The forward block's shared memory; leading dimensions padded by 16 bytes (the wmma loads
+/// need multiples of 16 bytes, and the padding spreads the banks).
 template <int HD>
-__host__ __device__ constexpr int query_rows() {
-  return HD <= 64 ? 64 : 32;
-}
-
-/// The block's shared memory, in elements of each array; leading dimensions padded by 16
-/// bytes (the wmma loads need multiples of 16 bytes, and the padding spreads the banks).
-template <int HD>
-struct TcLayout {
-  static constexpr int BR = query_rows<HD>();
+struct ForwardLayout {
+  static constexpr int BR = block_rows<HD>();
   static constexpr int OLD = HD + 4;  // o: (BR, OLD) floats; first holds Q as bf16 (BR, QLD)
   static constexpr int QLD = HD + 8;
   static constexpr int KLD = HD + 8;     // k, v: (kKeys, KLD) bf16
@@ -53,21 +40,12 @@ struct TcLayout {
   static_assert(o_bytes % 32 == 0 && kv_bytes % 32 == 0 && s_bytes % 32 == 0, "32-byte aligned arrays");
 };
 
-/// dst[r][d] = bf16(src[(r0 + r) * ld + d]) for r < rows, d < HD; zero past row T and past
-/// column hd (zero columns add exact zeros to every product).
-template <int HD>
-__device__ void load_bf16(__nv_bfloat16* dst, int dld, const float* src, int64_t ld, int r0, int rows, int T, int hd) {
-  for (int e = threadIdx.x; e < rows * HD; e += blockDim.x) {
-    const int r = e / HD, d = e % HD;
-    const float x = r0 + r < T && d < hd ? src[static_cast<int64_t>(r0 + r) * ld + d] : 0.f;
-    dst[r * dld + d] = __float2bfloat16(x);
-  }
-}
-
-template <int HD>
+/// Writes y, or with kForBackward the row's log-sum-exp and delta = rowsum(dy * y) instead.
+template <int HD, bool kForBackward>
 __global__ void __launch_bounds__(128)
-    flash_forward_tc_kernel(const float* qkv, float* y, float* lse, int T, int H, int KV, int hd, float scale) {
-  using L = TcLayout<HD>;
+    flash_forward_tc_kernel(const float* qkv, const float* dy, float* y, float* lse, float* delta, int T, int H, int KV,
+                            int hd, float scale) {
+  using L = ForwardLayout<HD>;
   constexpr int BR = L::BR;
   alignas(32) __shared__ unsigned char smem[L::bytes];
   float* o = reinterpret_cast<float*>(smem);
@@ -85,8 +63,8 @@ __global__ void __launch_bounds__(128)
 
   load_bf16<HD>(q_stage, L::QLD, v.q, v.ld, q0, BR, T, hd);
   __syncthreads();
-  wmma::fragment<wmma::matrix_a, kTile, kTile, kTile, __nv_bfloat16, wmma::row_major> qf[HD / kTile];
-  for (int kk = 0; kk < HD / kTile; ++kk) wmma::load_matrix_sync(qf[kk], q_stage + w0 * L::QLD + kk * kTile, L::QLD);
+  FragA qf[HD / kTile];
+  load_row_fragments<HD>(qf, q_stage, L::QLD, w0);
   __syncthreads();  // every warp holds its Q before o overwrites the staging
   for (int e = threadIdx.x; e < BR * L::OLD; e += blockDim.x) o[e] = 0.f;
 
@@ -101,10 +79,10 @@ __global__ void __launch_bounds__(128)
 
     // S = Q K^T for the warp's 16 rows: k is (keys, HD) row-major, so K^T is col-major.
     for (int n = 0; n < kKeys / kTile; ++n) {
-      wmma::fragment<wmma::accumulator, kTile, kTile, kTile, float> acc;
+      FragAcc acc;
       wmma::fill_fragment(acc, 0.f);
       for (int kk = 0; kk < HD / kTile; ++kk) {
-        wmma::fragment<wmma::matrix_b, kTile, kTile, kTile, __nv_bfloat16, wmma::col_major> kf;
+        FragBCol kf;
         wmma::load_matrix_sync(kf, ks + n * kTile * L::KLD + kk * kTile, L::KLD);
         wmma::mma_sync(acc, qf[kk], kf, acc);
       }
@@ -138,11 +116,11 @@ __global__ void __launch_bounds__(128)
 
     // O += P V: p is (rows, keys) row-major, v (keys, HD) row-major.
     for (int n = 0; n < HD / kTile; ++n) {
-      wmma::fragment<wmma::accumulator, kTile, kTile, kTile, float> acc;
+      FragAcc acc;
       wmma::load_matrix_sync(acc, o + w0 * L::OLD + n * kTile, L::OLD, wmma::mem_row_major);
       for (int kk = 0; kk < kKeys / kTile; ++kk) {
-        wmma::fragment<wmma::matrix_a, kTile, kTile, kTile, __nv_bfloat16, wmma::row_major> pf;
-        wmma::fragment<wmma::matrix_b, kTile, kTile, kTile, __nv_bfloat16, wmma::row_major> vf;
+        FragA pf;
+        FragBRow vf;
         wmma::load_matrix_sync(pf, p + w0 * L::PLD + kk * kTile, L::PLD);
         wmma::load_matrix_sync(vf, vs + kk * kTile * L::KLD + n * kTile, L::KLD);
         wmma::mma_sync(acc, pf, vf, acc);
@@ -151,36 +129,47 @@ __global__ void __launch_bounds__(128)
     }
     __syncwarp();
   }
-  if (i >= T) return;
   const float inv = 1.f / l;
-  if (lse && half == 0) lse[v.stat + i] = m + logf(l);
-  float* out = y + v.y_off + static_cast<int64_t>(i) * v.C;
-  for (int d = half * (HD / 2); d < min(hd, (half + 1) * (HD / 2)); ++d) out[d] = o[rr * L::OLD + d] * inv;
+  const int d_end = i < T ? min(hd, (half + 1) * (HD / 2)) : 0;  // a row past T writes nothing
+  const int64_t at = v.y_off + static_cast<int64_t>(i) * v.C;
+  if constexpr (kForBackward) {
+    float part = 0.f;
+    for (int d = half * (HD / 2); d < d_end; ++d) part += dy[at + d] * (o[rr * L::OLD + d] * inv);
+    part += __shfl_xor_sync(0xffffffffu, part, 1);  // every lane: the two halves, in either lane's order
+    if (i < T && half == 0) {
+      lse[v.stat + i] = m + logf(l);
+      delta[v.stat + i] = part;
+    }
+  } else {
+    if (lse && i < T && half == 0) lse[v.stat + i] = m + logf(l);
+    for (int d = half * (HD / 2); d < d_end; ++d) y[at + d] = o[rr * L::OLD + d] * inv;
+  }
 }
 
-template <int HD>
-void launch_tc(const AttentionShape& s, const float* qkv, float* y, float* lse, cudaStream_t stream) {
-  constexpr int BR = query_rows<HD>();
+template <int HD, bool kForBackward>
+void launch(const AttentionShape& s, const float* qkv, const float* dy, float* y, float* lse, float* delta,
+            cudaStream_t stream) {
+  constexpr int BR = block_rows<HD>();
   const dim3 grid(static_cast<unsigned>((s.T + BR - 1) / BR), static_cast<unsigned>(s.B * s.H));
-  SUBDP_LAUNCH(grid, BR * 2, 0, stream, flash_forward_tc_kernel<HD>)
-  (qkv, y, lse, s.T, s.H, s.kv_heads(), s.hd, 1.f / std::sqrt(static_cast<float>(s.hd)));
+  SUBDP_LAUNCH(grid, BR * 2, 0, stream, flash_forward_tc_kernel<HD, kForBackward>)
+  (qkv, dy, y, lse, delta, s.T, s.H, s.kv_heads(), s.hd, 1.f / std::sqrt(static_cast<float>(s.hd)));
   CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
+void attention_stats(const AttentionShape& s, const float* qkv, const float* dy, float* lse, float* delta,
+                     cudaStream_t stream) {
+  with_width(s.hd, [&](auto tag) { launch<decltype(tag)::value, true>(s, qkv, dy, nullptr, lse, delta, stream); });
+}
+
+}  // namespace tc
+
 bool attention_forward_tc(const AttentionShape& s, const float* qkv, float* y, float* lse, cudaStream_t stream) {
-  if (s.hd <= 0 || s.hd % kTile != 0 || s.hd > kMaxAttentionHeadDim || s.kv_heads() <= 0 || s.H % s.kv_heads() != 0)
-    return false;
+  if (!tc::supported(s)) return false;
   if (s.B <= 0 || s.T <= 0 || s.H <= 0) return true;
-  if (s.hd <= 16)
-    launch_tc<16>(s, qkv, y, lse, stream);
-  else if (s.hd <= 32)
-    launch_tc<32>(s, qkv, y, lse, stream);
-  else if (s.hd <= 64)
-    launch_tc<64>(s, qkv, y, lse, stream);
-  else
-    launch_tc<128>(s, qkv, y, lse, stream);
+  tc::with_width(s.hd,
+                 [&](auto tag) { tc::launch<decltype(tag)::value, false>(s, qkv, nullptr, y, lse, nullptr, stream); });
   return true;
 }
 

@@ -383,8 +383,7 @@ class CudaBackend final : public Backend {
 
   // Flash attention (attention.cu): the layer keeps no probabilities and neither does the
   // workspace; the backward recomputes each row's log-sum-exp into it (2 B H T floats). Under
-  // bf16 the forward runs on tensor cores where the head width allows (attention_tc.cu); the
-  // backward stays in float32 on CUDA cores.
+  // bf16 both run on tensor cores where the head width allows (attention_tc*.cu).
   int64_t attention_workspace_floats(const AttentionShape& s, int) override {
     SUBDP_CHECK(s.hd >= 1 && s.hd <= cuda::kMaxAttentionHeadDim,
                 "[model] width / heads: a head of {} columns; the CUDA attention takes 1 to {}", s.hd,
@@ -397,6 +396,7 @@ class CudaBackend final : public Backend {
   }
   void attention_backward(const AttentionShape& s, const float* qkv, const float*, const float* dy, float* dqkv,
                           float* ws, int) override {
+    if (precision() == Precision::bf16 && cuda::attention_backward_tc(s, qkv, dy, dqkv, ws, stream_)) return;
     cuda::attention_backward(s, qkv, dy, dqkv, ws, stream_);
   }
 

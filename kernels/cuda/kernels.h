@@ -175,6 +175,12 @@ void attention_forward(const AttentionShape& s, const float* qkv, float* y, floa
 /// within bf16 rounding. Returns false (nothing launched) unless hd is a multiple of 16 up to
 /// kMaxAttentionHeadDim and KV divides H.
 bool attention_forward_tc(const AttentionShape& s, const float* qkv, float* y, float* lse, cudaStream_t stream);
+/// attention_backward on tensor cores (attention_tc_backward.cu, precision = "bf16"): the
+/// statistics from the tensor-core forward, then dk / dv and dq with q, k, v, dy and the
+/// probabilities and score gradients rounded to bf16, float sums; the same ws. Returns false
+/// (nothing launched) where attention_forward_tc would.
+bool attention_backward_tc(const AttentionShape& s, const float* qkv, const float* dy, float* dqkv, float* ws,
+                           cudaStream_t stream);
 /// Backward of attention_forward, as cpu::attention_backward: dqkv (B, T, (H + 2 KV)*hd)
 /// written from dy (B, T, H*hd); recomputes the forward's statistics into ws
 /// (attention_workspace_floats(s) floats). A key / value head sums its query heads' shares in

@@ -219,7 +219,9 @@ TEST_F(LayerKernels, FlashAttentionMatchesCpu) {
 // The tensor-core forward (precision = "bf16") against the CPU attention of the same inputs
 // rounded to bf16: only the probabilities' rounding to bf16 differs (a relative 2^-9 each),
 // so y within 3e-3 (measured 0.9e-3 to 1.1e-3), and the log-sum-exp, whose sum adds the rounded probabilities, within
-// 1e-3 (measured 1.4e-4 to 2.3e-4).
+// 1e-3 (measured 1.4e-4 to 2.3e-4); the backward (probabilities and score gradients also in
+// bf16) against the CPU backward of the same bf16 inputs and dy, within 6e-3 (measured 1.1e-3
+// to 2.6e-3).
 // Head widths 16 to 128 (48: zero-padded to 64), rows across the blocks and key tiles, and
 // grouped-query heads; every output element written, the same bits twice.
 TEST_F(LayerKernels, TensorCoreAttentionMatchesCpuOnBf16Inputs) {
@@ -230,9 +232,10 @@ TEST_F(LayerKernels, TensorCoreAttentionMatchesCpuOnBf16Inputs) {
                  std::to_string(s.hd) + " " + std::to_string(s.kv_heads()));
     const int64_t qkv_n = static_cast<int64_t>(s.B) * s.T * s.qkv_width(),
                   y_n = static_cast<int64_t>(s.B) * s.T * s.width(), lse_n = static_cast<int64_t>(s.B) * s.H * s.T;
-    const auto qkv = round_bf16(random_vec(qkv_n, 62, -2.f, 2.f));
-    std::vector<float> y(y_n), ws(cpu::attention_workspace_floats(s, 1));
+    const auto qkv = round_bf16(random_vec(qkv_n, 62, -2.f, 2.f)), dy_in = round_bf16(random_vec(y_n, 63));
+    std::vector<float> y(y_n), dqkv(qkv_n), ws(cpu::attention_workspace_floats(s, 1));
     cpu::attention_forward(s, qkv.data(), nullptr, y.data(), ws.data(), 1);
+    cpu::attention_backward(s, qkv.data(), nullptr, dy_in.data(), dqkv.data(), ws.data(), 1);
     Dev<float> dq(qkv), dy(std::vector<float>(y_n, std::nanf(""))), dlse(std::vector<float>(lse_n, std::nanf("")));
     ASSERT_TRUE(cuda::attention_forward_tc(s, dq, dy, dlse, stream));
     const auto first = dy.download();
@@ -240,6 +243,14 @@ TEST_F(LayerKernels, TensorCoreAttentionMatchesCpuOnBf16Inputs) {
     EXPECT_REL(dlse.download(), reference_lse(s, qkv), 1e-3);
     ASSERT_TRUE(cuda::attention_forward_tc(s, dq, dy, nullptr, stream));
     EXPECT_EQ(dy.download(), first);
+    const std::vector<float> nan(qkv_n, std::nanf(""));  // every element must be written
+    Dev<float> ddy(dy_in), ddq(nan), dws(cuda::attention_workspace_floats(s));
+    ASSERT_TRUE(cuda::attention_backward_tc(s, dq, ddy, ddq, dws, stream));
+    const auto grad = ddq.download();
+    EXPECT_REL(grad, dqkv, 6e-3);
+    ddq.upload(nan);
+    ASSERT_TRUE(cuda::attention_backward_tc(s, dq, ddy, ddq, dws, stream));
+    EXPECT_EQ(ddq.download(), grad);
   }
   Dev<float> qkv(std::vector<float>(3 * 33, 0.f)), y(33);
   EXPECT_FALSE(cuda::attention_forward_tc({1, 1, 1, 33}, qkv, y, nullptr, stream));  // not a multiple of 16

@@ -1,0 +1,88 @@
+// What the tensor-core attention kernels share (attention_tc.cu: the forward;
+// attention_tc_backward.cu: dk, dv and dq): the m16n16k16 warp tiles of bf16 operands and
+// float accumulators (nvcuda::wmma), the bf16 staging of q, k, v and dy rows into shared
+// memory, and the convention that two lanes share a row of the per-row work (the row's mask,
+// softmax and statistics), each with half its columns, because a fragment's element layout
+// is unspecified and per-row work runs on floats in shared memory instead.
+#pragma once
+#include <mma.h>
+
+#include <type_traits>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/kernels.h"
+
+namespace subdp::cuda::tc {
+
+namespace wmma = nvcuda::wmma;
+
+constexpr int kTile = 16;     // the m16n16k16 tile: 16 rows a warp
+constexpr int kKeys = 32;     // key rows per tile (forward, dq)
+constexpr int kQueries = 32;  // query rows per tile (dk, dv)
+
+using FragA = wmma::fragment<wmma::matrix_a, kTile, kTile, kTile, __nv_bfloat16, wmma::row_major>;
+using FragBRow = wmma::fragment<wmma::matrix_b, kTile, kTile, kTile, __nv_bfloat16, wmma::row_major>;
+using FragBCol = wmma::fragment<wmma::matrix_b, kTile, kTile, kTile, __nv_bfloat16, wmma::col_major>;
+using FragAcc = wmma::fragment<wmma::accumulator, kTile, kTile, kTile, float>;
+
+/// Rows a block owns: 64 (4 warps), 32 at head width 128, so that each kernel's shared
+/// memory stays under the 48 KiB a block gets without an opt-in.
+template <int HD>
+__host__ __device__ constexpr int block_rows() {
+  return HD <= 64 ? 64 : 32;
+}
+
+/// True when the tensor-core kernels take shape s: head widths that are multiples of 16 up
+/// to kMaxAttentionHeadDim, and KV dividing H.
+inline bool supported(const AttentionShape& s) {
+  return s.hd > 0 && s.hd % kTile == 0 && s.hd <= kMaxAttentionHeadDim && s.kv_heads() > 0 && s.H % s.kv_heads() == 0;
+}
+
+/// Calls f(std::integral_constant<int, HD>{}) with the compiled width HD >= s.hd.
+template <class F>
+void with_width(int hd, F&& f) {
+  if (hd <= 16) return f(std::integral_constant<int, 16>{});
+  if (hd <= 32) return f(std::integral_constant<int, 32>{});
+  if (hd <= 64) return f(std::integral_constant<int, 64>{});
+  return f(std::integral_constant<int, 128>{});
+}
+
+/// dst[r][d] = bf16(src[(r0 + r) * ld + d]) for r < rows, d < HD, dst rows dld apart; zero past
+/// row T and past column hd (zero columns add exact zeros to every product). Every thread of
+/// the block takes part.
+template <int HD>
+__device__ void load_bf16(__nv_bfloat16* dst, int dld, const float* src, int64_t ld, int r0, int rows, int T, int hd) {
+  for (int e = threadIdx.x; e < rows * HD; e += blockDim.x) {
+    const int r = e / HD, d = e % HD;
+    const float x = r0 + r < T && d < hd ? src[static_cast<int64_t>(r0 + r) * ld + d] : 0.f;
+    dst[r * dld + d] = __float2bfloat16(x);
+  }
+}
+
+/// The warp's HD / 16 fragments of rows w0 .. w0 + 15 of a bf16 (rows, ld) array.
+template <int HD>
+__device__ void load_row_fragments(FragA (&f)[HD / kTile], const __nv_bfloat16* a, int ld, int w0) {
+  for (int kk = 0; kk < HD / kTile; ++kk) wmma::load_matrix_sync(f[kk], a + w0 * ld + kk * kTile, ld);
+}
+
+/// out[d] = scale * acc rows (the warp's 16 rows as HD / 16 accumulators), through the float
+/// staging area `stage` (rows ld apart, the warp's rows from w0): this lane writes row
+/// w0 + lane / 2 (to `out`, null for a row past T), its half of the columns below hd.
+template <int HD>
+__device__ void write_rows(const FragAcc (&acc)[HD / kTile], float* stage, int ld, int w0, float* out, int hd,
+                           float scale) {
+  for (int n = 0; n < HD / kTile; ++n)
+    wmma::store_matrix_sync(stage + w0 * ld + n * kTile, acc[n], ld, wmma::mem_row_major);
+  __syncwarp();
+  const int lane = static_cast<int>(threadIdx.x) % 32, r = w0 + lane / 2, half = lane % 2;
+  if (out)
+    for (int d = half * (HD / 2); d < min(hd, (half + 1) * (HD / 2)); ++d) out[d] = scale * stage[r * ld + d];
+}
+
+/// The float32 statistics the backward kernels read, on tensor cores (attention_tc.cu):
+/// lse (B, H, T), each row's log-sum-exp of the scaled scores over the rounded
+/// probabilities, and delta (B, H, T) = rowsum(dy * y).
+void attention_stats(const AttentionShape& s, const float* qkv, const float* dy, float* lse, float* delta,
+                     cudaStream_t stream);
+
+}  // namespace subdp::cuda::tc
