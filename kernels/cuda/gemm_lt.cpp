@@ -2,11 +2,15 @@
 // fused bias and GELU), row-major as gemm.cpp: y (rows, out) = x (rows, in) w^T is, column-
 // major, D (out, rows) = op(W) (out, in) X (in, rows) with W stored (in, out) and transposed.
 // Handles are per thread and device (handle_cache.h); descriptors are made per call (host work
-// of microseconds against a GEMM's device time).
+// of microseconds against a GEMM's device time); the heuristic's answer, tens of microseconds
+// of host time, is kept per thread for each problem (shape, epilogue, compute type, device and
+// the operands' alignments, which the algorithm may rely on).
 #include <cublasLt.h>
 
 #include <climits>
 #include <cstdint>
+#include <map>
+#include <tuple>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/handle_cache.h"
@@ -15,6 +19,8 @@
 namespace subdp::cuda {
 
 namespace {
+
+thread_local int64_t lt_heuristic_queries_ = 0;  // lt_heuristic_queries()
 
 cublasLtHandle_t lt_handle() { return thread_device_handle<cublasLtHandle_t, &cublasLtCreate, &cublasLtDestroy>(); }
 
@@ -72,6 +78,48 @@ struct LtProblem {
   float* aux;
 };
 
+/// What the heuristic's answer depends on: the problem's shape and epilogue, the compute type,
+/// the device and the alignments the preference states.
+using HeuristicKey =
+    std::tuple<bool, int64_t, int64_t, int64_t, int, bool, bool, int, int, uint32_t, uint32_t, uint32_t>;
+
+HeuristicKey key_of(const LtProblem& p) {
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  return {p.trans_a,
+          p.m,
+          p.n,
+          p.k,
+          static_cast<int>(p.epilogue),
+          p.bias != nullptr,
+          p.aux != nullptr,
+          static_cast<int>(compute_type()),
+          device,
+          alignment_of(p.A),
+          alignment_of(p.B),
+          alignment_of(p.D)};
+}
+
+/// The heuristic's first algorithm for p's key (nullptr: none offered), asked once per thread.
+const cublasLtMatmulAlgo_t* cached_algo(cublasLtHandle_t h, const LtProblem& p, const LtCall& c) {
+  struct Answer {
+    bool found;
+    cublasLtMatmulAlgo_t algo;
+  };
+  thread_local std::map<HeuristicKey, Answer> answers;
+  const HeuristicKey key = key_of(p);
+  auto it = answers.find(key);
+  if (it == answers.end()) {
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(h, c.desc, c.a, c.b, c.d, c.d, c.pref, 1, &result, &found);
+    if (st != CUBLAS_STATUS_NOT_SUPPORTED) CUBLAS_CHECK(st);
+    ++lt_heuristic_queries_;
+    it = answers.emplace(key, Answer{st == CUBLAS_STATUS_SUCCESS && found > 0, result.algo}).first;
+  }
+  return it->second.found ? &it->second.algo : nullptr;
+}
+
 /// Runs p through the heuristic's first algorithm; false when cuBLASLt offers none.
 bool run_lt(const LtProblem& p, cudaStream_t stream) {
   LtCall c;
@@ -96,20 +144,19 @@ bool run_lt(const LtProblem& p, cudaStream_t stream) {
   set_alignment(c.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, p.D);
   set_alignment(c.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, p.D);
   cublasLtHandle_t h = lt_handle();
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(h, c.desc, c.a, c.b, c.d, c.d, c.pref, 1, &result, &found);
-  if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0)) return false;
-  CUBLAS_CHECK(st);
+  const cublasLtMatmulAlgo_t* algo = cached_algo(h, p, c);
+  if (algo == nullptr) return false;
   const float alpha = 1.f, beta = 0.f;
-  CUBLAS_CHECK(cublasLtMatmul(h, c.desc, &alpha, p.A, c.a, p.B, c.b, &beta, p.D, c.d, p.D, c.d, &result.algo, nullptr,
-                              0, stream));
+  CUBLAS_CHECK(
+      cublasLtMatmul(h, c.desc, &alpha, p.A, c.a, p.B, c.b, &beta, p.D, c.d, p.D, c.d, algo, nullptr, 0, stream));
   return true;
 }
 
 bool fits_int(int64_t v) { return v > 0 && v <= INT_MAX; }
 
 }  // namespace
+
+int64_t lt_heuristic_queries() { return lt_heuristic_queries_; }
 
 bool linear_lt(const float* x, const float* w, const float* b, float* y, float* pre, int64_t rows, int64_t in,
                int64_t out, cudaStream_t stream) {

@@ -279,6 +279,9 @@ bool linear_lt(const float* x, const float* w, const float* b, float* y, float* 
 /// multiple of 8, pre is not 16-byte aligned or cuBLASLt offers no algorithm.
 bool linear_dx_dgelu_lt(const float* dy, const float* w, const float* pre, float* dx, int64_t rows, int64_t in,
                         int64_t out, cudaStream_t stream);
+/// cuBLASLt heuristic queries the calling thread has made (linear_lt and linear_dx_dgelu_lt
+/// ask once per problem: shape, epilogue, compute type, device and operand alignments).
+int64_t lt_heuristic_queries();
 /// bf16 GEMM (cublasGemmEx, fp32 accumulation: CUBLAS_COMPUTE_32F), bf16 or fp32 output.
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda, const bf16* B, int ldb,
           float beta, bf16* C, int ldc, cudaStream_t stream);

@@ -91,6 +91,32 @@ TEST_F(LinearLt, Bf16ComputeRoundsTheOperands) {
   EXPECT_GT(rel_error(got, plain_y), 1e-4) << "bf16 gave the fp32 result";
 }
 
+// The heuristic is asked once per problem: the same shape on the same alignments again asks
+// nothing; the same shape 4 bytes off alignment asks again (an algorithm chosen for 256-byte
+// aligned operands must not run on these: the emulated cuBLASLt refuses it, as the library
+// may fail or fault) and gives the aligned call's result within float32 rounding.
+TEST_F(LinearLt, HeuristicAskedOncePerShapeAndAlignment) {
+  const int rows = 29, in = 16, out = 24;
+  const auto x = random_vec(static_cast<size_t>(rows) * in, 59), w = random_vec(static_cast<size_t>(out) * in, 60);
+  const auto b = random_vec(out, 61);
+  const size_t ny = static_cast<size_t>(rows) * out;
+  Dev<float> dx(x.size() + 1), dw(w.size() + 1), db(b), dy(ny + 1);
+  CUDA_CHECK(cudaMemcpy(dx.get(), x.data(), 4 * x.size(), cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(dw.get(), w.data(), 4 * w.size(), cudaMemcpyHostToDevice));
+  const int64_t before = cuda::lt_heuristic_queries();
+  ASSERT_TRUE(cuda::linear_lt(dx, dw, db, dy, nullptr, rows, in, out, stream));
+  std::vector<float> aligned(ny), off(ny);
+  CUDA_CHECK(cudaMemcpy(aligned.data(), dy.get(), 4 * ny, cudaMemcpyDeviceToHost));
+  ASSERT_TRUE(cuda::linear_lt(dx, dw, db, dy, nullptr, rows, in, out, stream));
+  EXPECT_EQ(cuda::lt_heuristic_queries(), before + 1);
+  CUDA_CHECK(cudaMemcpy(dx.get() + 1, x.data(), 4 * x.size(), cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(dw.get() + 1, w.data(), 4 * w.size(), cudaMemcpyHostToDevice));
+  ASSERT_TRUE(cuda::linear_lt(dx.get() + 1, dw.get() + 1, db, dy.get() + 1, nullptr, rows, in, out, stream));
+  EXPECT_EQ(cuda::lt_heuristic_queries(), before + 2);
+  CUDA_CHECK(cudaMemcpy(off.data(), dy.get() + 1, 4 * ny, cudaMemcpyDeviceToHost));
+  EXPECT_REL(off, aligned, kF32Tol);  // another algorithm may sum in another order
+}
+
 // Nothing to fuse, an empty problem, a GELU input whose leading dimension the library refuses
 // (not a multiple of 8), or a bias off 16-byte alignment: false, and nothing written.
 TEST_F(LinearLt, DeclinesWhatItCannotFuse) {
