@@ -15,7 +15,6 @@
 
 #include "engine/core/backend.h"
 #include "engine/core/error.h"
-#include "engine/core/memory.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/device_pool.h"
 
@@ -108,10 +107,6 @@ class NcclComm final : public NcclCommunicator {
       ncclCommFinalize(comm_);
       ncclCommDestroy(comm_);
     }
-    if (scratch_) {
-      cudaFree(scratch_);
-      MemoryTracker::global().on_free(MemCategory::comm, static_cast<int64_t>(scratch_bytes_));
-    }
     cudaEventDestroy(before_);
     cudaEventDestroy(after_);
     cudaStreamDestroy(stream_);
@@ -125,13 +120,11 @@ class NcclComm final : public NcclCommunicator {
   CommKind kind() const override { return CommKind::nccl; }
 
   void allreduce_sum(float* data, int64_t n) override {
-    in_place(data, n * sizeof(float), [&](void* d) {
-      NCCL_CHECK(ncclAllReduce(d, d, static_cast<size_t>(n), ncclFloat, ncclSum, comm_, stream_));
-    });
+    if (!on_device(data, n)) return bootstrap_->allreduce_sum(data, n);
+    enqueue([&] { NCCL_CHECK(ncclAllReduce(data, data, static_cast<size_t>(n), ncclFloat, ncclSum, comm_, stream_)); });
   }
   void allreduce_sum_deferred(float* data, int64_t n) override {
-    if (n == 0) return;
-    if (!is_device_pointer(data)) return allreduce_sum(data, n);  // staged host buffers: blocking
+    if (!on_device(data, n)) return bootstrap_->allreduce_sum(data, n);  // host buffers: blocking
     enqueue([&] { NCCL_CHECK(ncclAllReduce(data, data, static_cast<size_t>(n), ncclFloat, ncclSum, comm_, stream_)); },
             /*compute_waits=*/false);
     deferred_ = true;
@@ -143,32 +136,26 @@ class NcclComm final : public NcclCommunicator {
     deferred_ = false;
   }
   void allreduce_sum(double* data, int64_t n) override {
-    in_place(data, n * sizeof(double), [&](void* d) {
-      NCCL_CHECK(ncclAllReduce(d, d, static_cast<size_t>(n), ncclDouble, ncclSum, comm_, stream_));
-    });
+    if (!on_device(data, n)) return bootstrap_->allreduce_sum(data, n);
+    enqueue(
+        [&] { NCCL_CHECK(ncclAllReduce(data, data, static_cast<size_t>(n), ncclDouble, ncclSum, comm_, stream_)); });
   }
   void allreduce_max(double* data, int64_t n) override {
-    in_place(data, n * sizeof(double), [&](void* d) {
-      NCCL_CHECK(ncclAllReduce(d, d, static_cast<size_t>(n), ncclDouble, ncclMax, comm_, stream_));
-    });
+    if (!on_device(data, n)) return bootstrap_->allreduce_max(data, n);
+    enqueue(
+        [&] { NCCL_CHECK(ncclAllReduce(data, data, static_cast<size_t>(n), ncclDouble, ncclMax, comm_, stream_)); });
   }
   void reduce_sum(const float* data, float* recv, int64_t n, int root) override {
-    const size_t bytes = n * sizeof(float);
     const bool root_recv = rank_ == root && recv != data;
-    if (is_device_pointer(data) && (!root_recv || is_device_pointer(recv))) {
-      enqueue([&] {
-        NCCL_CHECK(ncclReduce(data, rank_ == root ? recv : const_cast<float*>(data), static_cast<size_t>(n), ncclFloat,
-                              ncclSum, root, comm_, stream_));
-      });
-      return;
-    }
-    void* d = staging(bytes);  // host buffers: reduce in place on a device copy of data
-    CUDA_CHECK(cudaMemcpyAsync(d, data, bytes, cudaMemcpyHostToDevice, stream_));
-    NCCL_CHECK(ncclReduce(d, d, static_cast<size_t>(n), ncclFloat, ncclSum, root, comm_, stream_));
-    if (rank_ == root) CUDA_CHECK(cudaMemcpyAsync(recv, d, bytes, cudaMemcpyDeviceToHost, stream_));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (!on_device(data, n) || (root_recv && !is_device_pointer(recv)))
+      return bootstrap_->reduce_sum(data, recv, n, root);
+    enqueue([&] {
+      NCCL_CHECK(ncclReduce(data, rank_ == root ? recv : const_cast<float*>(data), static_cast<size_t>(n), ncclFloat,
+                            ncclSum, root, comm_, stream_));
+    });
   }
   void reduce_scatter_sum(float* data, const std::vector<int64_t>& counts) override {
+    if (!on_device(data, segment_offset(counts, size_, size_))) return bootstrap_->reduce_scatter_sum(data, counts);
     // Variable counts: one ncclReduce per segment to its rank, grouped into one launch
     // (ncclReduceScatter wants equal counts).
     per_segment(data, counts, [&](float* seg, size_t n, int r) {
@@ -176,14 +163,15 @@ class NcclComm final : public NcclCommunicator {
     });
   }
   void allgather_segments(float* data, const std::vector<int64_t>& counts) override {
+    if (!on_device(data, segment_offset(counts, size_, size_))) return bootstrap_->allgather_segments(data, counts);
     per_segment(data, counts, [&](float* seg, size_t n, int r) {
       NCCL_CHECK(ncclBroadcast(seg, seg, n, ncclFloat, r, comm_, stream_));
     });
   }
   void broadcast(void* data, int64_t bytes, int root) override {
-    in_place(data, static_cast<size_t>(bytes), [&](void* d) {
-      NCCL_CHECK(ncclBroadcast(d, d, static_cast<size_t>(bytes), ncclUint8, root, comm_, stream_));
-    });
+    if (!on_device(data, bytes)) return bootstrap_->broadcast(data, bytes, root);
+    enqueue(
+        [&] { NCCL_CHECK(ncclBroadcast(data, data, static_cast<size_t>(bytes), ncclUint8, root, comm_, stream_)); });
   }
   std::vector<std::string> allgather(const std::string& mine) override { return bootstrap_->allgather(mine); }
   void barrier() override {
@@ -206,18 +194,21 @@ class NcclComm final : public NcclCommunicator {
 
  private:
   /// One NCCL call per segment r of `counts` (op(segment, count, r)), grouped, in place on
-  /// data (staged through the device for host buffers).
+  /// device memory.
   template <class F>
   void per_segment(float* data, const std::vector<int64_t>& counts, F&& op) {
-    const int64_t total = segment_offset(counts, size_, size_);
-    in_place(data, static_cast<size_t>(total) * sizeof(float), [&](void* d) {
-      float* base = static_cast<float*>(d);
+    enqueue([&] {
       NCCL_CHECK(ncclGroupStart());
       for (int r = 0; r < size_; ++r)
-        if (counts[r] > 0) op(base + segment_offset(counts, r, size_), static_cast<size_t>(counts[r]), r);
+        if (counts[r] > 0) op(data + segment_offset(counts, r, size_), static_cast<size_t>(counts[r]), r);
       NCCL_CHECK(ncclGroupEnd());
     });
   }
+
+  /// True when the n elements at p are device memory, which NCCL reduces. Host buffers (the
+  /// metrics, the probes) and empty ones go through the bootstrap's MPI instead (the same on
+  /// every rank of a collective), so no device staging buffer exists outside the plan.
+  bool on_device(const void* p, int64_t n) const { return n > 0 && is_device_pointer(p); }
 
   /// The stream whose work a collective is ordered against: the one set_compute_stream gave,
   /// else the run's backend's (the CUDA backend computes on a non-blocking stream, which the
@@ -242,39 +233,6 @@ class NcclComm final : public NcclCommunicator {
     deferred_ = false;  // this collective came after every deferred one on the same stream
   }
 
-  /// In-place collective on `bytes` at p: direct on device memory, staged (and waited for)
-  /// on host memory.
-  template <class F>
-  void in_place(void* p, size_t bytes, F&& op) {
-    if (bytes == 0) return;
-    if (is_device_pointer(p)) {
-      enqueue([&] { op(p); });
-      return;
-    }
-    void* d = staging(bytes);
-    CUDA_CHECK(cudaMemcpyAsync(d, p, bytes, cudaMemcpyHostToDevice, stream_));
-    op(d);
-    CUDA_CHECK(cudaMemcpyAsync(p, d, bytes, cudaMemcpyDeviceToHost, stream_));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
-  }
-
-  /// Device scratch of at least `bytes` for host-buffer collectives (grows, tracked as comm).
-  void* staging(size_t bytes) {
-    CUDA_CHECK(cudaSetDevice(device_));
-    if (bytes <= scratch_bytes_) return scratch_;
-    if (scratch_) {
-      CUDA_CHECK(cudaStreamSynchronize(stream_));
-      CUDA_CHECK(cudaFree(scratch_));
-      MemoryTracker::global().on_free(MemCategory::comm, static_cast<int64_t>(scratch_bytes_));
-      scratch_ = nullptr;
-      scratch_bytes_ = 0;
-    }
-    CUDA_CHECK(cudaMalloc(&scratch_, bytes));
-    scratch_bytes_ = bytes;
-    MemoryTracker::global().on_alloc(MemCategory::comm, static_cast<int64_t>(bytes));
-    return scratch_;
-  }
-
   ncclComm_t comm_;
   int device_;
   Communicator* bootstrap_;
@@ -282,8 +240,6 @@ class NcclComm final : public NcclCommunicator {
   std::optional<cudaStream_t> compute_;  // set_compute_stream's; unset: compute_stream() asks the backend
   cudaStream_t stream_ = nullptr;
   cudaEvent_t before_ = nullptr, after_ = nullptr;
-  void* scratch_ = nullptr;
-  size_t scratch_bytes_ = 0;
   int rank_ = 0, size_ = 1;
   bool deferred_ = false;  // a deferred collective the compute stream has not joined yet
 };

@@ -2,8 +2,8 @@
 // over an existing (MPI) communicator, which broadcasts rank 0's ncclUniqueId and carries
 // the string all-gathers. Collectives run on a dedicated stream, ordered after the work
 // already queued on the compute stream and before the work queued there afterwards (events,
-// no host wait). Host pointers are accepted too: staged through a device buffer, and the
-// call returns once the host copy is updated.
+// no host wait). Host pointers are accepted too: their collectives run on the bootstrap
+// communicator (MPI), blocking, so no device buffer is allocated for them.
 #pragma once
 #include <cuda_runtime.h>
 
