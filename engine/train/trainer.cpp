@@ -151,7 +151,13 @@ void Trainer::build_local_model() {
 void Trainer::report_overlap() const {
   const auto [early, total] = sync_->overlapped_messages();
   if (!prints_ || total == 0) return;
-  if (early == 0)
+  if (early == 0 && units_.blocks.empty())
+    std::fputs(fmt::format("subdp: warning: parallel.overlap = true, but model.name = \"{}\" has no residual blocks: "
+                           "no all-reduce message can start before the backward pass ends, whatever bucket_mb\n",
+                           config_.model.name)
+                   .c_str(),
+               stderr);
+  else if (early == 0)
     std::fprintf(stderr,
                  "subdp: warning: parallel.overlap = true, but no all-reduce message of rank %d can start before the "
                  "backward pass ends: at parallel.bucket_mb = %g each holds parameters outside the blocks (embeddings, "
