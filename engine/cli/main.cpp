@@ -209,6 +209,23 @@ int plan_command(subdp::Config config, const Args& a, const subdp::LauncherLayou
   return subdp::run_plan(config, world, {a.budget.empty() ? 0.0 : parse_budget(a.budget), a.json, a.deal});
 }
 
+/// argv[1..] in the reverse order CLI11's vector parse consumes, with an empty value after
+/// '=' ("--prompt=") split into the option and an explicit empty argument: CLI11 would take
+/// the next argument as the value instead ("--prompt= --tokens 5" gave "--tokens" as the prompt).
+std::vector<std::string> cli_arguments(int argc, char** argv) {
+  std::vector<std::string> args;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.size() > 3 && arg.rfind("--", 0) == 0 && arg.back() == '=' && arg.find('=') == arg.size() - 1) {
+      args.push_back(arg.substr(0, arg.size() - 1));
+      args.emplace_back();
+    } else {
+      args.push_back(arg);
+    }
+  }
+  return {args.rbegin(), args.rend()};
+}
+
 int run(int argc, char** argv) {
   CLI::App app{"subdp: hybrid data parallelism with subnetwork masking (arXiv:2507.09029)", "subdp"};
   app.require_subcommand(1);
@@ -226,7 +243,8 @@ int run(int argc, char** argv) {
   CLI::App* parity = add_parity(app, a, p);
   CLI::App* sample = add_sample(app, a, s);
   try {
-    app.parse(argc, argv);
+    std::vector<std::string> args = cli_arguments(argc, argv);
+    app.parse(args);
   } catch (const CLI::ParseError& e) {
     int code = app.exit(e);  // prints help, or the message and a hint
     return code == 0 ? 0 : 2;

@@ -44,6 +44,9 @@ expect_error "parity-dump compares with the PyTorch twin in float32" 1 "$SUBDP" 
 run_ranks 1 train "$WORK/gpt.toml" --set checkpoint.dir="$WORK/sample-ckpt" >/dev/null
 expect_error "sample runs the checkpoint's assembled full model" 1 "$SUBDP" sample "$WORK/sample-ckpt" --tokens 4 \
   --set mask.regime=forward
+# An empty value after '=' is an empty value, not a cue to take the next argument.
+out=$("$SUBDP" sample "$WORK/sample-ckpt" --prompt= --tokens 5 2>&1) || { echo "FAIL: --prompt= --tokens 5: $out"; exit 1; }
+echo "ok: --prompt= is an empty prompt"
 # `subdp plan` under mpirun: rank 0 alone prints the plan, for the launcher's world size.
 run_ranks 2 plan "$WORK/gpt.toml" --set parallel.subnetworks=2 --set mask.regime=forward --set mask.keep=0.5 --json \
   >"$WORK/plan.json"
