@@ -77,17 +77,7 @@ __global__ void __launch_bounds__(128)
     __syncthreads();
     if (q0 + w0 >= T || j0 > q0 + w0 + kTile - 1) continue;  // the warp's rows are past T or see no key here
 
-    // S = Q K^T for the warp's 16 rows: k is (keys, HD) row-major, so K^T is col-major.
-    for (int n = 0; n < kKeys / kTile; ++n) {
-      FragAcc acc;
-      wmma::fill_fragment(acc, 0.f);
-      for (int kk = 0; kk < HD / kTile; ++kk) {
-        FragBCol kf;
-        wmma::load_matrix_sync(kf, ks + n * kTile * L::KLD + kk * kTile, L::KLD);
-        wmma::mma_sync(acc, qf[kk], kf, acc);
-      }
-      wmma::store_matrix_sync(s + w0 * L::SLD + n * kTile, acc, L::SLD, wmma::mem_row_major);
-    }
+    times_rows_transposed<HD>(qf, ks, L::KLD, s + w0 * L::SLD, L::SLD);  // S = Q K^T, the warp's 16 rows
     __syncwarp();
 
     // Online softmax of the row (two lanes, kKeys / 2 columns each): masked, rescaled, P in bf16.

@@ -19,6 +19,7 @@ namespace wmma = nvcuda::wmma;
 constexpr int kTile = 16;     // the m16n16k16 tile: 16 rows a warp
 constexpr int kKeys = 32;     // key rows per tile (forward, dq)
 constexpr int kQueries = 32;  // query rows per tile (dk, dv)
+static_assert(kKeys == kQueries, "times_rows_transposed takes tiles of either");
 
 using FragA = wmma::fragment<wmma::matrix_a, kTile, kTile, kTile, __nv_bfloat16, wmma::row_major>;
 using FragBRow = wmma::fragment<wmma::matrix_b, kTile, kTile, kTile, __nv_bfloat16, wmma::row_major>;
@@ -63,6 +64,24 @@ __device__ void load_bf16(__nv_bfloat16* dst, int dld, const float* src, int64_t
 template <int HD>
 __device__ void load_row_fragments(FragA (&f)[HD / kTile], const __nv_bfloat16* a, int ld, int w0) {
   for (int kk = 0; kk < HD / kTile; ++kk) wmma::load_matrix_sync(f[kk], a + w0 * ld + kk * kTile, ld);
+}
+
+/// out (16 x 32, floats, rows ld apart) = the warp's 16 rows of `a` (HD / 16 fragments) times
+/// the transpose of 32 bf16 rows (rows bld apart) at b: S = Q K^T and dP = dy V^T, a
+/// warp's 16 rows against a tile of kKeys (or kQueries) rows.
+template <int HD>
+__device__ void times_rows_transposed(const FragA (&a)[HD / kTile], const __nv_bfloat16* b, int bld, float* out,
+                                      int ld) {
+  for (int n = 0; n < kKeys / kTile; ++n) {
+    FragAcc acc;
+    wmma::fill_fragment(acc, 0.f);
+    for (int kk = 0; kk < HD / kTile; ++kk) {
+      FragBCol bf;  // row j of b is column j of b^T
+      wmma::load_matrix_sync(bf, b + n * kTile * bld + kk * kTile, bld);
+      wmma::mma_sync(acc, a[kk], bf, acc);
+    }
+    wmma::store_matrix_sync(out + n * kTile, acc, ld, wmma::mem_row_major);
+  }
 }
 
 /// out[d] = scale * acc rows (the warp's 16 rows as HD / 16 accumulators), through the float

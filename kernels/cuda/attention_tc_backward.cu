@@ -54,24 +54,7 @@ struct DqLayout {
   static_assert(k_bytes % 32 == 0 && s_bytes % 32 == 0 && (BR * QLD * 2) % 32 == 0, "32-byte aligned arrays");
 };
 
-/// out (16 x 32, floats, rows ld apart) = the warp's 16 rows of `a` (HD / 16 fragments) times
-/// the transpose of 32 bf16 rows (rows bld apart) at b.
-static_assert(kQueries == 2 * kTile && kKeys == 2 * kTile, "the helpers below take tiles of 32 rows");
-
-template <int HD>
-__device__ void times_rows_transposed(const FragA (&a)[HD / kTile], const __nv_bfloat16* b, int bld, float* out,
-                                      int ld) {
-  for (int n = 0; n < 2; ++n) {
-    FragAcc acc;
-    wmma::fill_fragment(acc, 0.f);
-    for (int kk = 0; kk < HD / kTile; ++kk) {
-      FragBCol bf;  // row j of b is column j of b^T
-      wmma::load_matrix_sync(bf, b + n * kTile * bld + kk * kTile, bld);
-      wmma::mma_sync(acc, a[kk], bf, acc);
-    }
-    wmma::store_matrix_sync(out + n * kTile, acc, ld, wmma::mem_row_major);
-  }
-}
+static_assert(kQueries == 2 * kTile, "accumulate takes tiles of 32 rows");
 
 /// acc (16 x HD, HD / 16 fragments) += p (16 x 32 bf16, rows pld apart) times 32 bf16 rows of
 /// width HD (rows bld apart) at b.

@@ -119,16 +119,8 @@ class NcclComm final : public NcclCommunicator {
   void set_compute_stream(cudaStream_t s) override { compute_ = s; }
   CommKind kind() const override { return CommKind::nccl; }
 
-  void allreduce_sum(float* data, int64_t n) override {
-    if (!on_device(data, n)) return bootstrap_->allreduce_sum(data, n);
-    enqueue([&] { NCCL_CHECK(ncclAllReduce(data, data, static_cast<size_t>(n), ncclFloat, ncclSum, comm_, stream_)); });
-  }
-  void allreduce_sum_deferred(float* data, int64_t n) override {
-    if (!on_device(data, n)) return bootstrap_->allreduce_sum(data, n);  // host buffers: blocking
-    enqueue([&] { NCCL_CHECK(ncclAllReduce(data, data, static_cast<size_t>(n), ncclFloat, ncclSum, comm_, stream_)); },
-            /*compute_waits=*/false);
-    deferred_ = true;
-  }
+  void allreduce_sum(float* data, int64_t n) override { sum_floats(data, n, /*compute_waits=*/true); }
+  void allreduce_sum_deferred(float* data, int64_t n) override { sum_floats(data, n, /*compute_waits=*/false); }
   void join() override {
     if (!deferred_) return;
     CUDA_CHECK(cudaSetDevice(device_));
@@ -228,9 +220,17 @@ class NcclComm final : public NcclCommunicator {
     CUDA_CHECK(cudaStreamWaitEvent(stream_, before_, 0));
     op();
     CUDA_CHECK(cudaEventRecord(after_, stream_));
-    if (!compute_waits) return;
-    CUDA_CHECK(cudaStreamWaitEvent(compute, after_, 0));
-    deferred_ = false;  // this collective came after every deferred one on the same stream
+    // A waited collective comes after every deferred one on the same stream: nothing left to join.
+    deferred_ = !compute_waits;
+    if (compute_waits) CUDA_CHECK(cudaStreamWaitEvent(compute, after_, 0));
+  }
+
+  /// In-place float sum, on NCCL for device memory (the compute stream's later work ordered
+  /// after it now, or only after join()), through the bootstrap for host memory (blocking).
+  void sum_floats(float* data, int64_t n, bool compute_waits) {
+    if (!on_device(data, n)) return bootstrap_->allreduce_sum(data, n);
+    enqueue([&] { NCCL_CHECK(ncclAllReduce(data, data, static_cast<size_t>(n), ncclFloat, ncclSum, comm_, stream_)); },
+            compute_waits);
   }
 
   ncclComm_t comm_;
