@@ -51,10 +51,10 @@ std::unique_ptr<Model> make_gpt(const ModelConfig& c, const SubnetMask& mask, in
   return std::make_unique<Gpt>(c, mask, max_batch, seed, recompute_blocks, layout);
 }
 
-BlockActivations BlockActivations::allocate(int64_t rows, int64_t C, int64_t H) {
+BlockActivations BlockActivations::allocate(int64_t rows, int64_t C, int64_t H, DType mlp_type) {
   BlockActivations a;
   a.mid = Tensor::empty({rows * C}, MemCategory::activations);  // flat: blocks view their own widths
-  a.fc_pre = Tensor::empty({rows * H}, MemCategory::activations);
+  a.fc_pre = Tensor::empty({rows * H}, MemCategory::activations, mlp_type);
   a.attn = Tensor::empty({rows * 4 * C}, MemCategory::activations);
   for (Tensor* t : {&a.ln1_mean, &a.ln1_rstd, &a.ln2_mean, &a.ln2_rstd})
     *t = Tensor::zeros({rows}, MemCategory::activations);
@@ -134,8 +134,9 @@ TransformerBlock::TransformerBlock(ParamSet& ps, const SubnetMask& mask, const M
     ln2_->allocate_stats(max_rows);
   }
   // mid and fc_pre: the block's own, or views of the shared set (recompute).
-  auto stored = [&](const Tensor* area, int64_t width) {
-    return area ? area->slice0(0, max_rows * width).view({max_rows, width}) : activation(max_rows, width);
+  auto stored = [&](const Tensor* area, int64_t width, DType type = DType::f32) {
+    return area ? area->slice0(0, max_rows * width).view({max_rows, width})
+                : Tensor::empty({max_rows, width}, MemCategory::activations, type);
   };
   // (B, T, C) each, fc_pre_ / fc_act_ (B, T, H local). Each forward-only output is consumed
   // by the next GEMM before the following one is written, so they share one scratch. The
@@ -146,7 +147,7 @@ TransformerBlock::TransformerBlock(ParamSet& ps, const SubnetMask& mask, const M
   ln1_out_ = in_scratch(C_);
   mid_ = stored(kept ? &kept->mid : nullptr, C_);
   ln2_out_ = in_scratch(C_);
-  fc_pre_ = stored(kept ? &kept->fc_pre : nullptr, fc_->out());
+  fc_pre_ = stored(kept ? &kept->fc_pre : nullptr, fc_->out(), kept_mlp_dtype());
   fc_act_ = in_scratch(fc_->out());
   const Param& w2 = *fc2_->weight;
   // Under a shared ParamLayout a block's gradients (and values) are allocated after construction.
@@ -164,13 +165,46 @@ const float* TransformerBlock::forward(const float* x, int B, int T, GptScratch&
   if (branch_scale != 1.f) backend().scale(mid, branch_scale, n);
   backend().add(mid, x, mid, n);  // mid = x + attn branch
   ln2_->forward(mid, ln2_out_.f32(), rows);
-  fc_->forward_gelu(ln2_out_.f32(), fc_pre_.f32(), fc_act_.f32(), rows);  // (B, T, H) each
+  mlp_forward(rows);
   if (neuron_scale_ != 1.f) backend().scale(fc_act_.f32(), neuron_scale_, nh);
   float* out = out_.f32();  // (B, T, C)
   linear_forward(*fc2_, fc_act_.f32(), out, rows);
   if (branch_scale != 1.f) backend().scale(out, branch_scale, n);
   backend().add(out, mid, out, n);  // out = mid + mlp branch
   return out;
+}
+
+void TransformerBlock::mlp_forward(int64_t rows) {
+  if (!half_mlp()) {  // (B, T, H) each; one GEMM with a GELU epilogue on CUDA
+    fc_->forward_gelu(ln2_out_.f32(), fc_pre_.f32(), fc_act_.f32(), rows);
+    return;
+  }
+  // bf16: fc_pre rounded into its kept bf16 copy, fc_act = gelu of the rounded values.
+  fc_->forward(ln2_out_.f32(), fc_act_.f32(), rows);
+  backend().gelu_keep_bf16(fc_act_.f32(), fc_pre_.raw(), rows * fc_->out());
+}
+
+void TransformerBlock::mlp_backward_through_gelu(float* dh, const float* dout, int64_t rows) const {
+  const int64_t nh = rows * fc_->out(), cols = fc2_grad_cols_;
+  // fc2's dW reads the first fc2_grad_cols_ columns of fc_act = neuron_scale * gelu(fc_pre):
+  // recomputed into dh as (rows, cols) by the forward's arithmetic. fc2's backward forms dW
+  // before its dx overwrites dh.
+  if (cols > 0) {
+    if (half_mlp())
+      backend().gelu_forward_bf16(fc_pre_.raw(), rows, fc_->out(), cols, dh);
+    else if (cols == fc_->out())
+      backend().gelu_forward(fc_pre_.f32(), dh, nh);
+    else
+      backend().gelu_forward_columns(fc_pre_.f32(), rows, fc_->out(), cols, dh);
+    if (neuron_scale_ != 1.f) backend().scale(dh, neuron_scale_, rows * cols);
+  }
+  // dh = d(fc_pre), the neuron scale still to apply: fc2's dx through GELU (one GEMM on CUDA
+  // in float32; a GEMM, then GELU's backward in place from the kept bf16 values).
+  const int64_t ldx = cols > 0 ? cols : fc2_->in();
+  float* dx = fc2_->in() > 0 ? dh : nullptr;
+  if (!half_mlp()) return fc2_->backward(dh, dout, dx, rows, ldx, false, fc_pre_.f32());
+  fc2_->backward(dh, dout, dx, rows, ldx);
+  backend().gelu_backward_bf16(fc_pre_.raw(), dh, dh, nh);
 }
 
 void TransformerBlock::backward(const float* x, float* dres, int B, int T, GptScratch& s) const {
@@ -187,20 +221,7 @@ void TransformerBlock::backward(const float* x, float* dres, int B, int T, GptSc
     backend().scale(dln, branch_scale, n);
     return dln;
   };
-  // fc2's dW reads the first fc2_grad_cols_ columns of fc_act = neuron_scale * gelu(fc_pre):
-  // recomputed into dh as (rows, cols) by the forward's arithmetic. fc2's backward forms dW
-  // before its dx overwrites dh.
-  const int64_t cols = fc2_grad_cols_;
-  if (cols > 0) {
-    if (cols == fc_->out())
-      backend().gelu_forward(fc_pre_.f32(), dh, nh);
-    else
-      backend().gelu_forward_columns(fc_pre_.f32(), rows, fc_->out(), cols, dh);
-    if (neuron_scale_ != 1.f) backend().scale(dh, neuron_scale_, rows * cols);
-  }
-  // fc_act = neuron_scale * gelu(fc_pre): fc2's dx through GELU (one GEMM on CUDA), then the scale
-  fc2_->backward(dh, branch_grad(), fc2_->in() > 0 ? dh : nullptr, rows, cols > 0 ? cols : fc2_->in(), false,
-                 fc_pre_.f32());
+  mlp_backward_through_gelu(dh, branch_grad(), rows);
   if (neuron_scale_ != 1.f) backend().scale(dh, neuron_scale_, nh);
   // fc's dW reads ln2's output: recomputed (fc_ has no dW in a dropped block).
   if (fc_->weight->grad.defined()) ln2_->recompute(mid_.f32(), s.ln_out.f32(), rows);
@@ -237,7 +258,7 @@ Gpt::Gpt(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t s
   shared_ = Tensor::empty({rows * shared_width}, MemCategory::activations);
   // Under recompute every block keeps its forward state in one set (sized for the widest
   // block); the backward pass rebuilds a block's set from its stored input.
-  if (recompute_) shared_block_ = BlockActivations::allocate(rows, C_, hidden);
+  if (recompute_) shared_block_ = BlockActivations::allocate(rows, C_, hidden, kept_mlp_dtype());
   for (int b = 0; b < c.depth; ++b) {
     blocks_.push_back(
         std::make_unique<TransformerBlock>(params_, mask_, c, b, rows, shared_, recompute_ ? &shared_block_ : nullptr));

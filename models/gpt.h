@@ -32,14 +32,15 @@ std::unique_ptr<Model> make_gpt(const ModelConfig& c, const SubnetMask& mask, in
                                 bool recompute_blocks = false, ParamLayout layout = ParamLayout::per_param);
 
 /// What a block keeps from its forward pass for its backward, besides its output: mid
-/// (rows, C), fc_pre (rows, H), the attention area (rows, 4C: qkv, then the stored attention
-/// output) and ln1 / ln2 statistics (rows each). Each block owns one by default; under
-/// train.recompute = "blocks" the model allocates one set for its widest block and every
-/// block views it, and the backward pass recomputes a block's set from its input.
+/// (rows, C), fc_pre (rows, H; bf16 under [device] precision = "bf16"), the attention area (rows, 4C: qkv, then the
+/// stored attention output) and ln1 / ln2 statistics (rows each). Each block owns one by default; under train.recompute
+/// = "blocks" the model allocates one set for its widest block and every block views it, and the backward pass
+/// recomputes a block's set from its input.
 struct BlockActivations {
   Tensor mid, fc_pre, attn, ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;
-  /// Allocates a set for rows rows of width C and MLP width H (activations).
-  static BlockActivations allocate(int64_t rows, int64_t C, int64_t H);
+  /// Allocates a set for rows rows of width C and MLP width H (activations), fc_pre of
+  /// mlp_type (kept_mlp_dtype()).
+  static BlockActivations allocate(int64_t rows, int64_t C, int64_t H, DType mlp_type);
 };
 
 /// Backward scratch shared by every block, for B*T rows.
@@ -91,8 +92,15 @@ class TransformerBlock {
   std::unique_ptr<LayerNorm> ln1_, ln2_;
   std::unique_ptr<CausalSelfAttention> attn_;
   std::unique_ptr<Linear> fc_, fc2_;
-  // (B, T, C or H); ln1_out_, ln2_out_ and fc_act_ are views of the forward scratch.
+  // (B, T, C or H); ln1_out_, ln2_out_ and fc_act_ are views of the forward scratch. fc_pre_
+  // is bf16 under precision bf16 (kept_mlp_dtype()).
   Tensor ln1_out_, mid_, ln2_out_, fc_pre_, fc_act_, out_;
+  bool half_mlp() const { return fc_pre_.dtype() == DType::bf16; }
+  /// fc_pre_ and fc_act_ = gelu(fc_pre_) (rows, H) from ln2_out_.
+  void mlp_forward(int64_t rows);
+  /// fc2's backward from dout (rows, C): its weight gradients, and dh (rows, H) = d(fc_pre)
+  /// before the neuron scale (dh first holds the recomputed GELU output fc2's dW reads).
+  void mlp_backward_through_gelu(float* dh, const float* dout, int64_t rows) const;
   int64_t fc2_grad_cols_ = 0;  // leading fc_act columns fc2's weight gradient reads (0: none)
   int C_, heads_;
   float branch_scale() const { return branch_scale_ * step_scale_; }

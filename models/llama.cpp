@@ -88,11 +88,8 @@ void Llama::build_blocks(const ModelConfig& c, int64_t rows) {
     hidden = std::max(hidden, h);
     width = std::max(width, w);
   }
-  // Per row: the head's norm output (C; dlogits overwrite the logits), the blocks' forward
-  // scratch (C, or H for the SwiGLU output) and backward scratch (H, or attention's dy and dqkv: 4 Ck).
-  const int64_t shared_width = std::max({int64_t{C_}, hidden, 4 * width});
-  shared_ = Tensor::empty({rows * shared_width}, MemCategory::activations);
-  if (recompute_) shared_block_ = LlamaActivations::allocate(rows, C_, hidden);
+  shared_ = Tensor::empty({rows * llama_scratch_width(C_, hidden, width)}, MemCategory::activations);
+  if (recompute_) shared_block_ = LlamaActivations::allocate(rows, C_, hidden, kept_mlp_dtype());
   LlamaBlockSpec spec;
   spec.max_rows = rows;
   spec.forward_scratch = &shared_;

@@ -1,6 +1,7 @@
 // LLaMA block forward/backward (see llama_block.h and llama.h).
 #include "models/llama_block.h"
 
+#include <algorithm>
 #include <string>
 
 #include "engine/core/backend.h"
@@ -38,12 +39,17 @@ AttentionSpec attention_spec(const SubnetMask& mask, const ModelConfig& c, int i
 
 }  // namespace
 
-LlamaActivations LlamaActivations::allocate(int64_t rows, int64_t C, int64_t H) {
+int64_t llama_scratch_width(int64_t C, int64_t H, int64_t A) {
+  if (kept_mlp_dtype() == DType::bf16) return std::max({C + H, 2 * H, 4 * A});
+  return std::max({C, H, 4 * A});
+}
+
+LlamaActivations LlamaActivations::allocate(int64_t rows, int64_t C, int64_t H, DType mlp_type) {
   LlamaActivations a;
-  auto flat = [](int64_t n) { return Tensor::empty({n}, MemCategory::activations); };
+  auto flat = [](int64_t n, DType type = DType::f32) { return Tensor::empty({n}, MemCategory::activations, type); };
   a.mid = flat(rows * C);  // flat: blocks view their own widths
-  a.gate = flat(rows * H);
-  a.up = flat(rows * H);
+  a.gate = flat(rows * H, mlp_type);
+  a.up = flat(rows * H, mlp_type);
   a.attn = flat(rows * 4 * C);
   a.rstd1 = Tensor::zeros({rows}, MemCategory::activations);
   a.rstd2 = Tensor::zeros({rows}, MemCategory::activations);
@@ -82,16 +88,19 @@ LlamaBlock::LlamaBlock(ParamSet& ps, const SubnetMask& mask, const ModelConfig& 
     norm2_->allocate_stats(rows);
   }
   const int64_t h = w1_->out();  // local SwiGLU width
-  auto stored = [&](const Tensor* area, int64_t width) {
+  auto stored = [&](const Tensor* area, int64_t width, DType type = DType::f32) {
     return area ? area->slice0(0, rows * width).view({rows, width})
-                : Tensor::empty({rows, width}, MemCategory::activations);
+                : Tensor::empty({rows, width}, MemCategory::activations, type);
   };
-  auto in_scratch = [&](int64_t width) { return spec.forward_scratch->slice0(0, rows * width).view({rows, width}); };
-  norm_out_ = in_scratch(C_);
-  act_ = in_scratch(h);
+  const bool half = kept_mlp_dtype() == DType::bf16;
+  auto in_scratch = [&](int64_t offset, int64_t width) {
+    return spec.forward_scratch->slice0(rows * offset, rows * (offset + width)).view({rows, width});
+  };
+  norm_out_ = in_scratch(0, C_);
+  act_ = in_scratch(half ? C_ : 0, h);
   mid_ = stored(kept ? &kept->mid : nullptr, C_);
-  gate_ = stored(kept ? &kept->gate : nullptr, h);
-  up_ = stored(kept ? &kept->up : nullptr, h);
+  gate_ = stored(kept ? &kept->gate : nullptr, h, kept_mlp_dtype());
+  up_ = stored(kept ? &kept->up : nullptr, h, kept_mlp_dtype());
   out_ = Tensor::empty({rows, int64_t{C_}}, MemCategory::activations);
 }
 
@@ -109,16 +118,28 @@ const float* LlamaBlock::forward(const float* x, int B, int T, LlamaScratch& s) 
     backend().copy(mid, out, n);
     return out;
   }
-  // norm_out and act share the forward scratch: both GEMMs read norm_out before SwiGLU writes act.
   norm2_->forward(mid, norm_out_.f32(), rows);
-  w1_->forward(norm_out_.f32(), gate_.f32(), rows);
-  w3_->forward(norm_out_.f32(), up_.f32(), rows);
-  backend().swiglu_forward(gate_.f32(), up_.f32(), act_.f32(), nh);
-  if (neuron_scale_ != 1.f) backend().scale(act_.f32(), neuron_scale_, nh);
-  w2_->forward(act_.f32(), out, rows);
+  mlp_forward(out, rows);
   if (scale != 1.f) backend().scale(out, scale, n);
   backend().add(out, mid, out, n);  // out = mid + MLP branch
   return out;
+}
+
+void LlamaBlock::mlp_forward(float* out, int64_t rows) {
+  const int64_t nh = rows * w1_->out();
+  float* act = act_.f32();
+  if (half_mlp()) {  // each GEMM's float output in act, rounded into its kept bf16 copy
+    w1_->forward(norm_out_.f32(), act, rows);
+    backend().to_bf16(act, gate_.raw(), nh);
+    w3_->forward(norm_out_.f32(), act, rows);
+    backend().swiglu_keep_bf16(gate_.raw(), act, up_.raw(), nh);  // act = swiglu of the rounded values
+  } else {  // norm_out and act share the scratch: both GEMMs read norm_out before SwiGLU writes act
+    w1_->forward(norm_out_.f32(), gate_.f32(), rows);
+    w3_->forward(norm_out_.f32(), up_.f32(), rows);
+    backend().swiglu_forward(gate_.f32(), up_.f32(), act, nh);
+  }
+  if (neuron_scale_ != 1.f) backend().scale(act, neuron_scale_, nh);
+  w2_->forward(act, out, rows);
 }
 
 const float* LlamaBlock::branch_grad(float* dres, int64_t n, LlamaScratch& s) const {
@@ -138,16 +159,25 @@ void LlamaBlock::mlp_backward(float* dres, int64_t rows, LlamaScratch& s) const 
   // w2's dW reads act = neuron_scale * swiglu(gate, up): recomputed into dh, which w2's dx
   // then overwrites (dW is formed first).
   if (w2_->weight->grad.defined()) {
-    backend().swiglu_forward(gate_.f32(), up_.f32(), dh, nh);
+    if (half_mlp())
+      backend().swiglu_forward_bf16(gate_.raw(), up_.raw(), dh, nh);
+    else
+      backend().swiglu_forward(gate_.f32(), up_.f32(), dh, nh);
     if (neuron_scale_ != 1.f) backend().scale(dh, neuron_scale_, nh);
   }
   w2_->backward(dh, dout, dh, rows);
   if (neuron_scale_ != 1.f) backend().scale(dh, neuron_scale_, nh);
-  // In place: gate becomes d(gate), up becomes d(up).
-  backend().swiglu_backward(gate_.f32(), up_.f32(), dh, gate_.f32(), up_.f32(), nh);
+  // d(gate) and d(up): in place over float gate and up; from bf16 ones, d(gate) over dh and
+  // d(up) in the next nh floats of the scratch.
+  float* dgate = half_mlp() ? dh : gate_.f32();
+  float* dup = half_mlp() ? dh + nh : up_.f32();
+  if (half_mlp())
+    backend().swiglu_backward_bf16(gate_.raw(), up_.raw(), dh, dgate, dup, nh);
+  else
+    backend().swiglu_backward(gate_.f32(), up_.f32(), dh, dgate, dup, nh);
   if (w1_->weight->grad.defined()) norm2_->recompute(mid_.f32(), s.ln_out.f32(), rows);  // w1's, w3's dW
-  w1_->backward(s.ln_out.f32(), gate_.f32(), dln, rows);
-  w3_->backward(s.ln_out.f32(), up_.f32(), dln, rows, 0, /*accumulate_dx=*/true);
+  w1_->backward(s.ln_out.f32(), dgate, dln, rows);
+  w3_->backward(s.ln_out.f32(), dup, dln, rows, 0, /*accumulate_dx=*/true);
   norm2_->backward(mid_.f32(), dln, dres, rows);  // dres += ...: now d(mid)
 }
 

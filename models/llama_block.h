@@ -11,19 +11,23 @@
 namespace subdp {
 
 /// What a block keeps from its forward pass for its backward, besides its output: mid
-/// (rows, C), the SwiGLU inputs gate and up (rows, H each), the attention area (rows, 4C: qkv,
+/// (rows, C), the SwiGLU inputs gate and up (rows, H each; bf16 under [device] precision =
+/// "bf16", kept_mlp_dtype()), the attention area (rows, 4C: qkv,
 /// then the stored attention output) and the two RMSNorms' rstd (rows each). Each block owns a
 /// set unless train.recompute = "blocks", where every block views the model's one set.
 struct LlamaActivations {
   Tensor mid, gate, up, attn, rstd1, rstd2;
-  /// Allocates a set for rows rows of width C and SwiGLU width H (activations).
-  static LlamaActivations allocate(int64_t rows, int64_t C, int64_t H);
+  /// Allocates a set for rows rows of width C and SwiGLU width H (activations), gate and up
+  /// of mlp_type.
+  static LlamaActivations allocate(int64_t rows, int64_t C, int64_t H, DType mlp_type);
 };
 
 /// Backward scratch shared by the blocks, for B*T rows.
 struct LlamaScratch {
-  Tensor dln;     // (B, T, C): a branch's input gradient, then its RMSNorm output's gradient
-  Tensor work;    // flat: the SwiGLU output (recomputed), then its gradient (B, T, H); later attention's grads
+  Tensor dln;  // (B, T, C): a branch's input gradient, then its RMSNorm output's gradient
+  // flat: the SwiGLU output (recomputed), then its gradient (B, T, H) (with bf16 gate and up:
+  // then d(gate) there and d(up) in the next H columns); later attention's grads
+  Tensor work;
   Tensor ln_out;  // (B, T, C): an RMSNorm output recomputed for the weight gradient that reads it
   AttentionScratch attn;
 };
@@ -31,11 +35,18 @@ struct LlamaScratch {
 /// The model-wide inputs of a block's layers.
 struct LlamaBlockSpec {
   int64_t max_rows = 0;
-  const Tensor* forward_scratch = nullptr;   // flat, max_rows * max(C, local H) floats at least
+  // flat, max_rows * llama_scratch_width(C, local H, local attention width) floats at least
+  const Tensor* forward_scratch = nullptr;
   const LlamaActivations* shared = nullptr;  // recompute: the model's one set; null: its own
   const Tensor* rope_cos = nullptr;          // (context, hd/2) tables, backend memory
   const Tensor* rope_sin = nullptr;
 };
+
+/// Floats per row of the LLaMA's one shared scratch, the blocks' forward and backward scratch
+/// (the widest local SwiGLU width H and attention width A): the head's norm output and a
+/// block's norm output (C), the SwiGLU output (H; under bf16 after the norm output: C + H),
+/// its gradient (H; under bf16 with d(up): 2H), attention's dy and dqkv (4A).
+int64_t llama_scratch_width(int64_t C, int64_t H, int64_t A);
 
 class LlamaBlock {
  public:
@@ -57,16 +68,21 @@ class LlamaBlock {
   int64_t attn_width() const { return present() ? static_cast<int64_t>(attn_->local_heads()) * (C_ / heads_) : 0; }
 
  private:
+  /// The MLP half of forward: out = w2(neuron_scale * swiglu(w1(norm_out), w3(norm_out))).
+  void mlp_forward(float* out, int64_t rows);
   /// The MLP half of backward: dres = d(out) on entry, d(mid) on exit.
   void mlp_backward(float* dres, int64_t rows, LlamaScratch& s) const;
+  bool half_mlp() const { return gate_.dtype() == DType::bf16; }
   /// dres times the branch scale: dres itself, or a scaled copy in s.dln.
   const float* branch_grad(float* dres, int64_t n, LlamaScratch& s) const;
   float branch_scale() const { return branch_scale_ * step_scale_; }
   std::unique_ptr<RMSNorm> norm1_, norm2_;
   std::unique_ptr<CausalSelfAttention> attn_;
   std::unique_ptr<Linear> w1_, w3_, w2_;
-  Tensor norm_out_, act_;         // (B, T, C), (B, T, H): views of the forward scratch
-  Tensor mid_, gate_, up_, out_;  // (B, T, C), (B, T, H) twice, (B, T, C)
+  // (B, T, C), (B, T, H): views of the forward scratch; act_ after norm_out_ with bf16 gate
+  // and up (it holds w1's, then w3's float output before SwiGLU), else over it.
+  Tensor norm_out_, act_;
+  Tensor mid_, gate_, up_, out_;  // (B, T, C), (B, T, H) twice (kept_mlp_dtype()), (B, T, C)
   int C_, heads_;
   float branch_scale_ = 1.f, neuron_scale_ = 1.f;
   bool skipped_ = false;

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <utility>
 
+#include "engine/core/backend.h"
+#include "engine/core/tensor.h"
 #include "engine/subnet/param.h"
 #include "engine/subnet/plan.h"
 
@@ -26,5 +28,11 @@ inline std::pair<int64_t, int64_t> local_block_widths(const SubnetMask& mask, in
   if (!(mask.forward_masked() && mask.granularity == Granularity::neuron)) return {H, C};
   return {mask.layers.at(mlp_layer(index)).kept, int64_t{mask.layers.at(heads_layer(index)).kept} * (C / heads)};
 }
+
+/// The storage of the MLP pre-activations a block keeps for its backward (the GPT's fc_pre,
+/// the LLaMA's gate and up): bf16 under [device] precision = "bf16" (half their bytes; the
+/// forward computes from the rounded values, as PyTorch's autocast keeps a bf16 linear's
+/// output), else float32.
+inline DType kept_mlp_dtype() { return backend().precision() == Precision::bf16 ? DType::bf16 : DType::f32; }
 
 }  // namespace subdp

@@ -62,6 +62,12 @@ void Backend::gemm_bf16(bool, bool, int, int, int, float, const void*, int, cons
   no_bf16(*this);
 }
 void Backend::cross_entropy_bf16(const void*, const int32_t*, void*, int64_t, int, float) { no_bf16(*this); }
+void Backend::gelu_keep_bf16(float*, void*, int64_t) { no_bf16(*this); }
+void Backend::gelu_forward_bf16(const void*, int64_t, int64_t, int64_t, float*) { no_bf16(*this); }
+void Backend::gelu_backward_bf16(const void*, const float*, float*, int64_t) { no_bf16(*this); }
+void Backend::swiglu_keep_bf16(const void*, float*, void*, int64_t) { no_bf16(*this); }
+void Backend::swiglu_forward_bf16(const void*, const void*, float*, int64_t) { no_bf16(*this); }
+void Backend::swiglu_backward_bf16(const void*, const void*, const float*, float*, float*, int64_t) { no_bf16(*this); }
 
 CollectiveScope::CollectiveScope() : backend_(backend()) { backend_.open_for_collective(); }
 CollectiveScope::~CollectiveScope() { backend_.close_for_collective(); }

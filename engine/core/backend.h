@@ -173,6 +173,20 @@ class Backend {
   /// separate, or the logits themselves).
   virtual void cross_entropy_bf16(const void* logits, const int32_t* targets, void* dlogits, int64_t rows, int V,
                                   float scale);
+  // The blocks' MLP pre-activations kept in bf16 (models/gpt.cpp, llama_block.cpp): the forward
+  // computes from the rounded values, so forward and backward see the same function.
+  /// kept (n bf16) = bf16(x); x (n floats) = gelu(kept) in place.
+  virtual void gelu_keep_bf16(float* x, void* kept, int64_t n);
+  /// y (rows, cols floats) = gelu(x[:, :cols]), x (rows, ld) bf16.
+  virtual void gelu_forward_bf16(const void* x, int64_t rows, int64_t ld, int64_t cols, float* y);
+  /// dx (n floats) = dy * gelu'(x), x bf16; dx may be dy.
+  virtual void gelu_backward_bf16(const void* x, const float* dy, float* dx, int64_t n);
+  /// u_kept (n bf16) = bf16(u); u (n floats) = silu(g) * u_kept in place, g bf16.
+  virtual void swiglu_keep_bf16(const void* g, float* u, void* u_kept, int64_t n);
+  /// h (n floats) = silu(g) * u, g and u bf16.
+  virtual void swiglu_forward_bf16(const void* g, const void* u, float* h, int64_t n);
+  /// dg = dh * u * silu'(g), du = dh * silu(g) (floats), g and u bf16; dg may be dh.
+  virtual void swiglu_backward_bf16(const void* g, const void* u, const float* dh, float* dg, float* du, int64_t n);
 
   // ---- normalisation (kernels/cpu/norm.h)
   virtual void batchnorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean,

@@ -309,6 +309,24 @@ class CudaBackend final : public Backend {
   void bf16_to_f32(const void* x, float* y, int64_t n) override {
     cuda::to_f32(static_cast<const cuda::bf16*>(x), y, n, stream_);
   }
+  void gelu_keep_bf16(float* x, void* kept, int64_t n) override {
+    cuda::gelu_keep_bf16(x, static_cast<cuda::bf16*>(kept), n, stream_);
+  }
+  void gelu_forward_bf16(const void* x, int64_t rows, int64_t ld, int64_t cols, float* y) override {
+    cuda::gelu_forward_columns(static_cast<const cuda::bf16*>(x), rows, ld, cols, y, stream_);
+  }
+  void gelu_backward_bf16(const void* x, const float* dy, float* dx, int64_t n) override {
+    cuda::gelu_backward(static_cast<const cuda::bf16*>(x), dy, dx, n, stream_);
+  }
+  void swiglu_keep_bf16(const void* g, float* u, void* u_kept, int64_t n) override {
+    cuda::swiglu_keep_bf16(static_cast<const cuda::bf16*>(g), u, static_cast<cuda::bf16*>(u_kept), n, stream_);
+  }
+  void swiglu_forward_bf16(const void* g, const void* u, float* h, int64_t n) override {
+    cuda::swiglu_forward(static_cast<const cuda::bf16*>(g), static_cast<const cuda::bf16*>(u), h, n, stream_);
+  }
+  void swiglu_backward_bf16(const void* g, const void* u, const float* dh, float* dg, float* du, int64_t n) override {
+    cuda::swiglu_backward(static_cast<const cuda::bf16*>(g), static_cast<const cuda::bf16*>(u), dh, dg, du, n, stream_);
+  }
   void gemm_bf16(bool ta, bool tb, int M, int N, int K, float alpha, const void* A, int lda, const void* B, int ldb,
                  float beta, void* C, int ldc, bool c_bf16) override {
     const auto* a = static_cast<const cuda::bf16*>(A);

@@ -33,16 +33,33 @@ __global__ void relu_backward_kernel(const T* y, const T* dy, T* dx, int64_t n, 
   }
 }
 
-template <class T>
-__global__ void gelu_forward_kernel(const T* x, T* y, int64_t n) {
-  for (int64_t i = grid_first(); i < n; i += grid_stride()) {
-    const float v = to_f(x[i]);
-    y[i] = from_f<T>(0.5f * v * (1.f + tanhf(kGeluC * (v + 0.044715f * v * v * v))));
-  }
+__device__ __forceinline__ float gelu(float v) {
+  return 0.5f * v * (1.f + tanhf(kGeluC * (v + 0.044715f * v * v * v)));
 }
 
 template <class T>
-__global__ void gelu_backward_kernel(const T* x, const T* dy, T* dx, int64_t n) {
+__global__ void gelu_forward_kernel(const T* x, T* y, int64_t n) {
+  for (int64_t i = grid_first(); i < n; i += grid_stride()) y[i] = from_f<T>(gelu(to_f(x[i])));
+}
+
+/// y (rows, cols) = gelu(x[:, :cols]), x (rows, ld) bf16.
+__global__ void gelu_columns_kernel(const bf16* x, int64_t rows, int64_t ld, int64_t cols, float* y) {
+  const int64_t n = rows * cols;
+  for (int64_t i = grid_first(); i < n; i += grid_stride()) y[i] = gelu(to_f(x[i / cols * ld + i % cols]));
+}
+
+/// kept = bf16(x); x = gelu(kept) in place: the forward reads the value the backward will.
+__global__ void gelu_keep_bf16_kernel(float* x, bf16* kept, int64_t n) {
+  for (int64_t i = grid_first(); i < n; i += grid_stride()) {
+    const bf16 p = from_f<bf16>(x[i]);
+    kept[i] = p;
+    x[i] = gelu(to_f(p));
+  }
+}
+
+/// dx = dy * gelu'(x); X and T the storage of x and of dy / dx (dx may be dy).
+template <class X, class T>
+__global__ void gelu_backward_kernel(const X* x, const T* dy, T* dx, int64_t n) {
   for (int64_t i = grid_first(); i < n; i += grid_stride()) {
     const float v = to_f(x[i]);
     const float t = tanhf(kGeluC * (v + 0.044715f * v * v * v));
@@ -54,14 +71,30 @@ __global__ void gelu_backward_kernel(const T* x, const T* dy, T* dx, int64_t n) 
 
 __device__ __forceinline__ float sigmoid(float g) { return 1.f / (1.f + expf(-g)); }
 
-__global__ void swiglu_forward_kernel(const float* g, const float* u, float* h, int64_t n) {
-  for (int64_t i = grid_first(); i < n; i += grid_stride()) h[i] = g[i] * sigmoid(g[i]) * u[i];
+/// h = silu(g) * u; G the storage of g and u.
+template <class G>
+__global__ void swiglu_forward_kernel(const G* g, const G* u, float* h, int64_t n) {
+  for (int64_t i = grid_first(); i < n; i += grid_stride()) {
+    const float gi = to_f(g[i]);
+    h[i] = gi * sigmoid(gi) * to_f(u[i]);
+  }
 }
 
-__global__ void swiglu_backward_kernel(const float* g, const float* u, const float* dh, float* dg, float* du,
-                                       int64_t n) {
+/// u_kept = bf16(u); u = silu(g) * u_kept in place (h over u), g already bf16.
+__global__ void swiglu_keep_bf16_kernel(const bf16* g, float* u, bf16* u_kept, int64_t n) {
   for (int64_t i = grid_first(); i < n; i += grid_stride()) {
-    const float gi = g[i], ui = u[i], d = dh[i], s = sigmoid(gi);
+    const bf16 p = from_f<bf16>(u[i]);
+    u_kept[i] = p;
+    const float gi = to_f(g[i]);
+    u[i] = gi * sigmoid(gi) * to_f(p);
+  }
+}
+
+/// Each element reads g, u and dh before writing dg and du, so dg may be g or dh and du u.
+template <class G>
+__global__ void swiglu_backward_kernel(const G* g, const G* u, const float* dh, float* dg, float* du, int64_t n) {
+  for (int64_t i = grid_first(); i < n; i += grid_stride()) {
+    const float gi = to_f(g[i]), ui = to_f(u[i]), d = dh[i], s = sigmoid(gi);
     dg[i] = d * ui * (s * (1.f + gi * (1.f - s)));
     du[i] = d * (gi * s);
   }
@@ -128,17 +161,35 @@ void gelu_forward(const float* x, float* y, int64_t n, cudaStream_t s) {
 void gelu_forward(const bf16* x, bf16* y, int64_t n, cudaStream_t s) {
   LAUNCH_ELEMENTWISE(gelu_forward_kernel<bf16>, n, s, x, y, n);
 }
+void gelu_forward_columns(const bf16* x, int64_t rows, int64_t ld, int64_t cols, float* y, cudaStream_t s) {
+  LAUNCH_ELEMENTWISE(gelu_columns_kernel, rows * cols, s, x, rows, ld, cols, y);
+}
+void gelu_keep_bf16(float* x, bf16* kept, int64_t n, cudaStream_t s) {
+  LAUNCH_ELEMENTWISE(gelu_keep_bf16_kernel, n, s, x, kept, n);
+}
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, cudaStream_t s) {
-  LAUNCH_ELEMENTWISE(gelu_backward_kernel<float>, n, s, x, dy, dx, n);
+  LAUNCH_ELEMENTWISE((gelu_backward_kernel<float, float>), n, s, x, dy, dx, n);
 }
 void gelu_backward(const bf16* x, const bf16* dy, bf16* dx, int64_t n, cudaStream_t s) {
-  LAUNCH_ELEMENTWISE(gelu_backward_kernel<bf16>, n, s, x, dy, dx, n);
+  LAUNCH_ELEMENTWISE((gelu_backward_kernel<bf16, bf16>), n, s, x, dy, dx, n);
+}
+void gelu_backward(const bf16* x, const float* dy, float* dx, int64_t n, cudaStream_t s) {
+  LAUNCH_ELEMENTWISE((gelu_backward_kernel<bf16, float>), n, s, x, dy, dx, n);
 }
 void swiglu_forward(const float* g, const float* u, float* h, int64_t n, cudaStream_t s) {
-  LAUNCH_ELEMENTWISE(swiglu_forward_kernel, n, s, g, u, h, n);
+  LAUNCH_ELEMENTWISE(swiglu_forward_kernel<float>, n, s, g, u, h, n);
+}
+void swiglu_forward(const bf16* g, const bf16* u, float* h, int64_t n, cudaStream_t s) {
+  LAUNCH_ELEMENTWISE(swiglu_forward_kernel<bf16>, n, s, g, u, h, n);
+}
+void swiglu_keep_bf16(const bf16* g, float* u, bf16* u_kept, int64_t n, cudaStream_t s) {
+  LAUNCH_ELEMENTWISE(swiglu_keep_bf16_kernel, n, s, g, u, u_kept, n);
 }
 void swiglu_backward(const float* g, const float* u, const float* dh, float* dg, float* du, int64_t n, cudaStream_t s) {
-  LAUNCH_ELEMENTWISE(swiglu_backward_kernel, n, s, g, u, dh, dg, du, n);
+  LAUNCH_ELEMENTWISE(swiglu_backward_kernel<float>, n, s, g, u, dh, dg, du, n);
+}
+void swiglu_backward(const bf16* g, const bf16* u, const float* dh, float* dg, float* du, int64_t n, cudaStream_t s) {
+  LAUNCH_ELEMENTWISE(swiglu_backward_kernel<bf16>, n, s, g, u, dh, dg, du, n);
 }
 void add(const float* a, const float* b, float* y, int64_t n, cudaStream_t s) {
   LAUNCH_ELEMENTWISE(add_kernel<float>, n, s, a, b, y, n);

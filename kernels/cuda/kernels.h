@@ -34,13 +34,25 @@ void relu_backward(const bf16* y, const bf16* dy, bf16* dx, int64_t n, bool accu
 /// GELU, tanh approximation (as cpu::gelu_forward).
 void gelu_forward(const float* x, float* y, int64_t n, cudaStream_t stream);
 void gelu_forward(const bf16* x, bf16* y, int64_t n, cudaStream_t stream);
-/// dx = dy * gelu'(x).
+/// y (rows, cols floats) = gelu(x[:, :cols]), x (rows, ld) bf16.
+void gelu_forward_columns(const bf16* x, int64_t rows, int64_t ld, int64_t cols, float* y, cudaStream_t stream);
+/// kept (n bf16) = bf16(x); x = gelu(kept) in place (n floats): the MLP's pre-activation kept
+/// in bf16, the forward computed from the value the backward reads.
+void gelu_keep_bf16(float* x, bf16* kept, int64_t n, cudaStream_t stream);
+/// dx = dy * gelu'(x); with bf16 x and float dy / dx, dx may be dy.
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, cudaStream_t stream);
 void gelu_backward(const bf16* x, const bf16* dy, bf16* dx, int64_t n, cudaStream_t stream);
-/// SwiGLU (as cpu::swiglu_forward): h = silu(g) * u.
+void gelu_backward(const bf16* x, const float* dy, float* dx, int64_t n, cudaStream_t stream);
+/// SwiGLU (as cpu::swiglu_forward): h = silu(g) * u, g and u float or bf16, h float.
 void swiglu_forward(const float* g, const float* u, float* h, int64_t n, cudaStream_t stream);
-/// dg = dh * u * silu'(g), du = dh * silu(g); dg may be g and du may be u.
+void swiglu_forward(const bf16* g, const bf16* u, float* h, int64_t n, cudaStream_t stream);
+/// u_kept (n bf16) = bf16(u); u = silu(g) * u_kept in place (the SwiGLU output over u).
+void swiglu_keep_bf16(const bf16* g, float* u, bf16* u_kept, int64_t n, cudaStream_t stream);
+/// dg = dh * u * silu'(g), du = dh * silu(g). Float g, u: dg may be g and du u; bf16 g, u:
+/// dg may be dh.
 void swiglu_backward(const float* g, const float* u, const float* dh, float* dg, float* du, int64_t n,
+                     cudaStream_t stream);
+void swiglu_backward(const bf16* g, const bf16* u, const float* dh, float* dg, float* du, int64_t n,
                      cudaStream_t stream);
 /// Rotary position embeddings in place (as cpu::rope_rotate; rope.cu).
 void rope_rotate(float* x, int64_t rows, int T, int64_t ld, int heads, int hd, const float* cos, const float* sin,

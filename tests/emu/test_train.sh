@@ -129,6 +129,45 @@ for model in gpt llama resnet; do
   ! $CHECK same-tail "$WORK/$model-tf32-0.jsonl" "$WORK/$model-bf16-0.jsonl" >/dev/null 2>&1 ||
     { echo "FAIL: $model at precision = bf16 gave the TF32 losses bit for bit"; exit 1; }
 done
+# bf16 activations: the MLP pre-activations the blocks keep (the GPT's fc_pre, the LLaMA's gate
+# and up) are bf16, the planner counts them to the byte, alone and under recompute, and the
+# saving is exactly theirs (rows 4 x 32 = 128, 4 blocks): the GPT's fc_pre (H = 128) 2 bytes
+# less per value, 131,072, plus the bf16 logits' (V = 256) 65,536; the LLaMA's gate and up
+# (H = 96) 196,608 plus the logits' 65,536, less the 32,768 its shared scratch grows by
+# (192 floats per row for w3's output after the norm's, then d(gate) and d(up), against 128).
+act_bytes() { $CHECK plan-field "$1" "$2.bytes.activations"; }
+for model in gpt llama; do
+  for rc in none blocks; do
+    row=$([[ $rc == none ]] && echo dp || echo baseline)
+    for p in fp32 bf16; do
+      "$SUBDP" plan "$WORK/$model.toml" --world 1 --set device.type=cuda --set device.precision=$p --set model.heads=2 \
+        --set train.recompute=$rc --json >"$WORK/plan-$model-$p-$rc.json"
+    done
+    "$SUBDP" train "$WORK/$model.toml" --set device.type=cuda --set device.precision=bf16 --set model.heads=2 \
+      --set train.recompute=$rc --set log.metrics_file="$WORK/$model-bf16-$rc-{rank}.jsonl" >/dev/null
+    $CHECK planned-peaks "$WORK/plan-$model-bf16-$rc.json" $row "$WORK/$model-bf16-$rc-0.jsonl" 0 activations
+    [[ $rc == blocks ]] && continue  # the recompute set is one block's: its saving is a quarter of the above
+    saved=$(($(act_bytes "$WORK/plan-$model-fp32-$rc.json" $row) - $(act_bytes "$WORK/plan-$model-bf16-$rc.json" $row)))
+    expected=$([[ $model == gpt ]] && echo $((131072 + 65536)) || echo $((196608 + 65536 - 32768)))
+    [[ $saved == "$expected" ]] || { echo "FAIL: $model bf16 saves $saved activation bytes, expected $expected"; exit 1; }
+    echo "ok: $model bf16 keeps its MLP pre-activations in bf16: $saved bytes saved"
+  done
+done
+# ... and the masked layouts that read part of them (1 of 4 ranks): forward neuron masking (a
+# narrower hidden layer), backward neuron masking (the GELU output's kept columns for fc2's
+# weight gradient), backward block masking (a dropped block: no weight gradient).
+for model in gpt llama; do
+  for setting in "forward neuron" "backward neuron" "backward block"; do
+    set -- $setting
+    for p in fp32 bf16; do
+      "$SUBDP" train "$WORK/$model.toml" --simulate-rank 1/4 --set device.type=cuda --set device.precision=$p \
+        --set model.heads=2 --set parallel.subnetworks=4 --set mask.keep=0.5 --set mask.regime=$1 \
+        --set mask.granularity=$2 --set log.metrics_file="$WORK/$model-$1-$2-$p-{rank}.jsonl" >/dev/null
+    done
+    $CHECK close-losses "$WORK/$model-$1-$2-bf16-1.jsonl" "$WORK/$model-$1-$2-fp32-1.jsonl" 1e-3
+    echo "ok: $model-$1-$2-bf16"
+  done
+done
 # The GPT's bf16 head and tensor-core attention under sharded gradients and parameters (rank
 # 1 of 4, forward block masking, recompute): within 1e-3 of fp32 on the device.
 for shard in gradients parameters; do

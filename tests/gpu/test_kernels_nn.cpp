@@ -104,6 +104,49 @@ TEST_F(LayerKernels, SwiGLU) {
   EXPECT_REL(du_.download(), du, kF32Tol);
 }
 
+// The MLP pre-activations a block keeps in bf16 (precision = "bf16"): the kept copy is the
+// input rounded to nearest even, and the forward, the recomputation and the backward are the
+// float32 CPU functions of the rounded values (to float32 accuracy, so a kernel that computes
+// from the unrounded input, about 2e-3 away, fails).
+TEST_F(LayerKernels, Bf16KeptGeluIsTheCpuGeluOfTheRoundedValues) {
+  const int64_t rows = 37, ld = 96, cols = 40, n = rows * ld;
+  const auto x = random_vec(n, 160, -4.f, 4.f), dy = random_vec(n, 161);
+  const auto rounded = round_bf16(x);
+  std::vector<float> y(n), dx(n), y_cols(rows * cols);
+  cpu::gelu_forward(rounded.data(), y.data(), n);
+  cpu::gelu_backward(rounded.data(), dy.data(), dx.data(), n);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) y_cols[r * cols + c] = y[r * ld + c];
+  Dev<float> act(x), grad(dy), out(rows * cols);
+  DevBf16 kept(static_cast<size_t>(n));
+  cuda::gelu_keep_bf16(act, kept, n, stream);
+  EXPECT_EQ(kept.download(), rounded);
+  EXPECT_REL(act.download(), y, kF32Tol);
+  cuda::gelu_forward_columns(kept, rows, ld, cols, out, stream);  // fc2's dW columns
+  EXPECT_REL(out.download(), y_cols, kF32Tol);
+  cuda::gelu_backward(kept.get(), grad.get(), grad.get(), n, stream);  // in place, as the GPT block calls it
+  EXPECT_REL(grad.download(), dx, kF32Tol);
+}
+
+TEST_F(LayerKernels, Bf16KeptSwiGLUIsTheCpuSwiGLUOfTheRoundedValues) {
+  const int64_t n = 5000;
+  const auto g = round_bf16(random_vec(n, 170, -6.f, 6.f)), u = random_vec(n, 171), dh = random_vec(n, 172);
+  const auto u_rounded = round_bf16(u);
+  std::vector<float> h(n), dg(n), du(n);
+  cpu::swiglu_forward(g.data(), u_rounded.data(), h.data(), n);
+  cpu::swiglu_backward(g.data(), u_rounded.data(), dh.data(), dg.data(), du.data(), n);
+  DevBf16 gate(g), up(static_cast<size_t>(n));
+  Dev<float> act(u), recomputed(n), grad(dh), dup(n);
+  cuda::swiglu_keep_bf16(gate, act, up, n, stream);
+  EXPECT_EQ(up.download(), u_rounded);
+  EXPECT_REL(act.download(), h, kF32Tol);
+  cuda::swiglu_forward(gate.get(), up.get(), recomputed.get(), n, stream);  // w2's dW input
+  EXPECT_REL(recomputed.download(), h, kF32Tol);
+  cuda::swiglu_backward(gate.get(), up.get(), grad.get(), grad.get(), dup.get(), n, stream);  // d(gate) over dh
+  EXPECT_REL(grad.download(), dg, kF32Tol);
+  EXPECT_REL(dup.download(), du, kF32Tol);
+}
+
 TEST_F(LayerKernels, BatchNorm2d) {
   const int N = 6, C = 10, HW = 49, grad_channels = 7;
   const int64_t n = static_cast<int64_t>(N) * C * HW;

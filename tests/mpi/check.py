@@ -32,10 +32,10 @@ Memory and the planner (tests/mpi/check_plan.py; PLAN: a file holding `subdp pla
   check.py plan-field PLAN KEY.KEY...       prints one value (JSON for lists and objects)
   check.py plan-peak PLAN [GiB]             largest per-rank total (subnetwork or baseline rows, else plain DP)
   check.py one-plan PLAN W                  PLAN is one plan object, for world W
-  check.py planned-peaks PLAN ROW METRICS TOL
+  check.py planned-peaks PLAN ROW METRICS TOL [CATEGORY]
                                             ROW's predicted bytes per category (ROW: dp, baseline or a
-                                            subnetwork index) equal the last step's peaks within TOL
-                                            (relative, and 4096 bytes; 0: exactly)
+                                            subnetwork index; CATEGORY: that one only) equal the last
+                                            step's peaks within TOL (relative, and 4096 bytes; 0: exactly)
   check.py budget-fits PLAN BUDGET NAMES    --budget's combinations: all fit, smallest first, the
                                             expected ones listed, DP not; writes "name bytes" lines to NAMES
 Exits 1 with a message on the first violation.
