@@ -51,11 +51,12 @@ std::unique_ptr<Model> make_gpt(const ModelConfig& c, const SubnetMask& mask, in
   return std::make_unique<Gpt>(c, mask, max_batch, seed, recompute_blocks, layout);
 }
 
-BlockActivations BlockActivations::allocate(int64_t rows, int64_t C, int64_t H, DType mlp_type) {
+BlockActivations BlockActivations::allocate(int64_t rows, int64_t C, int64_t H, DType kept_type) {
   BlockActivations a;
   a.mid = Tensor::empty({rows * C}, MemCategory::activations);  // flat: blocks view their own widths
-  a.fc_pre = Tensor::empty({rows * H}, MemCategory::activations, mlp_type);
-  a.attn = Tensor::empty({rows * 4 * C}, MemCategory::activations);
+  a.fc_pre = Tensor::empty({rows * H}, MemCategory::activations, kept_type);
+  a.qkv = Tensor::empty({rows * 3 * C}, MemCategory::activations);  // float32: see kept_qkv_dtype
+  a.attn_y = Tensor::empty({rows * C}, MemCategory::activations);
   for (Tensor* t : {&a.ln1_mean, &a.ln1_rstd, &a.ln2_mean, &a.ln2_rstd})
     *t = Tensor::zeros({rows}, MemCategory::activations);
   return a;
@@ -97,7 +98,9 @@ AttentionSpec attention_spec(const SubnetMask& mask, const ModelConfig& c, int i
   attn.proj_weight_init = proj_init;
   attn.y_scratch = outputs_in_scratch(mask, index) ? &forward_scratch : nullptr;
   attn.y_kept_cols = dropped ? 0 : static_cast<int64_t>(mask.layers.at(heads_layer(index)).kept) * (c.width / c.heads);
-  attn.activation_area = kept ? &kept->attn : nullptr;
+  attn.qkv_area = kept ? &kept->qkv : nullptr;
+  attn.y_area = kept ? &kept->attn_y : nullptr;
+  attn.qkv_type = kept_qkv_dtype(kept != nullptr);
   return attn;
 }
 }  // namespace
@@ -147,7 +150,7 @@ TransformerBlock::TransformerBlock(ParamSet& ps, const SubnetMask& mask, const M
   ln1_out_ = in_scratch(C_);
   mid_ = stored(kept ? &kept->mid : nullptr, C_);
   ln2_out_ = in_scratch(C_);
-  fc_pre_ = stored(kept ? &kept->fc_pre : nullptr, fc_->out(), kept_mlp_dtype());
+  fc_pre_ = stored(kept ? &kept->fc_pre : nullptr, fc_->out(), kept_activation_dtype());
   fc_act_ = in_scratch(fc_->out());
   const Param& w2 = *fc2_->weight;
   // Under a shared ParamLayout a block's gradients (and values) are allocated after construction.
@@ -247,18 +250,20 @@ Gpt::Gpt(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t s
   wpe_ = std::make_unique<Embedding>(params_, "wpe", T_, C_, kTransformerWeight);
   // shared_ (floats per row): the head's lnf output (C; dlogits overwrite the logits); the blocks' forward
   // scratch (ln1, ln2 and GELU outputs, and under backward masking attention outputs: at
-  // most max(C, local hidden width)); their backward scratch (dh, or attention's dy + dqkv).
+  // most max(C, local hidden width)); their backward scratch (dh, or attention's dy + dqkv);
+  // under bf16 attention's float32 q, k, v after those (AttentionScratch::floats_per_row).
   int64_t hidden = 0, width = 0;
   for (int b = 0; b < c.depth; ++b) {
     const auto [h, w] = local_widths(c, mask_, b);
     hidden = std::max(hidden, h);
     width = std::max(width, w);
   }
-  const int64_t shared_width = std::max({static_cast<int64_t>(C_), hidden, 4 * width});
+  const bool half = kept_qkv_dtype(recompute_) == DType::bf16;
+  const int64_t shared_width = std::max({int64_t{C_}, hidden, AttentionScratch::floats_per_row(C_, width, half)});
   shared_ = Tensor::empty({rows * shared_width}, MemCategory::activations);
   // Under recompute every block keeps its forward state in one set (sized for the widest
   // block); the backward pass rebuilds a block's set from its stored input.
-  if (recompute_) shared_block_ = BlockActivations::allocate(rows, C_, hidden, kept_mlp_dtype());
+  if (recompute_) shared_block_ = BlockActivations::allocate(rows, C_, hidden, kept_activation_dtype());
   for (int b = 0; b < c.depth; ++b) {
     blocks_.push_back(
         std::make_unique<TransformerBlock>(params_, mask_, c, b, rows, shared_, recompute_ ? &shared_block_ : nullptr));
@@ -275,7 +280,7 @@ Gpt::Gpt(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t s
   scratch_.dln = activation(rows, C_);
   scratch_.ln_out = activation(rows, C_);
   scratch_.work = shared_;
-  scratch_.attn.bind(shared_, rows, width, T_, C_ / c.heads, omp_get_max_threads());
+  scratch_.attn.bind(shared_, rows, C_, width, T_, C_ / c.heads, omp_get_max_threads(), half);
 }
 
 void Gpt::check_batch(int B, int T) const {

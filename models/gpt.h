@@ -32,15 +32,16 @@ std::unique_ptr<Model> make_gpt(const ModelConfig& c, const SubnetMask& mask, in
                                 bool recompute_blocks = false, ParamLayout layout = ParamLayout::per_param);
 
 /// What a block keeps from its forward pass for its backward, besides its output: mid
-/// (rows, C), fc_pre (rows, H; bf16 under [device] precision = "bf16"), the attention area (rows, 4C: qkv, then the
-/// stored attention output) and ln1 / ln2 statistics (rows each). Each block owns one by default; under train.recompute
-/// = "blocks" the model allocates one set for its widest block and every block views it, and the backward pass
-/// recomputes a block's set from its input.
+/// (rows, C), fc_pre (rows, H; bf16 under [device] precision = "bf16",
+/// kept_activation_dtype()), qkv (rows, 3C; bf16 only in a block's own set, kept_qkv_dtype()),
+/// the stored attention output attn_y (rows, C) and ln1 / ln2 statistics (rows each). Each block owns one by default;
+/// under train.recompute = "blocks" the model allocates one set for its widest block and every block views it, and the
+/// backward pass recomputes a block's set from its input.
 struct BlockActivations {
-  Tensor mid, fc_pre, attn, ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;
-  /// Allocates a set for rows rows of width C and MLP width H (activations), fc_pre of
-  /// mlp_type (kept_mlp_dtype()).
-  static BlockActivations allocate(int64_t rows, int64_t C, int64_t H, DType mlp_type);
+  Tensor mid, fc_pre, qkv, attn_y, ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;
+  /// Allocates the shared set (recompute) for rows rows of width C and MLP width H
+  /// (activations), fc_pre of kept_type (kept_activation_dtype()), qkv float32.
+  static BlockActivations allocate(int64_t rows, int64_t C, int64_t H, DType kept_type);
 };
 
 /// Backward scratch shared by every block, for B*T rows.
@@ -93,7 +94,7 @@ class TransformerBlock {
   std::unique_ptr<CausalSelfAttention> attn_;
   std::unique_ptr<Linear> fc_, fc2_;
   // (B, T, C or H); ln1_out_, ln2_out_ and fc_act_ are views of the forward scratch. fc_pre_
-  // is bf16 under precision bf16 (kept_mlp_dtype()).
+  // is bf16 under precision bf16 (kept_activation_dtype()).
   Tensor ln1_out_, mid_, ln2_out_, fc_pre_, fc_act_, out_;
   bool half_mlp() const { return fc_pre_.dtype() == DType::bf16; }
   /// fc_pre_ and fc_act_ = gelu(fc_pre_) (rows, H) from ln2_out_.

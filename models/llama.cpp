@@ -88,8 +88,8 @@ void Llama::build_blocks(const ModelConfig& c, int64_t rows) {
     hidden = std::max(hidden, h);
     width = std::max(width, w);
   }
-  shared_ = Tensor::empty({rows * llama_scratch_width(C_, hidden, width)}, MemCategory::activations);
-  if (recompute_) shared_block_ = LlamaActivations::allocate(rows, C_, hidden, kept_mlp_dtype());
+  shared_ = Tensor::empty({rows * llama_scratch_width(C_, hidden, width, recompute_)}, MemCategory::activations);
+  if (recompute_) shared_block_ = LlamaActivations::allocate(rows, C_, hidden, kept_activation_dtype());
   LlamaBlockSpec spec;
   spec.max_rows = rows;
   spec.forward_scratch = &shared_;
@@ -104,7 +104,8 @@ void Llama::build_blocks(const ModelConfig& c, int64_t rows) {
   scratch_.dln = Tensor::empty({rows, int64_t{C_}}, MemCategory::activations);
   scratch_.ln_out = Tensor::empty({rows, int64_t{C_}}, MemCategory::activations);
   scratch_.work = shared_;
-  scratch_.attn.bind(shared_, rows, width, T_, hd_, omp_get_max_threads());
+  scratch_.attn.bind(shared_, rows, C_, width, T_, hd_, omp_get_max_threads(),
+                     kept_qkv_dtype(recompute_) == DType::bf16);
 }
 
 void Llama::enqueue_forward(const Batch& batch, bool training) {

@@ -31,7 +31,9 @@ AttentionSpec attention_spec(const SubnetMask& mask, const ModelConfig& c, int i
   a.head_scale = neuron ? mask.scale : 1.f;
   a.weight_init = kTransformerWeight;
   a.proj_weight_init = wo_init;
-  a.activation_area = spec.shared ? &spec.shared->attn : nullptr;
+  a.qkv_area = spec.shared ? &spec.shared->qkv : nullptr;
+  a.y_area = spec.shared ? &spec.shared->attn_y : nullptr;
+  a.qkv_type = kept_qkv_dtype(spec.shared != nullptr);
   a.rope_cos = spec.rope_cos;
   a.rope_sin = spec.rope_sin;
   return a;
@@ -39,18 +41,20 @@ AttentionSpec attention_spec(const SubnetMask& mask, const ModelConfig& c, int i
 
 }  // namespace
 
-int64_t llama_scratch_width(int64_t C, int64_t H, int64_t A) {
-  if (kept_mlp_dtype() == DType::bf16) return std::max({C + H, 2 * H, 4 * A});
-  return std::max({C, H, 4 * A});
+int64_t llama_scratch_width(int64_t C, int64_t H, int64_t A, bool recompute) {
+  const bool half = kept_activation_dtype() == DType::bf16;
+  const int64_t attention = AttentionScratch::floats_per_row(C, A, kept_qkv_dtype(recompute) == DType::bf16);
+  return half ? std::max({C + H, 2 * H, attention}) : std::max({C, H, attention});
 }
 
-LlamaActivations LlamaActivations::allocate(int64_t rows, int64_t C, int64_t H, DType mlp_type) {
+LlamaActivations LlamaActivations::allocate(int64_t rows, int64_t C, int64_t H, DType kept_type) {
   LlamaActivations a;
   auto flat = [](int64_t n, DType type = DType::f32) { return Tensor::empty({n}, MemCategory::activations, type); };
   a.mid = flat(rows * C);  // flat: blocks view their own widths
-  a.gate = flat(rows * H, mlp_type);
-  a.up = flat(rows * H, mlp_type);
-  a.attn = flat(rows * 4 * C);
+  a.gate = flat(rows * H, kept_type);
+  a.up = flat(rows * H, kept_type);
+  a.qkv = flat(rows * 3 * C);  // float32: see kept_qkv_dtype
+  a.attn_y = flat(rows * C);
   a.rstd1 = Tensor::zeros({rows}, MemCategory::activations);
   a.rstd2 = Tensor::zeros({rows}, MemCategory::activations);
   return a;
@@ -92,15 +96,15 @@ LlamaBlock::LlamaBlock(ParamSet& ps, const SubnetMask& mask, const ModelConfig& 
     return area ? area->slice0(0, rows * width).view({rows, width})
                 : Tensor::empty({rows, width}, MemCategory::activations, type);
   };
-  const bool half = kept_mlp_dtype() == DType::bf16;
+  const bool half = kept_activation_dtype() == DType::bf16;
   auto in_scratch = [&](int64_t offset, int64_t width) {
     return spec.forward_scratch->slice0(rows * offset, rows * (offset + width)).view({rows, width});
   };
   norm_out_ = in_scratch(0, C_);
   act_ = in_scratch(half ? C_ : 0, h);
   mid_ = stored(kept ? &kept->mid : nullptr, C_);
-  gate_ = stored(kept ? &kept->gate : nullptr, h, kept_mlp_dtype());
-  up_ = stored(kept ? &kept->up : nullptr, h, kept_mlp_dtype());
+  gate_ = stored(kept ? &kept->gate : nullptr, h, kept_activation_dtype());
+  up_ = stored(kept ? &kept->up : nullptr, h, kept_activation_dtype());
   out_ = Tensor::empty({rows, int64_t{C_}}, MemCategory::activations);
 }
 

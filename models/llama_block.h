@@ -12,14 +12,15 @@ namespace subdp {
 
 /// What a block keeps from its forward pass for its backward, besides its output: mid
 /// (rows, C), the SwiGLU inputs gate and up (rows, H each; bf16 under [device] precision =
-/// "bf16", kept_mlp_dtype()), the attention area (rows, 4C: qkv,
-/// then the stored attention output) and the two RMSNorms' rstd (rows each). Each block owns a
+/// "bf16", kept_activation_dtype()), qkv (rows, 3C; bf16 only in a block's own set,
+/// kept_qkv_dtype()), the stored attention output attn_y (rows, C) and the two RMSNorms' rstd
+/// (rows each). Each block owns a
 /// set unless train.recompute = "blocks", where every block views the model's one set.
 struct LlamaActivations {
-  Tensor mid, gate, up, attn, rstd1, rstd2;
-  /// Allocates a set for rows rows of width C and SwiGLU width H (activations), gate and up
-  /// of mlp_type.
-  static LlamaActivations allocate(int64_t rows, int64_t C, int64_t H, DType mlp_type);
+  Tensor mid, gate, up, qkv, attn_y, rstd1, rstd2;
+  /// Allocates the shared set (recompute) for rows rows of width C and SwiGLU width H
+  /// (activations), gate and up of kept_type, qkv float32.
+  static LlamaActivations allocate(int64_t rows, int64_t C, int64_t H, DType kept_type);
 };
 
 /// Backward scratch shared by the blocks, for B*T rows.
@@ -45,8 +46,10 @@ struct LlamaBlockSpec {
 /// Floats per row of the LLaMA's one shared scratch, the blocks' forward and backward scratch
 /// (the widest local SwiGLU width H and attention width A): the head's norm output and a
 /// block's norm output (C), the SwiGLU output (H; under bf16 after the norm output: C + H),
-/// its gradient (H; under bf16 with d(up): 2H), attention's dy and dqkv (4A).
-int64_t llama_scratch_width(int64_t C, int64_t H, int64_t A);
+/// its gradient (H; under bf16 with d(up): 2H), attention's scratch
+/// (AttentionScratch::floats_per_row).
+/// recompute: train.recompute = "blocks" (q, k, v kept float32: kept_qkv_dtype).
+int64_t llama_scratch_width(int64_t C, int64_t H, int64_t A, bool recompute);
 
 class LlamaBlock {
  public:
@@ -82,7 +85,7 @@ class LlamaBlock {
   // (B, T, C), (B, T, H): views of the forward scratch; act_ after norm_out_ with bf16 gate
   // and up (it holds w1's, then w3's float output before SwiGLU), else over it.
   Tensor norm_out_, act_;
-  Tensor mid_, gate_, up_, out_;  // (B, T, C), (B, T, H) twice (kept_mlp_dtype()), (B, T, C)
+  Tensor mid_, gate_, up_, out_;  // (B, T, C), (B, T, H) twice (kept_activation_dtype()), (B, T, C)
   int C_, heads_;
   float branch_scale_ = 1.f, neuron_scale_ = 1.f;
   bool skipped_ = false;

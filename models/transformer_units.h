@@ -29,10 +29,16 @@ inline std::pair<int64_t, int64_t> local_block_widths(const SubnetMask& mask, in
   return {mask.layers.at(mlp_layer(index)).kept, int64_t{mask.layers.at(heads_layer(index)).kept} * (C / heads)};
 }
 
-/// The storage of the MLP pre-activations a block keeps for its backward (the GPT's fc_pre,
-/// the LLaMA's gate and up): bf16 under [device] precision = "bf16" (half their bytes; the
-/// forward computes from the rounded values, as PyTorch's autocast keeps a bf16 linear's
-/// output), else float32.
-inline DType kept_mlp_dtype() { return backend().precision() == Precision::bf16 ? DType::bf16 : DType::f32; }
+/// The storage of the activations a block keeps in bf16 under [device] precision = "bf16"
+/// for its backward, float32 otherwise: the MLP pre-activations (the GPT's fc_pre, the
+/// LLaMA's gate and up) and attention's q, k, v. Half their bytes; the forward computes from
+/// the rounded values, as PyTorch's autocast keeps a bf16 linear's output.
+inline DType kept_activation_dtype() { return backend().precision() == Precision::bf16 ? DType::bf16 : DType::f32; }
+
+/// The storage of attention's kept q, k, v: kept_activation_dtype(), but float32 under
+/// recompute. bf16 q, k, v cost the model one float32 copy (B, T, 3C) in its shared scratch for
+/// the attention kernels (AttentionScratch::qkv_f32), which saves in bytes what bf16 saves on
+/// 2 blocks; recompute keeps one block's set.
+inline DType kept_qkv_dtype(bool recompute) { return recompute ? DType::f32 : kept_activation_dtype(); }
 
 }  // namespace subdp

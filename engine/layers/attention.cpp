@@ -10,12 +10,21 @@
 
 namespace subdp {
 
-void AttentionScratch::allocate(int64_t rows, int64_t Ck, int T, int head_dim, int thread_slots) {
-  bind(Tensor::empty({rows * 4 * Ck}, MemCategory::activations), rows, Ck, T, head_dim, thread_slots);
+int64_t AttentionScratch::floats_per_row(int64_t C, int64_t Ck, bool kept_bf16) {
+  return kept_bf16 ? std::max(C, 4 * Ck) + 3 * Ck : 4 * Ck;
 }
 
-void AttentionScratch::bind(const Tensor& area, int64_t rows, int64_t Ck, int T, int head_dim, int thread_slots) {
+void AttentionScratch::allocate(int64_t rows, int64_t Ck, int T, int head_dim, int thread_slots) {
+  bind(Tensor::empty({rows * 4 * Ck}, MemCategory::activations), rows, Ck, Ck, T, head_dim, thread_slots);
+}
+
+void AttentionScratch::bind(const Tensor& area, int64_t rows, int64_t C, int64_t Ck, int T, int head_dim,
+                            int thread_slots, bool kept_bf16) {
+  SUBDP_ASSERT(area.numel() >= rows * floats_per_row(C, Ck, kept_bf16));
   grads = area.slice0(0, rows * 4 * Ck);
+  // After the layer's input x (rows, C) in the forward and after dy and dqkv in the backward.
+  const int64_t at = rows * std::max(C, 4 * Ck);
+  qkv_f32 = kept_bf16 ? area.slice0(at, at + rows * 3 * Ck) : Tensor();
   slots = std::max(1, thread_slots);
   // The largest call: every row, every local head (the CPU's figure depends on T and the slots
   // only; a GPU's on the whole shape).
@@ -34,7 +43,7 @@ CausalSelfAttention::CausalSelfAttention(ParamSet& ps, const AttentionSpec& spec
   const int C = spec.C, heads = spec.heads, T = spec.T, head_layer = spec.head_layer, block = spec.block;
   const int64_t max_rows = spec.max_rows, y_kept_cols = spec.y_kept_cols;
   const InitSpec weight_init = spec.weight_init;
-  const Tensor *y_scratch = spec.y_scratch, *activation_area = spec.activation_area;
+  const Tensor* y_scratch = spec.y_scratch;
   const int kv_heads = spec.kv_heads > 0 ? spec.kv_heads : heads;
   const bool grouped = kv_heads != heads;
   SUBDP_ASSERT(heads > 0 && C % heads == 0 && heads % kv_heads == 0 && !(grouped && (head_layer >= 0 || spec.bias)));
@@ -54,19 +63,18 @@ CausalSelfAttention::CausalSelfAttention(ParamSet& ps, const AttentionSpec& spec
   proj = std::make_unique<Linear>(ps, prefix + "." + spec.proj_name, C, C, spec.bias, UnitRef{},
                                   head_layer >= 0 ? UnitRef{head_layer, 1, hd_} : UnitRef{}, block,
                                   spec.proj_weight_init.value_or(weight_init), zero);
-  // Stored activations: tensors of their own, or views of the shared area (qkv at 0, the
-  // stored attention output at 3C columns' worth, whatever this layer's Ck).
-  auto stored = [&](int64_t offset, int64_t cols) {
-    if (!activation_area) return Tensor::empty({max_rows, cols}, MemCategory::activations);
-    SUBDP_ASSERT(activation_area->numel() >= max_rows * 4 * static_cast<int64_t>(C));
-    return activation_area->slice0(offset, offset + max_rows * cols).view({max_rows, cols});
+  // Stored activations: tensors of their own, or views of the shared areas (recompute).
+  auto stored = [&](const Tensor* area, int64_t cols, DType type) {
+    if (!area) return Tensor::empty({max_rows, cols}, MemCategory::activations, type);
+    SUBDP_ASSERT(area->dtype() == type && area->numel() >= max_rows * cols);
+    return area->slice0(0, max_rows * cols).view({max_rows, cols});
   };
-  qkv_ = stored(0, qkv_cols());
-  y_ = y_scratch ? y_scratch->slice0(0, max_rows * Ck).view({max_rows, Ck}) : stored(max_rows * 3 * C, Ck);
+  qkv_ = stored(spec.qkv_area, qkv_cols(), spec.qkv_type);
+  y_ = y_scratch ? y_scratch->slice0(0, max_rows * Ck).view({max_rows, Ck}) : stored(spec.y_area, Ck, DType::f32);
   if (y_scratch) {
     SUBDP_ASSERT(y_kept_cols >= 0 && y_kept_cols <= Ck);
     y_kept_cols_ = y_kept_cols;
-    if (y_kept_cols > 0) y_kept_ = stored(max_rows * 3 * C, y_kept_cols);
+    if (y_kept_cols > 0) y_kept_ = stored(spec.y_area, y_kept_cols, DType::f32);
   }
 }
 
@@ -77,13 +85,19 @@ void CausalSelfAttention::forward(const float* x, float* out, int B, int T, Atte
     if (proj->bias) backend().add_bias_rows(out, proj->bias->value.f32(), rows, C_);
     return;
   }
-  float* qkv = qkv_.f32();  // (B, T, qkv_cols)
+  const bool half = kept_bf16();
+  SUBDP_ASSERT(!half || s.qkv_f32.numel() >= rows * qkv_cols());
+  float* qkv = half ? s.qkv_f32.f32() : qkv_.f32();  // (B, T, qkv_cols)
   const int64_t cols = qkv_cols();
   // qkv (rows, cols) = x (rows, C) . Wqkv^T (C, cols) + b
   backend().linear_forward(x, qkv_weight->value.f32(), qkv_bias ? qkv_bias->value.f32() : nullptr, qkv, nullptr, rows,
                            C_, cols);
   FlopCounter::add_gemm(rows, cols, C_);
   rotate_qk(qkv, rows, T, false);
+  if (half) {  // kept rounded to bf16, and the kernels read the rounded values
+    backend().to_bf16(qkv, qkv_.raw(), rows * cols);
+    backend().bf16_to_f32(qkv_.raw(), qkv, rows * cols);
+  }
   float* y = y_.f32();  // (B, T, Ck)
   backend().attention_forward(shape(B, T), qkv, nullptr, y, s.ws.f32(), s.slots);
   FlopCounter::count() += 4LL * B * local_heads_ * T * T * hd_;
@@ -110,7 +124,8 @@ void CausalSelfAttention::backward(const float* x, const float* dout, float* dx,
   if (head_scale_ != 1.f) backend().scale(dy, head_scale_, rows * Ck);
   float* dqkv = dy + rows * Ck;  // (B, T, qkv_cols)
   const int64_t cols = qkv_cols();
-  backend().attention_backward(shape(B, T), qkv_.f32(), nullptr, dy, dqkv, s.ws.f32(), s.slots);
+  const float* qkv = qkv_f32(rows, s);
+  backend().attention_backward(shape(B, T), qkv, nullptr, dy, dqkv, s.ws.f32(), s.slots);
   FlopCounter::count() += 10LL * B * local_heads_ * T * T * hd_;  // 8 plus the recomputed q k^T
   rotate_qk(dqkv, rows, T, true);                                 // d(q, k before RoPE) = R^T d(q, k after)
   if (qkv_weight->grad.defined() && local_kv_heads_ != local_heads_) {
@@ -131,6 +146,13 @@ void CausalSelfAttention::backward(const float* x, const float* dout, float* dx,
   // dx (rows, C) = dqkv (rows, cols) . Wqkv (cols, C)
   backend().sgemm(false, false, rows, C_, cols, 1.f, dqkv, cols, qkv_weight->value.f32(), C_, 0.f, dx, C_);
   FlopCounter::add_gemm(rows, C_, cols);
+}
+
+const float* CausalSelfAttention::qkv_f32(int64_t rows, const AttentionScratch& s) const {
+  if (!kept_bf16()) return qkv_.f32();
+  SUBDP_ASSERT(s.qkv_f32.numel() >= rows * qkv_cols());
+  backend().bf16_to_f32(qkv_.raw(), s.qkv_f32.f32(), rows * qkv_cols());
+  return s.qkv_f32.f32();
 }
 
 void CausalSelfAttention::rotate_qk(float* qkv, int64_t rows, int T, bool inverse) const {

@@ -27,13 +27,22 @@ struct AttentionScratch {
   Tensor grads;  // flat: dy (B, T, Ck), the attention output's gradient, then dqkv (B, T, 3 Ck)
   Tensor ws;     // attention_workspace_floats: per thread slot the probabilities (forward and
                  // backward) and their gradient (backward), (T, T) each
+  /// With bf16 q, k, v kept (AttentionSpec::qkv_type): flat, (B, T, 3 Ck) floats, their
+  /// float32 values for the kernels, after the layer's input (forward) and after dqkv
+  /// (backward). Undefined otherwise.
+  Tensor qkv_f32;
   int slots = 1;
+  /// Floats per row of the area bind() takes for layers of width C and local width Ck:
+  /// 4 Ck (dy, dqkv), and with bf16 q, k, v kept max(C, 4 Ck) + 3 Ck (then qkv_f32).
+  static int64_t floats_per_row(int64_t C, int64_t Ck, bool kept_bf16);
   /// Allocates dy and dqkv for rows = B*T rows of width Ck = heads * head_dim (activations) and
   /// the backend's workspace for that shape and `slots` threads.
   void allocate(int64_t rows, int64_t Ck, int T, int head_dim, int slots);
-  /// Places dy and dqkv in the first 4 * rows * Ck floats of `area` (flat, a scratch the
-  /// model reuses outside attention backward) and allocates only the workspace.
-  void bind(const Tensor& area, int64_t rows, int64_t Ck, int T, int head_dim, int slots);
+  /// Places dy, dqkv (and, kept_bf16, qkv_f32) in the first rows * floats_per_row(C, Ck,
+  /// kept_bf16) floats of `area` (flat, a scratch the model reuses outside attention) and
+  /// allocates only the workspace.
+  void bind(const Tensor& area, int64_t rows, int64_t C, int64_t Ck, int T, int head_dim, int slots,
+            bool kept_bf16 = false);
 };
 
 /// What a CausalSelfAttention layer is built from (named: most fields have defaults).
@@ -49,7 +58,9 @@ struct AttentionSpec {
   std::optional<InitSpec> proj_weight_init;
   const Tensor* y_scratch = nullptr;  // see the constructor; null: y_ is the layer's own
   int64_t y_kept_cols = 0;
-  const Tensor* activation_area = nullptr;           // see the constructor; null: tensors of its own
+  const Tensor* qkv_area = nullptr;                  // see the constructor; null: a tensor of its own
+  const Tensor* y_area = nullptr;                    // see the constructor; null: a tensor of its own
+  DType qkv_type = DType::f32;                       // storage of the kept q, k, v: f32, or bf16 (precision bf16)
   bool bias = true;                                  // qkv and proj biases (GPT); LLaMA has none
   std::string qkv_name = "qkv", proj_name = "proj";  // <prefix>.<qkv_name>.weight, ...
   // Rotary position embeddings on q and k (LLaMA): cos / sin tables (context, hd/2) in backend
@@ -68,9 +79,12 @@ class CausalSelfAttention {
   /// gradient) is computed in this flat scratch of at least max_rows * C floats, and only
   /// its first y_kept_cols columns (the kept heads' prefix: proj's weight-gradient columns)
   /// are stored, none when proj has no weight gradient (backward masking).
-  /// activation_area: when non-null, a flat area of at least max_rows * 4C floats that holds
-  /// qkv (its first max_rows * 3Ck floats) and the stored attention output (from float
-  /// max_rows * 3C on) instead of tensors of the layer's own (shared under recompute).
+  /// qkv_area, y_area: when non-null, flat areas of at least max_rows * 3C values of qkv_type
+  /// and max_rows * C floats that hold qkv and the stored attention output instead of tensors
+  /// of the layer's own (shared under recompute).
+  /// qkv_type bf16: q, k, v (after RoPE) are kept in bf16, and both passes run the attention
+  /// kernels on their float32 values in the scratch's qkv_f32, so the forward computes from
+  /// the values the backward reads.
   CausalSelfAttention(ParamSet& ps, const AttentionSpec& spec);
 
   int channels() const { return C_; }
@@ -93,6 +107,10 @@ class CausalSelfAttention {
   std::unique_ptr<Linear> proj;  // weight (C, Ck), bias (C) dense (none without biases)
 
  private:
+  bool kept_bf16() const { return qkv_.dtype() == DType::bf16; }
+  /// The kept q, k, v (rows, qkv_cols()) as floats: qkv_ itself, or (bf16 kept) converted into
+  /// s.qkv_f32.
+  const float* qkv_f32(int64_t rows, const AttentionScratch& s) const;
   /// RoPE on the q and k sections of qkv (rows, qkv_cols()), in place; inverse for their gradients.
   void rotate_qk(float* qkv, int64_t rows, int T, bool inverse) const;
   /// This call's geometry for the kernels.

@@ -7,6 +7,8 @@ Usage:
   check.py same-tail FULL RESUMED           RESUMED's steps have bit-identical losses to FULL's same steps
   check.py mean-losses SINGLE TOL R0 R1 ... mean over ranks equals the single process (rel tol)
   check.py tensors-close A B TOL            every tensor of two safetensors files within rel tol (0 = bit-identical)
+  check.py updates-close INIT A B TOL       every tensor's update from INIT: A's within rel tol of B's
+                                            (relative to B's largest update element)
   check.py holders-identical DIR            rank*.safetensors: wherever two ranks hold a value it is bit-identical
   check.py all-identical DIR                rank*.safetensors: every rank holds every value, all bit-identical
   check.py same-bytes A B                   every step's bytes all-reduced and broadcast equal (overlapped vs blocking)
@@ -147,6 +149,25 @@ def tensors_close(a, b, tol):
             if not err <= tol:  # a NaN anywhere fails too
                 fail(f"{k}: relative error {err} > {tol}")
     print(f"ok: {len(ta)} tensors {'bit-identical' if tol == 0 else f'within {tol}'}")
+
+
+def updates_close(init, a, b, tol):
+    """Each tensor's update from INIT: A's within TOL of B's, row by row (the first axis, so a
+    q row is measured against q rows' updates, not the v rows' larger ones), relative to the
+    row's largest element of B's update."""
+    t0, ta = same_named_tensors(init, a)
+    _, tb = same_named_tensors(init, b)
+    worst = 0.0
+    for k in t0:
+        ua = ta[k].astype(np.float64) - t0[k].astype(np.float64)
+        ub = tb[k].astype(np.float64) - t0[k].astype(np.float64)
+        rows = ua.shape[0] if ua.ndim >= 2 else 1
+        ua, ub = ua.reshape(rows, -1), ub.reshape(rows, -1)
+        err = np.max(np.max(np.abs(ua - ub), axis=1) / np.maximum(np.max(np.abs(ub), axis=1), 1e-30))
+        if not err <= tol:  # a NaN anywhere fails too
+            fail(f"{k}: update relative error {err} > {tol} in a row (largest update {np.max(np.abs(ub))})")
+        worst = max(worst, err)
+    print(f"ok: {len(t0)} tensors' updates within {tol} row by row (largest relative error {worst:.3g})")
 
 
 def model_distance(a, b, expected, tol):
@@ -315,6 +336,7 @@ COMMANDS = {
     "same-tail": lambda a: same_tail(*a),
     "mean-losses": lambda a: mean_losses(a[0], float(a[1]), a[2:]),
     "tensors-close": lambda a: tensors_close(a[0], a[1], float(a[2])),
+    "updates-close": lambda a: updates_close(a[0], a[1], a[2], float(a[3])),
     "holders-identical": lambda a: holders_identical(a[0]),
     "all-identical": lambda a: holders_identical(a[0], require_all=True),
     "bytes-per-step": lambda a: bytes_per_step(a[0], int(a[1]), *a[2:3]),
