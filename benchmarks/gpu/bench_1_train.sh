@@ -3,8 +3,9 @@
 # backend trains. (a) The GPT of configs/gpt_brown.toml's shape on tests/parity/gpt_text.txt,
 # 20 steps on cuda and on cpu: the losses of the two backends, step by step (float32: they
 # agree to rounding, not bit for bit). (b) Device memory at W = 8 through --simulate-rank 0/8
-# for DP and forward / backward masking at block and neuron level (keep 0.5), next to
-# `subdp plan` (which sizes the CPU backend's workspaces). Writes train.csv and memory.csv.
+# for DP and forward / backward masking at block and neuron level (keep 0.5), fp32, and DP and
+# backward neuron masking in bf16 (bf16 logits and kept activations), next to `subdp plan`
+# (which sizes the CPU backend's workspaces). Writes train.csv and memory.csv.
 # SUBDP_GPU_REHEARSAL=1: a GPT of width 32 and 3 steps, for the emulated device.
 set -euo pipefail
 BIN=$1
@@ -38,14 +39,16 @@ with open(f"{out}/train.csv", "w") as f:
 print(f"train: {len(runs['cuda'])} steps, largest relative loss difference cuda vs cpu {worst:.3g}")
 PY
 echo "regime,measured_peak_bytes,planned_peak_bytes,ratio" > "$OUT/memory.csv"
-for regime in "none block" "forward block" "backward block" "forward neuron" "backward neuron"; do
+for regime in "none block fp32" "forward block fp32" "backward block fp32" "forward neuron fp32" \
+  "backward neuron fp32" "none block bf16" "backward neuron bf16"; do
   set -- $regime
   args="--set parallel.subnetworks=8 --set mask.regime=$1 --set mask.granularity=$2 --set mask.keep=0.5"
   [[ $1 == none ]] && args="--set parallel.subnetworks=1"
+  args="$args --set device.precision=$3"
   measured=$("$BIN/subdp" train "$CFG" $DATA --set train.steps=2 --set train.eval_every=1000000 \
     --set train.eval_batches=1 --set device.type=cuda $args --simulate-rank 0/8 | sed -n 's/^final.*peak_bytes=\([0-9]*\).*/\1/p')
   planned=$("$BIN/subdp" plan "$CFG" --world 8 $DATA $args --set device.type=cuda | awk '/^  subnetwork 0 / {print $(NF-2); exit} /^  plain DP/ {print $NF; exit}')
-  echo "$1-$2,$measured,$planned,$(python3 -c "print(round($measured / max(1, int('${planned:-0}' or 0)), 3))")" >> "$OUT/memory.csv"
+  echo "$1-$2-$3,$measured,$planned,$(python3 -c "print(round($measured / max(1, int('${planned:-0}' or 0)), 3))")" >> "$OUT/memory.csv"
 done
 cat "$OUT/train.csv" | tail -3
 cat "$OUT/memory.csv"
