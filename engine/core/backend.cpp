@@ -58,6 +58,8 @@ namespace {
 
 void Backend::to_bf16(const float*, void*, int64_t) { no_bf16(*this); }
 void Backend::bf16_to_f32(const void*, float*, int64_t) { no_bf16(*this); }
+void Backend::round_keep_bf16(float*, void*, int64_t) { no_bf16(*this); }
+void Backend::to_bf16_columns(const float*, int64_t, int64_t, int64_t, void*) { no_bf16(*this); }
 void Backend::gemm_bf16(bool, bool, int, int, int, float, const void*, int, const void*, int, float, void*, int, bool) {
   no_bf16(*this);
 }

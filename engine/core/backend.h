@@ -166,6 +166,10 @@ class Backend {
   virtual void to_bf16(const float* x, void* y, int64_t n);
   /// y (n floats) = x (n bf16), exactly.
   virtual void bf16_to_f32(const void* x, float* y, int64_t n);
+  /// kept (n bf16) = bf16(x); x (n floats) = kept, in place (the kept values as floats).
+  virtual void round_keep_bf16(float* x, void* kept, int64_t n);
+  /// y (rows, cols bf16) = x[:, :cols], x (rows, ld floats).
+  virtual void to_bf16_columns(const float* x, int64_t rows, int64_t ld, int64_t cols, void* y);
   /// As sgemm over bf16 A and B, sums in fp32: C float32, or bf16 (rounded) when c_bf16.
   virtual void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const void* A, int lda,
                          const void* B, int ldb, float beta, void* C, int ldc, bool c_bf16);

@@ -70,6 +70,12 @@ CausalSelfAttention::CausalSelfAttention(ParamSet& ps, const AttentionSpec& spec
     return area->slice0(0, max_rows * cols).view({max_rows, cols});
   };
   qkv_ = stored(spec.qkv_area, qkv_cols(), spec.qkv_type);
+  if (spec.qkv_type == DType::bf16) {  // y in the scratch, its kept columns in bf16
+    SUBDP_ASSERT(!spec.y_area && y_kept_cols >= 0 && y_kept_cols <= Ck);
+    y_kept_cols_ = y_scratch ? y_kept_cols : Ck;
+    if (y_kept_cols_ > 0) y_kept_ = stored(nullptr, y_kept_cols_, DType::bf16);
+    return;
+  }
   y_ = y_scratch ? y_scratch->slice0(0, max_rows * Ck).view({max_rows, Ck}) : stored(spec.y_area, Ck, DType::f32);
   if (y_scratch) {
     SUBDP_ASSERT(y_kept_cols >= 0 && y_kept_cols <= Ck);
@@ -94,16 +100,17 @@ void CausalSelfAttention::forward(const float* x, float* out, int B, int T, Atte
                            C_, cols);
   FlopCounter::add_gemm(rows, cols, C_);
   rotate_qk(qkv, rows, T, false);
-  if (half) {  // kept rounded to bf16, and the kernels read the rounded values
-    backend().to_bf16(qkv, qkv_.raw(), rows * cols);
-    backend().bf16_to_f32(qkv_.raw(), qkv, rows * cols);
-  }
-  float* y = y_.f32();  // (B, T, Ck)
+  if (half) backend().round_keep_bf16(qkv, qkv_.raw(), rows * cols);  // the kernels read the kept values
+  // (B, T, Ck); kept bf16: in the scratch's first floats, where x may be (read by the qkv GEMM)
+  float* y = half ? s.grads.f32() : y_.f32();
   backend().attention_forward(shape(B, T), qkv, nullptr, y, s.ws.f32(), s.slots);
   FlopCounter::count() += 4LL * B * local_heads_ * T * T * hd_;
   if (head_scale_ != 1.f) backend().scale(y, head_scale_, rows * Ck);
   proj->forward(y, out, rows);  // (B, T, C)
-  if (y_kept_.defined()) backend().copy_columns(y, rows, Ck, y_kept_cols_, y_kept_.f32());
+  if (y_kept_.defined() && half)
+    backend().to_bf16_columns(y, rows, Ck, y_kept_cols_, y_kept_.raw());
+  else if (y_kept_.defined())
+    backend().copy_columns(y, rows, Ck, y_kept_cols_, y_kept_.f32());
 }
 
 void CausalSelfAttention::backward(const float* x, const float* dout, float* dx, int B, int T,
@@ -116,10 +123,15 @@ void CausalSelfAttention::backward(const float* x, const float* dout, float* dx,
   }
   SUBDP_ASSERT(s.grads.numel() >= 4 * rows * Ck);
   float* dy = s.grads.f32();  // (B, T, Ck)
-  if (y_kept_.defined())
+  if (kept_bf16()) {          // proj's dW reads the kept columns as floats, converted into the scratch
+    float* y = s.qkv_f32.f32();
+    if (y_kept_.defined()) backend().bf16_to_f32(y_kept_.raw(), y, rows * y_kept_cols_);
+    proj->backward(y, dout, dy, rows, y_kept_cols_);  // no kept column: no dW, y unread
+  } else if (y_kept_.defined()) {
     proj->backward(y_kept_.f32(), dout, dy, rows, y_kept_cols_);
-  else
+  } else {
     proj->backward(y_.f32(), dout, dy, rows);  // y_ is stale scratch only when proj's dW has no column
+  }
   // y = head_scale * attention(qkv), so d attention = head_scale * dy.
   if (head_scale_ != 1.f) backend().scale(dy, head_scale_, rows * Ck);
   float* dqkv = dy + rows * Ck;  // (B, T, qkv_cols)

@@ -84,7 +84,10 @@ class CausalSelfAttention {
   /// of the layer's own (shared under recompute).
   /// qkv_type bf16: q, k, v (after RoPE) are kept in bf16, and both passes run the attention
   /// kernels on their float32 values in the scratch's qkv_f32, so the forward computes from
-  /// the values the backward reads.
+  /// the values the backward reads. The attention output y is then computed in the scratch's
+  /// first rows * Ck floats (where the input x may be: the qkv GEMM reads it first) and its
+  /// columns proj's weight gradient reads (y_kept_cols with y_scratch, else all) kept in bf16
+  /// (proj's GEMMs round y to bf16 anyway); not with y_area (recompute keeps float32).
   CausalSelfAttention(ParamSet& ps, const AttentionSpec& spec);
 
   int channels() const { return C_; }
@@ -119,8 +122,9 @@ class CausalSelfAttention {
   float head_scale_;
   const Tensor *rope_cos_, *rope_sin_;
   Tensor qkv_;     // (B, T, qkv_cols())
-  Tensor y_;       // (B, T, Ck) attention output (scaled); a view of the scratch when shared
-  Tensor y_kept_;  // (B, T, y_kept_cols_) stored prefix of y when y_ is shared
+  Tensor y_;       // (B, T, Ck) attention output (scaled); a view of the scratch when shared;
+                   // undefined with bf16 q, k, v kept
+  Tensor y_kept_;  // (B, T, y_kept_cols_) stored prefix of y when y_ is shared; bf16 with q, k, v
   int64_t y_kept_cols_ = 0;
 };
 

@@ -306,6 +306,12 @@ class CudaBackend final : public Backend {
   void to_bf16(const float* x, void* y, int64_t n) override {
     cuda::to_bf16(x, static_cast<cuda::bf16*>(y), n, stream_);
   }
+  void round_keep_bf16(float* x, void* kept, int64_t n) override {
+    cuda::round_keep_bf16(x, static_cast<cuda::bf16*>(kept), n, stream_);
+  }
+  void to_bf16_columns(const float* x, int64_t rows, int64_t ld, int64_t cols, void* y) override {
+    cuda::to_bf16_columns(x, rows, ld, cols, static_cast<cuda::bf16*>(y), stream_);
+  }
   void bf16_to_f32(const void* x, float* y, int64_t n) override {
     cuda::to_f32(static_cast<const cuda::bf16*>(x), y, n, stream_);
   }

@@ -42,10 +42,25 @@ __global__ void gelu_forward_kernel(const T* x, T* y, int64_t n) {
   for (int64_t i = grid_first(); i < n; i += grid_stride()) y[i] = from_f<T>(gelu(to_f(x[i])));
 }
 
+/// y (rows, cols) = bf16(x[:, :cols]), x (rows, ld) floats.
+__global__ void to_bf16_columns_kernel(const float* x, int64_t rows, int64_t ld, int64_t cols, bf16* y) {
+  const int64_t n = rows * cols;
+  for (int64_t i = grid_first(); i < n; i += grid_stride()) y[i] = from_f<bf16>(x[i / cols * ld + i % cols]);
+}
+
 /// y (rows, cols) = gelu(x[:, :cols]), x (rows, ld) bf16.
 __global__ void gelu_columns_kernel(const bf16* x, int64_t rows, int64_t ld, int64_t cols, float* y) {
   const int64_t n = rows * cols;
   for (int64_t i = grid_first(); i < n; i += grid_stride()) y[i] = gelu(to_f(x[i / cols * ld + i % cols]));
+}
+
+/// kept = bf16(x); x = float(kept) in place.
+__global__ void round_keep_bf16_kernel(float* x, bf16* kept, int64_t n) {
+  for (int64_t i = grid_first(); i < n; i += grid_stride()) {
+    const bf16 p = from_f<bf16>(x[i]);
+    kept[i] = p;
+    x[i] = to_f(p);
+  }
 }
 
 /// kept = bf16(x); x = gelu(kept) in place: the forward reads the value the backward will.
@@ -163,6 +178,12 @@ void gelu_forward(const bf16* x, bf16* y, int64_t n, cudaStream_t s) {
 }
 void gelu_forward_columns(const bf16* x, int64_t rows, int64_t ld, int64_t cols, float* y, cudaStream_t s) {
   LAUNCH_ELEMENTWISE(gelu_columns_kernel, rows * cols, s, x, rows, ld, cols, y);
+}
+void to_bf16_columns(const float* x, int64_t rows, int64_t ld, int64_t cols, bf16* y, cudaStream_t s) {
+  LAUNCH_ELEMENTWISE(to_bf16_columns_kernel, rows * cols, s, x, rows, ld, cols, y);
+}
+void round_keep_bf16(float* x, bf16* kept, int64_t n, cudaStream_t s) {
+  LAUNCH_ELEMENTWISE(round_keep_bf16_kernel, n, s, x, kept, n);
 }
 void gelu_keep_bf16(float* x, bf16* kept, int64_t n, cudaStream_t s) {
   LAUNCH_ELEMENTWISE(gelu_keep_bf16_kernel, n, s, x, kept, n);

@@ -69,6 +69,10 @@ void scale(bf16* x, float alpha, int64_t n, cudaStream_t stream);
 /// y = bf16(x) (round to nearest even) and back.
 void to_bf16(const float* x, bf16* y, int64_t n, cudaStream_t stream);
 void to_f32(const bf16* x, float* y, int64_t n, cudaStream_t stream);
+/// kept (n bf16) = bf16(x); x (n floats) = kept, in place: one pass for to_bf16 and back.
+void round_keep_bf16(float* x, bf16* kept, int64_t n, cudaStream_t stream);
+/// y (rows, cols bf16) = bf16(x[:, :cols]), x (rows, ld floats).
+void to_bf16_columns(const float* x, int64_t rows, int64_t ld, int64_t cols, bf16* y, cudaStream_t stream);
 /// y (rows, cols) += b (cols) broadcast over rows.
 void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols, cudaStream_t stream);
 void add_bias_rows(bf16* y, const float* b, int64_t rows, int64_t cols, cudaStream_t stream);

@@ -368,6 +368,18 @@ TEST_F(Kernels, Bf16ConvertSoftmaxReduce) {
   cuda::to_bf16(d32, d16, rows * V, stream);
   cuda::to_f32(d16, back, rows * V, stream);
   EXPECT_EQ(back.download(), xr);  // same rounding (nearest even) on both sides
+  Dev<float> in_place(x);          // kept copy and the floats rounded in place: both xr
+  DevBf16 kept(x.size());
+  cuda::round_keep_bf16(in_place, kept, rows * V, stream);
+  EXPECT_EQ(in_place.download(), xr);
+  EXPECT_EQ(kept.download(), xr);
+  const int64_t cols = 7;  // the leading columns of each row (attention output's kept heads)
+  std::vector<float> prefix(rows * cols);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) prefix[r * cols + c] = xr[r * V + c];
+  DevBf16 cols16(prefix.size());
+  cuda::to_bf16_columns(d32, rows, V, cols, cols16, stream);
+  EXPECT_EQ(cols16.download(), prefix);
 
   Dev<double> ws(cuda::reduce_workspace_doubles()), out(1);
   cuda::sum_squares(d16.get(), rows * V, out, ws, stream);
