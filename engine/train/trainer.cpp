@@ -303,6 +303,9 @@ void Trainer::print_eval(const EvalResult& full, const EvalResult& sub) {
   // Byte-level text: bits per byte (per token for token shards) = loss in nats / ln 2.
   if (text) std::printf(" %s %.4f", bits_name, full.loss / std::log(2.0));
   if (plan_.masked()) std::printf(" | subnetworks (own share) loss %.4f acc %.4f", shown(sub.loss), shown(sub.acc));
+  if (plan_.masked() && sub.positions == 0)  // --simulate-rank: the other ranks' shares are not here
+    std::printf(" (this rank's share of the %lld evaluation batches is empty: train.eval_batches < W)",
+                static_cast<long long>(config_.train.eval_batches));
   std::printf("\n");
   std::fflush(stdout);
 }

@@ -24,6 +24,10 @@ expect_error "checkpoint\] dir / resume are not supported" 1 "$SUBDP" train "$WO
   --set parallel.subnetworks=4 --set mask.regime=forward --set mask.granularity=neuron --set mask.keep=0.5 \
   --set checkpoint.dir="$WORK/sim-ckpt"
 expect_error "W <= 1048576" 1 "$SUBDP" train "$WORK/mlp.toml" --simulate-rank 1/100000000
+# A re-deal under --simulate-rank would receive zeros from the absent ranks (the model wiped).
+expect_error "\[mask\] redeal_every = 2 moves units between ranks" 1 "$SUBDP" train "$WORK/gpt.toml" \
+  --simulate-rank 1/4 --set parallel.subnetworks=4 --set mask.regime=forward --set mask.granularity=neuron \
+  --set mask.keep=0.5 --set mask.redeal_every=2
 # device.type = "cuda" on a machine without a GPU: one line saying so, non-zero exit.
 if [[ ! -e /dev/nvidiactl ]]; then
   expect_error "\[device\] type = \"cuda\": no CUDA device was found" 1 "$SUBDP" train "$WORK/mlp.toml" \

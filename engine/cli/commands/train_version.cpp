@@ -61,6 +61,12 @@ int run_train(const Config& config, TrainOptions options) {
                 "--simulate-rank {}: [log] alignment_every needs the full model, "
                 "which one rank alone cannot assemble; set it to 0",
                 options.simulate_rank);
+    // A re-deal moves each unit's values from the ranks that held it; simulated, the others
+    // send zeros and the model would silently train from a blank slate.
+    SUBDP_CHECK(config.mask.redeal_every == 0,
+                "--simulate-rank {}: [mask] redeal_every = {} moves units between ranks, and one rank alone "
+                "has only its own; set it to 0, or run the real ranks under mpirun",
+                options.simulate_rank, config.mask.redeal_every);
     world = make_simulated_communicator(w, W);
   } else {
     world = make_world(config);
