@@ -42,16 +42,19 @@ __global__ void gelu_forward_kernel(const T* x, T* y, int64_t n) {
   for (int64_t i = grid_first(); i < n; i += grid_stride()) y[i] = from_f<T>(gelu(to_f(x[i])));
 }
 
+/// Where element i of a (rows, cols) result sits in its (rows, ld) source.
+__device__ __forceinline__ int64_t source_of(int64_t i, int64_t ld, int64_t cols) { return i / cols * ld + i % cols; }
+
 /// y (rows, cols) = bf16(x[:, :cols]), x (rows, ld) floats.
 __global__ void to_bf16_columns_kernel(const float* x, int64_t rows, int64_t ld, int64_t cols, bf16* y) {
   const int64_t n = rows * cols;
-  for (int64_t i = grid_first(); i < n; i += grid_stride()) y[i] = from_f<bf16>(x[i / cols * ld + i % cols]);
+  for (int64_t i = grid_first(); i < n; i += grid_stride()) y[i] = from_f<bf16>(x[source_of(i, ld, cols)]);
 }
 
 /// y (rows, cols) = gelu(x[:, :cols]), x (rows, ld) bf16.
 __global__ void gelu_columns_kernel(const bf16* x, int64_t rows, int64_t ld, int64_t cols, float* y) {
   const int64_t n = rows * cols;
-  for (int64_t i = grid_first(); i < n; i += grid_stride()) y[i] = gelu(to_f(x[i / cols * ld + i % cols]));
+  for (int64_t i = grid_first(); i < n; i += grid_stride()) y[i] = gelu(to_f(x[source_of(i, ld, cols)]));
 }
 
 /// kept = bf16(x); x = float(kept) in place.

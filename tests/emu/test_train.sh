@@ -163,7 +163,8 @@ done
 # recompute (float32 q, k, v, the bf16 MLP pre-activations in the one shared set): every
 # parameter's update row by row (a q row against q rows, not the larger v rows) within 0.25 of
 # its largest element. Measured 0.03-0.08 (bf16 operands); the backward reading another block's
-# q, k, v gives 1.7-8.2, a GELU backward left out 1.1 of the whole tensor. The loss alone
+# q, k, v gives 1.7-8.2, a stale attention output for proj's dW 3.8, a GELU backward left out
+# 1.1 of the whole tensor. The loss alone
 # cannot see such bugs: at initialisation attention is nearly uniform and q and k barely move it.
 one_step() {  # one_step MODEL TAG LR PRECISION ARGS...: prints the checkpoint's model file
   local model=$1 tag=$2 lr=$3 p=$4

@@ -7,8 +7,9 @@ Usage:
   check.py same-tail FULL RESUMED           RESUMED's steps have bit-identical losses to FULL's same steps
   check.py mean-losses SINGLE TOL R0 R1 ... mean over ranks equals the single process (rel tol)
   check.py tensors-close A B TOL            every tensor of two safetensors files within rel tol (0 = bit-identical)
-  check.py updates-close INIT A B TOL       every tensor's update from INIT: A's within rel tol of B's
-                                            (relative to B's largest update element)
+  check.py updates-close INIT A B TOL       every tensor's update from INIT: A's within rel tol of B's,
+                                            row by row (first axis; 1-D tensors whole), relative to
+                                            the row's largest element of B's update
   check.py holders-identical DIR            rank*.safetensors: wherever two ranks hold a value it is bit-identical
   check.py all-identical DIR                rank*.safetensors: every rank holds every value, all bit-identical
   check.py same-bytes A B                   every step's bytes all-reduced and broadcast equal (overlapped vs blocking)
