@@ -138,8 +138,7 @@ TransformerBlock::TransformerBlock(ParamSet& ps, const SubnetMask& mask, const M
   }
   // mid and fc_pre: the block's own, or views of the shared set (recompute).
   auto stored = [&](const Tensor* area, int64_t width, DType type = DType::f32) {
-    return area ? area->slice0(0, max_rows * width).view({max_rows, width})
-                : Tensor::empty({max_rows, width}, MemCategory::activations, type);
+    return stored_activation(area, max_rows, width, type);
   };
   // (B, T, C) each, fc_pre_ / fc_act_ (B, T, H local). Each forward-only output is consumed
   // by the next GEMM before the following one is written, so they share one scratch. The

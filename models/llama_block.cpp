@@ -93,8 +93,7 @@ LlamaBlock::LlamaBlock(ParamSet& ps, const SubnetMask& mask, const ModelConfig& 
   }
   const int64_t h = w1_->out();  // local SwiGLU width
   auto stored = [&](const Tensor* area, int64_t width, DType type = DType::f32) {
-    return area ? area->slice0(0, rows * width).view({rows, width})
-                : Tensor::empty({rows, width}, MemCategory::activations, type);
+    return stored_activation(area, rows, width, type);
   };
   const bool half = kept_activation_dtype() == DType::bf16;
   auto in_scratch = [&](int64_t offset, int64_t width) {

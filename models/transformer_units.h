@@ -35,6 +35,13 @@ inline std::pair<int64_t, int64_t> local_block_widths(const SubnetMask& mask, in
 /// the rounded values, as PyTorch's autocast keeps a bf16 linear's output.
 inline DType kept_activation_dtype() { return backend().precision() == Precision::bf16 ? DType::bf16 : DType::f32; }
 
+/// A block's stored activation (rows, width): a view of `area` (the model's one shared set
+/// under recompute, already of the right type) or, with area null, a tensor of its own of `type`.
+inline Tensor stored_activation(const Tensor* area, int64_t rows, int64_t width, DType type = DType::f32) {
+  return area ? area->slice0(0, rows * width).view({rows, width})
+              : Tensor::empty({rows, width}, MemCategory::activations, type);
+}
+
 /// The storage of attention's kept q, k, v: kept_activation_dtype(), but float32 under
 /// recompute. bf16 q, k, v cost the model one float32 copy (B, T, 3C) in its shared scratch for
 /// the attention kernels (AttentionScratch::qkv_f32), which saves in bytes what bf16 saves on
