@@ -267,11 +267,11 @@ class CudaBackend final : public Backend {
   bool all_finite_spans(const std::vector<FloatSpan>& spans) override {
     auto* count = reinterpret_cast<unsigned long long*>(scratch_doubles(1));
     zero(count, sizeof(*count));
-    for (const FloatSpan& s : spans) cuda::count_nonfinite(s.x, s.n, count, stream_);
+    count_spans(spans, count);
     return read_back<unsigned long long>(count) == 0;
   }
   void count_nonfinite_spans(const std::vector<FloatSpan>& spans) override {
-    for (const FloatSpan& s : spans) cuda::count_nonfinite(s.x, s.n, &counters()->nonfinite, stream_);
+    count_spans(spans, &counters()->nonfinite);
   }
   void add_bias_rows(float* y, const float* b, int64_t rows, int64_t cols) override {
     cuda::add_bias_rows(y, b, rows, cols, stream_);
@@ -462,6 +462,13 @@ class CudaBackend final : public Backend {
     int32_t* row_hit = reinterpret_cast<int32_t*>(row_loss + rows);
     cuda::cross_entropy(logits, targets, dlogits, row_loss, row_hit, rows, V, scale, stream_);
     cuda::add_row_losses(row_loss, row_hit, rows, counters(), stream_);
+  }
+  /// *count += the spans' non-finite values, in one launch per cuda::count_nonfinite_spans batch.
+  void count_spans(const std::vector<FloatSpan>& spans, unsigned long long* count) {
+    std::vector<cuda::CountSpan> table;
+    table.reserve(spans.size());
+    for (const FloatSpan& s : spans) table.push_back({s.x, s.n});
+    cuda::count_nonfinite_spans(table.data(), static_cast<int64_t>(table.size()), count, stream_);
   }
   static int chunk(const ConvShape& s) { return std::max(1, std::min(s.N, 32)); }
   static int64_t input_floats(const ConvShape& s) { return int64_t{s.N} * s.Cin * s.H * s.W; }

@@ -2,6 +2,8 @@
 // fills, LayerNorm from saved statistics, counts of out-of-range ids and non-finite values
 // (the host reads one integer instead of the data). Integer atomics only: every result is
 // deterministic.
+#include <algorithm>
+
 #include "kernels/cuda/backend_kernels.h"
 #include "kernels/cuda/common.cuh"
 
@@ -10,6 +12,7 @@ namespace subdp::cuda {
 using detail::blocks_for;
 using detail::grid_first;
 using detail::grid_stride;
+using detail::kMaxBlocks;
 using detail::kThreads;
 
 namespace {
@@ -50,6 +53,33 @@ __global__ void count_nonfinite_kernel(const float* x, int64_t n, unsigned long 
   unsigned long long mine = 0;
   for (int64_t i = grid_first(); i < n; i += grid_stride()) mine += !isfinite(x[i]);
   if (mine) atomicAdd(count, mine);
+}
+
+// count_nonfinite_spans' launch argument: up to kNonfiniteSpansPerLaunch spans (about 2.3 KB,
+// under the 4 KB a kernel's parameters may take on every architecture), each cut into chunks
+// of kNonfiniteChunk floats numbered from first_chunk[k]; first_chunk[count] is the total.
+constexpr int kNonfiniteSpansPerLaunch = 96;
+constexpr int64_t kNonfiniteChunk = 16 * kThreads;
+struct NonfiniteBatch {
+  const float* x[kNonfiniteSpansPerLaunch];
+  int64_t n[kNonfiniteSpansPerLaunch];
+  int64_t first_chunk[kNonfiniteSpansPerLaunch + 1];
+  int count;
+};
+
+// Block b takes chunks b, b + gridDim.x, ...; a chunk's span is found by a scan of the
+// (at most 96) chunk offsets, and its threads stride the chunk.
+__global__ void count_nonfinite_batch_kernel(NonfiniteBatch batch, unsigned long long* count) {
+  unsigned long long mine = 0;
+  for (int64_t c = blockIdx.x; c < batch.first_chunk[batch.count]; c += gridDim.x) {
+    int k = 0;
+    while (batch.first_chunk[k + 1] <= c) ++k;
+    const int64_t begin = (c - batch.first_chunk[k]) * kNonfiniteChunk;
+    const int64_t end = begin + kNonfiniteChunk < batch.n[k] ? begin + kNonfiniteChunk : batch.n[k];
+    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) mine += !isfinite(batch.x[k][i]);
+  }
+  mine = detail::warp_sum(mine);
+  if ((threadIdx.x & 31) == 0 && mine != 0) atomicAdd(count, mine);
 }
 
 constexpr int kSumThreads = 256;
@@ -132,6 +162,26 @@ void count_nonfinite(const float* x, int64_t n, unsigned long long* count, cudaS
   if (n <= 0 || x == nullptr) return;
   SUBDP_LAUNCH(blocks_for(n), kThreads, 0, stream, count_nonfinite_kernel)(x, n, count);
   CUDA_CHECK_LAUNCH();
+}
+
+void count_nonfinite_spans(const CountSpan* spans, int64_t count, unsigned long long* out, cudaStream_t stream) {
+  for (int64_t first = 0; first < count;) {
+    NonfiniteBatch batch{};
+    for (; first < count && batch.count < kNonfiniteSpansPerLaunch; ++first) {
+      const CountSpan& s = spans[first];
+      if (s.x == nullptr || s.n <= 0) continue;
+      batch.x[batch.count] = s.x;
+      batch.n[batch.count] = s.n;
+      batch.first_chunk[batch.count + 1] =
+          batch.first_chunk[batch.count] + (s.n + kNonfiniteChunk - 1) / kNonfiniteChunk;
+      ++batch.count;
+    }
+    if (batch.count == 0) continue;
+    const int64_t chunks = batch.first_chunk[batch.count];
+    SUBDP_LAUNCH(static_cast<int>(std::min(chunks, kMaxBlocks)), kThreads, 0, stream, count_nonfinite_batch_kernel)
+    (batch, out);
+    CUDA_CHECK_LAUNCH();
+  }
 }
 
 void add_row_losses(const float* row_loss, const int32_t* row_hit, int64_t rows, DeviceCounters* counters,

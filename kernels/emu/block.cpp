@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernels/emu/errors.h"
+#include "kernels/emu/exit_count.h"
 #include "kernels/emu/launch_bounds.h"
 #include "kernels/emu/launch.h"
 #include "kernels/emu/limits.h"
@@ -296,7 +297,18 @@ bool check_pointer_argument(const LaunchConfig& c, int index, const void* p) {
   return false;
 }
 
+namespace {
+
+/// The process's kernel launches, printed at exit with SUBDP_EMU_LAUNCHES=1.
+void count_launch() {
+  static ExitCount launches("SUBDP_EMU_LAUNCHES", "kernel launches");
+  launches.add();
+}
+
+}  // namespace
+
 void enqueue_grid(const LaunchConfig& c, std::function<void()> thread) {
+  count_launch();
   LaunchConfig config = c;
   enqueue(stream_of(c.stream), std::string("kernel ") + c.kernel,
           [config, thread = std::move(thread)] { run_grid(config, thread); });

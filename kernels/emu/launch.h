@@ -14,6 +14,10 @@
 
 namespace subdp::emu {
 
+/// The most bytes of parameters a kernel may take (CUDA 12.1 and later, Volta and later; 4,096
+/// before): nvcc refuses a kernel above it, so the emulated build does too.
+constexpr size_t kMaxParameterBytes = 32764;
+
 struct LaunchConfig {
   const char* kernel;  // the kernel's source text, e.g. "partial_sum_kernel<T, Square>"
   dim3 grid;
@@ -46,6 +50,8 @@ class Launcher {
   template <class... A>
   void operator()(A&&... a) const {
     static_assert(sizeof...(A) == sizeof...(P), "kernel launched with the wrong number of arguments");
+    static_assert((sizeof(std::decay_t<P>) + ... + 0) <= kMaxParameterBytes,
+                  "kernel parameters above CUDA 12.1+'s 32,764-byte limit");
     std::tuple<std::decay_t<P>...> args(static_cast<P>(std::forward<A>(a))...);
     if (!check_launch(config_)) return;
     bool ok = true;

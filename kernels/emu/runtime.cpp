@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/emu/errors.h"
+#include "kernels/emu/exit_count.h"
 #include "kernels/emu/limits.h"
 #include "kernels/emu/memory.h"
 #include "kernels/emu/streams.h"
@@ -37,17 +38,9 @@ bool valid_device(int device) { return device >= 0 && device < device_count(); }
 /// Host synchronisations (stream, device and event waits, synchronous copies): with
 /// SUBDP_EMU_HOST_WAITS=1 the process prints their number when it exits, so a test can hold
 /// the engine to its synchronisations per step.
-long long g_host_waits = 0;
-
-void print_host_waits() { std::fprintf(stderr, "subdp-emu: host synchronisations: %lld\n", g_host_waits); }
-
 void count_host_wait() {
-  static const bool registered = [] {
-    const char* v = std::getenv("SUBDP_EMU_HOST_WAITS");
-    return v != nullptr && std::strcmp(v, "1") == 0 && std::atexit(print_host_waits) == 0;
-  }();
-  (void)registered;
-  ++g_host_waits;
+  static ExitCount waits("SUBDP_EMU_HOST_WAITS", "host synchronisations");
+  waits.add();
 }
 
 std::string hex(const void* p) {

@@ -3,7 +3,9 @@
 // (< 1e-2, CPU run on the bf16-rounded inputs).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <random>
 
 #include "engine/core/backend.h"
 #include "kernels/cpu/elementwise.h"
@@ -221,6 +223,45 @@ TEST_F(Kernels, StepCountersGatherTheStepsFindings) {
   EXPECT_EQ(zero.loss_rows + zero.correct + zero.bad_ids + zero.nonfinite, 0);
   enqueue();
   EXPECT_EQ(backend->take_counters().loss_sum, c.loss_sum);
+}
+
+// count_nonfinite_spans batches up to 96 spans a launch, cut into chunks of 4096 floats: 200
+// spans of sizes around the chunk's (and empty, null and overlapping ones), non-finite values
+// at chunk edges and at each span's last element, counted as the host counts each span.
+TEST_F(Kernels, NonfiniteCountOverManySpans) {
+  const int64_t total = 1 << 20;
+  std::vector<float> host = random_vec(total, 45);
+  for (int64_t i : {int64_t{0}, int64_t{4095}, int64_t{4096}, int64_t{8191}, int64_t{12288}, total - 1})
+    host[i] = i % 2 ? NAN : -INFINITY;
+  std::mt19937 rng(46);
+  for (int k = 0; k < 300; ++k) host[rng() % total] = INFINITY;
+  const int64_t sizes[] = {1, 4095, 4096, 4097, 8192, 12289, 3, 0};
+  std::vector<FloatSpan> spans;
+  int64_t at = 0;
+  for (int k = 0; k < 200; ++k) {
+    const int64_t n = sizes[k % 8] + (k % 5 == 0 ? 20000 : 0);
+    if (at + n > total) at = k;  // wraps round: later spans overlap earlier ones
+    host[at + std::max<int64_t>(n, 1) - 1] = NAN;
+    spans.push_back({nullptr, n});
+    at += n;
+  }
+  spans.push_back({nullptr, 50});
+  Dev<float> dx(host);
+  int64_t expected = 0;
+  at = 0;
+  for (int k = 0; k < 200; ++k) {  // spans[200] stays null
+    FloatSpan& s = spans[k];
+    if (at + s.n > total) at = k;
+    s.x = dx.get() + at;
+    for (int64_t i = at; i < at + s.n; ++i) expected += !std::isfinite(host[i]);
+    at += s.n;
+  }
+  auto backend = make_backend(DeviceType::cuda);
+  backend->count_nonfinite_spans(spans);
+  EXPECT_EQ(backend->take_counters().nonfinite, expected);
+  EXPECT_FALSE(backend->all_finite_spans(spans));
+  Dev<float> clean(random_vec(total, 47));
+  EXPECT_TRUE(backend->all_finite_spans({{clean.get(), total}, {clean.get() + 5, 4097}}));
 }
 
 /// Row-major (rows, cols) matrix with leading dimension ld >= cols, random.
