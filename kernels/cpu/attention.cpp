@@ -19,13 +19,18 @@ namespace {
 void causal_softmax(float* a, int T) {
   for (int i = 0; i < T; ++i) {
     float* row = a + static_cast<int64_t>(i) * T;
+    // simd reductions: GCC keeps a float max or sum scalar unless told it may reorder it.
     float mx = row[0];
+#pragma omp simd reduction(max : mx)
     for (int j = 1; j <= i; ++j) mx = std::max(mx, row[j]);
-#pragma omp simd
-    for (int j = 0; j <= i; ++j) row[j] = exp_approx(row[j] - mx);
     float sum = 0.f;
-    for (int j = 0; j <= i; ++j) sum += row[j];
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j <= i; ++j) {
+      row[j] = exp_approx(row[j] - mx);
+      sum += row[j];
+    }
     const float inv = 1.f / sum;
+#pragma omp simd
     for (int j = 0; j <= i; ++j) row[j] *= inv;
     for (int j = i + 1; j < T; ++j) row[j] = 0.f;
   }
@@ -38,7 +43,9 @@ void causal_softmax_backward(const float* att, float* d, int T) {
     const float* p = att + static_cast<int64_t>(i) * T;
     float* g = d + static_cast<int64_t>(i) * T;
     float dot = 0.f;
+#pragma omp simd reduction(+ : dot)
     for (int j = 0; j <= i; ++j) dot += p[j] * g[j];
+#pragma omp simd
     for (int j = 0; j <= i; ++j) g[j] = p[j] * (g[j] - dot);
     for (int j = i + 1; j < T; ++j) g[j] = 0.f;
   }

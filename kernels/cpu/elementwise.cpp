@@ -64,16 +64,18 @@ void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
 }
 
 namespace {
-inline float sigmoid(float g) { return 1.f / (1.f + std::exp(-g)); }
+// exp_approx, not std::exp: the libm call kept the loops scalar (SwiGLU was ~10 % of a LLaMA
+// step on 1 thread, its forward alone 8 %).
+inline float sigmoid(float g) { return 1.f / (1.f + exp_approx(-g)); }
 }  // namespace
 
 void swiglu_forward(const float* g, const float* u, float* h, int64_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) h[i] = g[i] * sigmoid(g[i]) * u[i];
 }
 
 void swiglu_backward(const float* g, const float* u, const float* dh, float* dg, float* du, int64_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     const float gi = g[i], ui = u[i], d = dh[i], s = sigmoid(gi);
     dg[i] = d * ui * (s * (1.f + gi * (1.f - s)));
