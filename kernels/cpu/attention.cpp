@@ -19,10 +19,11 @@ namespace {
 void causal_softmax(float* a, int T) {
   for (int i = 0; i < T; ++i) {
     float* row = a + static_cast<int64_t>(i) * T;
-    // simd reductions: GCC keeps a float max or sum scalar unless told it may reorder it.
+    // simd reductions: GCC keeps a float max or sum scalar unless told it may reorder it (and
+    // std::max, whose NaN rule is order-dependent, scalar even then).
     float mx = row[0];
 #pragma omp simd reduction(max : mx)
-    for (int j = 1; j <= i; ++j) mx = std::max(mx, row[j]);
+    for (int j = 1; j <= i; ++j) mx = row[j] > mx ? row[j] : mx;
     float sum = 0.f;
 #pragma omp simd reduction(+ : sum)
     for (int j = 0; j <= i; ++j) {
