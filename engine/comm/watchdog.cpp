@@ -8,6 +8,10 @@
 namespace subdp {
 
 namespace {
+constexpr int64_t kTickNs = 500'000'000;
+// A tick this late means the process was stopped: a loaded machine delays a thread by far less.
+constexpr int64_t kStoppedGapNs = 2'000'000'000;
+
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
@@ -29,6 +33,7 @@ CollectiveWatchdog::~CollectiveWatchdog() {
 
 CollectiveWatchdog::Guard::Guard(CollectiveWatchdog& w, const char* what) : w_(w) {
   w_.since_ns_ = now_ns();
+  w_.stopped_at_start_ns_ = w_.stopped_ns_.load();
   w_.what_ = what;
 }
 
@@ -36,11 +41,15 @@ CollectiveWatchdog::Guard::~Guard() { w_.what_ = nullptr; }
 
 void CollectiveWatchdog::watch() {
   std::unique_lock<std::mutex> lock(mutex_);
+  int64_t last_tick = now_ns();
   while (!stop_) {
-    cv_.wait_for(lock, std::chrono::milliseconds(500));
+    cv_.wait_for(lock, std::chrono::nanoseconds(kTickNs));
+    const int64_t now = now_ns();
+    note_gap(now - last_tick);
+    last_tick = now;
     const char* what = what_;
     if (!what) continue;
-    const double waited = (now_ns() - since_ns_) * 1e-9;
+    const double waited = (now - since_ns_ - (stopped_ns_ - stopped_at_start_ns_)) * 1e-9;
     if (waited < timeout_s_) continue;
     std::fprintf(stderr,
                  "subdp: error on rank %d: collective %s has waited %.0f s (parallel.collective_timeout_s = %.0f): "
@@ -49,6 +58,16 @@ void CollectiveWatchdog::watch() {
     std::fflush(stderr);
     std::_Exit(3);  // MPI_Abort is not callable from this thread; mpirun tears down the job
   }
+}
+
+void CollectiveWatchdog::note_gap(int64_t gap_ns) {
+  if (gap_ns <= kStoppedGapNs) return;
+  stopped_ns_ += gap_ns - kTickNs;
+  std::fprintf(stderr,
+               "subdp: rank %d did not run for %.0f s (stopped, e.g. a suspended job); the collective timeout "
+               "does not count it\n",
+               rank_, (gap_ns - kTickNs) * 1e-9);
+  std::fflush(stderr);
 }
 
 }  // namespace subdp

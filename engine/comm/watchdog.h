@@ -1,6 +1,8 @@
 // Collective watchdog: a background thread that ends the process when one collective has
 // waited longer than the configured timeout (a peer rank lost or stuck), so a run never
-// hangs. mpirun then tears down the other ranks.
+// hangs. mpirun then tears down the other ranks. Time during which this process did not run
+// (the whole job stopped by SIGSTOP, as SLURM's `scontrol suspend` does, or the machine
+// paused) does not count: a suspended job resumes instead of timing out.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -29,10 +31,15 @@ class CollectiveWatchdog {
 
  private:
   void watch();
+  /// Adds to stopped_ns_ the part of a gap between two ticks beyond kStoppedGap: the thread,
+  /// due every 500 ms, did not run, so neither did the process.
+  void note_gap(int64_t gap_ns);
   double timeout_s_;
   int rank_;
   std::atomic<const char*> what_{nullptr};
   std::atomic<int64_t> since_ns_{0};
+  std::atomic<int64_t> stopped_ns_{0};           // total time the process was stopped
+  std::atomic<int64_t> stopped_at_start_ns_{0};  // stopped_ns_ when the collective began
   std::atomic<bool> stop_{false};
   std::mutex mutex_;
   std::condition_variable cv_;

@@ -49,3 +49,20 @@ rm -rf "$WORK/ckpt"
 lost_rank_run STOP "$WORK/stop.log" --set parallel.collective_timeout_s=5
 grep -q "collective .* has waited" "$WORK/stop.log" || { echo "FAIL: no watchdog message"; tail "$WORK/stop.log"; exit 1; }
 grep -m1 "has waited" "$WORK/stop.log"
+# (3) The whole job suspended for longer than the timeout (SIGSTOP to every process, as SLURM's
+# `scontrol suspend` does), then resumed: the time stopped does not count and the run finishes.
+# (Before, every rank waiting in a collective timed out at the resume: a lost hour of a table.)
+rm -rf "$WORK/ckpt"
+timeout 300 mpirun -np 2 --oversubscribe --mca btl "$BTL" "$SUBDP" train "$WORK/mlp.toml" \
+  --set train.steps=3000 --set parallel.collective_timeout_s=3 >"$WORK/suspend.log" 2>&1 &
+launcher=$!
+for _ in $(seq 600); do compgen -G "$WORK/ckpt/step-????????" >/dev/null && break; sleep 0.1; done
+job=$(pgrep -f "$SUBDP train $WORK/mlp.toml" | tr '\n' ' ')
+kill -STOP $job
+sleep 6
+kill -CONT $job
+rc=0
+wait "$launcher" || rc=$?
+[[ $rc == 0 ]] || { echo "FAIL: the resumed job exited $rc:"; tail -5 "$WORK/suspend.log"; exit 1; }
+grep -q "did not run for [0-9]* s (stopped" "$WORK/suspend.log" || { echo "FAIL: no note of the stop"; exit 1; }
+echo "ok: a job suspended for 6 s under a 3 s collective timeout resumes and finishes"
