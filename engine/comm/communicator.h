@@ -89,8 +89,9 @@ std::unique_ptr<Communicator> make_mpi_world(double collective_timeout_s);
 /// (the local rank's), collectives on device buffers over NCCL, ordered after the CUDA
 /// backend's stream; `bootstrap` (the MPI world, or local for one process) carries the unique
 /// id and the string gathers and is owned by the result. Throws on every rank when a rank has
-/// no GPU of its own.
-std::unique_ptr<Communicator> make_nccl_world(std::unique_ptr<Communicator> bootstrap);
+/// no GPU of its own. A host wait on the device longer than collective_timeout_s (a peer lost
+/// inside an NCCL collective stalls the stream) ends the process, as the MPI watchdog does.
+std::unique_ptr<Communicator> make_nccl_world(std::unique_ptr<Communicator> bootstrap, double collective_timeout_s);
 
 /// Finalises MPI if it was initialised (call once at exit).
 void finalize_mpi();

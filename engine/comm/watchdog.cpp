@@ -45,7 +45,7 @@ void CollectiveWatchdog::watch() {
   while (!stop_) {
     cv_.wait_for(lock, std::chrono::nanoseconds(kTickNs));
     const int64_t now = now_ns();
-    note_gap(now - last_tick);
+    note_gap(now - last_tick, now);
     last_tick = now;
     const char* what = what_;
     if (!what) continue;
@@ -60,14 +60,29 @@ void CollectiveWatchdog::watch() {
   }
 }
 
-void CollectiveWatchdog::note_gap(int64_t gap_ns) {
+void CollectiveWatchdog::note_gap(int64_t gap_ns, int64_t now) {
   if (gap_ns <= kStoppedGapNs) return;
   stopped_ns_ += gap_ns - kTickNs;
+  // Every watchdog of the process (MPI's, NCCL's device waits) sees the same stop: one note.
+  static std::atomic<int64_t> last_note_ns{0};
+  if (now - last_note_ns.exchange(now) < kStoppedGapNs) return;
   std::fprintf(stderr,
                "subdp: rank %d did not run for %.0f s (stopped, e.g. a suspended job); the collective timeout "
                "does not count it\n",
                rank_, (gap_ns - kTickNs) * 1e-9);
   std::fflush(stderr);
 }
+
+namespace {
+CollectiveWatchdog* g_device_wait_watchdog = nullptr;
+}  // namespace
+
+void set_device_wait_watchdog(CollectiveWatchdog* w) { g_device_wait_watchdog = w; }
+
+DeviceWaitGuard::DeviceWaitGuard(const char* what) {
+  if (g_device_wait_watchdog) guard_.emplace(*g_device_wait_watchdog, what);
+}
+
+DeviceWaitGuard::~DeviceWaitGuard() = default;
 
 }  // namespace subdp

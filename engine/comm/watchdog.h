@@ -7,6 +7,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 namespace subdp {
@@ -33,7 +34,7 @@ class CollectiveWatchdog {
   void watch();
   /// Adds to stopped_ns_ the part of a gap between two ticks beyond kStoppedGap: the thread,
   /// due every 500 ms, did not run, so neither did the process.
-  void note_gap(int64_t gap_ns);
+  void note_gap(int64_t gap_ns, int64_t now_ns);
   double timeout_s_;
   int rank_;
   std::atomic<const char*> what_{nullptr};
@@ -44,6 +45,26 @@ class CollectiveWatchdog {
   std::mutex mutex_;
   std::condition_variable cv_;
   std::thread thread_;
+};
+
+/// The watchdog that guards host waits on device work (DeviceWaitGuard): the NCCL world
+/// installs one, since a peer lost inside an NCCL collective stalls the stream, and so the next
+/// host wait on it, not a host collective. Null (no guard) otherwise. Set and read on the main
+/// thread.
+void set_device_wait_watchdog(CollectiveWatchdog* w);
+
+/// RAII mark of one host wait on device work (a stream synchronisation, a synchronous copy)
+/// under the installed device-wait watchdog, if any: a wait longer than its timeout ends the
+/// process naming `what` (a literal).
+class DeviceWaitGuard {
+ public:
+  explicit DeviceWaitGuard(const char* what);
+  ~DeviceWaitGuard();
+  DeviceWaitGuard(const DeviceWaitGuard&) = delete;
+  DeviceWaitGuard& operator=(const DeviceWaitGuard&) = delete;
+
+ private:
+  std::optional<CollectiveWatchdog::Guard> guard_;
 };
 
 }  // namespace subdp

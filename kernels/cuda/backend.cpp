@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/comm/watchdog.h"
 #include "engine/core/backend.h"
 #include "engine/core/device_memory.h"
 #include "engine/core/error.h"
@@ -147,7 +148,7 @@ class CudaBackend final : public Backend {
   }
   void zero(void* dst, size_t bytes) override { CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream_)); }
   // A collective's library reads the buffers on its own stream: finish ours first.
-  void open_for_collective() override { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  void open_for_collective() override { synchronize(); }
   void close_for_collective() override {}
   // The rank's pool holds the device memory it may use (SUBDP_CUDA_POOL_GB, else most of the
   // device): the memory check compares the plan with what is left in it.
@@ -475,6 +476,12 @@ class CudaBackend final : public Backend {
 
   void copy_sync(void* dst, const void* src, size_t bytes) {
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_));
+    synchronize();
+  }
+  /// Waits for the stream: under NCCL it may hold a collective whose peer is lost, so the
+  /// wait is guarded by the device-wait watchdog (parallel.collective_timeout_s).
+  void synchronize() {
+    DeviceWaitGuard guard("NCCL (a host wait on the device stream)");
     CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   /// One value from device memory, through a page-locked buffer: the copy is asynchronous
@@ -485,7 +492,7 @@ class CudaBackend final : public Backend {
     static_assert(sizeof(T) <= kReadBackBytes, "read_back of a few values");
     if (read_back_ == nullptr) read_back_ = staging_memory()->allocate(kReadBackBytes);
     CUDA_CHECK(cudaMemcpyAsync(read_back_, device, sizeof(T), cudaMemcpyDeviceToHost, stream_));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    synchronize();
     T value{};
     std::memcpy(&value, read_back_, sizeof(T));
     return value;

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/comm/watchdog.h"
 #include "engine/core/backend.h"
 #include "engine/core/error.h"
 #include "kernels/cuda/check.h"
@@ -103,13 +104,21 @@ class NcclComm final : public NcclCommunicator {
     if (std::uncaught_exceptions() > 0) {
       ncclCommAbort(comm_);
     } else {
+      DeviceWaitGuard guard("NCCL (finalising the communicator)");
       cudaStreamSynchronize(stream_);
       ncclCommFinalize(comm_);
       ncclCommDestroy(comm_);
     }
+    if (watchdog_) set_device_wait_watchdog(nullptr);
     cudaEventDestroy(before_);
     cudaEventDestroy(after_);
     cudaStreamDestroy(stream_);
+  }
+
+  /// Makes w (this world's) the device-wait watchdog for as long as this communicator lives.
+  void install_watchdog(std::unique_ptr<CollectiveWatchdog> w) {
+    watchdog_ = std::move(w);
+    set_device_wait_watchdog(watchdog_.get());
   }
 
   int rank() const override { return rank_; }
@@ -168,7 +177,10 @@ class NcclComm final : public NcclCommunicator {
   std::vector<std::string> allgather(const std::string& mine) override { return bootstrap_->allgather(mine); }
   void barrier() override {
     CUDA_CHECK(cudaSetDevice(device_));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    {
+      DeviceWaitGuard guard("NCCL (a barrier's wait on the collective stream)");
+      CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
     bootstrap_->barrier();
   }
   std::unique_ptr<Communicator> subgroup(const std::vector<int>& ranks) override {
@@ -218,7 +230,11 @@ class NcclComm final : public NcclCommunicator {
     const cudaStream_t compute = compute_stream();
     CUDA_CHECK(cudaEventRecord(before_, compute));
     CUDA_CHECK(cudaStreamWaitEvent(stream_, before_, 0));
-    op();
+    {
+      // NCCL may block here (a full queue; the emulator runs the collective at the call).
+      DeviceWaitGuard guard("NCCL (a collective call)");
+      op();
+    }
     CUDA_CHECK(cudaEventRecord(after_, stream_));
     // A waited collective comes after every deferred one on the same stream: nothing left to join.
     deferred_ = !compute_waits;
@@ -241,7 +257,8 @@ class NcclComm final : public NcclCommunicator {
   cudaStream_t stream_ = nullptr;
   cudaEvent_t before_ = nullptr, after_ = nullptr;
   int rank_ = 0, size_ = 1;
-  bool deferred_ = false;  // a deferred collective the compute stream has not joined yet
+  bool deferred_ = false;                         // a deferred collective the compute stream has not joined yet
+  std::unique_ptr<CollectiveWatchdog> watchdog_;  // the world's (install_watchdog); subgroups: none
 };
 
 }  // namespace
@@ -258,8 +275,10 @@ void throw_nccl_error(ncclResult_t status, const char* call, const char* file, i
 
 namespace {
 
-/// The world communicator over `bootstrap`, which it owns when `owned` holds it.
-std::unique_ptr<Communicator> make_world(Communicator& bootstrap, std::unique_ptr<Communicator> owned) {
+/// The world communicator over `bootstrap`, which it owns when `owned` holds it; with
+/// collective_timeout_s > 0 it installs the device-wait watchdog.
+std::unique_ptr<Communicator> make_world(Communicator& bootstrap, std::unique_ptr<Communicator> owned,
+                                         double collective_timeout_s) {
   const int device = choose_device(bootstrap);
   ncclUniqueId id{};
   if (bootstrap.rank() == 0) NCCL_CHECK(ncclGetUniqueId(&id));
@@ -267,16 +286,21 @@ std::unique_ptr<Communicator> make_world(Communicator& bootstrap, std::unique_pt
   CUDA_CHECK(cudaSetDevice(device));
   ncclComm_t comm = nullptr;
   NCCL_CHECK(ncclCommInitRank(&comm, bootstrap.size(), id, bootstrap.rank()));
-  return std::make_unique<NcclComm>(comm, device, &bootstrap, std::move(owned), std::nullopt);
+  auto world = std::make_unique<NcclComm>(comm, device, &bootstrap, std::move(owned), std::nullopt);
+  if (collective_timeout_s > 0)
+    world->install_watchdog(std::make_unique<CollectiveWatchdog>(collective_timeout_s, bootstrap.rank()));
+  return world;
 }
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap) { return make_world(bootstrap, nullptr); }
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, double collective_timeout_s) {
+  return make_world(bootstrap, nullptr, collective_timeout_s);
+}
 
-std::unique_ptr<Communicator> make_nccl_world(std::unique_ptr<Communicator> bootstrap) {
+std::unique_ptr<Communicator> make_nccl_world(std::unique_ptr<Communicator> bootstrap, double collective_timeout_s) {
   Communicator& boot = *bootstrap;
-  return make_world(boot, std::move(bootstrap));
+  return make_world(boot, std::move(bootstrap), collective_timeout_s);
 }
 
 }  // namespace subdp

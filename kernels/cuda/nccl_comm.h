@@ -32,6 +32,8 @@ class NcclCommunicator : public Communicator {
 /// MPI_LOCALRANKID or SLURM_LOCALID, else its position among the ranks on its host).
 /// Throws subdp::Error on every rank when a rank has no GPU or two ranks share one:
 /// "NCCL 2.28 refuses two ranks on one GPU: run W = 1 or --simulate-rank".
-std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap);
+/// collective_timeout_s > 0: a host wait on the device longer than that (a peer lost inside an
+/// NCCL collective) ends the process (CollectiveWatchdog, engine/comm/watchdog.h).
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, double collective_timeout_s = 0);
 
 }  // namespace subdp

@@ -361,3 +361,26 @@ w4=$(nccl_waits 4) w8=$(nccl_waits 8)
 per_step=$(((w8 - w4) / 4))
 ((per_step <= 1)) || { echo "FAIL: ZeRO-2 over NCCL: $per_step host synchronisations per step ($w4, $w8)"; exit 1; }
 echo "ok: ZeRO-2 over NCCL on 2 ranks: $per_step host synchronisations per step"
+
+# A stuck rank under NCCL (SIGSTOP): its peer waits inside the collective (the emulator runs
+# it at the call, a GPU at the next stream synchronisation), where the device-wait watchdog
+# ends it after parallel.collective_timeout_s and mpirun tears down the job. (Before, the peer
+# waited for ever: only MPI's own collectives had a watchdog.)
+sed 's/^steps = .*/steps = 100000/' "$WORK/gpt.toml" >"$WORK/gpt-long.toml"
+run_ranks 2 train "$WORK/gpt-long.toml" --set device.type=cuda --set parallel.backend=nccl \
+  --set parallel.collective_timeout_s=5 --set log.every=1 >"$WORK/nccl-stop.log" 2>&1 &
+launcher=$!
+for _ in $(seq 1200); do grep -q "step 2/" "$WORK/nccl-stop.log" && break; sleep 0.1; done
+victim=$(pgrep -f "^$SUBDP train $WORK/gpt-long.toml" | sed -n 2p)
+[[ -n $victim ]] || { echo "FAIL: the NCCL job did not start:"; tail -3 "$WORK/nccl-stop.log"; exit 1; }
+t0=$SECONDS
+kill -STOP "$victim"
+rc=0
+wait "$launcher" || rc=$?
+took=$((SECONDS - t0))
+kill -CONT "$victim" 2>/dev/null || true
+((rc != 0 && rc != 124 && took <= 60)) ||
+  { echo "FAIL: a stuck rank under NCCL: exit $rc after $took s"; tail -3 "$WORK/nccl-stop.log"; exit 1; }
+grep -q "collective NCCL (.*) has waited [0-9]* s" "$WORK/nccl-stop.log" ||
+  { echo "FAIL: no watchdog message under NCCL:"; tail -5 "$WORK/nccl-stop.log"; exit 1; }
+echo "ok: a stuck rank under NCCL ends the job in $took s (exit $rc)"

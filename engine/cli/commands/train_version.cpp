@@ -31,7 +31,7 @@ std::unique_ptr<Communicator> make_world(const Config& c) {
 #ifdef SUBDP_WITH_NCCL
     std::unique_ptr<Communicator> bootstrap =
         launched_by_mpi() ? make_mpi_world(p.collective_timeout_s) : make_local_communicator();
-    return make_nccl_world(std::move(bootstrap));
+    return make_nccl_world(std::move(bootstrap), p.collective_timeout_s);
 #else
     throw Error(
         "[parallel] backend = \"nccl\": this build has no NCCL (libnccl and nccl.h were not found when it "
