@@ -49,12 +49,6 @@ __global__ void count_out_of_range_kernel(const int32_t* ids, int64_t rows, int6
     if (ids[i] < 0 || ids[i] >= num) atomicAdd(count, 1ull);
 }
 
-__global__ void count_nonfinite_kernel(const float* x, int64_t n, unsigned long long* count) {
-  unsigned long long mine = 0;
-  for (int64_t i = grid_first(); i < n; i += grid_stride()) mine += !isfinite(x[i]);
-  if (mine) atomicAdd(count, mine);
-}
-
 // count_nonfinite_spans' launch argument: up to kNonfiniteSpansPerLaunch spans (about 2.3 KB,
 // under the 4 KB a kernel's parameters may take on every architecture), each cut into chunks
 // of kNonfiniteChunk floats numbered from first_chunk[k]; first_chunk[count] is the total.
@@ -155,12 +149,6 @@ void layernorm_apply(const float* x, const float* gamma, const float* beta, cons
 void count_out_of_range(const int32_t* ids, int64_t rows, int64_t num, unsigned long long* count, cudaStream_t stream) {
   if (rows <= 0) return;
   SUBDP_LAUNCH(blocks_for(rows), kThreads, 0, stream, count_out_of_range_kernel)(ids, rows, num, count);
-  CUDA_CHECK_LAUNCH();
-}
-
-void count_nonfinite(const float* x, int64_t n, unsigned long long* count, cudaStream_t stream) {
-  if (n <= 0 || x == nullptr) return;
-  SUBDP_LAUNCH(blocks_for(n), kThreads, 0, stream, count_nonfinite_kernel)(x, n, count);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -30,9 +30,6 @@ void layernorm_apply(const float* x, const float* gamma, const float* beta, cons
                      float* y, int64_t rows, int C, cudaStream_t stream);
 /// *count (one device counter) += number of ids outside [0, num).
 void count_out_of_range(const int32_t* ids, int64_t rows, int64_t num, unsigned long long* count, cudaStream_t stream);
-/// *count += number of non-finite values of x (n); x may be null (nothing counted).
-void count_nonfinite(const float* x, int64_t n, unsigned long long* count, cudaStream_t stream);
-
 /// n floats at x (device), one span of count_nonfinite_spans.
 struct CountSpan {
   const float* x;
@@ -40,8 +37,8 @@ struct CountSpan {
 };
 /// *count += number of non-finite values in all `count` spans (null x or n <= 0 count nothing),
 /// in one launch per kNonfiniteSpansPerLaunch spans: the spans travel as the kernel's argument,
-/// so nothing is uploaded or allocated and nothing synchronises. The same total as
-/// count_nonfinite on each span (integer atomics).
+/// so nothing is uploaded or allocated and nothing synchronises (integer atomics: the same
+/// total in any order).
 void count_nonfinite_spans(const CountSpan* spans, int64_t count, unsigned long long* out, cudaStream_t stream);
 /// counters->loss_sum += the rows' losses row_loss (rows) summed in double, in a fixed order
 /// (each of one block's threads a strided share, then a fixed tree: the same bits every run);

@@ -299,16 +299,17 @@ bool check_pointer_argument(const LaunchConfig& c, int index, const void* p) {
 
 namespace {
 
-/// The process's kernel launches, printed at exit with SUBDP_EMU_LAUNCHES=1.
-void count_launch() {
+/// The process's kernel launches, in all and by kernel (its source text, e.g.
+/// "adamw_chunks_kernel"), printed at exit with SUBDP_EMU_LAUNCHES=1.
+void count_launch(const char* kernel) {
   static ExitCount launches("SUBDP_EMU_LAUNCHES", "kernel launches");
-  launches.add();
+  launches.add(kernel);
 }
 
 }  // namespace
 
 void enqueue_grid(const LaunchConfig& c, std::function<void()> thread) {
-  count_launch();
+  count_launch(c.kernel);
   LaunchConfig config = c;
   enqueue(stream_of(c.stream), std::string("kernel ") + c.kernel,
           [config, thread = std::move(thread)] { run_grid(config, thread); });

@@ -348,6 +348,26 @@ w4=$(host_waits 4) w8=$(host_waits 8)
 per_step=$(((w8 - w4) / 4))
 ((per_step <= 1)) || { echo "FAIL: $per_step host synchronisations per step (4 steps: $w4, 8 steps: $w8)"; exit 1; }
 echo "ok: $per_step host synchronisations per step on the device"
+# Kernel launches a step, by kernel (SUBDP_EMU_LAUNCHES=1): the optimizer's update and the
+# gradients' non-finite count are each one launch for the whole model (multi-tensor), not one
+# per tensor (the count took 52 launches a step, one per tensor, before count_nonfinite_spans
+# batched them).
+for steps in 4 8; do
+  SUBDP_EMU_LAUNCHES=1 "$SUBDP" train "$WORK/gpt.toml" --set device.type=cuda --set train.steps=$steps \
+    --set log.every=1 2>"$WORK/launches-$steps.txt" >/dev/null
+done
+launches_per_step() {  # launches_per_step [KERNEL]: (launches in 8 steps - in 4) / 4, of KERNEL or all
+  local key="kernel launches" a b
+  [[ -n ${1:-} ]] && key="kernel launches of $1"
+  a=$(sed -n "s/^subdp-emu: $key: //p" "$WORK/launches-4.txt")
+  b=$(sed -n "s/^subdp-emu: $key: //p" "$WORK/launches-8.txt")
+  echo $(((${b:-0} - ${a:-0}) / 4))
+}
+for kernel in adamw_chunks_kernel count_nonfinite_batch_kernel; do
+  got=$(launches_per_step $kernel)
+  ((got == 1)) || { echo "FAIL: $kernel launched $got times a step, want 1"; exit 1; }
+done
+echo "ok: one AdamW and one non-finite count launch a step for the whole model ($(launches_per_step) launches a step in all)"
 # ZeRO-2 on 2 ranks over NCCL: the block hooks count into the step's counters too, and the
 # step's flags are all-reduced on the device before the counters are read, so a step without
 # a log line has 1, the read. (2 while the flags went through the host, 7 while each block
