@@ -164,21 +164,24 @@ LauncherLayout launcher_layout() {
 }
 
 std::unique_ptr<Communicator> make_mpi_world(double collective_timeout_s) {
+  // Made before MPI_Init, which waits for every rank of the job: a rank stuck or lost during
+  // start-up would otherwise hang the others there. The launcher's rank names it.
+  auto watchdog = std::make_shared<CollectiveWatchdog>(collective_timeout_s, launcher_layout().rank);
   int initialized = 0;
   MPI_CHECK(MPI_Initialized(&initialized));
   if (!initialized) {
     int provided = 0;
     // SERIALIZED: parallel.overlap's communication thread makes MPI calls too, never at the
     // same time as the main thread (engine/parallel/overlap.h).
-    MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided));
+    {
+      CollectiveWatchdog::Guard guard(*watchdog, "MPI_Init");
+      MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided));
+    }
     SUBDP_CHECK(provided >= MPI_THREAD_SERIALIZED,
                 "this MPI library gives thread level {} (MPI_THREAD_SERIALIZED = {} needed)", provided,
                 static_cast<int>(MPI_THREAD_SERIALIZED));
   }
-  int rank = 0;
-  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-  return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD,
-                                           std::make_shared<CollectiveWatchdog>(collective_timeout_s, rank));
+  return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, std::move(watchdog));
 }
 
 void finalize_mpi() {

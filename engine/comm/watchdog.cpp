@@ -52,7 +52,7 @@ void CollectiveWatchdog::watch() {
     const double waited = (now - since_ns_ - (stopped_ns_ - stopped_at_start_ns_)) * 1e-9;
     if (waited < timeout_s_) continue;
     std::fprintf(stderr,
-                 "subdp: error on rank %d: collective %s has waited %.0f s (parallel.collective_timeout_s = %.0f): "
+                 "subdp: error on rank %d: collective %s has waited %.1f s (parallel.collective_timeout_s = %g): "
                  "a peer rank is lost or stuck; exiting so the job does not hang\n",
                  rank_, what, waited, timeout_s_);
     std::fflush(stderr);

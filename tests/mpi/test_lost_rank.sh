@@ -66,3 +66,14 @@ wait "$launcher" || rc=$?
 [[ $rc == 0 ]] || { echo "FAIL: the resumed job exited $rc:"; tail -5 "$WORK/suspend.log"; exit 1; }
 grep -q "did not run for [0-9]* s (stopped" "$WORK/suspend.log" || { echo "FAIL: no note of the stop"; exit 1; }
 echo "ok: a job suspended for 6 s under a 3 s collective timeout resumes and finishes"
+# (4) A rank stuck before MPI_Init (it stops itself there): the others wait inside MPI_Init,
+# which the watchdog guards too (it starts before MPI), so the job ends naming MPI_Init.
+t0=$SECONDS
+rc=0
+timeout 120 mpirun -np 2 --oversubscribe --mca btl "$BTL" sh -c \
+  '[ "$OMPI_COMM_WORLD_RANK" = 1 ] && kill -STOP $$; exec "$0" "$@"' "$SUBDP" train "$WORK/mlp.toml" \
+  --set train.steps=5 --set parallel.collective_timeout_s=3 >"$WORK/init.log" 2>&1 || rc=$?
+took=$((SECONDS - t0))
+((rc != 0 && rc != 124 && took <= 60)) || { echo "FAIL: a rank stuck before MPI_Init: exit $rc after $took s"; exit 1; }
+grep -q "collective MPI_Init has waited" "$WORK/init.log" || { echo "FAIL: no MPI_Init message:"; tail -3 "$WORK/init.log"; exit 1; }
+echo "ok: a rank stuck before MPI_Init ends the job in $took s (exit $rc)"
