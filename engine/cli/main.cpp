@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <string>
@@ -91,6 +92,25 @@ std::string check_bytes(const std::string& s) {
   }
 }
 
+/// A finite number >= 0 (CLI::NonNegativeNumber lets "nan" through: no comparison fails).
+std::string check_finite_nonnegative(const std::string& s) {
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (end == s.c_str() || *end != '\0' || !std::isfinite(v) || v < 0)
+    return "expected a finite number >= 0, got '" + s + "'";
+  return "";
+}
+
+/// `plan --world`: a whole number from 0 to 2^20 (CLI::Range said "Value abc not in range").
+std::string check_world(const std::string& s) {
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(s.c_str(), &end, 10);
+  if (end == s.c_str() || *end != '\0' || errno != 0 || v < 0 || v > (1 << 20))
+    return "expected a whole number from 0 to 1048576, got '" + s + "'";
+  return "";
+}
+
 struct Args {
   std::string config;
   std::vector<std::string> overrides;
@@ -158,7 +178,8 @@ CLI::App* add_train(CLI::App& app, Args& a) {
 CLI::App* add_plan(CLI::App& app, Args& a) {
   CLI::App* plan = app.add_subcommand("plan", "print the subnetwork plan and predicted memory");
   add_config_args(plan, a);
-  plan->add_option("--world", a.world, "world size W (default: MPI world size or S)")->check(CLI::Range(0, 1 << 20));
+  plan->add_option("--world", a.world, "world size W (default: MPI world size or S)")
+      ->check(CLI::Validator(check_world, ""));
   plan->add_option("--budget", a.budget,
                    "per-rank memory budget, e.g. 512MiB, 2GiB, 1.5GB: prints the largest batch and keep ratio that "
                    "fit, and every regime with ZeRO-1 / recompute that fits at the configured batch, smallest first")
@@ -188,7 +209,8 @@ CLI::App* add_sample(CLI::App& app, Args& a, SampleArgs& s) {
   sample->add_option("CHECKPOINT", s.checkpoint, "checkpoint directory (or a checkpoint.dir: newest)")->required();
   sample->add_option("--prompt", s.prompt, "text to continue");
   sample->add_option("--tokens", s.tokens, "bytes to generate")->check(CLI::Range(0, 1 << 30));
-  sample->add_option("--temperature", s.temperature, "softmax temperature; 0 = greedy")->check(CLI::NonNegativeNumber);
+  sample->add_option("--temperature", s.temperature, "softmax temperature; 0 = greedy")
+      ->check(CLI::Validator(check_finite_nonnegative, ""));
   sample->add_option("--top-k", s.top_k, "sample among the k most likely bytes; 0 = all")
       ->check(CLI::NonNegativeNumber);
   sample->add_option("--seed", s.seed, "seed of the draws");
