@@ -1,13 +1,46 @@
 // The config rules that involve more than one key, checked once every key is read.
 #include "engine/cli/config_rules.h"
 
+#include <algorithm>
 #include <cmath>
+
+#include <fmt/ranges.h>
 
 #include "engine/core/error.h"
 #include "engine/train/stop_signals.h"
 
 namespace subdp {
 namespace {
+
+/// A [model] key set away from its default for a model that does not read it (the LLaMA's
+/// mlp_ratio, the GPT's ffn_width, ...) would be ignored without a word: refused, naming the
+/// models that read it. (A key set to its default passes: it changes nothing either way.)
+void check_model_keys_apply(const ModelConfig& m, const std::string& path) {
+  const ModelConfig d;
+  const ModelKind image[] = {ModelKind::mlp, ModelKind::resnet}, text[] = {ModelKind::gpt, ModelKind::llama};
+  auto check = [&](const char* key, bool changed, std::initializer_list<ModelKind> readers) {
+    if (!changed || std::find(readers.begin(), readers.end(), m.name) != readers.end()) return;
+    throw Error(fmt::format("{}: [model] {} is set, but model.name = \"{}\" does not read it (it applies to {})", path,
+                            key, m.name, fmt::join(readers, ", ")));
+  };
+  check("hidden", m.hidden != d.hidden, {ModelKind::mlp});
+  check("widths", m.widths != d.widths, {ModelKind::resnet});
+  check("blocks_per_stage", m.blocks_per_stage != d.blocks_per_stage, {ModelKind::resnet});
+  for (const auto& [key, changed] : {std::pair{"in_channels", m.in_channels != d.in_channels},
+                                     {"image_size", m.image_size != d.image_size},
+                                     {"classes", m.classes != d.classes}})
+    check(key, changed, {image[0], image[1]});
+  for (const auto& [key, changed] : {std::pair{"vocab", m.vocab != d.vocab},
+                                     {"context", m.context != d.context},
+                                     {"width", m.width != d.width},
+                                     {"heads", m.heads != d.heads},
+                                     {"depth", m.depth != d.depth}})
+    check(key, changed, {text[0], text[1]});
+  check("mlp_ratio", m.mlp_ratio != d.mlp_ratio, {ModelKind::gpt});
+  check("ffn_width", m.ffn_width != d.ffn_width, {ModelKind::llama});
+  check("kv_heads", m.kv_heads != d.kv_heads, {ModelKind::llama});
+  check("rope_theta", m.rope_theta != d.rope_theta, {ModelKind::llama});
+}
 
 /// Rules between [train], [model], [mask] and [parallel]: loop length, model features, coverage.
 void check_model_and_masking(const Config& c, const std::string& path) {
@@ -32,23 +65,32 @@ void check_model_and_masking(const Config& c, const std::string& path) {
   SUBDP_CHECK(c.model.name != ModelKind::llama || (c.model.width / c.model.heads) % 2 == 0,
               "{}: [model] width / heads = {} / {}: llama's rotary embeddings need an even head width", path,
               c.model.width, c.model.heads);
+  check_model_keys_apply(c.model, path);
   const int kv = c.model.kv_heads;
-  SUBDP_CHECK(kv == 0 || c.model.name == ModelKind::llama,
-              "{}: [model] kv_heads = {}: grouped-query attention is built for model.name = \"llama\" only", path, kv);
   SUBDP_CHECK(kv == 0 || (kv <= c.model.heads && c.model.heads % kv == 0),
               "{}: [model] kv_heads = {}: must divide heads = {} (each key / value head serves heads / kv_heads "
               "query heads; 0 or heads: multi-head attention)",
               path, kv, c.model.heads);
-  SUBDP_CHECK(kv == 0 || kv == c.model.heads || c.mask.granularity == Granularity::block,
-              "{}: [model] kv_heads = {} < heads = {} with [mask] granularity = \"neuron\": neuron-level masking "
-              "of grouped-query attention is not built yet; use granularity = \"block\" (or kv_heads = 0)",
-              path, kv, c.model.heads);
+  SUBDP_CHECK(
+      kv == 0 || kv == c.model.heads || c.mask.granularity == Granularity::block || c.mask.regime == MaskRegime::none,
+      "{}: [model] kv_heads = {} < heads = {} with [mask] granularity = \"neuron\": neuron-level masking "
+      "of grouped-query attention is not built yet; use granularity = \"block\" (or kv_heads = 0)",
+      path, kv, c.model.heads);
   SUBDP_CHECK(c.mask.regime != MaskRegime::stochastic ||
                   (c.parallel.subnetworks == 1 && c.mask.granularity == Granularity::block),
               "{}: [mask] regime = \"stochastic\" (stochastic depth) keeps the whole model on every rank and drops "
               "whole blocks: it needs [parallel] subnetworks = 1 (got {}) and [mask] granularity = \"block\" (got "
               "\"{}\")",
               path, c.parallel.subnetworks, c.mask.granularity);
+  const auto& pinned = c.mask.pinned;
+  SUBDP_CHECK(pinned.empty() || (c.mask.regime != MaskRegime::none && c.mask.granularity == Granularity::block),
+              "{}: [mask] pinned = [{}]: pinned blocks are kept by every subnetwork when whole blocks are dropped; "
+              "it needs granularity = \"block\" and regime = \"forward\", \"backward\" or \"stochastic\" (got "
+              "granularity \"{}\", regime \"{}\", where it would be ignored)",
+              path, fmt::join(pinned, ", "), c.mask.granularity, c.mask.regime);
+  for (size_t i = 0; i < pinned.size(); ++i)
+    SUBDP_CHECK(std::count(pinned.begin(), pinned.begin() + static_cast<std::ptrdiff_t>(i), pinned[i]) == 0,
+                "{}: [mask] pinned = [{}]: block {} is listed twice", path, fmt::join(pinned, ", "), pinned[i]);
   if (masks_subnetworks(c.mask.regime)) {
     double cov = c.mask.keep * c.parallel.subnetworks;
     SUBDP_CHECK(std::fabs(cov - std::round(cov)) < 1e-9,

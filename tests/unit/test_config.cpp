@@ -50,7 +50,6 @@ TEST(Config, ParsesEveryKind) {
 name = "gpt"
 width = 96
 heads = 6
-hidden = [512, 256]
 zero_init_residual = true
 [data]
 name = "text"
@@ -68,14 +67,13 @@ beta2 = 0.95
 subnetworks = 4
 [mask]
 regime = "forward"
-granularity = "neuron"
+granularity = "block"
 keep = 0.5
 pinned = [0, 3]
 )",
                           "a.toml", {});
   EXPECT_EQ(c.model.name, ModelKind::gpt);
   EXPECT_EQ(c.model.width, 96);
-  EXPECT_EQ(c.model.hidden, (std::vector<int>{512, 256}));
   EXPECT_TRUE(c.model.zero_init_residual);
   EXPECT_EQ(c.data.path, "/data/brown");
   EXPECT_FALSE(c.data.normalize);
@@ -141,6 +139,8 @@ TEST(Config, RoundTrip) {
   c.optim.weight_decay = 5e-4;
   c.optim.beta1 = 0.0;
   c.parallel.bucket_mb = 1.0 / 3.0;
+  c.mask.regime = MaskRegime::stochastic;  // pinned blocks need a regime that drops blocks
+  c.mask.keep = 0.5;
   c.mask.pinned = {1, 2, 5};
   c.mask.seed = 1234567890123ull;
   c.checkpoint.every = 100;
@@ -332,11 +332,30 @@ INSTANTIATE_TEST_SUITE_P(
                   {},
                   {"[model] kv_heads = 4", "must divide heads = 6"}},
         ErrorCase{"kv_heads_neuron",
-                  S + "[model]\nname = \"llama\"\nkv_heads = 2\n[mask]\ngranularity = \"neuron\"\n",
+                  S + "[model]\nname = \"llama\"\nkv_heads = 2\n[mask]\nregime = \"forward\"\ngranularity = "
+                      "\"neuron\"\n",
                   {},
                   {"[model] kv_heads = 2 < heads = 8", "granularity = \"block\""}},
-        ErrorCase{
-            "kv_heads_gpt", S + "[model]\nname = \"gpt\"\nkv_heads = 2\n", {}, {"kv_heads = 2", "\"llama\" only"}},
+        ErrorCase{"kv_heads_gpt",
+                  S + "[model]\nname = \"gpt\"\nkv_heads = 2\n",
+                  {},
+                  {"[model] kv_heads is set", "model.name = \"gpt\" does not read it", "applies to llama"}},
+        ErrorCase{"mlp_ratio_llama",
+                  S + "[model]\nname = \"llama\"\nmlp_ratio = 7\n",
+                  {},
+                  {"[model] mlp_ratio is set", "\"llama\" does not read it", "applies to gpt"}},
+        ErrorCase{"ffn_width_gpt", S + "[model]\nname = \"gpt\"\n", {"model.ffn_width=100"}, {"ffn_width", "llama"}},
+        ErrorCase{"width_mlp", S, {"model.width=64"}, {"[model] width is set", "\"mlp\"", "gpt, llama"}},
+        ErrorCase{"pinned_neuron",
+                  S + "[parallel]\nsubnetworks = 2\n[mask]\nregime = \"forward\"\ngranularity = "
+                      "\"neuron\"\nkeep = 0.5\npinned = [0]\n",
+                  {},
+                  {"[mask] pinned = [0]", "granularity = \"block\"", "ignored"}},
+        ErrorCase{"pinned_no_regime", S + "[mask]\npinned = [1]\n", {}, {"[mask] pinned = [1]", "regime \"none\""}},
+        ErrorCase{"pinned_twice",
+                  S + "[mask]\nregime = \"stochastic\"\nkeep = 0.5\npinned = [2, 0, 2]\n",
+                  {},
+                  {"[mask] pinned = [2, 0, 2]", "block 2 is listed twice"}},
         ErrorCase{"width_heads",
                   S + "[model]\nwidth = 100\nheads = 8\n",
                   {},
