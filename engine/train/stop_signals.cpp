@@ -1,6 +1,7 @@
 // Stop signals: a handler that records, nothing else (async-signal safety).
 #include "engine/train/stop_signals.h"
 
+#include <cctype>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -41,6 +42,8 @@ std::vector<int> parse_stop_signals(const std::string& names) {
     std::string name = names.substr(begin, end - begin);
     name.erase(0, name.find_first_not_of(' '));
     name.erase(name.find_last_not_of(' ') + 1);
+    const std::string given = name;  // the message quotes what the user wrote
+    for (char& ch : name) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));  // sigterm too
     if (name.rfind("SIG", 0) != 0) name = "SIG" + name;
     int signo = 0;
     for (const KnownSignal& k : kKnown)
@@ -48,7 +51,7 @@ std::vector<int> parse_stop_signals(const std::string& names) {
     SUBDP_CHECK(signo != 0,
                 "[train] stop_signals = \"{}\": unknown signal \"{}\" (expected a comma-separated list of "
                 "SIGTERM, SIGUSR1, SIGUSR2, SIGINT, SIGHUP, or \"\" for none)",
-                names, name);
+                names, given);
     out.push_back(signo);
     begin = end + 1;
   }

@@ -221,6 +221,9 @@ TEST(StopSignals, ParsedByNameWithTheKeyInErrors) {
   const std::string e = error_of([] { parse_stop_signals("SIGTERM,SIGKILL"); });
   EXPECT_TRUE(contains(e, "[train] stop_signals")) << e;
   EXPECT_TRUE(contains(e, "\"SIGKILL\"")) << e;
+  EXPECT_EQ(parse_stop_signals("sigterm,usr1"), (std::vector<int>{SIGTERM, SIGUSR1}));  // any case
+  const std::string typed = error_of([] { parse_stop_signals("sigkil"); });
+  EXPECT_TRUE(contains(typed, "unknown signal \"sigkil\"")) << typed;  // as typed, not "SIGsigkil"
   EXPECT_EQ(signal_name(SIGUSR1), "SIGUSR1");
 }
 
