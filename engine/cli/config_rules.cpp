@@ -17,7 +17,6 @@ namespace {
 /// models that read it. (A key set to its default passes: it changes nothing either way.)
 void check_model_keys_apply(const ModelConfig& m, const std::string& path) {
   const ModelConfig d;
-  const ModelKind image[] = {ModelKind::mlp, ModelKind::resnet}, text[] = {ModelKind::gpt, ModelKind::llama};
   auto check = [&](const char* key, bool changed, std::initializer_list<ModelKind> readers) {
     if (!changed || std::find(readers.begin(), readers.end(), m.name) != readers.end()) return;
     throw Error(fmt::format("{}: [model] {} is set, but model.name = \"{}\" does not read it (it applies to {})", path,
@@ -29,13 +28,13 @@ void check_model_keys_apply(const ModelConfig& m, const std::string& path) {
   for (const auto& [key, changed] : {std::pair{"in_channels", m.in_channels != d.in_channels},
                                      {"image_size", m.image_size != d.image_size},
                                      {"classes", m.classes != d.classes}})
-    check(key, changed, {image[0], image[1]});
+    check(key, changed, {ModelKind::mlp, ModelKind::resnet});
   for (const auto& [key, changed] : {std::pair{"vocab", m.vocab != d.vocab},
                                      {"context", m.context != d.context},
                                      {"width", m.width != d.width},
                                      {"heads", m.heads != d.heads},
                                      {"depth", m.depth != d.depth}})
-    check(key, changed, {text[0], text[1]});
+    check(key, changed, {ModelKind::gpt, ModelKind::llama});
   check("mlp_ratio", m.mlp_ratio != d.mlp_ratio, {ModelKind::gpt});
   check("ffn_width", m.ffn_width != d.ffn_width, {ModelKind::llama});
   check("kv_heads", m.kv_heads != d.kv_heads, {ModelKind::llama});

@@ -9,17 +9,21 @@ cat >> "$WORK/mlp.toml" <<TOML
 dir = "$WORK/ckpt"
 every = 5
 TOML
+# Waits up to 60 s for a checkpoint, failing with LOG when none appears. Any complete one will
+# do: older ones are pruned (keep last K), so a fixed step name can come and go between two
+# polls when steps are fast.
+await_checkpoint() {  # await_checkpoint LOG
+  have_checkpoint() { compgen -G "$WORK/ckpt/step-????????" >/dev/null; }
+  for _ in $(seq 600); do have_checkpoint && break; sleep 0.1; done
+  have_checkpoint || { echo "FAIL: no checkpoint appeared"; cat "$1"; exit 1; }
+}
 lost_rank_run() {  # lost_rank_run SIGNAL LOG EXTRA_ARGS...: start 4 ranks, signal rank 2's pid once a checkpoint exists
   local signal=$1 log=$2
   shift 2
   timeout 300 mpirun -np 4 --oversubscribe --mca btl "$BTL" --output-filename "$WORK/out-$signal" \
     "$SUBDP" train "$WORK/mlp.toml" "$@" >"$log" 2>&1 &
   local launcher=$!
-  # Any complete checkpoint will do: older ones are pruned (keep last K), so a fixed step
-  # name can come and go between two polls when steps are fast.
-  have_checkpoint() { compgen -G "$WORK/ckpt/step-????????" >/dev/null; }
-  for _ in $(seq 600); do have_checkpoint && break; sleep 0.1; done
-  have_checkpoint || { echo "FAIL: no checkpoint appeared"; cat "$log"; exit 1; }
+  await_checkpoint "$log"
   local victim
   victim=$(pgrep -f "^$SUBDP train $WORK/mlp.toml" | sed -n 3p)  # a rank, not mpirun
   local t0=$SECONDS
@@ -56,7 +60,7 @@ rm -rf "$WORK/ckpt"
 timeout 300 mpirun -np 2 --oversubscribe --mca btl "$BTL" "$SUBDP" train "$WORK/mlp.toml" \
   --set train.steps=3000 --set parallel.collective_timeout_s=3 >"$WORK/suspend.log" 2>&1 &
 launcher=$!
-for _ in $(seq 600); do compgen -G "$WORK/ckpt/step-????????" >/dev/null && break; sleep 0.1; done
+await_checkpoint "$WORK/suspend.log"
 job=$(pgrep -f "$SUBDP train $WORK/mlp.toml" | tr '\n' ' ')
 kill -STOP $job
 sleep 6
