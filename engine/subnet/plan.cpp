@@ -249,6 +249,32 @@ void deal_blocks(SubnetworkPlan& plan, std::map<std::vector<int>, int>& ids, con
       plan.block_group[blocks_of[st][i]] = group_id(plan, ids, deals[st][choice[st]][i]);
 }
 
+/// Refuses a plan in which some subnetwork keeps none of the dealt units: that rank would train
+/// the embeddings and head (and pinned blocks) only, which a keep ratio this small never means.
+/// Every subnetwork gets one when the dealt units times c reach S, i.e. units x keep >= 1 (the
+/// deal is balanced within one unit).
+void check_every_subnetwork_keeps_a_unit(const SubnetworkPlan& plan, int dealt_units) {
+  std::vector<int> kept(plan.S, 0);
+  const auto count = [&](int group) {
+    if (group >= 0)
+      for (int s : plan.groups[group]) ++kept[s];
+  };
+  for (int g : plan.block_group) count(g);
+  for (const auto& layer : plan.unit_group)
+    for (int g : layer) count(g);
+  std::string empty;
+  for (int s = 0; s < plan.S; ++s)
+    if (kept[s] == 0) empty += fmt::format("{}{}", empty.empty() ? "" : ", ", s);
+  if (empty.empty()) return;
+  const bool block = plan.granularity == Granularity::block;
+  throw Error(fmt::format(
+      "mask.keep = {:.4g} with parallel.subnetworks = {} deals each of its {} {} to {} of the {} subnetworks, "
+      "which leaves subnetwork(s) {} with none: they would train only the parts never masked. Every subnetwork "
+      "keeps one when the dealt units times the keep ratio reach 1 (keep >= 1/{}); raise mask.keep{}",
+      plan.keep(), plan.S, dealt_units, block ? "droppable block(s)" : "maskable unit(s)", plan.c, plan.S, empty,
+      dealt_units, block ? ", deepen the model, or use mask.granularity = \"neuron\"" : ""));
+}
+
 /// Stochastic depth holds the whole model on every rank: DP's plan; the drops are drawn per
 /// step by the trainer (stochastic_drop).
 MaskConfig stochastic_depth_as_dp(const ModelUnits& units, const MaskConfig& mask, int S) {
@@ -285,6 +311,9 @@ SubnetworkPlan make_plan(const ModelUnits& units, const MaskConfig& mask, int S)
     deal_neurons(plan, ids, units, mask);
   else
     deal_blocks(plan, ids, units, mask);
+  int dealt = std::count_if(plan.block_group.begin(), plan.block_group.end(), [](int g) { return g >= 0; });
+  for (const auto& layer : plan.unit_group) dealt += static_cast<int>(layer.size());
+  check_every_subnetwork_keeps_a_unit(plan, dealt);
   return plan;
 }
 

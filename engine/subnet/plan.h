@@ -73,7 +73,8 @@ struct SubnetworkPlan {
 };
 
 /// Builds the plan. Errors (subdp::Error naming the key): keep * S not whole, block level on
-/// a model without droppable blocks, pinned index out of range.
+/// a model without droppable blocks, pinned index out of range, a subnetwork left with none of
+/// the dealt units (dealt units x c < S, e.g. one droppable block with S = 2, keep 0.5).
 /// Construction (design brief): seeded permutation of the units; the unit at position p is
 /// kept by subnetworks (o_p + k) mod S, k < c, o_p = (p*c + floor(p/L)) mod S, L = S/gcd(c,S).
 /// Block level deals each stage separately, rotated by the offset of its first position.

@@ -236,17 +236,20 @@ void Trainer::report_final(const EvalResult& final_eval) {
   double peak = static_cast<double>(MemoryTracker::global().stats().total_peak);
   world_->allreduce_max(&peak, 1);
   const double time_s = seconds_since(start_);
-  if (metrics_.is_open())  // the values of the final line below (train_loss: this rank's last batch)
-    metrics_.write({{"event", "final"},
-                    {"step", step_},
-                    {"train_loss", last_train_loss_},
-                    {"test_loss", final_eval.loss},
-                    {"test_acc", final_eval.acc},
-                    {"peak_bytes", static_cast<int64_t>(peak)},
-                    {"time_s", time_s},
-                    {"skipped_steps", skipped_total_},
-                    {"device", backend().name()},
-                    {"precision", fmt::format("{}", config_.device.precision)}});
+  if (metrics_.is_open()) {  // the values of the final line below (train_loss: this rank's last batch)
+    nlohmann::json j = {{"event", "final"},
+                        {"step", step_},
+                        {"train_loss", last_train_loss_},
+                        {"test_loss", final_eval.loss},
+                        {"test_acc", final_eval.acc},
+                        {"peak_bytes", static_cast<int64_t>(peak)},
+                        {"time_s", time_s},
+                        {"skipped_steps", skipped_total_},
+                        {"device", backend().name()},
+                        {"precision", fmt::format("{}", config_.device.precision)}};
+    if (world_->simulated()) j["test_split_share"] = "this rank's";
+    metrics_.write(j);
+  }
   if (!prints_) return;
   std::printf("memory: largest per-rank peak %s; plain DP would need %s per rank (%.2fx)\n",
               mib(static_cast<int64_t>(peak)).c_str(), mib(dp_footprint_.total_peak).c_str(),
@@ -257,6 +260,7 @@ void Trainer::report_final(const EvalResult& final_eval) {
               static_cast<long long>(step_), last_train_loss_, final_eval.loss, final_eval.acc,
               static_cast<long long>(peak), time_s);
   if (skipped_total_ > 0) std::printf(" skipped_steps=%lld", static_cast<long long>(skipped_total_));
+  if (world_->simulated()) std::printf(" test_split_share=rank");  // 1/W of the test split, or none
   std::printf("\n");
   std::fflush(stdout);
 }
@@ -294,12 +298,15 @@ void Trainer::print_eval(const EvalResult& full, const EvalResult& sub) {
                         {"test_acc", full.acc}};
     if (text) j[bits_name] = full.loss / std::log(2.0);
     if (plan_.masked()) j["subnetwork_loss"] = shown(sub.loss), j["subnetwork_acc"] = shown(sub.acc);
+    if (world_->simulated()) j["test_split_share"] = "this rank's";  // not the whole test split
     metrics_.write(j);
   }
   if (!prints_) return;
   std::printf("eval step %lld epoch %.2f: full model test_loss %.4f test_acc %.4f", static_cast<long long>(step_),
               static_cast<double>(step_) / steps_per_epoch_, full.loss, full.acc);
   if (full.positions == 0 && world_->simulated()) std::printf(" (not evaluated: --simulate-rank runs this rank alone)");
+  if (full.positions > 0 && world_->simulated())  // the real rank's work: 1/W of the test split
+    std::printf(" (on this rank's 1/%d of the test split only: --simulate-rank)", layout_.world);
   // Byte-level text: bits per byte (per token for token shards) = loss in nats / ln 2.
   if (text) std::printf(" %s %.4f", bits_name, full.loss / std::log(2.0));
   if (plan_.masked()) std::printf(" | subnetworks (own share) loss %.4f acc %.4f", shown(sub.loss), shown(sub.acc));

@@ -57,3 +57,16 @@ run_ranks 2 plan "$WORK/gpt.toml" --set parallel.subnetworks=2 --set mask.regime
 $CHECK one-plan "$WORK/plan.json" 2 >/dev/null ||
   { echo "FAIL: plan under mpirun -np 2 should print one plan for W=2:"; cat "$WORK/plan.json"; exit 1; }
 echo "ok: plan under mpirun prints one plan for the launcher's world"
+# A plan that leaves a subnetwork without a dealt block (GPT of depth 1, S = 2, keep 0.5) is
+# refused, naming the empty subnetwork, by train and by plan alike.
+expect_error "leaves subnetwork(s) 1 with none" 2 "$SUBDP" train "$WORK/gpt.toml" --set model.depth=1 \
+  --set parallel.subnetworks=2 --set mask.regime=forward --set mask.granularity=block --set mask.keep=0.5
+expect_error "leaves subnetwork(s) 1 with none" 1 "$SUBDP" plan "$WORK/gpt.toml" --world 2 --set model.depth=1 \
+  --set parallel.subnetworks=2 --set mask.regime=forward --set mask.granularity=block --set mask.keep=0.5
+# --simulate-rank with plain DP evaluates this rank's share of the test split, as the real rank
+# does: the eval and final lines say so, not present it as the whole split.
+out=$("$SUBDP" train "$WORK/mlp.toml" --simulate-rank 1/4 2>&1) || { echo "FAIL: simulate-rank: $out"; exit 1; }
+for part in "(on this rank's 1/4 of the test split only: --simulate-rank)" "test_split_share=rank"; do
+  grep -qF "$part" <<<"$out" || { echo "FAIL: no '$part' in: $out"; exit 1; }
+done
+echo "ok: --simulate-rank names its share of the test split"

@@ -335,8 +335,24 @@ void expect_forward_masked_equals_zeroed(const std::string& gran, const std::vec
   mc.keep = 0.5;
   mc.seed = 5;
   mc.pinned = pinned;
-  const SubnetworkPlan plan = make_plan(units, mc, 2);
+  SubnetworkPlan plan;
+  if (pinned.empty()) {
+    plan = make_plan(units, mc, 2);
+  } else {
+    // Block 0 pinned, block 1 dealt to subnetwork 0: subnetwork 1 holds the pinned block only,
+    // whose unscaled ground truth is checked below. make_plan refuses this plan (a subnetwork
+    // without a dealt block), so it is written out; the masking itself is defined for it.
+    ASSERT_EQ(pinned, std::vector<int>{0});
+    ASSERT_EQ(c.depth, 2);
+    plan.regime = Regime::forward;
+    plan.granularity = Granularity::block;
+    plan.S = 2;
+    plan.c = 1;
+    plan.groups = {{0}, {1}};
+    plan.block_group = {-1, 0};
+  }
   const Batch batch = token_batch(kBatch, c.context, c.vocab, 4);
+  int only_pinned_seen = 0;
   for (int s = 0; s < 2; ++s) {
     const SubnetMask mask = make_subnet_mask(plan, units, s, true);
     ASSERT_FLOAT_EQ(mask.scale, 2.f);
@@ -361,6 +377,7 @@ void expect_forward_masked_equals_zeroed(const std::string& gran, const std::vec
     EXPECT_NEAR(ls, lf, 1e-5 * std::abs(lf)) << gran << " s=" << s;
     bool only_pinned = !pinned.empty();
     for (int b = 0; b < c.depth; ++b) only_pinned = only_pinned && (plan.block_group[b] < 0 || !plan.keeps_block(s, b));
+    only_pinned_seen += only_pinned;
     if (only_pinned) {
       // Every present block is pinned: no scaling at all, so the unscaled full model with the
       // dropped blocks zeroed is the ground truth.
@@ -379,6 +396,7 @@ void expect_forward_masked_equals_zeroed(const std::string& gran, const std::vec
     ASSERT_EQ(a.size(), static_cast<size_t>(kBatch * c.context * c.vocab));
     for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-5 + 1e-5 * std::abs(b[i])) << i;
   }
+  EXPECT_EQ(only_pinned_seen, pinned.empty() ? 0 : 1) << "the pinned-only subnetwork is checked";
 }
 
 TEST(Gpt, ForwardMaskedHeadsAndNeuronsEqualZeroedFull) { expect_forward_masked_equals_zeroed("neuron"); }

@@ -45,6 +45,10 @@ ModelUnits block_units(const std::vector<int>& stages) {
   return u;
 }
 
+/// True when U dealt units with coverage c cannot reach all S subnetworks (U * c < S): make_plan
+/// refuses such a plan (Plan.SubnetworkWithoutAnyDealtUnitIsRefused), so sweeps skip it.
+bool leaves_a_subnetwork_empty(int U, int c, int S) { return U * c < S; }
+
 /// Checks the group table: at most S groups, each a sorted set of c distinct subnetworks.
 void expect_groups_valid(const SubnetworkPlan& p) {
   EXPECT_LE(static_cast<int>(p.groups.size()), p.S);
@@ -166,9 +170,11 @@ const std::vector<std::vector<int>> kStageSets = {{6},     {2, 2, 2},    {3, 5, 
 TEST(Plan, BlockLevelCoverageAndPerStageBalance) {
   for (const auto& stages : kStageSets) {
     const ModelUnits units = block_units(stages);
+    const int U = static_cast<int>(units.blocks.size());
     for (int S = 1; S <= 16; ++S)
       for (int c = 1; c <= S; ++c)
         for (uint64_t seed : {0ull, 3ull}) {
+          if (leaves_a_subnetwork_empty(U, c, S)) continue;
           SCOPED_TRACE(::testing::Message() << "stages=" << stages.size() << " first=" << stages[0] << " S=" << S
                                             << " c=" << c << " seed=" << seed);
           const SubnetworkPlan p = make_plan(units, mask_config("block", static_cast<double>(c) / S, seed), S);
@@ -201,6 +207,7 @@ TEST(Plan, BlockLevelTotalBalancedForEqualStages) {
     const int U = static_cast<int>(units.blocks.size());
     for (int S = 1; S <= 16; ++S)
       for (int c = 1; c <= S; ++c) {
+        if (leaves_a_subnetwork_empty(U, c, S)) continue;
         const SubnetworkPlan p = make_plan(units, mask_config("block", static_cast<double>(c) / S, 0), S);
         const int lo = U * c / S, hi = (U * c + S - 1) / S;
         std::string counts;
@@ -301,6 +308,7 @@ TEST(Plan, RealModelsAreBalanced) {
               u->layers[l].units, p, [&](int s, int i) { return p.keeps_unit(s, static_cast<int>(l), i); },
               u->layers[l].name);
       }
+      if (leaves_a_subnetwork_empty(6, c, S)) continue;
       const SubnetworkPlan b = make_plan(ru, mask_config("block", keep, 11), S);
       for (int st = 0; st < 3; ++st)
         expect_covered_and_balanced(
@@ -401,7 +409,8 @@ TEST(Plan, BlockLevelRanksBalancedOverTheModel) {
   for (const auto& [what, u] : models)
     for (int S : {2, 3, 4, 6, 8})
       for (int c = 1; c < S; ++c)
-        expect_ranks_balanced(u, make_plan(u, mask_config("block", static_cast<double>(c) / S, 3), S), what);
+        if (!leaves_a_subnetwork_empty(static_cast<int>(u.blocks.size()), c, S))
+          expect_ranks_balanced(u, make_plan(u, mask_config("block", static_cast<double>(c) / S, 3), S), what);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -537,6 +546,27 @@ TEST(Plan, ErrorsNameTheKey) {
   // No masking with S > 1 subnetworks is refused.
   e = plan_error(blocks, mask_config("block", 0.5, 0, "none"), 4);
   EXPECT_NE(e.find("mask.regime"), std::string::npos) << e;
+}
+
+// A subnetwork left without any dealt unit would train only the parts never masked: refused,
+// naming the empty subnetworks, exactly when dealt units x keep < 1.
+TEST(Plan, SubnetworkWithoutAnyDealtUnitIsRefused) {
+  std::string e = plan_error(block_units({1}), mask_config("block", 0.5), 2);
+  EXPECT_NE(e.find("subnetwork(s) 1 with none"), std::string::npos) << e;
+  EXPECT_NE(e.find("keep >= 1/1"), std::string::npos) << e;
+  e = plan_error(block_units({2}), mask_config("block", 0.25), 4);
+  EXPECT_NE(e.find("subnetwork(s) 2, 3 with none"), std::string::npos) << e;
+  // Pinned blocks are not dealt: 3 blocks with 2 pinned leave one to deal.
+  MaskConfig pinned = mask_config("block", 0.5);
+  pinned.pinned = {0, 2};
+  EXPECT_NE(plan_error(block_units({3}), pinned, 2).find("with none"), std::string::npos);
+  e = plan_error(layer_units({1, 1}), mask_config("neuron", 0.25), 4);
+  EXPECT_NE(e.find("maskable unit(s)"), std::string::npos) << e;
+  // At the threshold every subnetwork keeps one.
+  EXPECT_EQ(plan_error(block_units({2}), mask_config("block", 0.5), 2), "");
+  EXPECT_EQ(plan_error(block_units({2}), mask_config("block", 0.5), 4), "");
+  EXPECT_EQ(plan_error(block_units({1, 1, 1, 1}), mask_config("block", 0.25), 4), "");
+  EXPECT_EQ(plan_error(layer_units({1, 1}), mask_config("neuron", 0.5), 4), "");
 }
 
 }  // namespace
