@@ -35,6 +35,19 @@ std::vector<fs::path> complete_checkpoints(const std::string& dir) {
   return out;
 }
 
+/// A folder named step-N must hold the checkpoint of step N: "auto" orders checkpoints by their
+/// folder names, so a renamed one would resume from another step than the one it looks like.
+/// Folders of other names (a copy in best/) are not checked.
+void check_folder_names_step(const fs::path& dir, int64_t step) {
+  const std::string name = dir.filename().string();
+  const bool step_folder =
+      name.size() > 5 && name.rfind("step-", 0) == 0 && name.find_first_not_of("0123456789", 5) == std::string::npos;
+  SUBDP_CHECK(!step_folder || name == step_name(step),
+              "{}: the manifest's \"step\" is {} but the folder is named {} (renamed by hand?); rename it to {}, "
+              "or resume from it by a path whose name is not step-N",
+              (dir / "manifest.json").string(), step, name, step_name(step));
+}
+
 /// The manifest of checkpoint `path`, parsed and checked: this format, and every key of the
 /// expected JSON type. Errors name the manifest and the key.
 nlohmann::json read_manifest(const std::string& path) {
@@ -104,12 +117,14 @@ int64_t free_disk_bytes(const std::string& path) {
   return static_cast<int64_t>(fs_info.f_bavail) * static_cast<int64_t>(fs_info.f_frsize);
 }
 
-void check_free_space(const std::string& dir, int64_t step, int64_t needed, int64_t free_bytes) {
+void check_free_space(const std::string& dir, int64_t step, int64_t needed, int64_t free_bytes, int keep_last) {
   SUBDP_CHECK(free_bytes < 0 || free_bytes >= needed,
               "checkpoint.dir = \"{}\": the checkpoint of step {} needs {:.1f} MiB, the file system has {:.1f} MiB "
-              "free; nothing was written. The previous checkpoint is kept until a new one is complete, so keeping "
-              "the last good checkpoint needs room for two ({:.1f} MiB); free space, or set checkpoint.dir elsewhere",
-              dir, step, needed / 1048576.0, free_bytes / 1048576.0, 2 * needed / 1048576.0);
+              "free; nothing was written. checkpoint.keep_last = {} are kept and the oldest is deleted only once a "
+              "new one is complete, so the run needs room for {} ({:.1f} MiB); free space, lower "
+              "checkpoint.keep_last (1 needs room for two), or set checkpoint.dir elsewhere",
+              dir, step, needed / 1048576.0, free_bytes / 1048576.0, keep_last, keep_last + 1,
+              (keep_last + 1) * (needed / 1048576.0));
 }
 
 std::string save_checkpoint(const std::string& dir, const CheckpointInfo& info, const std::vector<NamedTensor>& model,
@@ -121,7 +136,7 @@ std::string save_checkpoint(const std::string& dir, const CheckpointInfo& info, 
   std::error_code ec;
   fs::create_directories(dir, ec);
   SUBDP_CHECK(!ec, "checkpoint.dir = \"{}\": cannot create it: {}", dir, ec.message());
-  check_free_space(dir, info.step, checkpoint_bytes(model, optimizer), free_disk_bytes(dir));
+  check_free_space(dir, info.step, checkpoint_bytes(model, optimizer), free_disk_bytes(dir), keep_last);
   fs::create_directories(tmp, ec);
   SUBDP_CHECK(!ec, "checkpoint.dir = \"{}\": cannot create {}: {}", dir, tmp.string(), ec.message());
   save_safetensors((tmp / "model.safetensors").string(), model, {{"format", "pt"}});
@@ -186,6 +201,7 @@ void load_checkpoint(const std::string& path, CheckpointInfo& info, std::vector<
   const nlohmann::json m = read_manifest(path);
   const std::string manifest = (dir / "manifest.json").string();
   info.step = m["step"].get<int64_t>();
+  check_folder_names_step(dir, info.step);
   info.optimizer_steps = m["optimizer_steps"].get<int64_t>();
   info.model_name = m["model"].get<std::string>();
   info.config_toml = m["config"].get<std::string>();

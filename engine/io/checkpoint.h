@@ -72,10 +72,10 @@ void prune_checkpoints(const std::string& dir, int keep_last, CheckpointLedger& 
 /// Bytes the safetensors files of a checkpoint of these tensors take (data, headers, manifest).
 int64_t checkpoint_bytes(const std::vector<NamedTensor>& model, const std::vector<NamedTensor>& optimizer);
 
-/// Throws when `free_bytes` (statvfs of dir) is less than `needed`, naming dir, both figures
-/// in MiB, and the room two checkpoints need (the previous one is kept until the new one is
-/// complete). `step` is the checkpoint's step, for the message.
-void check_free_space(const std::string& dir, int64_t step, int64_t needed, int64_t free_bytes);
+/// Throws when `free_bytes` (statvfs of dir) is less than `needed` (bytes), naming dir, both
+/// figures in MiB, and the room keep_last + 1 checkpoints need (the oldest of the keep_last kept
+/// is deleted only once the new one is complete). `step` is the checkpoint's step, for the message.
+void check_free_space(const std::string& dir, int64_t step, int64_t needed, int64_t free_bytes, int keep_last);
 
 /// Bytes free to an unprivileged writer in the file system holding `path` (statvfs f_bavail);
 /// -1 when it cannot be asked.

@@ -70,7 +70,7 @@ echo "ok: a checkpoint of another format stops auto and survives keep_last = 1"
 if mount -t tmpfs -o size=1200k tmpfs "$WORK/small" 2>/dev/null; then
   out=$(local_run --set checkpoint.dir="$WORK/small/ck" --set checkpoint.every=20 --set checkpoint.keep_last=1 2>&1) &&
     { echo "FAIL: a second checkpoint fit: $out"; umount "$WORK/small"; exit 1; }
-  for part in "the checkpoint of step 40 needs" "MiB free; nothing was written" "needs room for two"; do
+  for part in "the checkpoint of step 40 needs" "MiB free; nothing was written" "keep_last = 1 are kept" "needs room for 2"; do
     grep -qF "$part" <<<"$out" || { echo "FAIL: no '$part' in: $out"; umount "$WORK/small"; exit 1; }
   done
   listing=$(ls "$WORK/small/ck")

@@ -78,6 +78,23 @@ TEST(CheckpointFormats, AnotherFormatStopsAutoNamingIt) {
   fs::remove_all(dir);
 }
 
+// "auto" orders checkpoints by folder name: a step-N folder holding another step (renamed by
+// hand) stops it, naming both; a copy under another name still loads by its path.
+TEST(CheckpointFormats, StepFolderHoldingAnotherStepStopsAuto) {
+  const fs::path dir = fresh_dir("subdp_test_renamed_ckpt");
+  save_step(dir, 2, 5);
+  fs::rename(dir / "step-00000002", dir / "step-00000040");
+  const std::string e = error_of([&] { newest_checkpoint(dir.string()); });
+  EXPECT_TRUE(contains(e, "the manifest's \"step\" is 2 but the folder is named step-00000040")) << e;
+  EXPECT_TRUE(contains(e, "rename it to step-00000002")) << e;
+  fs::rename(dir / "step-00000040", dir / "best");
+  CheckpointInfo info;
+  std::vector<NamedTensor> model, optimizer;
+  EXPECT_EQ(error_of([&] { load_checkpoint((dir / "best").string(), info, model, optimizer); }), "(no error)");
+  EXPECT_EQ(info.step, 2);
+  fs::remove_all(dir);
+}
+
 TEST(CheckpointFormats, PruningDeletesOnlyWhatItWroteOrVerified) {
   const fs::path dir = fresh_dir("subdp_test_prune_ckpt");
   save_step(dir, 1, 9);
@@ -103,14 +120,17 @@ TEST(CheckpointFormats, PruningDeletesOnlyWhatItWroteOrVerified) {
   fs::remove_all(dir);
 }
 
-TEST(CheckpointSpace, RefusedWithBothFiguresAndTheRoomForTwo) {
-  const std::string e = error_of([] { check_free_space("/data/ckpt", 40, 300 << 20, 200 << 20); });
+TEST(CheckpointSpace, RefusedWithBothFiguresAndTheRoomForKeepLastPlusOne) {
+  const std::string e = error_of([] { check_free_space("/data/ckpt", 40, 300 << 20, 200 << 20, 3); });
   EXPECT_TRUE(contains(e, "checkpoint.dir = \"/data/ckpt\"")) << e;
   EXPECT_TRUE(contains(e, "step 40 needs 300.0 MiB")) << e;
   EXPECT_TRUE(contains(e, "has 200.0 MiB free")) << e;
-  EXPECT_TRUE(contains(e, "room for two (600.0 MiB)")) << e;
-  EXPECT_EQ(error_of([] { check_free_space("/d", 1, 100, 100); }), "(no error)");
-  EXPECT_EQ(error_of([] { check_free_space("/d", 1, 100, -1); }), "(no error)");  // unknown: not refused
+  EXPECT_TRUE(contains(e, "keep_last = 3 are kept")) << e;
+  EXPECT_TRUE(contains(e, "room for 4 (1200.0 MiB)")) << e;
+  EXPECT_TRUE(contains(e, "lower checkpoint.keep_last")) << e;
+  EXPECT_TRUE(contains(error_of([] { check_free_space("/d", 1, 300 << 20, 0, 1); }), "room for 2 (600.0 MiB)"));
+  EXPECT_EQ(error_of([] { check_free_space("/d", 1, 100, 100, 3); }), "(no error)");
+  EXPECT_EQ(error_of([] { check_free_space("/d", 1, 100, -1, 3); }), "(no error)");  // unknown: not refused
   // The estimate covers the data of every tensor.
   NamedTensor big{"w", {1000}, std::vector<float>(1000)};
   EXPECT_GE(checkpoint_bytes({big}, {big}), 8000);
