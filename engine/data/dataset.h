@@ -11,7 +11,8 @@ namespace subdp {
 
 /// Whole file as bytes. With `gunzip`, a gzip stream (magic 1f 8b, one or more members) is
 /// decompressed incrementally; otherwise the bytes are returned as stored.
-/// Errors: missing or unreadable file, corrupt or truncated gzip stream.
+/// Errors: missing or unreadable file, a directory, a device / FIFO / socket (read to the end,
+/// so procfs files of stat size 0 are read whole), corrupt or truncated gzip stream.
 std::vector<uint8_t> read_file_bytes(const std::string& path, bool gunzip);
 
 /// Labelled images, float32 NCHW in [0, 1] (or normalised), labels in [0, classes).

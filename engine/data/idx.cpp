@@ -24,13 +24,17 @@ std::vector<uint8_t> read_raw(const std::string& path) {
   std::error_code ec;
   SUBDP_CHECK(fs::exists(path, ec), "{}: file not found", path);
   SUBDP_CHECK(!fs::is_directory(path, ec), "{}: is a directory, expected a file", path);
-  const auto size = fs::file_size(path, ec);
-  SUBDP_CHECK(!ec, "{}: cannot read file size ({})", path, ec.message());
+  // A device or FIFO may never end (/dev/zero) or be read once only: refused, not read.
+  SUBDP_CHECK(fs::is_regular_file(path, ec), "{}: not a regular file (a device, FIFO or socket); copy it to a file",
+              path);
   std::ifstream in(path, std::ios::binary);
   SUBDP_CHECK(in.good(), "{}: cannot open file for reading", path);
-  std::vector<uint8_t> bytes(size);
-  in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(size));
-  SUBDP_CHECK(static_cast<uint64_t>(in.gcount()) == size, "{}: read only {} of {} bytes", path, in.gcount(), size);
+  // Read to the end, not to the stat size: procfs and sysfs files report 0 bytes.
+  std::vector<uint8_t> bytes;
+  bytes.reserve(fs::file_size(path, ec));
+  char chunk[1 << 16];
+  while (in.read(chunk, sizeof chunk) || in.gcount() > 0) bytes.insert(bytes.end(), chunk, chunk + in.gcount());
+  SUBDP_CHECK(in.eof() && !in.bad(), "{}: read error after {} bytes", path, bytes.size());
   return bytes;
 }
 

@@ -365,6 +365,15 @@ TEST_F(DataText, BytesAndEmptyFile) {
   expect_error([&] { subdp::load_text_bytes(path("absent.txt")); }, {"absent.txt", "not found"});
 }
 
+// procfs reports size 0 for files that hold bytes: they are read to the end. A device that
+// never ends is refused before reading, not read forever.
+TEST_F(DataText, ProcFileReadWholeDeviceRefused) {
+  const auto s = subdp::load_text_bytes("/proc/self/cmdline");
+  EXPECT_GT(s.tokens.size(), 0u);
+  expect_error([&] { subdp::load_text_bytes("/dev/zero"); }, {"/dev/zero", "not a regular file"});
+  expect_error([&] { subdp::load_text_bytes(dir_.string()); }, {"is a directory"});
+}
+
 // ---------------------------------------------------------------- normalisation
 
 TEST(DataNormalize, StatsThenNormalizeGivesZeroMeanUnitStd) {
