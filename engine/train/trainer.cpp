@@ -247,7 +247,7 @@ void Trainer::report_final(const EvalResult& final_eval) {
                         {"skipped_steps", skipped_total_},
                         {"device", backend().name()},
                         {"precision", fmt::format("{}", config_.device.precision)}};
-    if (world_->simulated()) j["test_split_share"] = "this rank's";
+    if (world_->simulated()) j["test_split_share"] = "rank";
     metrics_.write(j);
   }
   if (!prints_) return;
@@ -298,7 +298,7 @@ void Trainer::print_eval(const EvalResult& full, const EvalResult& sub) {
                         {"test_acc", full.acc}};
     if (text) j[bits_name] = full.loss / std::log(2.0);
     if (plan_.masked()) j["subnetwork_loss"] = shown(sub.loss), j["subnetwork_acc"] = shown(sub.acc);
-    if (world_->simulated()) j["test_split_share"] = "this rank's";  // not the whole test split
+    if (world_->simulated()) j["test_split_share"] = "rank";  // not the whole test split
     metrics_.write(j);
   }
   if (!prints_) return;
