@@ -229,6 +229,18 @@ void load_checkpoint(const std::string& path, CheckpointInfo& info, std::vector<
   }
 }
 
+void check_fresh_checkpoint_dir(const std::string& dir) {
+  const auto all = complete_checkpoints(dir);
+  if (all.empty()) return;
+  std::string names = all.front().filename().string();
+  if (all.size() > 1) names += fmt::format(" .. {}", all.back().filename().string());
+  throw Error(fmt::format(
+      "checkpoint.dir = \"{}\" already holds {} checkpoint(s) of an earlier run ({}), and checkpoint.resume is "
+      "empty: a fresh run would write its own among them and checkpoint.keep_last would delete them. Set "
+      "checkpoint.resume = \"auto\" to continue that run, or give this one another checkpoint.dir",
+      dir, all.size(), names));
+}
+
 std::string newest_checkpoint(const std::string& dir, LoadedCheckpoint* loaded) {
   auto all = complete_checkpoints(dir);
   for (auto it = all.rbegin(); it != all.rend(); ++it) {

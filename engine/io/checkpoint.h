@@ -81,6 +81,12 @@ void check_free_space(const std::string& dir, int64_t step, int64_t needed, int6
 /// -1 when it cannot be asked.
 int64_t free_disk_bytes(const std::string& path);
 
+/// A fresh run (checkpoint.resume empty) refuses a checkpoint.dir that already holds complete
+/// checkpoints (step-N folders): its own would be interleaved with them, keep_last would prune
+/// them, and a later resume = "auto" would pick whichever step is highest. The error names dir,
+/// the checkpoints and the two ways on (resume = "auto", another folder).
+void check_fresh_checkpoint_dir(const std::string& dir);
+
 /// A checkpoint read by newest_checkpoint while it looked for an intact one.
 struct LoadedCheckpoint {
   bool loaded = false;

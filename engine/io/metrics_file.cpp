@@ -2,6 +2,7 @@
 #include "engine/io/metrics_file.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -17,15 +18,42 @@ namespace subdp {
 
 namespace {
 
+/// Refuses a path that exists and is not a regular file once symlinks are followed: a device
+/// (/dev/null, which the atomic rewrite would replace by a file for root) or a FIFO (whose
+/// open blocks until a reader comes). A symlink to a file is fine: the target is written.
+void check_regular_or_absent(const std::string& path, const std::string& key) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  SUBDP_CHECK(!std::filesystem::is_directory(status), "{} = \"{}\": is a directory, expected a file path", key, path);
+  SUBDP_CHECK(!std::filesystem::exists(status) || std::filesystem::is_regular_file(status),
+              "{} = \"{}\": not a regular file (a device, FIFO or socket); name a file, or leave {} empty to "
+              "write none",
+              key, path, key);
+}
+
 int open_append(const std::string& path, const std::string& key) {
   std::error_code ec;
   const auto parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
   SUBDP_CHECK(!ec, "{} = \"{}\": cannot create the folder {}: {}", key, path, parent.string(), ec.message());
-  SUBDP_CHECK(!std::filesystem::is_directory(path, ec), "{} = \"{}\": is a directory, expected a file path", key, path);
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  check_regular_or_absent(path, key);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NONBLOCK, 0644);
   SUBDP_CHECK(fd >= 0, "{} = \"{}\": cannot open for writing: {}", key, path, std::strerror(errno));
   return fd;
+}
+
+/// Opens `path` for appending and takes its lock (flock, released when the fd closes). Another
+/// live run holding it is an error: its records would be cut or replaced by this run's.
+int open_locked(const std::string& path, const std::string& key) {
+  const int fd = open_append(path, key);
+  if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return fd;
+  const int err = errno;
+  ::close(fd);
+  SUBDP_CHECK(err != EWOULDBLOCK,
+              "{} = \"{}\": in use by another run that is still writing it; give this run "
+              "its own file",
+              key, path);
+  throw Error(fmt::format("{} = \"{}\": cannot lock it: {}", key, path, std::strerror(err)));
 }
 
 /// The lines of `path` that are records of steps 1..keep_through_step, and eval records of
@@ -54,20 +82,33 @@ MetricsFile::~MetricsFile() {
 void MetricsFile::open(const std::string& path, int64_t keep_through_step, const std::string& key,
                        int64_t keep_evals_through_step) {
   path_ = path;
-  ::close(open_append(path, key));  // the folder and the file are writable
+  // The lock is taken before anything is cut, on the file a second run would open too.
+  const int old_fd = open_locked(path, key);
+  // Through a symlink the target is rewritten, not the link replaced by a file.
+  const std::string target = std::filesystem::canonical(path).string();
   if (keep_evals_through_step < 0) keep_evals_through_step = keep_through_step;
-  write_file_atomic(
-      path, keep_through_step > 0 ? kept_lines(path, keep_through_step, keep_evals_through_step) : std::string());
-  fd_ = open_append(path, key);
+  try {
+    write_file_atomic(
+        target, keep_through_step > 0 ? kept_lines(target, keep_through_step, keep_evals_through_step) : std::string());
+  } catch (const Error& e) {
+    ::close(old_fd);
+    throw Error(fmt::format("{} = \"{}\": {}", key, path, e.what()));
+  }
+  fd_ = open_locked(target, key);  // the rewritten file is a new inode: lock it, then let the old go
+  ::close(old_fd);
 }
 
 void MetricsFile::write(const nlohmann::json& record) {
   const std::string line = record.dump() + "\n";
-  // O_APPEND and one call: the line lands whole or (disk full) not at all; a short write is
-  // an error rather than a half record.
+  // O_APPEND and one call: the line lands whole or is an error. A short write (disk full) is
+  // cut off again, so the file never ends in a half record.
+  const off_t before = ::lseek(fd_, 0, SEEK_END);
   const ssize_t n = ::write(fd_, line.data(), line.size());
-  SUBDP_CHECK(n == static_cast<ssize_t>(line.size()), "log.metrics_file = \"{}\": write failed: {}", path_,
-              n < 0 ? std::strerror(errno) : "short write (disk full?)");
+  if (n == static_cast<ssize_t>(line.size())) return;
+  const int err = errno;
+  if (n > 0 && before >= 0) (void)::ftruncate(fd_, before);
+  throw Error(fmt::format("log.metrics_file = \"{}\": write failed: {}", path_,
+                          n < 0 ? std::strerror(err) : "short write (disk full?); the partial line was removed"));
 }
 
 void MetricsFile::sync() {

@@ -21,8 +21,9 @@ class MetricsFile {
   /// without a step are dropped first, by an atomic rewrite (temporary file, fsync, rename);
   /// 0 keeps nothing (a fresh run). So are "final" records (the resumed run writes its own)
   /// and "eval" records above `keep_evals_through_step` (a run resumed at its last step
-  /// evaluates that step again); -1: keep_through_step. Errors name `key` (the config key)
-  /// and the path.
+  /// evaluates that step again); -1: keep_through_step. The file is locked (flock) while open;
+  /// a symlink's target is written. Errors name `key` (the config key) and the path: a
+  /// device, FIFO or socket at the path, a file another live run holds, an unwritable folder.
   void open(const std::string& path, int64_t keep_through_step, const std::string& key,
             int64_t keep_evals_through_step = -1);
   bool is_open() const { return fd_ >= 0; }
@@ -38,7 +39,8 @@ class MetricsFile {
 };
 
 /// Checks, before training, that `path` can be created and appended to (parent folders
-/// created); the file is left as it was, or created empty. Errors name `key` and the path.
+/// created) and is a regular file; the file is left as it was, or created empty. Errors name
+/// `key` and the path.
 void check_writable_file(const std::string& path, const std::string& key);
 
 }  // namespace subdp

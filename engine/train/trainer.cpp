@@ -41,8 +41,12 @@ int threads_per_rank(int configured) {
 
 std::string metrics_path(const std::string& pattern, int rank, int world) {
   std::string p = pattern;
-  const auto at = p.find("{rank}");
-  if (at != std::string::npos) return p.replace(at, 6, std::to_string(rank));
+  bool templated = false;
+  for (auto at = p.find("{rank}"); at != std::string::npos; at = p.find("{rank}", at)) {
+    p.replace(at, 6, std::to_string(rank));  // every occurrence
+    templated = true;
+  }
+  if (templated) return p;
   return world > 1 ? p + ".rank" + std::to_string(rank) : p;
 }
 
@@ -117,8 +121,10 @@ void Trainer::prepare_outputs() {
   // checkpoint.dir's lock for the run.
   std::string error;
   try {
-    if (layout_.rank == 0 && !config_.checkpoint.dir.empty())
+    if (layout_.rank == 0 && !config_.checkpoint.dir.empty()) {
       checkpoint_lock_ = std::make_unique<DirectoryLock>(config_.checkpoint.dir, "checkpoint.dir");
+      if (config_.checkpoint.resume.empty()) check_fresh_checkpoint_dir(config_.checkpoint.dir);
+    }
     if (!config_.log.metrics_file.empty())
       check_writable_file(metrics_path(config_.log.metrics_file, layout_.rank, layout_.world), "log.metrics_file");
   } catch (const Error& e) {

@@ -5,7 +5,8 @@
 # checkpoint.dir or of the metrics file (on one rank of two), a read-only mount; (3) a
 # checkpoint of another format stops resume "auto" naming it and is never pruned; (4) a disk
 # with room for one checkpoint: the second is refused before writing, with the bytes needed
-# and free and the room two need, and the first stays; (5) a folder as the config file.
+# and free and the room keep_last + 1 need, and the first stays; (5) a folder as the config file;
+# (6) a fresh run into a folder of checkpoints; (7) a FIFO or a live run's file as the metrics file.
 source "$(dirname "$0")/common.sh"
 sed -i 's/^steps = 8/steps = 40/' "$WORK/mlp.toml"
 local_run() { "$SUBDP" train "$WORK/mlp.toml" --set parallel.backend=local "$@"; }
@@ -85,3 +86,26 @@ fi
 out=$("$SUBDP" train "$WORK" 2>&1) && { echo "FAIL: trained on a folder: $out"; exit 1; }
 grep -qF "$WORK: is a directory, not a config file" <<<"$out" || { echo "FAIL: $out"; exit 1; }
 echo "ok: a folder as the config file is refused"
+
+# (6) A fresh run (resume empty) into a folder of an earlier run's checkpoints is refused before
+# any step, and the checkpoints stay (keep_last would have pruned them).
+local_run --set checkpoint.dir="$WORK/prev" --set train.steps=20 --set checkpoint.every=10 >/dev/null
+expect_fail "already holds 2 checkpoint(s) of an earlier run (step-00000010 .. step-00000020)" \
+  local_run --set checkpoint.dir="$WORK/prev" --set checkpoint.every=10 --set checkpoint.keep_last=1
+[[ $(ls "$WORK/prev" | tr '\n' ' ') == "step-00000010 step-00000020 subdp.lock " ]] ||
+  { echo "FAIL: the earlier checkpoints changed: $(ls "$WORK/prev")"; exit 1; }
+
+# (7) The metrics file: a FIFO is refused (its open would block for ever), and a second run
+# on a file a live run writes is refused before it cuts anything.
+mkfifo "$WORK/fifo.jsonl"
+expect_fail "log.metrics_file = \"$WORK/fifo.jsonl\": not a regular file" timeout 60 "$SUBDP" train \
+  "$WORK/mlp.toml" --set parallel.backend=local --set log.metrics_file="$WORK/fifo.jsonl"
+"$SUBDP" train "$WORK/mlp.toml" --set parallel.backend=local --set train.steps=1000000 \
+  --set log.metrics_file="$WORK/live.jsonl" >"$WORK/live.log" 2>&1 &
+live=$!
+for _ in $(seq 400); do [[ -s "$WORK/live.jsonl" ]] && break; sleep 0.05; done
+expect_fail "log.metrics_file = \"$WORK/live.jsonl\": in use by another run" \
+  local_run --set log.metrics_file="$WORK/live.jsonl"
+lines=$(wc -l <"$WORK/live.jsonl")
+kill -KILL "$live" 2>/dev/null
+[[ $lines -gt 0 ]] || { echo "FAIL: the live run's records were cut"; exit 1; }

@@ -65,7 +65,9 @@ expect_error "leaves subnetwork(s) 1 with none" 1 "$SUBDP" plan "$WORK/gpt.toml"
   --set parallel.subnetworks=2 --set mask.regime=forward --set mask.granularity=block --set mask.keep=0.5
 # --simulate-rank with plain DP evaluates this rank's share of the test split, as the real rank
 # does: the eval and final lines say so, not present it as the whole split.
-out=$("$SUBDP" train "$WORK/mlp.toml" --simulate-rank 1/4 2>&1) || { echo "FAIL: simulate-rank: $out"; exit 1; }
+out=$("$SUBDP" train "$WORK/mlp.toml" --simulate-rank 1/4 --set log.metrics_file="$WORK/m{rank}-{rank}.jsonl" 2>&1) ||
+  { echo "FAIL: simulate-rank: $out"; exit 1; }
+[[ -s "$WORK/m1-1.jsonl" ]] || { echo "FAIL: every {rank} of the metrics path is the rank: $(ls "$WORK")"; exit 1; }
 for part in "(on this rank's 1/4 of the test split only: --simulate-rank)" "test_split_share=rank"; do
   grep -qF "$part" <<<"$out" || { echo "FAIL: no '$part' in: $out"; exit 1; }
 done

@@ -3,6 +3,8 @@
 // the metrics file holds whole lines and is cut back on resume; checkpoint.dir is locked;
 // the memory check's message; train.stop_signals.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <nlohmann/json.hpp>
 
 #include <csignal>
@@ -95,6 +97,22 @@ TEST(CheckpointFormats, StepFolderHoldingAnotherStepStopsAuto) {
   fs::remove_all(dir);
 }
 
+// A fresh run into a folder of an earlier run's checkpoints would prune them (they verify) and
+// leave "auto" to pick the highest step of either run: refused, naming them and the ways on.
+TEST(CheckpointFormats, FreshRunRefusesAFolderOfCheckpoints) {
+  const fs::path dir = fresh_dir("subdp_test_fresh_ckpt");
+  EXPECT_EQ(error_of([&] { check_fresh_checkpoint_dir(dir.string()); }), "(no error)");
+  EXPECT_EQ(error_of([&] { check_fresh_checkpoint_dir((dir / "absent").string()); }), "(no error)");
+  fs::create_directories(dir / "step-00000009.tmp");  // an unfinished write is not a checkpoint
+  EXPECT_EQ(error_of([&] { check_fresh_checkpoint_dir(dir.string()); }), "(no error)");
+  save_step(dir, 12, 5);
+  save_step(dir, 20, 5);
+  const std::string e = error_of([&] { check_fresh_checkpoint_dir(dir.string()); });
+  EXPECT_TRUE(contains(e, "already holds 2 checkpoint(s) of an earlier run (step-00000012 .. step-00000020)")) << e;
+  EXPECT_TRUE(contains(e, "checkpoint.resume = \"auto\"")) << e;
+  fs::remove_all(dir);
+}
+
 TEST(CheckpointFormats, PruningDeletesOnlyWhatItWroteOrVerified) {
   const fs::path dir = fresh_dir("subdp_test_prune_ckpt");
   save_step(dir, 1, 9);
@@ -166,6 +184,45 @@ TEST(MetricsFile, ResumeCutsBackToTheStepAndDropsAHalfLine) {
   EXPECT_TRUE(steps_in(path).empty());
   const std::string e = error_of([&] { check_writable_file((dir / "sub").string(), "log.metrics_file"); });
   EXPECT_TRUE(contains(e, "log.metrics_file = \"" + (dir / "sub").string() + "\": is a directory")) << e;
+  fs::remove_all(dir);
+}
+
+// A device or FIFO at the path is refused, never replaced by a file (root could turn /dev/null
+// into one) nor opened (a FIFO's open blocks); a symlink's target is written, the link stays;
+// a second live run on the same file is refused before anything is cut.
+TEST(MetricsFile, DevicesAndFifosRefusedSymlinksFollowedLiveFileLocked) {
+  const fs::path dir = fresh_dir("subdp_test_metrics_kinds");
+  // A copy of /dev/null's node (root only), so that a regression replaces the copy, not /dev/null.
+  const bool device = ::mknod((dir / "null").c_str(), S_IFCHR | 0666, ::makedev(1, 3)) == 0;
+  ASSERT_EQ(::mkfifo((dir / "fifo").c_str(), 0644), 0);
+  for (const fs::path& node : {dir / "null", dir / "fifo"}) {
+    if (!device && node.filename() == "null") continue;
+    const std::string path = node.string();
+    MetricsFile f;
+    const std::string e = error_of([&] { f.open(path, 0, "log.metrics_file"); });
+    EXPECT_TRUE(contains(e, "log.metrics_file = \"" + path + "\": not a regular file")) << e;
+    EXPECT_TRUE(contains(error_of([&] { check_writable_file(path, "log.metrics_file"); }), "not a regular file"));
+  }
+  EXPECT_TRUE(!device || fs::is_character_file(dir / "null"));
+  EXPECT_TRUE(fs::is_fifo(dir / "fifo"));
+  const fs::path target = dir / "real" / "m.jsonl", link = dir / "link.jsonl";
+  {
+    MetricsFile f;
+    f.open(target.string(), 0, "log.metrics_file");
+    f.write({{"step", 1}});
+  }
+  fs::create_symlink(target, link);
+  {
+    MetricsFile f;
+    f.open(link.string(), 1, "log.metrics_file");  // resumed at step 1 through the link
+    f.write({{"step", 2}});
+    MetricsFile second;
+    const std::string e = error_of([&] { second.open(link.string(), 0, "log.metrics_file"); });
+    EXPECT_TRUE(contains(e, "in use by another run")) << e;
+    f.write({{"step", 3}});
+  }
+  EXPECT_TRUE(fs::is_symlink(link));
+  EXPECT_EQ(steps_in(target), (std::vector<int64_t>{1, 2, 3}));
   fs::remove_all(dir);
 }
 
