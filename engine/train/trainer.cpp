@@ -54,6 +54,9 @@ std::string metrics_path(const std::string& pattern, int rank, int world) {
 
 Trainer::Trainer(const Config& config, std::unique_ptr<Communicator> world, const TrainOptions& options)
     : config_(config), options_(options), world_(std::move(world)) {
+  // First: a preemption during the start-up (data loading, a large resume) is recorded and
+  // honoured after the first step (exit 75), instead of killing the run (143) before it.
+  install_stop_signals(parse_stop_signals(config_.train.stop_signals));
   set_backend(make_backend(config_.device.type));  // once per run, before any model is built
   backend().configure(threads_per_rank(config_.train.threads), winograd_tile_side(config_.train),
                       config_.device.precision);
@@ -89,7 +92,6 @@ Trainer::Trainer(const Config& config, std::unique_ptr<Communicator> world, cons
   if (!config_.log.metrics_file.empty())
     metrics_.open(metrics_path(config_.log.metrics_file, layout_.rank, layout_.world), step_, "log.metrics_file",
                   step_ >= total_steps_ ? step_ - 1 : step_);
-  install_stop_signals(parse_stop_signals(config_.train.stop_signals));
 }
 
 void Trainer::check_memory_budget() {

@@ -5,6 +5,7 @@
 # ends, and the metrics file holds every step once (losses bit-identical, in order). A
 # SIGKILL after a checkpoint: the resumed run cuts the metrics file back to the checkpoint's
 # step, so again every step appears once. Without checkpoint.dir: exit 128 + 15, nothing saved.
+# A SIGTERM during the start-up stops the run after its first step, with a checkpoint.
 source "$(dirname "$0")/common.sh"
 sed -i 's/^steps = 8/steps = 6000/; s/^every = 4/every = 1000/' "$WORK/mlp.toml"
 args=(--set checkpoint.every=2500 --set checkpoint.keep_last=9)
@@ -86,3 +87,17 @@ wait "$pid" || rc=$?
 [[ $rc == 143 ]] || { echo "FAIL: exit $rc without checkpoint.dir, expected 143"; cat "$WORK/nodir.log"; exit 1; }
 grep -q "no checkpoint.dir, nothing saved" "$WORK/nodir.log" || { echo "FAIL: no word"; cat "$WORK/nodir.log"; exit 1; }
 echo "ok: without checkpoint.dir: exit 143, nothing saved, said so"
+
+# (5) SIGTERM during the start-up (checkpoint.dir locked, data and model not ready yet): the
+# handler is already there, so the run stops after its first step with a checkpoint and exit 75
+# (before, the default action ended it with 143, which a requeue script does not requeue).
+"$SUBDP" train "$WORK/mlp.toml" --set parallel.backend=local "${args[@]}" --set checkpoint.dir="$WORK/early" \
+  >"$WORK/early.log" 2>&1 &
+pid=$!
+for _ in $(seq 1000); do [[ -f "$WORK/early/subdp.lock" ]] && break; sleep 0.01; done
+kill -TERM "$pid"
+rc=0
+wait "$pid" || rc=$?
+[[ $rc == 75 && -d "$WORK/early/step-00000001" ]] ||
+  { echo "FAIL: SIGTERM at start-up: exit $rc, $(ls "$WORK/early")"; cat "$WORK/early.log"; exit 1; }
+echo "ok: SIGTERM during the start-up: stopped after step 1 with a checkpoint, exit 75"
