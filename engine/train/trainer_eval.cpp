@@ -8,6 +8,7 @@
 #include "engine/train/alignment.h"
 #include "engine/core/backend.h"
 #include "engine/io/checkpoint.h"
+#include "engine/config/config_diff.h"
 #include "engine/core/error.h"
 #include "engine/layers/batchnorm.h"
 #include "engine/train/trainer.h"
@@ -189,6 +190,30 @@ void Trainer::save(bool final) {
   world_->barrier();
 }
 
+namespace {
+
+/// Refuses a checkpoint whose [model] table differs from this run's (heads, kv_heads,
+/// rope_theta, ...): tensors of equal shapes can hold another model, which would then train on
+/// silently. The error names the first differing key with both values. A checkpoint config this
+/// binary cannot parse (an older version's) is not compared: a warning says so.
+void check_same_model(const Config& config, const std::string& path, const std::string& checkpoint_config) {
+  Config theirs = config;
+  try {
+    theirs.model = parse_config(checkpoint_config, path + "/manifest.json", {}).model;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "subdp: warning: %s: the checkpoint's [model] table is not compared with this run's: %s\n",
+                 path.c_str(), e.what());
+    return;
+  }
+  const ConfigDifference d = first_config_difference(config_to_toml(theirs), config_to_toml(config));
+  SUBDP_CHECK(d.key.empty(),
+              "{}: the checkpoint's model has {} = {}, this run's {}: its weights belong to that model; resume with "
+              "the checkpoint's [model] values",
+              path, d.key, d.a, d.b);
+}
+
+}  // namespace
+
 Trainer::ResumeSource Trainer::read_resume_source(OptimizerLoad policy) {
   ResumeSource src;
   LoadedCheckpoint read;  // "auto" verifies the checkpoint it picks by reading it: use that read
@@ -208,6 +233,7 @@ Trainer::ResumeSource Trainer::read_resume_source(OptimizerLoad policy) {
     std::printf("checkpoint.resume = \"auto\": no checkpoint in %s, starting fresh\n", ck.dir.c_str());
     return src;
   }
+  check_same_model(config_, path, src.info.config_toml);
   checkpoints_.trusted.insert(path);  // read and verified: keep_last may prune it
   std::error_code ec;
   src.in_own_dir =

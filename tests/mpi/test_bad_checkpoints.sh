@@ -33,6 +33,11 @@ expect_fail "checkpoint of model \"mlp\"" train "$WORK/resnet.toml" --set parall
   --set checkpoint.resume="$WORK/ckpt/step-00000004"
 expect_fail "step-00000004/model.safetensors: tensor net.1.weight has shape (96, 784), the model expects (32, 784)" train "$WORK/mlp.toml" --set parallel.backend=local --set model.hidden=[32,64] \
   --set checkpoint.resume="$WORK/ckpt/step-00000004" --set checkpoint.dir="$WORK/other"
+# Equal shapes, another model (a GPT's heads): refused, naming the key and both values.
+"$SUBDP" train "$WORK/gpt.toml" --set parallel.backend=local --set checkpoint.dir="$WORK/gck" >/dev/null
+expect_fail "the checkpoint's model has model.heads = 4, this run's 2" train "$WORK/gpt.toml" \
+  --set parallel.backend=local --set model.heads=2 --set checkpoint.resume="$WORK/gck/step-00000004" \
+  --set checkpoint.dir="$WORK/other-gpt"
 expect_fail "not a subdp checkpoint" train "$WORK/mlp.toml" --set parallel.backend=local \
   --set checkpoint.resume="$WORK/nowhere"
 expect_fail "CRC32" train "$WORK/mlp.toml" --set parallel.backend=local \
