@@ -5,6 +5,7 @@
 
 #include <cctype>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -73,6 +74,16 @@ std::string check_simulate_rank(const std::string& s) {
   if (std::sscanf(s.c_str(), "%lld/%lld%c", &w, &world, &tail) != 2 || w < 0 || world < 1 || w >= world ||
       world > (1 << 20))
     return "expected w/W with 0 <= w < W <= 1048576 (e.g. 1/4), got '" + s + "'";
+  return "";
+}
+
+/// CLI11 check for --seed: a whole number in [0, 2^64 - 1], written in decimal. CLI11 alone
+/// wraps -1 to 2^64 - 1 and clamps larger values, so different seeds gave the same draws.
+std::string check_seed(const std::string& s) {
+  uint64_t value = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size())
+    return "expected a whole number in [0, 18446744073709551615], got '" + s + "'";
   return "";
 }
 
@@ -213,7 +224,7 @@ CLI::App* add_sample(CLI::App& app, Args& a, SampleArgs& s) {
       ->check(CLI::Validator(check_finite_nonnegative, ""));
   sample->add_option("--top-k", s.top_k, "sample among the k most likely bytes; 0 = all")
       ->check(CLI::NonNegativeNumber);
-  sample->add_option("--seed", s.seed, "seed of the draws");
+  sample->add_option("--seed", s.seed, "seed of the draws")->check(CLI::Validator(check_seed, "UINT64"));
   sample->add_option("--set", a.overrides, "override a key of the checkpoint's config: table.key=value")
       ->type_name("KEY=VALUE")
       ->allow_extra_args(false);
@@ -274,11 +285,11 @@ int run(int argc, char** argv) {
 
   if (*version) return subdp::run_version();
   if (*compare) return exec_compare(compare->remaining());
-  if (*sample) return subdp::run_sample(s.checkpoint, s.prompt, s.tokens, s.temperature, s.top_k, s.seed, a.overrides);
-  // Under mpirun the plan needs no collective: rank 0 alone reads the config and prints the plan
-  // for the launcher's world size; the other ranks exit quietly.
+  // Under mpirun the plan and sample need no collective: rank 0 alone runs (the plan for the
+  // launcher's world size); the other ranks exit quietly instead of printing it again.
   const subdp::LauncherLayout launched = subdp::launcher_layout();
-  if (*plan && launched.rank != 0) return 0;
+  if ((*plan || *sample) && launched.rank != 0) return 0;
+  if (*sample) return subdp::run_sample(s.checkpoint, s.prompt, s.tokens, s.temperature, s.top_k, s.seed, a.overrides);
   subdp::Config config = subdp::load_config(a.config, a.overrides);
   if (*train) return subdp::run_train(config, a.train);
   if (*parity) return subdp::run_parity_dump(config, p.out, p.steps);

@@ -51,6 +51,17 @@ expect_error "sample runs the checkpoint's assembled full model" 1 "$SUBDP" samp
 # An empty value after '=' is an empty value, not a cue to take the next argument.
 out=$("$SUBDP" sample "$WORK/sample-ckpt" --prompt= --tokens 5 2>&1) || { echo "FAIL: --prompt= --tokens 5: $out"; exit 1; }
 echo "ok: --prompt= is an empty prompt"
+# --seed outside [0, 2^64 - 1] is refused (CLI11 wrapped -1 and clamped larger values), a file
+# is not a checkpoint folder, and under mpirun rank 0 alone prints the sample.
+for seed in -1 18446744073709551616 1e3; do
+  expect_error "expected a whole number in \[0, 18446744073709551615\], got '$seed'" 1 "$SUBDP" sample \
+    "$WORK/sample-ckpt" --tokens 2 --seed "$seed"
+done
+expect_error "a file, not a checkpoint directory" 1 "$SUBDP" sample "$WORK/gpt.toml"
+out=$(run_ranks 2 sample "$WORK/sample-ckpt" --prompt=ab --tokens 5 --seed 3) || { echo "FAIL: sample -np 2: $out"; exit 1; }
+one=$("$SUBDP" sample "$WORK/sample-ckpt" --prompt=ab --tokens 5 --seed 3)
+[[ $out == "$one" ]] || { echo "FAIL: mpirun -np 2 sample printed '$out', want one sample: '$one'"; exit 1; }
+echo "ok: sample under mpirun prints once"
 # `subdp plan` under mpirun: rank 0 alone prints the plan, for the launcher's world size.
 run_ranks 2 plan "$WORK/gpt.toml" --set parallel.subnetworks=2 --set mask.regime=forward --set mask.keep=0.5 --json \
   >"$WORK/plan.json"

@@ -26,7 +26,9 @@ namespace {
 /// The checkpoint directory itself, or the newest complete checkpoint under a checkpoint.dir.
 std::string checkpoint_path(const std::string& path) {
   if (std::filesystem::exists(std::filesystem::path(path) / "manifest.json")) return path;
-  SUBDP_CHECK(std::filesystem::is_directory(path), "{}: no such checkpoint directory", path);
+  SUBDP_CHECK(std::filesystem::exists(path), "{}: no such checkpoint directory", path);
+  SUBDP_CHECK(std::filesystem::is_directory(path),
+              "{}: a file, not a checkpoint directory (name the step-N folder or a checkpoint.dir)", path);
   const std::string newest = newest_checkpoint(path);
   SUBDP_CHECK(!newest.empty(), "{}: neither a checkpoint (no manifest.json) nor a directory holding one", path);
   return newest;
