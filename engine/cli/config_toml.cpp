@@ -273,6 +273,13 @@ toml::table parse_override_value(const std::string& text, bool string_key, const
       const size_t digits = text[0] == '+' || text[0] == '-' ? 1 : 0;
       const bool integer = text.size() > digits && text.find_first_not_of("0123456789_", digits) == std::string::npos;
       SUBDP_CHECK(!integer, "--set {}: {} is an integer out of the 64-bit range", spec, text);
+      // A number TOML refuses (1e400, .5, 5.) would otherwise be "found a string".
+      const bool numeric = text.find_first_not_of("0123456789+-.eE_", digits) == std::string::npos &&
+                           text.find_first_of("0123456789") != std::string::npos;
+      SUBDP_CHECK(!numeric,
+                  "--set {}: {} is not a TOML number (floats as 0.5, 5.0 or 1e-3, digits on both sides of '.', "
+                  "within +-1.8e308)",
+                  spec, text);
     }
   }
   toml::table t;

@@ -3,6 +3,7 @@
 // Exit codes: 0 success, 1 error (subdp::Error or any exception), 2 bad command line.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <charconv>
@@ -17,6 +18,7 @@
 #include <unistd.h>
 
 #include "engine/cli/commands.h"
+#include "engine/cli/suggest.h"
 #include "engine/comm/communicator.h"
 #include "engine/config/config.h"
 #include "engine/core/error.h"
@@ -259,6 +261,19 @@ std::vector<std::string> cli_arguments(int argc, char** argv) {
   return {args.rbegin(), args.rend()};
 }
 
+/// An unknown first word is named, with the commands and a suggestion; CLI11 alone says "A
+/// subcommand is required". `args` is in cli_arguments' reverse order.
+void check_command_name(const CLI::App& app, const std::vector<std::string>& args) {
+  if (args.empty() || args.back().empty() || args.back()[0] == '-') return;
+  std::vector<std::string> names;
+  for (const CLI::App* sub : app.get_subcommands({})) names.push_back(sub->get_name());
+  if (std::find(names.begin(), names.end(), args.back()) != names.end()) return;
+  std::string list;
+  for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+  throw subdp::Error(fmt::format("unknown command '{}'{}; the commands are {} (subdp --help)", args.back(),
+                                 subdp::suggestion(args.back(), names), list));
+}
+
 int run(int argc, char** argv) {
   CLI::App app{"subdp: hybrid data parallelism with subnetwork masking (arXiv:2507.09029)", "subdp"};
   app.require_subcommand(1);
@@ -277,6 +292,7 @@ int run(int argc, char** argv) {
   CLI::App* sample = add_sample(app, a, s);
   try {
     std::vector<std::string> args = cli_arguments(argc, argv);
+    check_command_name(app, args);
     app.parse(args);
   } catch (const CLI::ParseError& e) {
     int code = app.exit(e);  // prints help, or the message and a hint

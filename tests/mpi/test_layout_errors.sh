@@ -83,3 +83,6 @@ for part in "(on this rank's 1/4 of the test split only: --simulate-rank)" "test
   grep -qF "$part" <<<"$out" || { echo "FAIL: no '$part' in: $out"; exit 1; }
 done
 echo "ok: --simulate-rank names its share of the test split"
+# An unknown command is named, with a suggestion (CLI11 alone said "A subcommand is required").
+expect_error "unknown command 'trian' (did you mean 'train'?); the commands are train, plan" 1 "$SUBDP" trian \
+  "$WORK/mlp.toml"

@@ -387,6 +387,8 @@ INSTANTIATE_TEST_SUITE_P(
                   S,
                   {"train.batch_size=99999999999999999999"},
                   {"train.batch_size", "99999999999999999999", "64-bit range"}},
+        ErrorCase{"override_float_out_of_range", S, {"optim.lr=1e400"}, {"optim.lr=1e400", "not a TOML number"}},
+        ErrorCase{"override_float_bare_point", S, {"optim.lr=.5"}, {"optim.lr=.5", "not a TOML number"}},
         ErrorCase{
             "override_enum", S, {"mask.regime=sideways"}, {"[mask] regime = \"sideways\"", "none, forward, backward"}}),
     [](const ::testing::TestParamInfo<ErrorCase>& info) { return std::string(info.param.name); });
