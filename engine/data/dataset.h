@@ -54,6 +54,9 @@ void normalize(ImageDataset& d, const std::vector<float>& mean, const std::vecto
 struct TokenStream {
   std::vector<int32_t> tokens;
   int vocab = 256;
+  /// Index of the first token of a held-out validation stream that the data names itself
+  /// (llm.c's *_val_* shards), or -1: the source then splits by data.val_fraction.
+  int64_t val_begin = -1;
 };
 
 /// Whole file as bytes (tokens 0..255). Errors: missing or empty file.
@@ -61,7 +64,9 @@ TokenStream load_text_bytes(const std::string& path);
 
 /// llm.c token shard: 256 x int32 header (magic 20240520, version 1, token count), then
 /// uint16 tokens. Errors: short header, wrong magic/version, size != header count,
-/// token >= vocab. `path` may be one file or a directory of *.bin shards (sorted by name).
+/// token >= vocab. `path` may be one file or a directory of *.bin shards (sorted by name). In a
+/// directory, shards whose name holds "_val_" (llm.c's layout: fineweb_val_000000.bin) come
+/// after all the others and start the validation stream (val_begin), so none of them is trained on.
 TokenStream load_token_shards(const std::string& path, int vocab);
 
 /// Deterministic sampler over n examples for rank `rank` of `world`: each epoch draws a

@@ -19,6 +19,11 @@ int32_t read_le32(const uint8_t* p) {
   return static_cast<int32_t>(uint32_t{p[0]} | (uint32_t{p[1]} << 8) | (uint32_t{p[2]} << 16) | (uint32_t{p[3]} << 24));
 }
 
+/// llm.c names its validation shards *_val_*.bin.
+bool is_val_shard(const std::string& path) {
+  return fs::path(path).filename().string().find("_val_") != std::string::npos;
+}
+
 /// The shard files named by path: the file itself, or the *.bin files of a directory by name.
 std::vector<std::string> shard_paths(const std::string& path) {
   SUBDP_CHECK(fs::exists(path), "{}: token shard file or directory not found", path);
@@ -28,6 +33,7 @@ std::vector<std::string> shard_paths(const std::string& path) {
     if (e.is_regular_file() && e.path().extension() == ".bin") paths.push_back(e.path().string());
   std::sort(paths.begin(), paths.end());
   SUBDP_CHECK(!paths.empty(), "{}: directory holds no *.bin token shards", path);
+  std::stable_partition(paths.begin(), paths.end(), [](const std::string& p) { return !is_val_shard(p); });
   return paths;
 }
 
@@ -69,7 +75,12 @@ TokenStream load_token_shards(const std::string& path, int vocab) {
   SUBDP_CHECK(vocab > 0 && vocab <= 65536, "{}: vocab {} out of range (1..65536 for uint16 tokens)", path, vocab);
   TokenStream s;
   s.vocab = vocab;
-  for (const auto& shard : shard_paths(path)) append_shard(shard, vocab, s.tokens);
+  const std::vector<std::string> shards = shard_paths(path);
+  for (const auto& shard : shards) {
+    if (s.val_begin < 0 && shards.size() > 1 && is_val_shard(shard))
+      s.val_begin = static_cast<int64_t>(s.tokens.size());
+    append_shard(shard, vocab, s.tokens);
+  }
   SUBDP_CHECK(!s.tokens.empty(), "{}: token shards hold no tokens", path);
   return s;
 }

@@ -40,16 +40,16 @@ class TextSource : public DataSource {
     });
     check_vocab(s, c.model.vocab);
     const int64_t n = static_cast<int64_t>(s.tokens.size());
-    const int64_t n_val = static_cast<int64_t>(static_cast<double>(n) * c.data.val_fraction);
+    // llm.c's *_val_* shards are the validation split as they stand; else data.val_fraction.
+    const int64_t n_val =
+        s.val_begin >= 0 ? n - s.val_begin : static_cast<int64_t>(static_cast<double>(n) * c.data.val_fraction);
     const int64_t need = static_cast<int64_t>(T_) + 2;  // one window of T+1 and a start to draw
-    SUBDP_CHECK(n - n_val >= need,
-                "{}: {} tokens leave {} for training after data.val_fraction = {}; need at least "
-                "context + 2 = {}",
-                path_, n, n - n_val, c.data.val_fraction, need);
-    SUBDP_CHECK(n_val >= need,
-                "{}: the validation split (data.val_fraction = {}) holds {} of its {} tokens, "
-                "fewer than context + 2 = {}; raise data.val_fraction",
-                path_, c.data.val_fraction, n_val, n, need);
+    const std::string split = s.val_begin >= 0 ? std::string("the *_val_* shards")
+                                               : fmt::format("data.val_fraction = {}", c.data.val_fraction);
+    SUBDP_CHECK(n - n_val >= need, "{}: {} tokens leave {} for training after {}; need at least context + 2 = {}",
+                path_, n, n - n_val, split, need);
+    SUBDP_CHECK(n_val >= need, "{}: the validation split ({}) holds {} of its {} tokens, fewer than context + 2 = {}{}",
+                path_, split, n_val, n, need, s.val_begin >= 0 ? "" : "; raise data.val_fraction");
     train_.assign(s.tokens.begin(), s.tokens.end() - n_val);
     val_.assign(s.tokens.end() - n_val, s.tokens.end());
     const uint64_t train_seed = mix64(c.train.seed ^ 0x74726169ULL);  // "trai"

@@ -324,6 +324,20 @@ TEST_F(DataTokens, GoodFileAndDirectory) {
   EXPECT_EQ(all.tokens, (std::vector<int32_t>{1, 2, 3, 4, 50256}));
 }
 
+// llm.c's layout: the *_val_* shards come after every training shard, whatever their names,
+// and start the validation stream; a single shard or a folder without them has no split.
+TEST_F(DataTokens, ValShardsStartTheValidationStream) {
+  write_bytes(path("web_val_000000.bin"), shard({7, 8, 9}));
+  write_bytes(path("web_train_000001.bin"), shard({1, 2}));
+  write_bytes(path("zz_train_000002.bin"), shard({3}));
+  const auto all = subdp::load_token_shards(dir_.string(), 100);
+  EXPECT_EQ(all.tokens, (std::vector<int32_t>{1, 2, 3, 7, 8, 9}));
+  EXPECT_EQ(all.val_begin, 3);
+  EXPECT_EQ(subdp::load_token_shards(path("web_val_000000.bin"), 100).val_begin, -1);
+  fs::remove(path("web_val_000000.bin"));
+  EXPECT_EQ(subdp::load_token_shards(dir_.string(), 100).val_begin, -1);
+}
+
 TEST_F(DataTokens, BadMagic) {
   write_bytes(path("s.bin"), shard({1}, 12345));
   expect_error([&] { subdp::load_token_shards(path("s.bin"), 100); }, {"s.bin", "wrong magic 12345", "20240520"});
