@@ -166,7 +166,14 @@ def plan_runs(regimes, keeps, S):
         if base in WHOLE_MODEL and any(m.startswith("redeal") for m in mods):
             raise SystemExit(f"compare.py: regime '{name}': {base} has no subnetwork plan to re-deal (redealK applies "
                              f"to fwd-/bwd- regimes)")
-        for k in ([float(at)] if at else keeps):
+        if at and base == "dp":
+            raise SystemExit(f"compare.py: regime '{item}': dp trains the whole model, it has no keep ratio "
+                             f"(write dp without @)")
+        try:
+            at_keep = [float(at)] if at else keeps
+        except ValueError:
+            raise SystemExit(f"compare.py: regime '{item}': '{at}' after @ is not a keep ratio") from None
+        for k in at_keep:
             if not 0 < k <= 1:
                 raise SystemExit(f"compare.py: keep {k:g} for {name} is not in (0, 1]")
             add(name, k)
@@ -536,6 +543,24 @@ def write_csvs(a, runs_data, summaries):
 # ---------------------------------------------------------------------------------------
 
 
+def keep_list(text):
+    """--keep: comma-separated keep ratios, each a number in (0, 1]."""
+    keeps = []
+    for item in (k.strip() for k in text.split(",")):
+        if not item:
+            continue
+        try:
+            k = float(item)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{item}' is not a number (a comma list such as 0.75,0.5)") from None
+        if not 0 < k <= 1:
+            raise argparse.ArgumentTypeError(f"{item} is not in (0, 1]")
+        keeps.append(k)
+    if not keeps:
+        raise argparse.ArgumentTypeError("no keep ratio given")
+    return keeps
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
@@ -546,7 +571,8 @@ def parse_args(argv):
                    help="comma list of dp, fwd-block, bwd-block, fwd-neuron, bwd-neuron, stoch-depth, each optionally "
                         "with modifiers +recompute, +zero1, +zero2, +fsdp, +zir, +redealK (e.g. fwd-block+zero1+redeal50); name@k = one run "
                         "at keep k (details below)")
-    p.add_argument("--keep", default="0.75,0.5,0.25", help="comma list of keep ratios (default 0.75,0.5,0.25)")
+    p.add_argument("--keep", default="0.75,0.5,0.25", type=keep_list,
+                   help="comma list of keep ratios (default 0.75,0.5,0.25)")
     p.add_argument("--steps", type=int, required=True,
                    help="optimizer steps per run (--match steps), or DP's steps whose budget the runs match")
     p.add_argument("--match", choices=budget.MATCHES, default="steps",
@@ -579,18 +605,20 @@ def parse_args(argv):
     p.add_argument("--title", default="", help="plot title (default: the config's name)")
     p.add_argument("--verbose", action="store_true", help="echo every line of subdp train")
     a = p.parse_args(argv)
+    for name, value, least in (("--steps", a.steps, 1), ("--world", a.world, 1), ("--evals", a.evals, 1),
+                               ("--seeds", a.seeds, 1), ("--calibration-steps", a.calibration_steps, 2),
+                               ("--timeout", a.timeout, 0), ("--alignment-every", a.alignment_every, 0)):
+        if not value >= least:  # nan too
+            p.error(f"{name} {value:g}: must be >= {least}")
+    if not os.path.exists(a.config):
+        p.error(f"config {a.config} not found")
+    # Its own arguments first: the binary is looked at (and its commit asked) once they hold.
     a.binary = os.path.abspath(a.binary)
+    if not os.access(a.binary, os.X_OK):
+        p.error(f"{a.binary} is not an executable (build it: cmake --build build --target subdp)")
     a.shown_binary = repo_path(a.binary) if inside_root(a.binary) else "build/subdp"
     a.commit = binary_commit(a.binary, a.binary_commit)
     a.reuse = a.reuse or a.finished_only
-    if not os.access(a.binary, os.X_OK):
-        p.error(f"{a.binary} is not an executable (build it: cmake --build build --target subdp)")
-    if not os.path.exists(a.config):
-        p.error(f"config {a.config} not found")
-    for name, value, least in (("--steps", a.steps, 1), ("--world", a.world, 1), ("--evals", a.evals, 1),
-                               ("--seeds", a.seeds, 1), ("--calibration-steps", a.calibration_steps, 2)):
-        if value < least:
-            p.error(f"{name} {value}: must be >= {least}")
     a.subnetworks = a.subnetworks or a.world
     if a.world % a.subnetworks:
         p.error(f"--subnetworks {a.subnetworks} does not divide --world {a.world}")
@@ -772,8 +800,7 @@ def commits_cell(summaries):
 
 def main(argv=None):
     a = parse_args(argv)
-    keeps = [float(k) for k in a.keep.split(",") if k]
-    runs, notes = plan_runs([r for r in a.regimes.split(",") if r], keeps, a.subnetworks)
+    runs, notes = plan_runs([r for r in a.regimes.split(",") if r], a.keep, a.subnetworks)
     try:  # the folder of every output (summaries, plots, runs), checked before any run
         os.makedirs(a.out, exist_ok=True)
         probe = os.path.join(a.out, f".write-test.{os.getpid()}")

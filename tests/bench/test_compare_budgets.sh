@@ -145,6 +145,16 @@ PY
 rc=0
 err=$(/usr/bin/python3 "$ROOT/benchmarks/compare.py" "$WORK/gpt.toml" --binary "$SUBDP" --steps 2 --seeds 0 2>&1) || rc=$?
 [[ $rc == 2 ]] && grep -qF -- "--seeds 0: must be >= 1" <<<"$err" || { echo "FAIL: --seeds 0 (rc $rc): $err"; exit 1; }
+# Bad values are named before the binary is looked at: a keep that is not a number (was a
+# traceback), a negative timeout (was accepted), a keep given to dp (was dropped silently).
+for bad in "--keep abc|'abc' is not a number" "--timeout -1|--timeout -1: must be >= 0" \
+  "--regimes dp@0.5|dp trains the whole model, it has no keep ratio"; do
+  rc=0
+  err=$(/usr/bin/python3 "$ROOT/benchmarks/compare.py" "$WORK/gpt.toml" --binary "$SUBDP" --steps 2 \
+    --out "$WORK/bad" ${bad%%|*} 2>&1) || rc=$?
+  [[ $rc != 0 ]] && grep -qF -- "${bad#*|}" <<<"$err" && ! grep -q Traceback <<<"$err" ||
+    { echo "FAIL: ${bad%%|*} (rc $rc): $err"; exit 1; }
+done
 echo x >"$WORK/in-the-way"
 rc=0
 err=$(/usr/bin/python3 "$ROOT/benchmarks/compare.py" "$WORK/gpt.toml" --binary "$SUBDP" --out "$WORK/in-the-way/out" \
