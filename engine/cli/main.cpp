@@ -62,7 +62,7 @@ double parse_bytes(const std::string& text) {
                                {"tib", 1099511627776.0}};
   for (const Unit& u : units)
     if (unit == u.name) {
-      SUBDP_CHECK(std::isfinite(value) && value >= 0, "invalid byte count '{}': must be >= 0", text);
+      SUBDP_CHECK(std::isfinite(value) && value >= 0, "invalid byte count '{}': must be a finite number >= 0", text);
       return value * u.scale;
     }
   throw subdp::Error(fmt::format(

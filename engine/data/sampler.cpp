@@ -39,8 +39,10 @@ EpochSampler::EpochSampler(int64_t n, int batch, int rank, int world, uint64_t s
 // Throws (rather than the constructor) so that an empty placeholder sampler can exist.
 int64_t EpochSampler::steps_per_epoch() const {
   const int64_t per_step = static_cast<int64_t>(batch_) * world_;
-  SUBDP_CHECK(n_ >= per_step, "dataset too small: {} examples cannot fill one step of batch {} x world {} = {}", n_,
-              batch_, world_, per_step);
+  SUBDP_CHECK(n_ >= per_step,
+              "dataset too small: {} examples cannot fill one step of train.batch_size = {} x world {} = {}; lower "
+              "train.batch_size",
+              n_, batch_, world_, per_step);
   return n_ / per_step;
 }
 

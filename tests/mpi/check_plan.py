@@ -71,6 +71,8 @@ def budget_fits(path, budget, names_out):
     names, sizes = [n for n, _ in rows], [s for _, s in rows]
     if sizes != sorted(sizes):
         fail(f"not smallest first: {rows}")
+    if not isinstance(b["bytes"], int):
+        fail(f"budget bytes {b['bytes']!r}: expected a whole number of bytes")
     if not all(s <= budget for s in sizes) or b["bytes"] != budget:
         fail(f"a combination above the budget {budget}: {rows}")
     if not {"fwd-block+zero1+recompute", "fwd-block+zero2", "fwd-block"} <= set(names) or "dp" in names:

@@ -284,7 +284,7 @@ nlohmann::json plan_json(const SubnetworkPlan& plan, const ModelUnits& units) {
 
 nlohmann::json budget_json(const Config& config, const BudgetAnswer& answer) {
   auto batch = [](int b) { return nlohmann::json{{"batch", b}, {"at_search_limit", b >= kMaxBatchSearched}}; };
-  nlohmann::json j = {{"bytes", answer.budget},
+  nlohmann::json j = {{"bytes", static_cast<int64_t>(answer.budget)},
                       {"dp_largest_batch", batch(answer.dp_batch)},
                       {"batch_size", config.train.batch_size},
                       {"combinations_listed", answer.combinations_listed},
