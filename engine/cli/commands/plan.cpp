@@ -284,12 +284,10 @@ nlohmann::json plan_json(const SubnetworkPlan& plan, const ModelUnits& units) {
 
 nlohmann::json budget_json(const Config& config, const BudgetAnswer& answer) {
   auto batch = [](int b) { return nlohmann::json{{"batch", b}, {"at_search_limit", b >= kMaxBatchSearched}}; };
-  nlohmann::json j = {{"bytes", static_cast<int64_t>(answer.budget)},
-                      {"dp_largest_batch", batch(answer.dp_batch)},
-                      {"batch_size", config.train.batch_size},
-                      {"combinations_listed", answer.combinations_listed},
-                      {"combinations", nlohmann::json::array()},
-                      {"regimes", nlohmann::json::array()}};
+  nlohmann::json j = {
+      {"bytes", static_cast<int64_t>(answer.budget)}, {"dp_largest_batch", batch(answer.dp_batch)},
+      {"batch_size", config.train.batch_size},        {"combinations_listed", answer.combinations_listed},
+      {"combinations", nlohmann::json::array()},      {"regimes", nlohmann::json::array()}};
   for (const Option& o : answer.fits)
     j["combinations"].push_back(
         {{"name", o.name}, {"bytes", o.bytes}, {"ratio_to_dp", ratio(o.bytes, answer.dp_bytes)}});
@@ -308,6 +306,9 @@ nlohmann::json budget_json(const Config& config, const BudgetAnswer& answer) {
 void print_json(const Config& config, const SubnetworkPlan& plan, const ModelUnits& units, int world, int threads,
                 const std::vector<PlanRow>& rows, const BudgetAnswer* budget, const PlanOptions& options) {
   nlohmann::json j = {{"world", world}, {"threads_per_rank", threads}, {"plan", plan_json(plan, units)}};
+  // The plan's regime is the masking it deals ("none" under stochastic depth); this is the config's.
+  j["mask_regime"] = fmt::format("{}", config.mask.regime);
+  if (config.mask.regime == MaskRegime::stochastic) j["drop_probability"] = 1.0 - config.mask.keep;
   if (options.deal > 0) j["deal"] = {{"deal", options.deal}, {"plan_seed", config.mask.seed}};
   const int64_t dp = rows.back().bytes.total_peak;
   for (const PlanRow& r : rows) {
@@ -350,6 +351,11 @@ int run_plan(const Config& config, int world, const PlanOptions& options) {
     std::printf("deal %lld (mask.redeal_every): plan seed %llu\n", options.deal,
                 static_cast<unsigned long long>(config.mask.seed));
   std::printf("%s", plan.describe(units).c_str());
+  if (config.mask.regime == MaskRegime::stochastic)  // the plan is DP's: say what the run does with it
+    std::printf(
+        "mask.regime = stochastic: the whole model on every rank (DP's plan and bytes); each rank drops "
+        "each block with probability 1 - keep = %g at every step\n",
+        1.0 - config.mask.keep);
   std::printf("threads per rank: %d\n", threads);
   print_header();
   for (const PlanRow& r : rows) print_row(r.label, r.bytes, r.kind == "dp" ? 0 : rows.back().bytes.total_peak);
