@@ -86,3 +86,9 @@ echo "ok: --simulate-rank names its share of the test split"
 # An unknown command is named, with a suggestion (CLI11 alone said "A subcommand is required").
 expect_error "unknown command 'trian' (did you mean 'train'?); the commands are train, plan" 1 "$SUBDP" trian \
   "$WORK/mlp.toml"
+# plan under stochastic depth names the config's regime and the drop probability next to DP's plan.
+"$SUBDP" plan "$WORK/gpt.toml" --set mask.regime=stochastic --set mask.keep=0.75 --json |
+  /usr/bin/python3 -c 'import json, sys; j = json.load(sys.stdin); sys.exit(not (j["mask_regime"] == "stochastic"
+and j["drop_probability"] == 0.25 and j["plan"]["regime"] == "none"))' ||
+  { echo "FAIL: plan --json under stochastic depth lacks mask_regime / drop_probability"; exit 1; }
+echo "ok: plan --json under stochastic depth"
