@@ -52,7 +52,8 @@ void normalize(ImageDataset& d, const std::vector<float>& mean, const std::vecto
 
 /// A token stream: bytes of a text file (vocab 256) or the tokens of token shards.
 struct TokenStream {
-  std::vector<int32_t> tokens;
+  /// 2 bytes a token (vocab <= 65536, llm.c's shard format): the whole stream is held per rank.
+  std::vector<uint16_t> tokens;
   int vocab = 256;
   /// Index of the first token of a held-out validation stream that the data names itself
   /// (llm.c's *_val_* shards), or -1: the source then splits by data.val_fraction.

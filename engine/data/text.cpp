@@ -38,7 +38,7 @@ std::vector<std::string> shard_paths(const std::string& path) {
 }
 
 /// Validates one shard and appends its tokens to out.
-void append_shard(const std::string& path, int vocab, std::vector<int32_t>& out) {
+void append_shard(const std::string& path, int vocab, std::vector<uint16_t>& out) {
   const std::vector<uint8_t> bytes = read_file_bytes(path, false);
   SUBDP_CHECK(bytes.size() >= kHeaderBytes, "{}: short header: {} bytes, expected at least {}", path, bytes.size(),
               kHeaderBytes);
@@ -56,7 +56,7 @@ void append_shard(const std::string& path, int vocab, std::vector<int32_t>& out)
     const uint8_t* p = &bytes[kHeaderBytes + 2 * static_cast<size_t>(i)];
     const int32_t tok = p[0] | (p[1] << 8);
     SUBDP_CHECK(tok < vocab, "{}: token {} at position {} is >= vocab {}", path, tok, i, vocab);
-    out[base + i] = tok;
+    out[base + i] = static_cast<uint16_t>(tok);
   }
 }
 

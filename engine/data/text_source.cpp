@@ -50,13 +50,14 @@ class TextSource : public DataSource {
                 path_, n, n - n_val, split, need);
     SUBDP_CHECK(n_val >= need, "{}: the validation split ({}) holds {} of its {} tokens, fewer than context + 2 = {}{}",
                 path_, split, n_val, n, need, s.val_begin >= 0 ? "" : "; raise data.val_fraction");
-    train_.assign(s.tokens.begin(), s.tokens.end() - n_val);
-    val_.assign(s.tokens.end() - n_val, s.tokens.end());
+    // One stream, split by an offset: no copy of either part (2 bytes a token, held once).
+    tokens_ = std::move(s.tokens);
+    n_train_ = n - n_val;
     const uint64_t train_seed = mix64(c.train.seed ^ 0x74726169ULL);  // "trai"
     train_sampler_ = std::make_unique<WindowSampler>(n - n_val, T_, batch_size_, rank, train_seed);
     eval_sampler_ = std::make_unique<WindowSampler>(n_val, T_, batch_size_, 0, kEvalSeed);
     const int64_t per_step = static_cast<int64_t>(batch_size_) * T_ * world_;
-    steps_per_epoch_ = std::max<int64_t>(1, static_cast<int64_t>(train_.size()) / per_step);
+    steps_per_epoch_ = std::max<int64_t>(1, n_train_ / per_step);
   }
 
   int64_t steps_per_epoch() const override { return steps_per_epoch_; }
@@ -66,7 +67,7 @@ class TextSource : public DataSource {
   }
 
   void train_batch(int64_t epoch, int64_t step, Batch& b) override {
-    fill(train_, train_sampler_->starts(epoch * steps_per_epoch_ + step), b);
+    fill(tokens_.data(), train_sampler_->starts(epoch * steps_per_epoch_ + step), b);
   }
 
   int64_t eval_batches(int share_rank, int shares) const override {
@@ -76,12 +77,12 @@ class TextSource : public DataSource {
 
   void eval_batch(int64_t i, int share_rank, int shares, Batch& b) override {
     SUBDP_ASSERT(eval_sampler_ && i < eval_batches(share_rank, shares));
-    fill(val_, eval_sampler_->starts(i * shares + share_rank), b);
+    fill(tokens_.data() + n_train_, eval_sampler_->starts(i * shares + share_rank), b);
   }
 
   std::string describe() const override {
-    return fmt::format("{} {}: {} train / {} validation tokens, windows of {}", name_, path_, train_.size(),
-                       val_.size(), T_);
+    return fmt::format("{} {}: {} train / {} validation tokens, windows of {}", name_, path_, n_train_,
+                       static_cast<int64_t>(tokens_.size()) - n_train_, T_);
   }
 
  private:
@@ -91,14 +92,15 @@ class TextSource : public DataSource {
                 mx - s.tokens.begin(), vocab, name_ == DatasetKind::text ? " (text is bytes: use vocab = 256)" : "");
   }
 
-  /// x[b] = tokens[s_b, s_b + T), y[b] = tokens[s_b + 1, s_b + T + 1) for each start s_b.
-  void fill(const std::vector<int32_t>& tokens, const std::vector<int64_t>& starts, Batch& b) const {
+  /// x[b] = tokens[s_b, s_b + T), y[b] = tokens[s_b + 1, s_b + T + 1) for each start s_b,
+  /// widened to the batch's int32; `tokens` is the split's first token.
+  void fill(const uint16_t* tokens, const std::vector<int64_t>& starts, Batch& b) const {
     int32_t* x = b.x_host.i32();  // (B, T)
     int32_t* y = b.y_host.i32();  // (B, T)
     for (size_t k = 0; k < starts.size(); ++k) {
-      const int32_t* w = tokens.data() + starts[k];
-      std::memcpy(x + k * T_, w, sizeof(int32_t) * T_);
-      std::memcpy(y + k * T_, w + 1, sizeof(int32_t) * T_);
+      const uint16_t* w = tokens + starts[k];
+      std::copy(w, w + T_, x + k * T_);
+      std::copy(w + 1, w + 1 + T_, y + k * T_);
     }
     b.n = static_cast<int64_t>(starts.size());
     b.upload();
@@ -107,7 +109,8 @@ class TextSource : public DataSource {
   DatasetKind name_;
   std::string path_;
   int batch_size_, T_, world_, eval_total_;
-  std::vector<int32_t> train_, val_;
+  std::vector<uint16_t> tokens_;  // training split [0, n_train_), validation split after it
+  int64_t n_train_ = 0;
   std::unique_ptr<WindowSampler> train_sampler_, eval_sampler_;
   int64_t steps_per_epoch_ = 1;
 };

@@ -318,10 +318,10 @@ TEST_F(DataTokens, GoodFileAndDirectory) {
   write_bytes(path("a_shard.bin"), shard({1, 2}));
   write_bytes(path("notes.txt"), Bytes{1, 2, 3});
   const auto one = subdp::load_token_shards(path("b_shard.bin"), 50257);
-  EXPECT_EQ(one.tokens, (std::vector<int32_t>{3, 4, 50256}));
+  EXPECT_EQ(one.tokens, (std::vector<uint16_t>{3, 4, 50256}));
   EXPECT_EQ(one.vocab, 50257);
   const auto all = subdp::load_token_shards(dir_.string(), 50257);
-  EXPECT_EQ(all.tokens, (std::vector<int32_t>{1, 2, 3, 4, 50256}));
+  EXPECT_EQ(all.tokens, (std::vector<uint16_t>{1, 2, 3, 4, 50256}));
 }
 
 // llm.c's layout: the *_val_* shards come after every training shard, whatever their names,
@@ -331,7 +331,7 @@ TEST_F(DataTokens, ValShardsStartTheValidationStream) {
   write_bytes(path("web_train_000001.bin"), shard({1, 2}));
   write_bytes(path("zz_train_000002.bin"), shard({3}));
   const auto all = subdp::load_token_shards(dir_.string(), 100);
-  EXPECT_EQ(all.tokens, (std::vector<int32_t>{1, 2, 3, 7, 8, 9}));
+  EXPECT_EQ(all.tokens, (std::vector<uint16_t>{1, 2, 3, 7, 8, 9}));
   EXPECT_EQ(all.val_begin, 3);
   EXPECT_EQ(subdp::load_token_shards(path("web_val_000000.bin"), 100).val_begin, -1);
   fs::remove(path("web_val_000000.bin"));
@@ -372,7 +372,7 @@ using DataText = DataFiles;
 TEST_F(DataText, BytesAndEmptyFile) {
   write_bytes(path("t.txt"), Bytes{'h', 'i', 0xff});
   const auto s = subdp::load_text_bytes(path("t.txt"));
-  EXPECT_EQ(s.tokens, (std::vector<int32_t>{'h', 'i', 255}));
+  EXPECT_EQ(s.tokens, (std::vector<uint16_t>{'h', 'i', 255}));
   EXPECT_EQ(s.vocab, 256);
   write_bytes(path("empty.txt"), Bytes{});
   expect_error([&] { subdp::load_text_bytes(path("empty.txt")); }, {"empty.txt", "empty"});
