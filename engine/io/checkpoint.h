@@ -103,8 +103,8 @@ struct LoadedCheckpoint {
 std::string newest_checkpoint(const std::string& dir, LoadedCheckpoint* loaded = nullptr);
 
 /// Reads and verifies a checkpoint (manifest, CRCs of every file, every value read finite).
-/// read_optimizer = false leaves `optimizer` empty: the optimizer file is CRC-checked but
-/// neither read nor checked for inf / NaN (weights-only loads). Errors name the file.
+/// read_optimizer = false leaves `optimizer` empty: the optimizer file is neither read nor
+/// CRC-checked, and may be absent (weights-only loads: sample). Errors name the file.
 void load_checkpoint(const std::string& path, CheckpointInfo& info, std::vector<NamedTensor>& model,
                      std::vector<NamedTensor>& optimizer, bool read_optimizer = true);
 

@@ -62,6 +62,12 @@ out=$(run_ranks 2 sample "$WORK/sample-ckpt" --prompt=ab --tokens 5 --seed 3) ||
 one=$("$SUBDP" sample "$WORK/sample-ckpt" --prompt=ab --tokens 5 --seed 3)
 [[ $out == "$one" ]] || { echo "FAIL: mpirun -np 2 sample printed '$out', want one sample: '$one'"; exit 1; }
 echo "ok: sample under mpirun prints once"
+# A weights-only copy (optimizer.safetensors deleted to save space) still samples the same text.
+cp -r "$(ls -d "$WORK"/sample-ckpt/step-* | tail -1)" "$WORK/weights-only"
+rm "$WORK/weights-only/optimizer.safetensors"
+out=$("$SUBDP" sample "$WORK/weights-only" --prompt=ab --tokens 5 --seed 3 2>&1) && [[ $out == "$one" ]] ||
+  { echo "FAIL: sample without optimizer.safetensors: '$out'"; exit 1; }
+echo "ok: sample reads the weights alone"
 # `subdp plan` under mpirun: rank 0 alone prints the plan, for the launcher's world size.
 run_ranks 2 plan "$WORK/gpt.toml" --set parallel.subnetworks=2 --set mask.regime=forward --set mask.keep=0.5 --json \
   >"$WORK/plan.json"
