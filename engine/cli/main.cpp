@@ -261,17 +261,18 @@ std::vector<std::string> cli_arguments(int argc, char** argv) {
   return {args.rbegin(), args.rend()};
 }
 
-/// An unknown first word is named, with the commands and a suggestion; CLI11 alone says "A
-/// subcommand is required". `args` is in cli_arguments' reverse order.
-void check_command_name(const CLI::App& app, const std::vector<std::string>& args) {
-  if (args.empty() || args.back().empty() || args.back()[0] == '-') return;
+/// The error for an unknown first word, naming it with the commands and a suggestion (CLI11
+/// alone says "A subcommand is required"); empty when it is a command or an option. `args` is
+/// in cli_arguments' reverse order.
+std::string unknown_command(const CLI::App& app, const std::vector<std::string>& args) {
+  if (args.empty() || args.back().empty() || args.back()[0] == '-') return "";
   std::vector<std::string> names;
   for (const CLI::App* sub : app.get_subcommands({})) names.push_back(sub->get_name());
-  if (std::find(names.begin(), names.end(), args.back()) != names.end()) return;
+  if (std::find(names.begin(), names.end(), args.back()) != names.end()) return "";
   std::string list;
   for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
-  throw subdp::Error(fmt::format("unknown command '{}'{}; the commands are {} (subdp --help)", args.back(),
-                                 subdp::suggestion(args.back(), names), list));
+  return fmt::format("unknown command '{}'{}; the commands are {} (subdp --help)", args.back(),
+                     subdp::suggestion(args.back(), names), list);
 }
 
 int run(int argc, char** argv) {
@@ -292,7 +293,10 @@ int run(int argc, char** argv) {
   CLI::App* sample = add_sample(app, a, s);
   try {
     std::vector<std::string> args = cli_arguments(argc, argv);
-    check_command_name(app, args);
+    if (const std::string unknown = unknown_command(app, args); !unknown.empty()) {
+      std::fprintf(stderr, "subdp: error: %s\n", unknown.c_str());
+      return 2;  // a bad command line, as CLI11's own errors
+    }
     app.parse(args);
   } catch (const CLI::ParseError& e) {
     int code = app.exit(e);  // prints help, or the message and a hint

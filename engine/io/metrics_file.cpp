@@ -94,7 +94,12 @@ void MetricsFile::open(const std::string& path, int64_t keep_through_step, const
     ::close(old_fd);
     throw Error(fmt::format("{} = \"{}\": {}", key, path, e.what()));
   }
-  fd_ = open_locked(target, key);  // the rewritten file is a new inode: lock it, then let the old go
+  try {
+    fd_ = open_locked(target, key);  // the rewritten file is a new inode: lock it, then let the old go
+  } catch (const Error&) {
+    ::close(old_fd);
+    throw;
+  }
   ::close(old_fd);
 }
 
