@@ -75,12 +75,18 @@ void check_model_and_masking(const Config& c, const std::string& path) {
       "{}: [model] kv_heads = {} < heads = {} with [mask] granularity = \"neuron\": neuron-level masking "
       "of grouped-query attention is not built yet; use granularity = \"block\" (or kv_heads = 0)",
       path, kv, c.model.heads);
-  SUBDP_CHECK(c.mask.regime != MaskRegime::stochastic ||
-                  (c.parallel.subnetworks == 1 && c.mask.granularity == Granularity::block),
-              "{}: [mask] regime = \"stochastic\" (stochastic depth) keeps the whole model on every rank and drops "
-              "whole blocks: it needs [parallel] subnetworks = 1 (got {}) and [mask] granularity = \"block\" (got "
-              "\"{}\")",
-              path, c.parallel.subnetworks, c.mask.granularity);
+  if (c.mask.regime == MaskRegime::stochastic) {  // name only the settings that are wrong
+    std::string wrong;
+    if (c.parallel.subnetworks != 1)
+      wrong += fmt::format("[parallel] subnetworks = 1 (got {})", c.parallel.subnetworks);
+    if (c.mask.granularity != Granularity::block)
+      wrong += fmt::format("{}[mask] granularity = \"block\" (got \"{}\")", wrong.empty() ? "" : " and ",
+                           c.mask.granularity);
+    SUBDP_CHECK(wrong.empty(),
+                "{}: [mask] regime = \"stochastic\" (stochastic depth) keeps the whole model on every rank and "
+                "drops whole blocks: it needs {}",
+                path, wrong);
+  }
   const auto& pinned = c.mask.pinned;
   SUBDP_CHECK(pinned.empty() || (c.mask.regime != MaskRegime::none && c.mask.granularity == Granularity::block),
               "{}: [mask] pinned = [{}]: pinned blocks are kept by every subnetwork when whole blocks are dropped; "

@@ -272,6 +272,11 @@ INSTANTIATE_TEST_SUITE_P(
                   S + "[mask]\nregime = \"stochastic\"\n[parallel]\nsubnetworks = 2\n",
                   {},
                   {"[mask] regime = \"stochastic\"", "subnetworks = 1"}},
+        // Only the setting that is wrong is named (was: "subnetworks = 1 (got 1)" as well).
+        ErrorCase{"stochastic_neuron",
+                  S + "[mask]\nregime = \"stochastic\"\ngranularity = \"neuron\"\n",
+                  {},
+                  {"it needs [mask] granularity = \"block\" (got \"neuron\")"}},
         ErrorCase{"reset_optimizer_without_resume",
                   S + "[checkpoint]\nreset_optimizer = true\n",
                   {},
