@@ -82,8 +82,12 @@ MetricsFile::~MetricsFile() {
 void MetricsFile::open(const std::string& path, int64_t keep_through_step, const std::string& key,
                        int64_t keep_evals_through_step) {
   path_ = path;
-  // The lock is taken before anything is cut, on the file a second run would open too.
-  const int old_fd = open_locked(path, key);
+  // The lock is taken before anything is cut, on the file a second run would open too; it is
+  // let go (closed) on leaving, once the rewritten file's own lock is held or this failed.
+  struct ClosedOnExit {
+    int fd;
+    ~ClosedOnExit() { ::close(fd); }
+  } const old{open_locked(path, key)};
   // Through a symlink the target is rewritten, not the link replaced by a file.
   const std::string target = std::filesystem::canonical(path).string();
   if (keep_evals_through_step < 0) keep_evals_through_step = keep_through_step;
@@ -91,16 +95,9 @@ void MetricsFile::open(const std::string& path, int64_t keep_through_step, const
     write_file_atomic(
         target, keep_through_step > 0 ? kept_lines(target, keep_through_step, keep_evals_through_step) : std::string());
   } catch (const Error& e) {
-    ::close(old_fd);
     throw Error(fmt::format("{} = \"{}\": {}", key, path, e.what()));
   }
-  try {
-    fd_ = open_locked(target, key);  // the rewritten file is a new inode: lock it, then let the old go
-  } catch (const Error&) {
-    ::close(old_fd);
-    throw;
-  }
-  ::close(old_fd);
+  fd_ = open_locked(target, key);  // the rewritten file is a new inode: lock it
 }
 
 void MetricsFile::write(const nlohmann::json& record) {

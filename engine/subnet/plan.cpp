@@ -253,11 +253,13 @@ void deal_blocks(SubnetworkPlan& plan, std::map<std::vector<int>, int>& ids, con
 /// the embeddings and head (and pinned blocks) only, which a keep ratio this small never means.
 /// Every subnetwork gets one when the dealt units times c reach S, i.e. units x keep >= 1 (the
 /// deal is balanced within one unit).
-void check_every_subnetwork_keeps_a_unit(const SubnetworkPlan& plan, int dealt_units) {
+void check_every_subnetwork_keeps_a_unit(const SubnetworkPlan& plan) {
   std::vector<int> kept(plan.S, 0);
+  int dealt_units = 0;
   const auto count = [&](int group) {
-    if (group >= 0)
-      for (int s : plan.groups[group]) ++kept[s];
+    if (group < 0) return;  // pinned or undroppable: not dealt
+    ++dealt_units;
+    for (int s : plan.groups[group]) ++kept[s];
   };
   for (int g : plan.block_group) count(g);
   for (const auto& layer : plan.unit_group)
@@ -311,9 +313,7 @@ SubnetworkPlan make_plan(const ModelUnits& units, const MaskConfig& mask, int S)
     deal_neurons(plan, ids, units, mask);
   else
     deal_blocks(plan, ids, units, mask);
-  int dealt = std::count_if(plan.block_group.begin(), plan.block_group.end(), [](int g) { return g >= 0; });
-  for (const auto& layer : plan.unit_group) dealt += static_cast<int>(layer.size());
-  check_every_subnetwork_keeps_a_unit(plan, dealt);
+  check_every_subnetwork_keeps_a_unit(plan);
   return plan;
 }
 
