@@ -75,7 +75,7 @@ import time
 
 import budget
 import pack_metrics
-from compare_plots import CATEGORIES, MIB, plots
+from compare_plots import CATEGORIES, MIB, missing_modules, plots
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REGIMES = {  # name -> (mask.regime, mask.granularity)
@@ -801,6 +801,11 @@ def commits_cell(summaries):
 def main(argv=None):
     a = parse_args(argv)
     runs, notes = plan_runs([r for r in a.regimes.split(",") if r], a.keep, a.subnetworks)
+    if missing_modules():  # checked before hours of runs, not at the plots after them
+        print(f"compare.py: error: {sys.executable} lacks {' and '.join(missing_modules())}, which the plots need; "
+              "run `subdp compare` (it uses /usr/bin/python3, which scripts/setup.sh provides) or install them",
+              file=sys.stderr)
+        return 1
     try:  # the folder of every output (summaries, plots, runs), checked before any run
         os.makedirs(a.out, exist_ok=True)
         probe = os.path.join(a.out, f".write-test.{os.getpid()}")

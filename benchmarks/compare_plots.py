@@ -1,12 +1,21 @@
 """Plots of benchmarks/compare.py: memory by category, training loss against step and
 against FLOPs, evaluations. Runs repeated with several seeds (compare.py --seeds) are drawn
 as their mean with a band of one standard deviation."""
+import importlib.util
 import os
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:  # compare.py's --help and argument checks need no numpy; missing_modules() names it
+    np = None
 
 CATEGORIES = ["params", "grads", "optimizer", "activations", "workspace", "comm"]
 MIB = 1048576.0
+
+
+def missing_modules():
+    """The modules plots() needs that this python3 lacks (numpy, matplotlib), as a list of names."""
+    return [m for m in ("numpy", "matplotlib") if importlib.util.find_spec(m) is None]
 
 
 def groups(runs_data):

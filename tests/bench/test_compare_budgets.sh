@@ -155,6 +155,14 @@ for bad in "--keep abc|'abc' is not a number" "--timeout -1|--timeout -1: must b
   [[ $rc != 0 ]] && grep -qF -- "${bad#*|}" <<<"$err" && ! grep -q Traceback <<<"$err" ||
     { echo "FAIL: ${bad%%|*} (rc $rc): $err"; exit 1; }
 done
+# A python3 without numpy (-S hides Debian's dist-packages) prints --help, and refuses a run
+# before it starts, naming what is missing and `subdp compare` (was a traceback at import).
+/usr/bin/python3 -S "$ROOT/benchmarks/compare.py" --help | grep -q -- "--match" || { echo "FAIL: --help without numpy"; exit 1; }
+rc=0
+err=$(/usr/bin/python3 -S "$ROOT/benchmarks/compare.py" "$WORK/gpt.toml" --binary "$SUBDP" --steps 2 \
+  --out "$WORK/no-numpy" 2>&1) || rc=$?
+[[ $rc == 1 ]] && grep -qF "lacks numpy and matplotlib" <<<"$err" && [[ ! -e $WORK/no-numpy/runs.csv ]] ||
+  { echo "FAIL: compare.py without numpy (rc $rc): $err"; exit 1; }
 echo x >"$WORK/in-the-way"
 rc=0
 err=$(/usr/bin/python3 "$ROOT/benchmarks/compare.py" "$WORK/gpt.toml" --binary "$SUBDP" --out "$WORK/in-the-way/out" \

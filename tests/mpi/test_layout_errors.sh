@@ -48,6 +48,9 @@ expect_error "parity-dump compares with the PyTorch twin in float32" 1 "$SUBDP" 
 run_ranks 1 train "$WORK/gpt.toml" --set checkpoint.dir="$WORK/sample-ckpt" >/dev/null
 expect_error "sample runs the checkpoint's assembled full model" 1 "$SUBDP" sample "$WORK/sample-ckpt" --tokens 4 \
   --set mask.regime=forward
+# ... and any other key it does not read, instead of ignoring it.
+expect_error "sample does not read optim.lr, so it would have no effect" 1 "$SUBDP" sample "$WORK/sample-ckpt" \
+  --tokens 4 --set " optim.lr = 0.5"
 # An empty value after '=' is an empty value, not a cue to take the next argument.
 out=$("$SUBDP" sample "$WORK/sample-ckpt" --prompt= --tokens 5 2>&1) || { echo "FAIL: --prompt= --tokens 5: $out"; exit 1; }
 echo "ok: --prompt= is an empty prompt"

@@ -79,22 +79,33 @@ int next_token(const float* logits, int V, double temperature, int top_k, uint64
   return order[k - 1];
 }
 
+/// Refuses a `sample --set` key that sample does not read: the checkpoint's weights fix
+/// [model], sample runs the assembled full model on one process (no [mask], no [parallel]),
+/// and of the rest it reads train.threads and the [device] table only. Throws naming the key.
+void check_sample_override(const std::string& o) {
+  // --set trims the key, so leading blanks do not hide it
+  const std::string setting = o.substr(std::min(o.size(), o.find_first_not_of(" \t")));
+  const std::string key = setting.substr(0, setting.find_first_of(" \t="));
+  SUBDP_CHECK(key.rfind("model.", 0) != 0,
+              "--set {}: the checkpoint's weights fix the [model] table; sample reads only "
+              "train.threads, device.type and device.precision",
+              o);
+  SUBDP_CHECK(key.rfind("mask.", 0) != 0 && key.rfind("parallel.", 0) != 0,
+              "--set {}: sample runs the checkpoint's assembled full model on one process, so [mask] and [parallel] "
+              "do not apply; sample reads only train.threads, device.type and device.precision",
+              o);
+  SUBDP_CHECK(key == "train.threads" || key == "device.type" || key == "device.precision",
+              "--set {}: sample does not read {}, so it would have no effect; sample reads only "
+              "train.threads, device.type and device.precision",
+              o, key);
+}
+
 }  // namespace
 
 int run_sample(const std::string& checkpoint, const std::string& prompt, int tokens, double temperature, int top_k,
                uint64_t seed, const std::vector<std::string>& overrides) {
   SUBDP_CHECK(tokens >= 0, "--tokens {} must be >= 0", tokens);
-  for (const std::string& o : overrides) {  // --set trims the key, so leading blanks do not hide it
-    const std::string key = o.substr(std::min(o.size(), o.find_first_not_of(" \t")));
-    SUBDP_CHECK(key.rfind("model.", 0) != 0,
-                "--set {}: the checkpoint's weights fix the [model] table; override "
-                "other keys only (e.g. train.threads)",
-                o);
-    SUBDP_CHECK(key.rfind("mask.", 0) != 0 && key.rfind("parallel.", 0) != 0,
-                "--set {}: sample runs the checkpoint's assembled full model on one process, so [mask] and [parallel] "
-                "do not apply; override other keys only (e.g. train.threads)",
-                o);
-  }
+  for (const std::string& o : overrides) check_sample_override(o);
   const std::string path = checkpoint_path(checkpoint);
   CheckpointInfo info;
   std::vector<NamedTensor> tensors, optimizer;
