@@ -70,6 +70,11 @@ void Backend::gelu_backward_bf16(const void*, const float*, float*, int64_t) { n
 void Backend::swiglu_keep_bf16(const void*, float*, void*, int64_t) { no_bf16(*this); }
 void Backend::swiglu_forward_bf16(const void*, const void*, float*, int64_t) { no_bf16(*this); }
 void Backend::swiglu_backward_bf16(const void*, const void*, const float*, float*, float*, int64_t) { no_bf16(*this); }
+bool Backend::attention_reads_bf16(const AttentionShape&) const { return false; }
+void Backend::attention_forward_bf16(const AttentionShape&, const void*, float*, float*, int) { no_bf16(*this); }
+void Backend::attention_backward_bf16(const AttentionShape&, const void*, const float*, float*, float*, int) {
+  no_bf16(*this);
+}
 
 CollectiveScope::CollectiveScope() : backend_(backend()) { backend_.open_for_collective(); }
 CollectiveScope::~CollectiveScope() { backend_.close_for_collective(); }

@@ -231,6 +231,15 @@ class Backend {
                                  int slots) = 0;
   virtual void attention_backward(const AttentionShape& s, const float* qkv, const float* att, const float* dy,
                                   float* dqkv, float* ws, int slots) = 0;
+  /// True when the two calls below take shape s (CUDA under precision = "bf16", tensor-core
+  /// head widths); elsewhere false, and a layer keeping q, k, v in bf16 converts them first.
+  virtual bool attention_reads_bf16(const AttentionShape& s) const;
+  /// attention_forward / attention_backward (att unused) over qkv as bf16 rows (a layer's kept
+  /// copy, 2-byte values): no float32 copy, no conversion pass; y, dy, dqkv float32. Throw
+  /// where attention_reads_bf16(s) is false.
+  virtual void attention_forward_bf16(const AttentionShape& s, const void* qkv, float* y, float* ws, int slots);
+  virtual void attention_backward_bf16(const AttentionShape& s, const void* qkv, const float* dy, float* dqkv,
+                                       float* ws, int slots);
 
   // ---- optimizer updates (kernels/cpu/optimizer.h) over many contiguous runs (UpdateRun:
   // s0 = SGD's momentum buffer or null, s1 unused; s0 = AdamW's m, s1 = v). Each adds the

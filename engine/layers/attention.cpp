@@ -100,10 +100,15 @@ void CausalSelfAttention::forward(const float* x, float* out, int B, int T, Atte
                            C_, cols);
   FlopCounter::add_gemm(rows, cols, C_);
   rotate_qk(qkv, rows, T, false);
-  if (half) backend().round_keep_bf16(qkv, qkv_.raw(), rows * cols);  // the kernels read the kept values
   // (B, T, Ck); kept bf16: in the scratch's first floats, where x may be (read by the qkv GEMM)
   float* y = half ? s.grads.f32() : y_.f32();
-  backend().attention_forward(shape(B, T), qkv, nullptr, y, s.ws.f32(), s.slots);
+  if (half && backend().attention_reads_bf16(shape(B, T))) {  // the kernels read the kept copy itself
+    backend().to_bf16(qkv, qkv_.raw(), rows * cols);
+    backend().attention_forward_bf16(shape(B, T), qkv_.raw(), y, s.ws.f32(), s.slots);
+  } else {
+    if (half) backend().round_keep_bf16(qkv, qkv_.raw(), rows * cols);  // the kernels read the kept values
+    backend().attention_forward(shape(B, T), qkv, nullptr, y, s.ws.f32(), s.slots);
+  }
   FlopCounter::count() += 4LL * B * local_heads_ * T * T * hd_;
   if (head_scale_ != 1.f) backend().scale(y, head_scale_, rows * Ck);
   proj->forward(y, out, rows);  // (B, T, C)
@@ -136,8 +141,10 @@ void CausalSelfAttention::backward(const float* x, const float* dout, float* dx,
   if (head_scale_ != 1.f) backend().scale(dy, head_scale_, rows * Ck);
   float* dqkv = dy + rows * Ck;  // (B, T, qkv_cols)
   const int64_t cols = qkv_cols();
-  const float* qkv = qkv_f32(rows, s);
-  backend().attention_backward(shape(B, T), qkv, nullptr, dy, dqkv, s.ws.f32(), s.slots);
+  if (kept_bf16() && backend().attention_reads_bf16(shape(B, T)))
+    backend().attention_backward_bf16(shape(B, T), qkv_.raw(), dy, dqkv, s.ws.f32(), s.slots);
+  else
+    backend().attention_backward(shape(B, T), qkv_f32(rows, s), nullptr, dy, dqkv, s.ws.f32(), s.slots);
   FlopCounter::count() += 10LL * B * local_heads_ * T * T * hd_;  // 8 plus the recomputed q k^T
   rotate_qk(dqkv, rows, T, true);                                 // d(q, k before RoPE) = R^T d(q, k after)
   if (qkv_weight->grad.defined() && local_kv_heads_ != local_heads_) {

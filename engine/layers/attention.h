@@ -83,8 +83,9 @@ class CausalSelfAttention {
   /// and max_rows * C floats that hold qkv and the stored attention output instead of tensors
   /// of the layer's own (shared under recompute).
   /// qkv_type bf16: q, k, v (after RoPE) are kept in bf16, and both passes run the attention
-  /// kernels on their float32 values in the scratch's qkv_f32, so the forward computes from
-  /// the values the backward reads. The attention output y is then computed in the scratch's
+  /// kernels on the kept values, so the forward computes from the values the backward reads:
+  /// read as bf16 where the backend's kernels take them (Backend::attention_reads_bf16), else
+  /// as their float32 values in the scratch's qkv_f32. The attention output y is then computed in the scratch's
   /// first rows * Ck floats (where the input x may be: the qkv GEMM reads it first) and its
   /// columns proj's weight gradient reads (y_kept_cols with y_scratch, else all) kept in bf16
   /// (proj's GEMMs round y to bf16 anyway); not with y_area (recompute keeps float32).

@@ -5,12 +5,11 @@
 //
 // A block takes BR query rows of one (sequence, head), one warp per 16 rows, and walks the
 // key tiles of BC = 32 rows up to its last row. Q, K and V are rounded to bf16 as they are
-// loaded into shared memory; P is rounded to bf16 before P V, and the row sums that normalise
-// the output add the same rounded values, so each output row is a convex combination of the
-// value rows. Fragments' element layouts are unspecified, so everything done per row (the
-// causal mask, the running max and sum, the rescale of O) runs on the scores and the output
-// kept in shared memory as floats, two lanes per row. A row's sums run in a fixed order: a
-// run repeats bit for bit.
+// loaded into shared memory (or read as bf16, from the layer's kept copy); P is rounded to bf16 before P V, and the row
+// sums that normalise the output add the same rounded values, so each output row is a convex combination of the value
+// rows. Fragments' element layouts are unspecified, so everything done per row (the causal mask, the running max and
+// sum, the rescale of O) runs on the scores and the output kept in shared memory as floats, two lanes per row. A row's
+// sums run in a fixed order: a run repeats bit for bit.
 #include <cmath>
 
 #include "kernels/cuda/attention_tc.cuh"
@@ -41,9 +40,9 @@ struct ForwardLayout {
 };
 
 /// Writes y, or with kForBackward the row's log-sum-exp and delta = rowsum(dy * y) instead.
-template <int HD, bool kForBackward>
+template <int HD, bool kForBackward, class In>
 __global__ void __launch_bounds__(128)
-    flash_forward_tc_kernel(const float* qkv, const float* dy, float* y, float* lse, float* delta, int T, int H, int KV,
+    flash_forward_tc_kernel(const In* qkv, const float* dy, float* y, float* lse, float* delta, int T, int H, int KV,
                             int hd, float scale) {
   using L = ForwardLayout<HD>;
   constexpr int BR = L::BR;
@@ -55,7 +54,7 @@ __global__ void __launch_bounds__(128)
   float* s = reinterpret_cast<float*>(smem + L::o_bytes + 2 * L::kv_bytes);
   auto* p = reinterpret_cast<__nv_bfloat16*>(smem + L::o_bytes + 2 * L::kv_bytes + L::s_bytes);
 
-  const HeadView v = query_view(qkv, T, H, KV, hd);
+  const HeadViewOf<In> v = query_view(qkv, T, H, KV, hd);
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int q0 = static_cast<int>(blockIdx.x) * BR, w0 = warp * kTile;  // block's and warp's first row
   // This lane's row (two lanes a row) and its half of the score and output columns.
@@ -136,31 +135,49 @@ __global__ void __launch_bounds__(128)
   }
 }
 
-template <int HD, bool kForBackward>
-void launch(const AttentionShape& s, const float* qkv, const float* dy, float* y, float* lse, float* delta,
+template <int HD, bool kForBackward, class In>
+void launch(const AttentionShape& s, const In* qkv, const float* dy, float* y, float* lse, float* delta,
             cudaStream_t stream) {
   constexpr int BR = block_rows<HD>();
   const dim3 grid(static_cast<unsigned>((s.T + BR - 1) / BR), static_cast<unsigned>(s.B * s.H));
-  SUBDP_LAUNCH(grid, BR * 2, 0, stream, flash_forward_tc_kernel<HD, kForBackward>)
+  SUBDP_LAUNCH(grid, BR * 2, 0, stream, flash_forward_tc_kernel<HD, kForBackward, In>)
   (qkv, dy, y, lse, delta, s.T, s.H, s.kv_heads(), s.hd, 1.f / std::sqrt(static_cast<float>(s.hd)));
   CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
-void attention_stats(const AttentionShape& s, const float* qkv, const float* dy, float* lse, float* delta,
+template <class In>
+void attention_stats(const AttentionShape& s, const In* qkv, const float* dy, float* lse, float* delta,
                      cudaStream_t stream) {
   with_width(s.hd, [&](auto tag) { launch<decltype(tag)::value, true>(s, qkv, dy, nullptr, lse, delta, stream); });
 }
 
+template void attention_stats(const AttentionShape&, const float*, const float*, float*, float*, cudaStream_t);
+template void attention_stats(const AttentionShape&, const bf16*, const float*, float*, float*, cudaStream_t);
+
+namespace {
+
+template <class In>
+bool forward(const AttentionShape& s, const In* qkv, float* y, float* lse, cudaStream_t stream) {
+  if (!supported(s)) return false;
+  if (s.B <= 0 || s.T <= 0 || s.H <= 0) return true;
+  with_width(s.hd, [&](auto tag) { launch<decltype(tag)::value, false>(s, qkv, nullptr, y, lse, nullptr, stream); });
+  return true;
+}
+
+}  // namespace
+
 }  // namespace tc
 
+bool attention_tc_supported(const AttentionShape& s) { return tc::supported(s); }
+
 bool attention_forward_tc(const AttentionShape& s, const float* qkv, float* y, float* lse, cudaStream_t stream) {
-  if (!tc::supported(s)) return false;
-  if (s.B <= 0 || s.T <= 0 || s.H <= 0) return true;
-  tc::with_width(s.hd,
-                 [&](auto tag) { tc::launch<decltype(tag)::value, false>(s, qkv, nullptr, y, lse, nullptr, stream); });
-  return true;
+  return tc::forward(s, qkv, y, lse, stream);
+}
+
+bool attention_forward_tc(const AttentionShape& s, const bf16* qkv, float* y, float* lse, cudaStream_t stream) {
+  return tc::forward(s, qkv, y, lse, stream);
 }
 
 }  // namespace subdp::cuda

@@ -49,14 +49,19 @@ void with_width(int hd, F&& f) {
 }
 
 /// dst[r][d] = bf16(src[(r0 + r) * ld + d]) for r < rows, d < HD, dst rows dld apart; zero past
-/// row T and past column hd (zero columns add exact zeros to every product). Every thread of
-/// the block takes part.
-template <int HD>
-__device__ void load_bf16(__nv_bfloat16* dst, int dld, const float* src, int64_t ld, int r0, int rows, int T, int hd) {
+/// row T and past column hd (zero columns add exact zeros to every product). src is float
+/// (rounded here) or bf16 (copied: a kept copy loads the values its float conversion would).
+/// Every thread of the block takes part.
+template <int HD, class Src>
+__device__ void load_bf16(__nv_bfloat16* dst, int dld, const Src* src, int64_t ld, int r0, int rows, int T, int hd) {
+  static_assert(std::is_same_v<Src, float> || std::is_same_v<Src, __nv_bfloat16>, "float or bf16 rows");
   for (int e = threadIdx.x; e < rows * HD; e += blockDim.x) {
     const int r = e / HD, d = e % HD;
-    const float x = r0 + r < T && d < hd ? src[static_cast<int64_t>(r0 + r) * ld + d] : 0.f;
-    dst[r * dld + d] = __float2bfloat16(x);
+    const bool inside = r0 + r < T && d < hd;
+    if constexpr (std::is_same_v<Src, float>)
+      dst[r * dld + d] = __float2bfloat16(inside ? src[static_cast<int64_t>(r0 + r) * ld + d] : 0.f);
+    else
+      dst[r * dld + d] = inside ? src[static_cast<int64_t>(r0 + r) * ld + d] : __float2bfloat16(0.f);
   }
 }
 
@@ -100,8 +105,9 @@ __device__ void write_rows(const FragAcc (&acc)[HD / kTile], float* stage, int l
 
 /// The float32 statistics the backward kernels read, on tensor cores (attention_tc.cu):
 /// lse (B, H, T), each row's log-sum-exp of the scaled scores over the rounded
-/// probabilities, and delta (B, H, T) = rowsum(dy * y).
-void attention_stats(const AttentionShape& s, const float* qkv, const float* dy, float* lse, float* delta,
+/// probabilities, and delta (B, H, T) = rowsum(dy * y). qkv: float or bf16 rows (In).
+template <class In>
+void attention_stats(const AttentionShape& s, const In* qkv, const float* dy, float* lse, float* delta,
                      cudaStream_t stream);
 
 }  // namespace subdp::cuda::tc

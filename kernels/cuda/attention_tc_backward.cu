@@ -73,9 +73,9 @@ __device__ void accumulate(FragAcc (&acc)[HD / kTile], const __nv_bfloat16* p, i
 }
 
 /// dk and dv of the BK key rows of block (blockIdx.x, b * KV + g).
-template <int HD>
+template <int HD, class In>
 __global__ void __launch_bounds__(128)
-    flash_backward_dkdv_tc_kernel(const float* qkv, const float* dy, const float* lse, const float* delta, float* dqkv,
+    flash_backward_dkdv_tc_kernel(const In* qkv, const float* dy, const float* lse, const float* delta, float* dqkv,
                                   int T, int H, int KV, int hd, float scale) {
   using L = DkdvLayout<HD>;
   alignas(32) __shared__ unsigned char smem[L::bytes];
@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(128)
   float* ds = ls + kQueries;
 
   const int b = static_cast<int>(blockIdx.y) / KV, g = static_cast<int>(blockIdx.y) % KV, G = H / KV;
-  const HeadView kv = head_view(qkv, T, H, KV, hd, b, g * G);
+  const HeadViewOf<In> kv = head_view(qkv, T, H, KV, hd, b, g * G);
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int j0 = static_cast<int>(blockIdx.x) * L::BK, w0 = warp * kTile;
   const int rr = w0 + lane / 2, half = lane % 2, j = j0 + rr;  // this lane's key row
@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(128)
     wmma::fill_fragment(dva[n], 0.f);
   }
   for (int h = g * G; h < (g + 1) * G; ++h) {
-    const HeadView v = head_view(qkv, T, H, KV, hd, b, h);
+    const HeadViewOf<In> v = head_view(qkv, T, H, KV, hd, b, h);
     for (int i0 = j0; i0 < T; i0 += kQueries) {  // causal: queries i >= j
       __syncthreads();                           // every warp is done with the previous tile
       load_bf16<HD>(qs, L::QLD, v.q, v.ld, i0, kQueries, T, hd);
@@ -143,9 +143,9 @@ __global__ void __launch_bounds__(128)
 }
 
 /// dq of the BR query rows of block (blockIdx.x, b * H + h).
-template <int HD>
+template <int HD, class In>
 __global__ void __launch_bounds__(128)
-    flash_backward_dq_tc_kernel(const float* qkv, const float* dy, const float* lse, const float* delta, float* dqkv,
+    flash_backward_dq_tc_kernel(const In* qkv, const float* dy, const float* lse, const float* delta, float* dqkv,
                                 int T, int H, int KV, int hd, float scale) {
   using L = DqLayout<HD>;
   alignas(32) __shared__ unsigned char smem[L::bytes];
@@ -155,7 +155,7 @@ __global__ void __launch_bounds__(128)
   float* dp = reinterpret_cast<float*>(smem + 2 * L::k_bytes + L::s_bytes);
   auto* dsb = reinterpret_cast<__nv_bfloat16*>(smem + 2 * L::k_bytes + 2 * L::s_bytes);
 
-  const HeadView v = query_view(qkv, T, H, KV, hd);
+  const HeadViewOf<In> v = query_view(qkv, T, H, KV, hd);
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int q0 = static_cast<int>(blockIdx.x) * L::BR, w0 = warp * kTile;
   const int rr = w0 + lane / 2, half = lane % 2, i = q0 + rr;  // this lane's query row
@@ -194,19 +194,30 @@ __global__ void __launch_bounds__(128)
   write_rows<HD>(dqa, reinterpret_cast<float*>(smem), L::OLD, w0, out, hd, scale);
 }
 
-template <int HD>
-void launch_backward(const AttentionShape& s, const float* qkv, const float* dy, float* dqkv, float* lse, float* delta,
+template <int HD, class In>
+void launch_backward(const AttentionShape& s, const In* qkv, const float* dy, float* dqkv, float* lse, float* delta,
                      cudaStream_t stream) {
   constexpr int rows = block_rows<HD>();
   const float scale = 1.f / std::sqrt(static_cast<float>(s.hd));
   const unsigned tiles = static_cast<unsigned>((s.T + rows - 1) / rows);
   SUBDP_LAUNCH(dim3(tiles, static_cast<unsigned>(s.B * s.kv_heads())), rows * 2, 0, stream,
-               flash_backward_dkdv_tc_kernel<HD>)
+               flash_backward_dkdv_tc_kernel<HD, In>)
   (qkv, dy, lse, delta, dqkv, s.T, s.H, s.kv_heads(), s.hd, scale);
   CUDA_CHECK_LAUNCH();
-  SUBDP_LAUNCH(dim3(tiles, static_cast<unsigned>(s.B * s.H)), rows * 2, 0, stream, flash_backward_dq_tc_kernel<HD>)
+  SUBDP_LAUNCH(dim3(tiles, static_cast<unsigned>(s.B * s.H)), rows * 2, 0, stream, flash_backward_dq_tc_kernel<HD, In>)
   (qkv, dy, lse, delta, dqkv, s.T, s.H, s.kv_heads(), s.hd, scale);
   CUDA_CHECK_LAUNCH();
+}
+
+template <class In>
+bool backward(const AttentionShape& s, const In* qkv, const float* dy, float* dqkv, float* ws, cudaStream_t stream) {
+  if (!supported(s)) return false;
+  if (s.B <= 0 || s.T <= 0 || s.H <= 0) return true;
+  float* lse = ws;
+  float* delta = ws + static_cast<int64_t>(s.B) * s.H * s.T;
+  attention_stats(s, qkv, dy, lse, delta, stream);
+  with_width(s.hd, [&](auto tag) { launch_backward<decltype(tag)::value>(s, qkv, dy, dqkv, lse, delta, stream); });
+  return true;
 }
 
 }  // namespace
@@ -215,14 +226,12 @@ void launch_backward(const AttentionShape& s, const float* qkv, const float* dy,
 
 bool attention_backward_tc(const AttentionShape& s, const float* qkv, const float* dy, float* dqkv, float* ws,
                            cudaStream_t stream) {
-  if (!tc::supported(s)) return false;
-  if (s.B <= 0 || s.T <= 0 || s.H <= 0) return true;
-  float* lse = ws;
-  float* delta = ws + static_cast<int64_t>(s.B) * s.H * s.T;
-  tc::attention_stats(s, qkv, dy, lse, delta, stream);
-  tc::with_width(s.hd,
-                 [&](auto tag) { tc::launch_backward<decltype(tag)::value>(s, qkv, dy, dqkv, lse, delta, stream); });
-  return true;
+  return tc::backward(s, qkv, dy, dqkv, ws, stream);
+}
+
+bool attention_backward_tc(const AttentionShape& s, const bf16* qkv, const float* dy, float* dqkv, float* ws,
+                           cudaStream_t stream) {
+  return tc::backward(s, qkv, dy, dqkv, ws, stream);
 }
 
 }  // namespace subdp::cuda

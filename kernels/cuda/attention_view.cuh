@@ -7,22 +7,26 @@
 
 namespace subdp::cuda {
 
-/// Where query head h of sequence b sits: qkv rows of ld = (H + 2 KV) hd floats with h's q at
-/// column h*hd and its key / value head g = h / (H / KV) at H*hd + g*hd (k) and
-/// (H + KV)*hd + g*hd (v); dy / y rows of C = H*hd floats with head h at h*hd.
-struct HeadView {
+/// Where query head h of sequence b sits: qkv rows of ld = (H + 2 KV) hd values of type In
+/// (float, or bf16 for the tensor-core kernels reading a kept bf16 copy) with h's q at column
+/// h*hd and its key / value head g = h / (H / KV) at H*hd + g*hd (k) and (H + KV)*hd + g*hd
+/// (v); dy / y rows of C = H*hd floats with head h at h*hd.
+template <class In>
+struct HeadViewOf {
   int64_t ld, C;
-  const float* q;  // row 0 of head h's q
-  const float* k;  // row 0 of its key head
-  const float* v;  // row 0 of its value head
-  int64_t y_off;   // offset of row 0, column h*hd in (B, T, C) tensors
-  int64_t stat;    // offset of row 0 in (B, H, T) statistics
+  const In* q;    // row 0 of head h's q
+  const In* k;    // row 0 of its key head
+  const In* v;    // row 0 of its value head
+  int64_t y_off;  // offset of row 0, column h*hd in (B, T, C) tensors
+  int64_t stat;   // offset of row 0 in (B, H, T) statistics
 };
+using HeadView = HeadViewOf<float>;
 
-__device__ inline HeadView head_view(const float* qkv, int T, int H, int KV, int hd, int b, int h) {
+template <class In>
+__device__ inline HeadViewOf<In> head_view(const In* qkv, int T, int H, int KV, int hd, int b, int h) {
   const int64_t C = static_cast<int64_t>(H) * hd, ld = static_cast<int64_t>(H + 2 * KV) * hd;
   const int64_t g = h / (H / KV);
-  const float* row0 = qkv + static_cast<int64_t>(b) * T * ld;
+  const In* row0 = qkv + static_cast<int64_t>(b) * T * ld;
   return {ld,
           C,
           row0 + static_cast<int64_t>(h) * hd,
@@ -33,7 +37,8 @@ __device__ inline HeadView head_view(const float* qkv, int T, int H, int KV, int
 }
 
 /// The view of the query head of block (blockIdx.x, blockIdx.y = b * H + h).
-__device__ inline HeadView query_view(const float* qkv, int T, int H, int KV, int hd) {
+template <class In>
+__device__ inline HeadViewOf<In> query_view(const In* qkv, int T, int H, int KV, int hd) {
   const int b = static_cast<int>(blockIdx.y) / H, h = static_cast<int>(blockIdx.y) % H;
   return head_view(qkv, T, H, KV, hd, b, h);
 }

@@ -424,6 +424,18 @@ class CudaBackend final : public Backend {
     if (precision() == Precision::bf16 && cuda::attention_backward_tc(s, qkv, dy, dqkv, ws, stream_)) return;
     cuda::attention_backward(s, qkv, dy, dqkv, ws, stream_);
   }
+  bool attention_reads_bf16(const AttentionShape& s) const override {
+    return precision() == Precision::bf16 && cuda::attention_tc_supported(s);
+  }
+  void attention_forward_bf16(const AttentionShape& s, const void* qkv, float* y, float*, int) override {
+    SUBDP_ASSERT(attention_reads_bf16(s));
+    cuda::attention_forward_tc(s, static_cast<const cuda::bf16*>(qkv), y, nullptr, stream_);
+  }
+  void attention_backward_bf16(const AttentionShape& s, const void* qkv, const float* dy, float* dqkv, float* ws,
+                               int) override {
+    SUBDP_ASSERT(attention_reads_bf16(s));
+    cuda::attention_backward_tc(s, static_cast<const cuda::bf16*>(qkv), dy, dqkv, ws, stream_);
+  }
 
   // Multi-tensor: every run's chunks in one launch, counting its non-finite writes into the
   // step's counters. The chunk table

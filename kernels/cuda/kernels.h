@@ -197,6 +197,16 @@ bool attention_forward_tc(const AttentionShape& s, const float* qkv, float* y, f
 /// (nothing launched) where attention_forward_tc would.
 bool attention_backward_tc(const AttentionShape& s, const float* qkv, const float* dy, float* dqkv, float* ws,
                            cudaStream_t stream);
+/// True when the tensor-core kernels take shape s: hd a multiple of 16 up to
+/// kMaxAttentionHeadDim, KV dividing H (where attention_forward_tc would not return false).
+bool attention_tc_supported(const AttentionShape& s);
+/// attention_forward_tc and attention_backward_tc reading q, k, v as bf16 (B, T, (H + 2 KV)*hd)
+/// rows, the layer's kept copy: no float32 copy of them and no conversion pass. Bit for bit
+/// the float overloads' results on that copy's float values (the kernels round what they load
+/// to bf16 either way); dqkv, dy, y and lse stay float32. Same returns.
+bool attention_forward_tc(const AttentionShape& s, const bf16* qkv, float* y, float* lse, cudaStream_t stream);
+bool attention_backward_tc(const AttentionShape& s, const bf16* qkv, const float* dy, float* dqkv, float* ws,
+                           cudaStream_t stream);
 /// Backward of attention_forward, as cpu::attention_backward: dqkv (B, T, (H + 2 KV)*hd)
 /// written from dy (B, T, H*hd); recomputes the forward's statistics into ws
 /// (attention_workspace_floats(s) floats). A key / value head sums its query heads' shares in

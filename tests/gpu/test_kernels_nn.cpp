@@ -267,7 +267,7 @@ TEST_F(LayerKernels, FlashAttentionMatchesCpu) {
 // to 2.6e-3).
 // Head widths 16 to 128 (48: zero-padded to 64), rows across the blocks and key tiles, and
 // grouped-query heads; every output element written, the same bits twice.
-TEST_F(LayerKernels, TensorCoreAttentionMatchesCpuOnBf16Inputs) {
+TEST_F(LayerKernels, TensorCoreAttentionMatchesCpuOnBf16Inputs) {  // float or bf16 q, k, v
   const cpu::AttentionShape shapes[] = {{3, 37, 4, 16},    {2, 130, 2, 64},    {1, 70, 2, 128},   {1, 65, 2, 48},
                                         {2, 70, 4, 16, 2}, {1, 130, 6, 32, 2}, {2, 37, 4, 64, 1}, {1, 1, 1, 32}};
   for (const auto& s : shapes) {
@@ -293,6 +293,15 @@ TEST_F(LayerKernels, TensorCoreAttentionMatchesCpuOnBf16Inputs) {
     EXPECT_REL(grad, dqkv, 6e-3);
     ddq.upload(nan);
     ASSERT_TRUE(cuda::attention_backward_tc(s, dq, ddy, ddq, dws, stream));
+    EXPECT_EQ(ddq.download(), grad);
+    // The same q, k, v read as bf16 (the layer's kept copy): bit for bit the float path's.
+    const DevBf16 kept(qkv);
+    Dev<float> y16(std::vector<float>(y_n, std::nanf(""))), lse16(std::vector<float>(lse_n, std::nanf("")));
+    ASSERT_TRUE(cuda::attention_forward_tc(s, kept.get(), y16, lse16, stream));
+    EXPECT_EQ(y16.download(), first);
+    EXPECT_EQ(lse16.download(), dlse.download());
+    ddq.upload(nan);
+    ASSERT_TRUE(cuda::attention_backward_tc(s, kept.get(), ddy, ddq, dws, stream));
     EXPECT_EQ(ddq.download(), grad);
   }
   Dev<float> qkv(std::vector<float>(3 * 33, 0.f)), y(33);
