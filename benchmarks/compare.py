@@ -588,7 +588,8 @@ def parse_args(argv):
                         "tables give mean and standard deviation, plots the mean with a band; seed 0 of every run is trained first (default 1)")
     p.add_argument("--evals", type=int, default=4, help="evaluations per run, at most: train.eval_every = ceil(steps/evals) (default 4)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override for every run (repeatable)")
-    p.add_argument("--out", default="", help="output folder (default runs/compare/<config name>)")
+    p.add_argument("--out", default="", help="output folder (default runs/compare/<config name>); one that holds "
+                   "an earlier comparison is refused unless --reuse")
     p.add_argument("--binary", default=os.path.join(ROOT, "build", "subdp"),
                    help="subdp executable (a copy outside the repository is recorded as build/subdp)")
     p.add_argument("--binary-commit", default="",
@@ -798,6 +799,14 @@ def commits_cell(summaries):
     return ", ".join(f"{c} ({n} runs)" for c, n in counts.items())
 
 
+def earlier_results(out):
+    """What of an earlier comparison --out holds: its summary, tables and run folders (names)."""
+    found = [f for f in ("summary.md", "runs.csv", "evals.csv", "steps.csv.gz") if os.path.exists(os.path.join(out, f))]
+    runs = [d for d in sorted(os.listdir(out)) if os.path.exists(os.path.join(out, d, "stdout.txt"))]
+    return found + ([f"{len(runs)} run folder(s): {', '.join(runs[:3])}{', ...' if len(runs) > 3 else ''}"]
+                    if runs else [])
+
+
 def main(argv=None):
     a = parse_args(argv)
     runs, notes = plan_runs([r for r in a.regimes.split(",") if r], a.keep, a.subnetworks)
@@ -813,6 +822,12 @@ def main(argv=None):
         os.remove(probe)
     except OSError as e:
         print(f"compare.py: error: --out {a.out}: cannot write there: {e}", file=sys.stderr)
+        return 1
+    earlier = earlier_results(a.out)
+    if earlier and not a.reuse:  # a second comparison into one folder replaced the first's results
+        print(f"compare.py: error: --out {a.out} already holds a comparison ({', '.join(earlier)}); pass --reuse to "
+              "keep its finished runs and add the rest, or give another --out (nothing was overwritten)",
+              file=sys.stderr)
         return 1
     t_start = time.time()
     try:

@@ -41,6 +41,24 @@ void check_model_keys_apply(const ModelConfig& m, const std::string& path) {
   check("rope_theta", m.rope_theta != d.rope_theta, {ModelKind::llama});
 }
 
+/// The plan, the masks and the holder groups keep a few bytes per structured unit (attention
+/// head, MLP neuron) of each block, whatever the regime: a transformer beyond this many units
+/// would exhaust host memory in `plan` or at start-up rather than reach the memory check. About
+/// 10x the largest published LLaMA (126 blocks x (128 heads + 53,248 neurons) = 6.7M).
+constexpr int64_t kMaxTransformerUnits = int64_t{1} << 26;
+
+void check_transformer_units(const ModelConfig& m, const std::string& path) {
+  if (m.name != ModelKind::gpt && m.name != ModelKind::llama) return;
+  const bool llama = m.name == ModelKind::llama;
+  const int64_t hidden = llama ? llama_ffn_width(m) : int64_t{m.mlp_ratio} * m.width;
+  const int64_t units = int64_t{m.depth} * (m.heads + hidden);
+  SUBDP_CHECK(units <= kMaxTransformerUnits,
+              "{}: [model] depth x (heads + {}) = {} x ({} + {}) = {} heads and neurons; subdp plans at most {} "
+              "(about 10x the largest published LLaMA's): lower model.depth or the {}",
+              path, llama ? "ffn_width" : "mlp_ratio x width", m.depth, m.heads, hidden, units, kMaxTransformerUnits,
+              llama ? "ffn_width" : "width or mlp_ratio");
+}
+
 /// Rules between [train], [model], [mask] and [parallel]: loop length, model features, coverage.
 void check_model_and_masking(const Config& c, const std::string& path) {
   const auto& t = c.train;
@@ -65,16 +83,17 @@ void check_model_and_masking(const Config& c, const std::string& path) {
               "{}: [model] width / heads = {} / {}: llama's rotary embeddings need an even head width", path,
               c.model.width, c.model.heads);
   check_model_keys_apply(c.model, path);
+  check_transformer_units(c.model, path);
   const int kv = c.model.kv_heads;
   SUBDP_CHECK(kv == 0 || (kv <= c.model.heads && c.model.heads % kv == 0),
               "{}: [model] kv_heads = {}: must divide heads = {} (each key / value head serves heads / kv_heads "
               "query heads; 0 or heads: multi-head attention)",
               path, kv, c.model.heads);
-  SUBDP_CHECK(
-      kv == 0 || kv == c.model.heads || c.mask.granularity == Granularity::block || c.mask.regime == MaskRegime::none,
-      "{}: [model] kv_heads = {} < heads = {} with [mask] granularity = \"neuron\": neuron-level masking "
-      "of grouped-query attention is not built yet; use granularity = \"block\" (or kv_heads = 0)",
-      path, kv, c.model.heads);
+  // Also under regime = "none": the model registers its heads as units at neuron level.
+  SUBDP_CHECK(kv == 0 || kv == c.model.heads || c.mask.granularity == Granularity::block,
+              "{}: [model] kv_heads = {} < heads = {} with [mask] granularity = \"neuron\": neuron-level masking "
+              "of grouped-query attention is not built yet; use granularity = \"block\" (or kv_heads = 0)",
+              path, kv, c.model.heads);
   if (c.mask.regime == MaskRegime::stochastic) {  // name only the settings that are wrong
     std::string wrong;
     if (c.parallel.subnetworks != 1)

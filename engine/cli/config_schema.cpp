@@ -71,7 +71,9 @@ std::vector<Field> optim_to_log_fields(Config& c) {
       {"optim", "grad_clip", &o.grad_clip, at_least(0)},
       {"parallel", "subnetworks", &p.subnetworks, between(1, 4096)},
       {"parallel", "backend", choice(p.backend), any()},
-      {"parallel", "bucket_mb", &p.bucket_mb, above(0)},
+      // A floor of 262 floats a message: smaller buckets cost a collective per few values (1e-30
+      // sent one element a message, 100x slower, which looks like a hang).
+      {"parallel", "bucket_mb", &p.bucket_mb, at_least(0.001)},
       {"parallel", "collective_timeout_s", &p.collective_timeout_s, above(0)},
       {"parallel", "shard", choice(p.shard), any()},
       {"parallel", "overlap", &p.overlap, any()},

@@ -6,12 +6,14 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <climits>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -114,14 +116,19 @@ std::string check_finite_nonnegative(const std::string& s) {
   return "";
 }
 
-/// `plan --world`: a whole number from 0 to 2^20 (CLI::Range said "Value abc not in range").
-std::string check_world(const std::string& s) {
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(s.c_str(), &end, 10);
-  if (end == s.c_str() || *end != '\0' || errno != 0 || v < 0 || v > (1 << 20))
-    return "expected a whole number from 0 to 1048576, got '" + s + "'";
-  return "";
+/// A CLI11 validator: a whole number in [lo, hi] ("lo_text" names lo's meaning, e.g. "0 (all
+/// bytes)"); CLI::Range printed "Value abc not in range" and bounds of 300 digits.
+CLI::Validator whole_number(long long lo, long long hi, const std::string& lo_text) {
+  return CLI::Validator(
+      [=](const std::string& s) -> std::string {
+        char* end = nullptr;
+        errno = 0;
+        const long long v = std::strtoll(s.c_str(), &end, 10);
+        if (end == s.c_str() || *end != '\0' || errno != 0 || v < lo || v > hi)
+          return fmt::format("expected a whole number from {} to {}, got '{}'", lo_text, hi, s);
+        return "";
+      },
+      "");
 }
 
 struct Args {
@@ -192,7 +199,7 @@ CLI::App* add_plan(CLI::App& app, Args& a) {
   CLI::App* plan = app.add_subcommand("plan", "print the subnetwork plan and predicted memory");
   add_config_args(plan, a);
   plan->add_option("--world", a.world, "world size W (default: MPI world size or S)")
-      ->check(CLI::Validator(check_world, ""));
+      ->check(whole_number(1, 1 << 20, "1"));  // --world
   plan->add_option("--budget", a.budget,
                    "per-rank memory budget, e.g. 512MiB, 2GiB, 1.5GB: prints the largest batch and keep ratio that "
                    "fit, and every regime with ZeRO-1 / recompute that fits at the configured batch, smallest first")
@@ -225,7 +232,7 @@ CLI::App* add_sample(CLI::App& app, Args& a, SampleArgs& s) {
   sample->add_option("--temperature", s.temperature, "softmax temperature; 0 = greedy")
       ->check(CLI::Validator(check_finite_nonnegative, ""));
   sample->add_option("--top-k", s.top_k, "sample among the k most likely bytes; 0 = all")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_number(0, INT_MAX, "0 (all bytes)"));
   sample->add_option("--seed", s.seed, "seed of the draws")->check(CLI::Validator(check_seed, "UINT64"));
   sample->add_option("--set", a.overrides, "override a key of the checkpoint's config: table.key=value")
       ->type_name("KEY=VALUE")
@@ -240,6 +247,10 @@ int plan_command(subdp::Config config, const Args& a, const subdp::LauncherLayou
               "the launcher's world size {} (mpirun -np) is not a multiple of parallel.subnetworks = {}; give "
               "--world or launch a multiple",
               world, config.parallel.subnetworks);
+  SUBDP_CHECK(a.deal == 0 || config.mask.redeal_every > 0,
+              "--deal {}: this config never re-deals its plan (mask.redeal_every = 0), so its runs use deal 0 "
+              "alone; set mask.redeal_every (e.g. --set mask.redeal_every=100) to see the plan of deal D",
+              a.deal);
   if (a.deal > 0) config.mask.seed = subdp::deal_seed(config.mask.seed, a.deal);
   return subdp::run_plan(config, world, {a.budget.empty() ? 0.0 : parse_budget(a.budget), a.json, a.deal});
 }
@@ -324,6 +335,11 @@ int main(int argc, char** argv) {
     return run(argc, argv);
   } catch (const subdp::Error& e) {
     std::fprintf(stderr, "subdp: error: %s\n", e.what());
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr,
+                 "subdp: error: out of host memory (std::bad_alloc): the configuration's sizes ([model] keys, "
+                 "train.batch_size) need more memory than this process can get; `subdp plan CONFIG` prints the "
+                 "bytes a run needs\n");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "subdp: error: %s\n", e.what());
   }

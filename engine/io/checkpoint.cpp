@@ -244,7 +244,7 @@ void check_fresh_checkpoint_dir(const std::string& dir) {
       dir, all.size(), names));
 }
 
-std::string newest_checkpoint(const std::string& dir, LoadedCheckpoint* loaded) {
+std::string newest_checkpoint(const std::string& dir, LoadedCheckpoint* loaded, bool for_resume) {
   auto all = complete_checkpoints(dir);
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
     try {
@@ -258,6 +258,9 @@ std::string newest_checkpoint(const std::string& dir, LoadedCheckpoint* loaded) 
     } catch (const Error& e) {
       // Not damaged but unreadable here (another format version, ...): skipping it would let
       // this run write newer checkpoints past it and keep_last prune it.
+      if (!for_resume)
+        throw Error(fmt::format("{}: its newest checkpoint {} cannot be read: {}; name an older step-N folder instead",
+                                dir, it->string(), e.what()));
       throw Error(
           fmt::format("checkpoint.resume = \"auto\": cannot read {}: {}; \"auto\" neither skips nor "
                       "overwrites a checkpoint it cannot read: resume from an older one by its path, or move "
@@ -266,6 +269,8 @@ std::string newest_checkpoint(const std::string& dir, LoadedCheckpoint* loaded) 
     }
   }
   // Starting fresh would write new checkpoints over the damaged ones: refuse instead.
+  SUBDP_CHECK(all.empty() || for_resume, "{}: every one of its {} checkpoints is damaged (see the warnings above)", dir,
+              all.size());
   SUBDP_CHECK(all.empty(),
               "checkpoint.resume = \"auto\": every one of the {} checkpoints in {} is damaged (see the "
               "warnings above); move them away to start fresh, or resume from a path",

@@ -99,8 +99,9 @@ struct LoadedCheckpoint {
 /// but every one is damaged (a fresh start would overwrite them), and when a checkpoint it
 /// meets cannot be read for another reason (another format version, an unparsable manifest:
 /// see DamagedCheckpoint), naming it. With `loaded`, it hands over the checkpoint it read and
-/// verified, so that it is not read twice.
-std::string newest_checkpoint(const std::string& dir, LoadedCheckpoint* loaded = nullptr);
+/// verified, so that it is not read twice. The errors speak of checkpoint.resume = "auto"
+/// unless `for_resume` is false (`sample` given a checkpoint.dir).
+std::string newest_checkpoint(const std::string& dir, LoadedCheckpoint* loaded = nullptr, bool for_resume = true);
 
 /// Reads and verifies a checkpoint (manifest, CRCs of every file, every value read finite).
 /// read_optimizer = false leaves `optimizer` empty: the optimizer file is neither read nor

@@ -207,13 +207,19 @@ void deal_neurons(SubnetworkPlan& plan, std::map<std::vector<int>, int>& ids, co
   }
 }
 
+/// Throws unless every block in mask.pinned is one of the model's.
+void check_pinned_in_range(const ModelUnits& units, const MaskConfig& mask) {
+  const int nblocks = static_cast<int>(units.blocks.size());
+  for (int b : mask.pinned)
+    SUBDP_CHECK(b >= 0 && b < nblocks, "mask.pinned: block {} out of range [0, {})", b, nblocks);
+}
+
 /// Block level: droppable, unpinned blocks dealt stage by stage into plan.block_group.
 void deal_blocks(SubnetworkPlan& plan, std::map<std::vector<int>, int>& ids, const ModelUnits& units,
                  const MaskConfig& mask) {
   const int S = plan.S;
   const int nblocks = static_cast<int>(units.blocks.size());
-  for (int b : mask.pinned)
-    SUBDP_CHECK(b >= 0 && b < nblocks, "mask.pinned: block {} out of range [0, {})", b, nblocks);
+  check_pinned_in_range(units, mask);
   plan.block_group.assign(nblocks, -1);
   std::map<int, std::vector<int>> stages;  // stage -> dealt block indices
   for (int b = 0; b < nblocks; ++b) {
@@ -285,6 +291,7 @@ MaskConfig stochastic_depth_as_dp(const ModelUnits& units, const MaskConfig& mas
       std::any_of(units.blocks.begin(), units.blocks.end(), [](const BlockSpec& b) { return b.droppable; });
   SUBDP_CHECK(droppable,
               "mask.regime = \"stochastic\": this model has no residual blocks to drop (use resnet, gpt or llama)");
+  check_pinned_in_range(units, mask);  // its drops skip the pinned blocks
   MaskConfig dp = mask;
   dp.regime = MaskRegime::none;
   dp.keep = 1.0;

@@ -255,7 +255,7 @@ void Trainer::report_final(const EvalResult& final_eval) {
                         {"skipped_steps", skipped_total_},
                         {"device", backend().name()},
                         {"precision", fmt::format("{}", config_.device.precision)}};
-    if (world_->simulated()) j["test_split_share"] = "rank";
+    if (evaluates_a_rank_share()) j["test_split_share"] = "rank";
     metrics_.write(j);
   }
   if (!prints_) return;
@@ -268,7 +268,7 @@ void Trainer::report_final(const EvalResult& final_eval) {
               static_cast<long long>(step_), last_train_loss_, final_eval.loss, final_eval.acc,
               static_cast<long long>(peak), time_s);
   if (skipped_total_ > 0) std::printf(" skipped_steps=%lld", static_cast<long long>(skipped_total_));
-  if (world_->simulated()) std::printf(" test_split_share=rank");  // 1/W of the test split, or none
+  if (evaluates_a_rank_share()) std::printf(" test_split_share=rank");  // 1/W of the test split, or none
   std::printf("\n");
   std::fflush(stdout);
 }
@@ -306,14 +306,14 @@ void Trainer::print_eval(const EvalResult& full, const EvalResult& sub) {
                         {"test_acc", full.acc}};
     if (text) j[bits_name] = full.loss / std::log(2.0);
     if (plan_.masked()) j["subnetwork_loss"] = shown(sub.loss), j["subnetwork_acc"] = shown(sub.acc);
-    if (world_->simulated()) j["test_split_share"] = "rank";  // not the whole test split
+    if (evaluates_a_rank_share()) j["test_split_share"] = "rank";  // not the whole test split
     metrics_.write(j);
   }
   if (!prints_) return;
   std::printf("eval step %lld epoch %.2f: full model test_loss %.4f test_acc %.4f", static_cast<long long>(step_),
               static_cast<double>(step_) / steps_per_epoch_, full.loss, full.acc);
   if (full.positions == 0 && world_->simulated()) std::printf(" (not evaluated: --simulate-rank runs this rank alone)");
-  if (full.positions > 0 && world_->simulated())  // the real rank's work: 1/W of the test split
+  if (full.positions > 0 && evaluates_a_rank_share())  // the real rank's work: 1/W of the test split
     std::printf(" (on this rank's 1/%d of the test split only: --simulate-rank)", layout_.world);
   // Byte-level text: bits per byte (per token for token shards) = loss in nats / ln 2.
   if (text) std::printf(" %s %.4f", bits_name, full.loss / std::log(2.0));

@@ -186,6 +186,8 @@ class Trainer {
   int64_t skipped_in_a_row_ = 0;  // consecutive steps skipped for non-finite values
   bool updates_unread_ = false;   // the last update's non-finite writes are still in the counters
   int64_t skipped_total_ = 0;     // steps this run skipped (train.nonfinite = "skip")
+  /// --simulate-rank r/W with W > 1: the evaluation covers this rank's 1/W of the test split.
+  bool evaluates_a_rank_share() const { return world_->simulated() && layout_.world > 1; }
   bool prints_ = false;  // rank 0, or the simulated rank, prints progress  // step of this run's newest checkpoint
   double base_lr_ = 0;
   double window_loss_ = 0, window_acc_ = 0;

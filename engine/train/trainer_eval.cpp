@@ -196,16 +196,31 @@ namespace {
 /// rope_theta, ...): tensors of equal shapes can hold another model, which would then train on
 /// silently. The error names the first differing key with both values. A checkpoint config this
 /// binary cannot parse (an older version's) is not compared: a warning says so.
+/// What of `m` its trained weights depend on: defaults spelled out (the LLaMA's ffn_width and
+/// kv_heads 0 mean 8 width / 3 rounded and heads), and the keys that do not change the
+/// function at all cleared: zero_init_residual (initialisation only) and the LLaMA's context
+/// (rotary embeddings have no table of positions to outgrow; the GPT's position table does).
+ModelConfig weights_defining(ModelConfig m) {
+  m.zero_init_residual = false;
+  if (m.name == ModelKind::llama) {
+    m.ffn_width = llama_ffn_width(m);
+    if (m.kv_heads == 0) m.kv_heads = m.heads;
+    m.context = ModelConfig{}.context;
+  }
+  return m;
+}
+
 void check_same_model(const Config& config, const std::string& path, const std::string& checkpoint_config) {
-  Config theirs = config;
+  Config theirs = config, ours = config;
   try {
-    theirs.model = parse_config(checkpoint_config, path + "/manifest.json", {}).model;
+    theirs.model = weights_defining(parse_config(checkpoint_config, path + "/manifest.json", {}).model);
   } catch (const Error& e) {
     std::fprintf(stderr, "subdp: warning: %s: the checkpoint's [model] table is not compared with this run's: %s\n",
                  path.c_str(), e.what());
     return;
   }
-  const ConfigDifference d = first_config_difference(config_to_toml(theirs), config_to_toml(config));
+  ours.model = weights_defining(config.model);
+  const ConfigDifference d = first_config_difference(config_to_toml(theirs), config_to_toml(ours));
   SUBDP_CHECK(d.key.empty(),
               "{}: the checkpoint's model has {} = {}, this run's {}: its weights belong to that model; resume with "
               "the checkpoint's [model] values",

@@ -163,6 +163,15 @@ err=$(/usr/bin/python3 -S "$ROOT/benchmarks/compare.py" "$WORK/gpt.toml" --binar
   --out "$WORK/no-numpy" 2>&1) || rc=$?
 [[ $rc == 1 ]] && grep -qF "lacks numpy and matplotlib" <<<"$err" && [[ ! -e $WORK/no-numpy/runs.csv ]] ||
   { echo "FAIL: compare.py without numpy (rc $rc): $err"; exit 1; }
+# A second comparison into the folder of a first, without --reuse, is refused before it runs
+# anything and leaves the first's results byte for byte (they were replaced silently).
+sum_before=$(md5sum "$WORK/out/summary.md")
+rc=0
+err=$(/usr/bin/python3 "$ROOT/benchmarks/compare.py" "$WORK/gpt.toml" --binary "$SUBDP" --world 2 --regimes dp \
+  --steps 2 --out "$WORK/out" 2>&1) || rc=$?
+[[ $rc == 1 ]] && grep -qF -- "--out $WORK/out already holds a comparison (summary.md, runs.csv" <<<"$err" &&
+  grep -qF "pass --reuse" <<<"$err" && [[ $(md5sum "$WORK/out/summary.md") == "$sum_before" ]] ||
+  { echo "FAIL: a second comparison into one --out (rc $rc): $err"; exit 1; }
 echo x >"$WORK/in-the-way"
 rc=0
 err=$(/usr/bin/python3 "$ROOT/benchmarks/compare.py" "$WORK/gpt.toml" --binary "$SUBDP" --out "$WORK/in-the-way/out" \

@@ -38,6 +38,19 @@ expect_fail "step-00000004/model.safetensors: tensor net.1.weight has shape (96,
 expect_fail "the checkpoint's model has model.heads = 4, this run's 2" train "$WORK/gpt.toml" \
   --set parallel.backend=local --set model.heads=2 --set checkpoint.resume="$WORK/gck/step-00000004" \
   --set checkpoint.dir="$WORK/other-gpt"
+# Equivalent descriptions of one LLaMA resume: ffn_width 0 (8 width / 3 rounded up to a
+# multiple of 64: 128 at width 32) and 128, kv_heads 0 and heads, zero_init_residual and
+# context (neither changes the weights' function); they were refused as another model.
+"$SUBDP" train "$WORK/llama.toml" --set parallel.backend=local --set model.ffn_width=0 \
+  --set checkpoint.dir="$WORK/lck" >/dev/null
+out=$("$SUBDP" train "$WORK/llama.toml" --set parallel.backend=local --set model.ffn_width=128 \
+  --set model.kv_heads=4 --set model.zero_init_residual=true --set model.context=16 \
+  --set checkpoint.resume="$WORK/lck/step-00000004" --set train.steps=5 --set checkpoint.dir="$WORK/other-llama" 2>&1) ||
+  { echo "FAIL: an equivalent LLaMA description refused: $out"; exit 1; }
+echo "ok: ffn_width 0 = 128, kv_heads 0 = heads, zero_init_residual and context resume"
+expect_fail "the checkpoint's model has model.rope_theta = 10000.0, this run's 500.0" train "$WORK/llama.toml" \
+  --set parallel.backend=local --set model.ffn_width=0 --set model.rope_theta=500 \
+  --set checkpoint.resume="$WORK/lck/step-00000004" --set train.steps=5 --set checkpoint.dir="$WORK/other-llama2"
 expect_fail "not a subdp checkpoint" train "$WORK/mlp.toml" --set parallel.backend=local \
   --set checkpoint.resume="$WORK/nowhere"
 expect_fail "CRC32" train "$WORK/mlp.toml" --set parallel.backend=local \

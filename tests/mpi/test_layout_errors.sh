@@ -61,6 +61,13 @@ for seed in -1 18446744073709551616 1e3; do
     "$WORK/sample-ckpt" --tokens 2 --seed "$seed"
 done
 expect_error "a file, not a checkpoint directory" 1 "$SUBDP" sample "$WORK/gpt.toml"
+# A checkpoint.dir whose newest checkpoint cannot be read: sample names an older step-N folder
+# as the way on (it spoke of checkpoint.resume = "auto", which sample does not have).
+cp -r "$WORK/sample-ckpt" "$WORK/sample-bad"
+newest=$(ls -d "$WORK"/sample-bad/step-* | tail -1)
+sed -i 's/"step": *\([0-9]*\)/"step": \1.5/' "$newest/manifest.json"
+expect_error "its newest checkpoint $newest cannot be read: .*; name an older step-N folder instead" 1 \
+  "$SUBDP" sample "$WORK/sample-bad" --tokens 2
 out=$(run_ranks 2 sample "$WORK/sample-ckpt" --prompt=ab --tokens 5 --seed 3) || { echo "FAIL: sample -np 2: $out"; exit 1; }
 one=$("$SUBDP" sample "$WORK/sample-ckpt" --prompt=ab --tokens 5 --seed 3)
 [[ $out == "$one" ]] || { echo "FAIL: mpirun -np 2 sample printed '$out', want one sample: '$one'"; exit 1; }
@@ -71,6 +78,13 @@ rm "$WORK/weights-only/optimizer.safetensors"
 out=$("$SUBDP" sample "$WORK/weights-only" --prompt=ab --tokens 5 --seed 3 2>&1) && [[ $out == "$one" ]] ||
   { echo "FAIL: sample without optimizer.safetensors: '$out'"; exit 1; }
 echo "ok: sample reads the weights alone"
+# plan --deal D of a config that never re-deals (its runs use deal 0 alone) is refused, and
+# so is --world 0 (it meant the default); sample --top-k -1 is named plainly.
+expect_error "--deal 2: this config never re-deals its plan (mask.redeal_every = 0)" 1 "$SUBDP" plan "$WORK/gpt.toml" \
+  --world 4 --set parallel.subnetworks=2 --set mask.regime=forward --set mask.keep=0.5 --deal 2
+expect_error "expected a whole number from 1 to 1048576, got '0'" 1 "$SUBDP" plan "$WORK/gpt.toml" --world 0
+expect_error "expected a whole number from 0 (all bytes) to 2147483647, got '-1'" 1 "$SUBDP" sample \
+  "$WORK/sample-ckpt" --top-k -1
 # `subdp plan` under mpirun: rank 0 alone prints the plan, for the launcher's world size.
 run_ranks 2 plan "$WORK/gpt.toml" --set parallel.subnetworks=2 --set mask.regime=forward --set mask.keep=0.5 --json \
   >"$WORK/plan.json"

@@ -34,7 +34,7 @@ same_final_tensors() {
 seed_of_deal() {
   local d=$1
   shift
-  "$SUBDP" plan "$@" --deal "$d" --json >"$WORK/deal.json" && $CHECK plan-field "$WORK/deal.json" deal.plan_seed
+  "$SUBDP" plan "$@" --set mask.redeal_every=3 --deal "$d" --json >"$WORK/deal.json" && $CHECK plan-field "$WORK/deal.json" deal.plan_seed
 }
 
 cases=(
@@ -78,7 +78,8 @@ done
 
 # Same plan: the first seed s whose deal 1 draws its deal 0's plan (block level, S = 2, 4 blocks).
 plan_of() {  # plan_of SEED DEAL: which blocks each subnetwork keeps
-  "$SUBDP" plan "$WORK/gpt.toml" --world 4 $(masked forward block) --set mask.seed=$1 --deal $2 --json >"$WORK/of.json"
+  "$SUBDP" plan "$WORK/gpt.toml" --world 4 $(masked forward block) --set mask.seed=$1 --set mask.redeal_every=1 \
+    --deal $2 --json >"$WORK/of.json"
   $CHECK plan-field "$WORK/of.json" plan.subnetworks
 }
 seed=-1

@@ -341,6 +341,14 @@ INSTANTIATE_TEST_SUITE_P(
                       "\"neuron\"\n",
                   {},
                   {"[model] kv_heads = 2 < heads = 8", "granularity = \"block\""}},
+        ErrorCase{"kv_heads_neuron_unmasked",  // was an internal assertion in the attention layer
+                  S + "[model]\nname = \"llama\"\nkv_heads = 2\n[mask]\ngranularity = \"neuron\"\n",
+                  {},
+                  {"[model] kv_heads = 2 < heads = 8", "granularity = \"block\""}},
+        ErrorCase{"units_cap",  // was the OOM killer (plan) or std::bad_alloc
+                  S + "[model]\nname = \"llama\"\nwidth = 32\nheads = 4\ndepth = 4096\nffn_width = 16777216\n",
+                  {},
+                  {"[model] depth x (heads + ffn_width) = 4096 x (4 + 16777216)", "at most 67108864"}},
         ErrorCase{"kv_heads_gpt",
                   S + "[model]\nname = \"gpt\"\nkv_heads = 2\n",
                   {},

@@ -540,6 +540,11 @@ TEST(Plan, ErrorsNameTheKey) {
     mc.pinned = {1, bad};
     e = plan_error(blocks, mc, 4);
     EXPECT_NE(e.find("mask.pinned"), std::string::npos) << bad << ": \"" << e << "\"";
+    // Stochastic depth too (its plan is DP's; the pin was ignored).
+    mc.regime = MaskRegime::stochastic;
+    e = plan_error(blocks, mc, 1);
+    EXPECT_NE(e.find("mask.pinned: block " + std::to_string(bad) + " out of range"), std::string::npos)
+        << bad << ": \"" << e << "\"";
   }
   // Unknown regime / granularity spellings cannot reach the plan: the config parser refuses
   // them (Config.ChoiceKeysReadEverySpellingAndRefuseOthers).

@@ -14,6 +14,7 @@
 #include "engine/io/checkpoint.h"
 #include "engine/core/backend.h"
 #include "engine/cli/commands.h"
+#include "engine/cli/config_schema.h"
 #include "engine/data/dataset.h"
 #include "engine/core/error.h"
 #include "engine/core/batch.h"
@@ -29,7 +30,7 @@ std::string checkpoint_path(const std::string& path) {
   SUBDP_CHECK(std::filesystem::exists(path), "{}: no such checkpoint directory", path);
   SUBDP_CHECK(std::filesystem::is_directory(path),
               "{}: a file, not a checkpoint directory (name the step-N folder or a checkpoint.dir)", path);
-  const std::string newest = newest_checkpoint(path);
+  const std::string newest = newest_checkpoint(path, nullptr, /*for_resume=*/false);
   SUBDP_CHECK(!newest.empty(), "{}: neither a checkpoint (no manifest.json) nor a directory holding one", path);
   return newest;
 }
@@ -81,7 +82,8 @@ int next_token(const float* logits, int V, double temperature, int top_k, uint64
 
 /// Refuses a `sample --set` key that sample does not read: the checkpoint's weights fix
 /// [model], sample runs the assembled full model on one process (no [mask], no [parallel]),
-/// and of the rest it reads train.threads and the [device] table only. Throws naming the key.
+/// and of the rest it reads train.threads and the [device] table only. Throws naming the key;
+/// leaves a key the schema does not know to parse_config, which suggests the nearest one.
 void check_sample_override(const std::string& o) {
   // --set trims the key, so leading blanks do not hide it
   const std::string setting = o.substr(std::min(o.size(), o.find_first_not_of(" \t")));
@@ -94,6 +96,11 @@ void check_sample_override(const std::string& o) {
               "--set {}: sample runs the checkpoint's assembled full model on one process, so [mask] and [parallel] "
               "do not apply; sample reads only train.threads, device.type and device.precision",
               o);
+  Config scratch;
+  const auto schema = schema::fields(scratch);
+  const bool known = std::any_of(schema.begin(), schema.end(),
+                                 [&](const schema::Field& f) { return key == std::string(f.table) + "." + f.key; });
+  if (!known) return;  // parse_config names an unknown key, with the nearest known one
   SUBDP_CHECK(key == "train.threads" || key == "device.type" || key == "device.precision",
               "--set {}: sample does not read {}, so it would have no effect; sample reads only "
               "train.threads, device.type and device.precision",
