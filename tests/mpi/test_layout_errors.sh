@@ -85,6 +85,17 @@ expect_error "--deal 2: this config never re-deals its plan (mask.redeal_every =
 expect_error "expected a whole number from 1 to 1048576, got '0'" 1 "$SUBDP" plan "$WORK/gpt.toml" --world 0
 expect_error "expected a whole number from 0 (all bytes) to 2147483647, got '-1'" 1 "$SUBDP" sample \
   "$WORK/sample-ckpt" --top-k -1
+# A LLaMA of a long context samples without a (context, context) workspace (it asked for
+# 4 TB at context 1,000,000): its weights do not depend on the context, so sample builds it
+# for the positions it reaches; the text is the trained context's.
+run_ranks 1 train "$WORK/llama.toml" --set checkpoint.dir="$WORK/llama-ckpt" >/dev/null
+long=$(ls -d "$WORK"/llama-ckpt/step-* | tail -1)
+want=$("$SUBDP" sample "$long" --prompt=ab --tokens 8 --seed 3)
+sed -i 's/context = 32\b/context = 1000000/' "$long/manifest.json"
+grep -q "context = 1000000" "$long/manifest.json" || { echo "FAIL: the manifest edit did not apply"; exit 1; }
+out=$("$SUBDP" sample "$long" --prompt=ab --tokens 8 --seed 3 2>&1) && [[ $out == "$want" ]] ||
+  { echo "FAIL: sample of a LLaMA at context 1000000: '$out', want '$want'"; exit 1; }
+echo "ok: a long-context LLaMA samples what its trained context does"
 # `subdp plan` under mpirun: rank 0 alone prints the plan, for the launcher's world size.
 run_ranks 2 plan "$WORK/gpt.toml" --set parallel.subnetworks=2 --set mask.regime=forward --set mask.keep=0.5 --json \
   >"$WORK/plan.json"

@@ -128,17 +128,22 @@ int run_sample(const std::string& checkpoint, const std::string& prompt, int tok
   set_backend(make_backend(config.device.type));
   backend().configure(config.train.threads > 0 ? config.train.threads : omp_get_num_procs(),
                       winograd_tile_side(config.train), config.device.precision);
-  const ModelUnits units = model_units(config.model);
-  const auto model = make_model(config.model, full_mask(units), 1, config.train.seed);
-  check_checkpoint_tensors(path, full_specs(config.model), 0, OptimizerLoad::ignore, tensors, optimizer);
-  load_weights(*model, tensors);
-  tensors.clear();
-
   std::vector<int32_t> ids;
   for (unsigned char ch : prompt) ids.push_back(ch);
   if (ids.empty()) ids.push_back('\n');  // the corpus separates paragraphs by newlines
+  // The LLaMA's weights do not depend on the context (rotary embeddings): built for the
+  // positions this sample reaches, its attention workspace is not (context, context) floats.
+  ModelConfig built = config.model;
+  if (built.name == ModelKind::llama)
+    built.context = static_cast<int>(std::min<int64_t>(built.context, static_cast<int64_t>(ids.size()) + tokens));
+  const ModelUnits units = model_units(built);
+  const auto model = make_model(built, full_mask(units), 1, config.train.seed);
+  check_checkpoint_tensors(path, full_specs(built), 0, OptimizerLoad::ignore, tensors, optimizer);
+  load_weights(*model, tensors);
+  tensors.clear();
+
   // The output is bytes: a vocab beyond 256 (padding) is never drawn from.
-  const int T = config.model.context, V = config.model.vocab, bytes = std::min(V, 256);
+  const int T = built.context, V = config.model.vocab, bytes = std::min(V, 256);
   for (int32_t t : ids) SUBDP_CHECK(t < V, "prompt byte {} is >= model.vocab = {}", t, V);
   std::fwrite(prompt.data(), 1, prompt.size(), stdout);
   std::fflush(stdout);
