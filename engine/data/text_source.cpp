@@ -88,8 +88,11 @@ class TextSource : public DataSource {
  private:
   void check_vocab(const TokenStream& s, int vocab) const {
     const auto mx = std::max_element(s.tokens.begin(), s.tokens.end());
-    SUBDP_CHECK(mx == s.tokens.end() || *mx < vocab, "{}: token {} at position {} is >= model.vocab = {}{}", path_, *mx,
-                mx - s.tokens.begin(), vocab, name_ == DatasetKind::text ? " (text is bytes: use vocab = 256)" : "");
+    if (mx == s.tokens.end() || *mx < vocab) return;
+    const auto first = std::find_if(s.tokens.begin(), s.tokens.end(), [&](auto t) { return t >= vocab; });
+    throw Error(fmt::format("{}: token {} at position {} is >= model.vocab = {} (the first such; the largest is {}){}",
+                            path_, *first, first - s.tokens.begin(), vocab, *mx,
+                            name_ == DatasetKind::text ? " (text is bytes: use vocab = 256)" : ""));
   }
 
   /// x[b] = tokens[s_b, s_b + T), y[b] = tokens[s_b + 1, s_b + T + 1) for each start s_b,

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <string>
@@ -604,7 +605,19 @@ TEST(TextSource, RejectsTokensOutsideVocab) {
   const std::string path = write_text("subdp_test_text_vocab.txt", 2000);
   Config c = text_config(path);
   c.model.vocab = 64;  // 'a'..'z' are >= 97
-  EXPECT_THROW(make_data_source(c, 0, 1), Error);
+  std::ifstream in(path, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto first =
+      std::find_if(text.begin(), text.end(), [](char ch) { return static_cast<unsigned char>(ch) >= 64; });
+  ASSERT_NE(first, text.end());
+  try {  // the first offending token is named (the largest was, at its own position)
+    make_data_source(c, 0, 1);
+    ADD_FAILURE() << "tokens >= vocab were accepted";
+  } catch (const Error& e) {
+    const std::string want = "token " + std::to_string(static_cast<unsigned char>(*first)) + " at position " +
+                             std::to_string(first - text.begin()) + " is >= model.vocab = 64 (the first such";
+    EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+  }
   c.model.vocab = 256;
   c.data.val_fraction = 0.001;  // 2 tokens: shorter than one window
   EXPECT_THROW(make_data_source(c, 0, 1), Error);
