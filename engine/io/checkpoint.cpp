@@ -137,6 +137,11 @@ std::string save_checkpoint(const std::string& dir, const CheckpointInfo& info, 
   fs::create_directories(dir, ec);
   SUBDP_CHECK(!ec, "checkpoint.dir = \"{}\": cannot create it: {}", dir, ec.message());
   check_free_space(dir, info.step, checkpoint_bytes(model, optimizer), free_disk_bytes(dir), keep_last);
+  if (fs::exists(tmp)) {  // an interrupted save's partial folder: never renamed into a checkpoint
+    std::cerr << "subdp: warning: removing " << tmp.string() << ", the partial folder of an interrupted save\n";
+    fs::remove_all(tmp, ec);
+    SUBDP_CHECK(!ec, "checkpoint.dir = \"{}\": cannot remove the leftover {}: {}", dir, tmp.string(), ec.message());
+  }
   fs::create_directories(tmp, ec);
   SUBDP_CHECK(!ec, "checkpoint.dir = \"{}\": cannot create {}: {}", dir, tmp.string(), ec.message());
   save_safetensors((tmp / "model.safetensors").string(), model, {{"format", "pt"}});

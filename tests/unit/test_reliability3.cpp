@@ -113,6 +113,21 @@ TEST(CheckpointFormats, FreshRunRefusesAFolderOfCheckpoints) {
   fs::remove_all(dir);
 }
 
+// An interrupted save's step-N.tmp folder, stray files in it, is removed with a warning before
+// the save of step N writes its own: its files never enter the checkpoint.
+TEST(CheckpointFormats, LeftoverPartialFolderIsRemovedWithAWarning) {
+  const fs::path dir = fresh_dir("subdp_test_leftover_tmp");
+  fs::create_directories(dir / "step-00000007.tmp");
+  std::ofstream(dir / "step-00000007.tmp" / "stray.txt") << "not ours";
+  ::testing::internal::CaptureStderr();
+  save_step(dir, 7, 5);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(contains(err, "removing " + (dir / "step-00000007.tmp").string() + ", the partial folder")) << err;
+  EXPECT_FALSE(fs::exists(dir / "step-00000007" / "stray.txt"));
+  EXPECT_FALSE(fs::exists(dir / "step-00000007.tmp"));
+  fs::remove_all(dir);
+}
+
 TEST(CheckpointFormats, PruningDeletesOnlyWhatItWroteOrVerified) {
   const fs::path dir = fresh_dir("subdp_test_prune_ckpt");
   save_step(dir, 1, 9);
