@@ -199,7 +199,7 @@ CLI::App* add_plan(CLI::App& app, Args& a) {
   CLI::App* plan = app.add_subcommand("plan", "print the subnetwork plan and predicted memory");
   add_config_args(plan, a);
   plan->add_option("--world", a.world, "world size W (default: MPI world size or S)")
-      ->check(whole_number(1, 1 << 20, "1"));  // --world
+      ->check(whole_number(1, 1 << 20, "1"));
   plan->add_option("--budget", a.budget,
                    "per-rank memory budget, e.g. 512MiB, 2GiB, 1.5GB: prints the largest batch and keep ratio that "
                    "fit, and every regime with ZeRO-1 / recompute that fits at the configured batch, smallest first")
