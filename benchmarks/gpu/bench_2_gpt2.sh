@@ -16,8 +16,12 @@ STEPS=${SUBDP_GPT2_STEPS:-10}
 # GPT-2 small; SUBDP_GPU_REHEARSAL=1 (the emulated device): a tiny GPT of the same code paths,
 # and the PyTorch peer on the CPU in float32.
 V=50304 T=1024 C=768 H=12 L=12 PEER=(--modes fp32,tf32,bf16,compile) NTOK=1000000
+# The peer's python3: the GPU machine's (its PyTorch); in a rehearsal Debian's, which has torch
+# where a python3 earlier on the PATH (pyenv) may not.
+PEER_PY=python3
 if [[ ${SUBDP_GPU_REHEARSAL:-0} == 1 ]]; then
   V=512 T=64 C=64 H=4 L=2 B=2 STEPS=2 PEER=(--modes fp32 --device cpu) NTOK=20000
+  [[ -x /usr/bin/python3 ]] && PEER_PY=/usr/bin/python3
 fi
 tokens=$OUT/gpt2_tokens.bin
 # An llm.c token shard (header of 256 int32, then uint16 tokens), without numpy: the shard's
@@ -63,7 +67,7 @@ done
 # The peer: each mode its own guarded run inside torch_gpt2.py (a failed mode prints a row
 # saying so; a peer that cannot start, e.g. without torch, one row "torch" with its last error
 # line); LD_LIBRARY_PATH was never set for it (run.sh gives it to subdp's binaries only).
-python3 "$ROOT/benchmarks/gpu/torch_gpt2.py" --batch "$B" --steps "$STEPS" --vocab "$V" --context "$T" \
+"$PEER_PY" "$ROOT/benchmarks/gpu/torch_gpt2.py" --batch "$B" --steps "$STEPS" --vocab "$V" --context "$T" \
   --width "$C" --heads "$H" --depth "$L" "${PEER[@]}" > "$OUT/gpt2-torch.csv" 2> "$OUT/gpt2-torch.err" ||
   echo "torch,,,failed: $(tail -n 1 "$OUT/gpt2-torch.err" | tr ',' ';')" >> "$OUT/gpt2-torch.csv"
 rm -f "$tokens"

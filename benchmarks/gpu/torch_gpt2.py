@@ -18,6 +18,18 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
+def causal_attention(q, k, v):
+    """Causal softmax(q k^T / sqrt(hd)) v over (B, H, T, hd): PyTorch's fused SDPA (>= 2.0, the
+    GPU machine's peer); an older PyTorch (Debian's 1.13, the CPU rehearsal) computes the same
+    by matrices, so the rehearsal runs the peer's every other line."""
+    if hasattr(F, "scaled_dot_product_attention"):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    T = q.shape[-2]
+    future = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)
+    att = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    return att.masked_fill(future, float("-inf")).softmax(-1) @ v
+
+
 class Block(nn.Module):
     def __init__(self, c, heads):
         super().__init__()
@@ -30,7 +42,7 @@ class Block(nn.Module):
         B, T, C = x.shape
         q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
         q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, C)
+        y = causal_attention(q, k, v).transpose(1, 2).reshape(B, T, C)
         x = x + self.proj(y)
         return x + self.fc2(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
 
