@@ -87,9 +87,9 @@ class TextSource : public DataSource {
 
  private:
   void check_vocab(const TokenStream& s, int vocab) const {
-    const auto mx = std::max_element(s.tokens.begin(), s.tokens.end());
-    if (mx == s.tokens.end() || *mx < vocab) return;
     const auto first = std::find_if(s.tokens.begin(), s.tokens.end(), [&](auto t) { return t >= vocab; });
+    if (first == s.tokens.end()) return;
+    const auto mx = std::max_element(first, s.tokens.end());  // the first offender bounds it from below
     throw Error(fmt::format("{}: token {} at position {} is >= model.vocab = {} (the first such; the largest is {}){}",
                             path_, *first, first - s.tokens.begin(), vocab, *mx,
                             name_ == DatasetKind::text ? " (text is bytes: use vocab = 256)" : ""));

@@ -5,11 +5,12 @@
 //
 // A block takes BR query rows of one (sequence, head), one warp per 16 rows, and walks the
 // key tiles of BC = 32 rows up to its last row. Q, K and V are rounded to bf16 as they are
-// loaded into shared memory (or read as bf16, from the layer's kept copy); P is rounded to bf16 before P V, and the row
-// sums that normalise the output add the same rounded values, so each output row is a convex combination of the value
-// rows. Fragments' element layouts are unspecified, so everything done per row (the causal mask, the running max and
-// sum, the rescale of O) runs on the scores and the output kept in shared memory as floats, two lanes per row. A row's
-// sums run in a fixed order: a run repeats bit for bit.
+// loaded into shared memory (or read as bf16, from the layer's kept copy); P is rounded to
+// bf16 before P V, and the row sums that normalise the output add the same rounded values, so
+// each output row is a convex combination of the value rows. Fragments' element layouts are
+// unspecified, so everything done per row (the causal mask, the running max and sum, the
+// rescale of O) runs on the scores and the output kept in shared memory as floats, two lanes
+// per row. A row's sums run in a fixed order: a run repeats bit for bit.
 #include <cmath>
 
 #include "kernels/cuda/attention_tc.cuh"
