@@ -2,8 +2,8 @@
 # Prepares gpu_bundle/bundle.tar.xz (git-ignored), the one file benchmarks/gpu/run.sh needs on
 # the GPU machine, which has the CUDA toolkit (perhaps with cuBLAS and NCCL only inside
 # PyTorch's wheels), PyTorch and an Ubuntu glibc (>= 2.36) but none of our Debian packages: a
-# Release build for Hopper (sm_90) with portable CPU code (x86-64-v3), the subdp binary and the
-# GPU tests, and every shared library they load that is neither the C runtime nor CUDA's
+# Release build for Hopper (sm_90) with portable CPU code (x86-64-v3), the subdp binary, the
+# GPU tests and the GEMM benchmark, and every shared library they load that is neither the C runtime nor CUDA's
 # (OpenBLAS, libgomp, Open MPI, fmt, zlib, ...). CUDA's libraries (cudart, cuBLAS, cuBLASLt,
 # NCCL: over 600 MB) are not carried: run.sh's preflight finds them on the machine, in the
 # toolkit or in PyTorch's wheels, and names any it cannot find. Carry only the tarball
@@ -37,10 +37,10 @@ else
   cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DSUBDP_CUDA=ON -DSUBDP_MARCH=x86-64-v3 \
     -DSUBDP_CUDA_ARCHITECTURES=90-real >/dev/null
 fi
-cmake --build "$build" -j"$(nproc)" --target subdp subdp_gpu_tests
+cmake --build "$build" -j"$(nproc)" --target subdp subdp_gpu_tests subdp_gpu_gemm_bench
 
 rm -rf "$stage" && mkdir -p "$stage/bin" "$stage/lib"
-cp "$build/subdp" "$build/tests/gpu/subdp_gpu_tests" "$stage/bin/"
+cp "$build/subdp" "$build/tests/gpu/subdp_gpu_tests" "$build/subdp_gpu_gemm_bench" "$stage/bin/"
 # Libraries to carry: what ldd resolves, less the C runtime (the machine's own glibc and
 # libstdc++ are newer) and CUDA's (the machine's toolkit).
 system='^(linux-vdso|ld-linux|libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s)\.'

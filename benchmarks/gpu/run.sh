@@ -14,11 +14,13 @@
 #               torch/lib); what is still missing is named and the tests stop there
 #   tests:SUITE each GPU test suite alone (a sticky CUDA error or a hang costs one suite),
 #               a 1 GiB device pool each, the NCCL suite (DeviceTest) last
-#   bench_*     benchmarks/gpu/bench_*.sh BIN_DIR OUT_DIR (CPU-vs-CUDA training, GPT-2 small)
+#   bench_*     benchmarks/gpu/bench_*.sh BIN_DIR OUT_DIR (GPT-2 small's GEMMs in each operand
+#               type, CPU-vs-CUDA training, GPT-2 small against PyTorch)
 # LD_LIBRARY_PATH is set for subdp's binaries alone, through wrappers in a bin folder the
 # benchmarks get, so python3 (the PyTorch peer) loads its own libraries.
-# Output in OUT_DIR, 5 files at most: summary.md, logs.tar.gz (every log, the tests' XML and
-# the benchmarks' raw files), train.csv, memory.csv, gpt2.csv (those the benchmarks wrote).
+# Output in OUT_DIR, 6 files at most: summary.md, logs.tar.gz (every log, the tests' XML and
+# the benchmarks' raw files), train.csv, memory.csv, gpt2.csv, gemm.csv (those the benchmarks
+# wrote; gemm.csv's table of gains in summary.md).
 #
 # On the GPU machine (the device tool): first `scripts/gpu_bundle.sh` here, then one call that
 # carries ["gpu_bundle/bundle.tar.xz"] and runs `benchmarks/gpu/run.sh "$OUT"` with a limit of
@@ -166,10 +168,11 @@ else
   command -v ninja >/dev/null && [ ! -f "$BUILD/CMakeCache.txt" ] && GEN=(-G Ninja)
   run_step configure 60 build.log cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" -DSUBDP_CUDA=ON \
     -DCMAKE_BUILD_TYPE=Release "-DSUBDP_CUDA_ARCHITECTURES=$ARCHS"
-  [ "$STEP_RC" -eq 0 ] && run_step build 240 build.log cmake --build "$BUILD" -j "$(nproc)" --target subdp_gpu_tests subdp
+  [ "$STEP_RC" -eq 0 ] && run_step build 240 build.log cmake --build "$BUILD" -j "$(nproc)" --target subdp_gpu_tests \
+    subdp subdp_gpu_gemm_bench
   [ "$STEP_RC" -eq 0 ] || READY=0
   mkdir -p "$WORK/built"
-  cp "$BUILD/subdp" "$BUILD/tests/gpu/subdp_gpu_tests" "$WORK/built/" 2>/dev/null
+  cp "$BUILD/subdp" "$BUILD/tests/gpu/subdp_gpu_tests" "$BUILD/subdp_gpu_gemm_bench" "$WORK/built/" 2>/dev/null
   BIN=$WORK/built
   LIBPATH=""
 fi
@@ -180,10 +183,11 @@ mkdir -p "$WRAP"
 if [ "$READY" -eq 1 ]; then
   export -f preflight cuda_lib_dirs
   export LIBPATH
-  run_step preflight 30 preflight.log bash -c 'preflight "$@"' preflight "$BIN/subdp" "$BIN/subdp_gpu_tests"
+  run_step preflight 30 preflight.log bash -c 'preflight "$@"' preflight "$BIN/subdp" "$BIN/subdp_gpu_tests" \
+    "$BIN/subdp_gpu_gemm_bench"
   [ "$STEP_RC" -eq 0 ] || READY=0
   LIBPATH=$(sed -n 's/^LD_LIBRARY_PATH for subdp: //p' "$LOGS/preflight.log" | tail -1)
-  for b in subdp subdp_gpu_tests; do
+  for b in subdp subdp_gpu_tests subdp_gpu_gemm_bench; do
     printf '#!/bin/bash\nLD_LIBRARY_PATH=%q exec %q "$@"\n' "$LIBPATH" "$BIN/$b" >"$WRAP/$b"
     chmod +x "$WRAP/$b"
   done
@@ -215,12 +219,13 @@ for b in "$ROOT"/benchmarks/gpu/bench_*.sh; do
   name=$(basename "$b" .sh)
   if [ "$READY" -ne 1 ]; then skip_step "$name" "nothing built"; continue; fi
   cap=90
+  [[ $name == *gemm* ]] && cap=45   # about 5 s of GEMMs on an H100, the rest allocation and upload
   [[ $name == *gpt2* ]] && cap=190  # three subdp runs (fp32, bf16, tf32) and four PyTorch modes
   run_step "$name" "$cap" bench.log "$b" "$WRAP" "$LOGS"
 done
 
 # 6. Summary, and the results packed into at most 5 files.
-for csv in train.csv memory.csv gpt2.csv; do [ -f "$LOGS/$csv" ] && cp "$LOGS/$csv" "$OUT_DIR/"; done
+for csv in train.csv memory.csv gpt2.csv gemm.csv; do [ -f "$LOGS/$csv" ] && cp "$LOGS/$csv" "$OUT_DIR/"; done
 {
   echo "# subdp GPU check"
   echo
@@ -232,6 +237,7 @@ for csv in train.csv memory.csv gpt2.csv; do [ -f "$LOGS/$csv" ] && cp "$LOGS/$c
   for csv in train.csv memory.csv gpt2.csv; do
     [ -f "$OUT_DIR/$csv" ] && { echo; echo "$csv:"; echo '```'; cat "$OUT_DIR/$csv"; echo '```'; }
   done
+  [ -f "$LOGS/gemm_summary.md" ] && { echo; cat "$LOGS/gemm_summary.md"; }  # gemm.csv in full: its own file
   echo
   echo "| step | status | seconds | log |"
   echo "| --- | --- | --- | --- |"

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# GPU bench 0 (`bench_0_gemm.sh BIN_DIR OUT_DIR`): GPT-2 small's GEMMs on the CUDA backend's
+# own calls (subdp_gpu_gemm_bench, benchmarks/gpu/gemm_bench.cpp), to decide whether bf16
+# operands stored in memory are worth their refactor: today precision = "bf16" hands cuBLAS
+# float32 operands that it rounds as it loads them. Writes gemm.csv (every row) and
+# gemm_summary.md (per layer and pass: milliseconds in each mode, and what storing bf16
+# operands would gain against today's bf16, with and without converting the activation first).
+# SUBDP_GPU_REHEARSAL=1: the small shapes, for the emulated device.
+set -euo pipefail
+BIN=$1
+OUT=$2
+[[ -x $BIN/subdp_gpu_gemm_bench ]] || { echo "no subdp_gpu_gemm_bench in $BIN: skipped"; exit 77; }
+SIZE=()
+[[ ${SUBDP_GPU_REHEARSAL:-0} == 1 ]] && SIZE=(--small)
+"$BIN/subdp_gpu_gemm_bench" "${SIZE[@]}" --reps 10 > "$OUT/gemm.csv"
+python3 - "$OUT/gemm.csv" > "$OUT/gemm_summary.md" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+ms = {(r["layer"], r["pass"], r["operands"], r["math"], r["out"]): float(r["ms"]) for r in rows}
+print("GEMMs of GPT-2 small's layers (ms per call, shapes in gemm.csv; f32 = float32 operands as subdp passes them today, "
+      "bf16 = operands stored in bf16; gain = today's bf16 over stored bf16, and over stored bf16 "
+      "plus converting the activation operand):")
+print()
+print("| layer | pass | f32 fp32 | f32 tf32 | f32 bf16 (today) | bf16 stored | convert | gain | gain with convert |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+for layer, p in dict.fromkeys((r["layer"], r["pass"]) for r in rows):
+    get = lambda *k: ms.get((layer, p) + k)
+    today, stored, conv = get("f32", "bf16", "f32"), get("bf16", "bf16", "f32"), get("f32->bf16", "convert", "bf16")
+    cells = [get("f32", "fp32", "f32"), get("f32", "tf32", "f32"), today, stored, conv]
+    gain = f"{today / stored:.2f}x" if today and stored else "-"
+    gain_conv = f"{today / (stored + conv):.2f}x" if today and stored and conv is not None else "-"
+    print(f"| {layer} | {p} | " + " | ".join("-" if c is None else f"{c:.3f}" for c in cells) + f" | {gain} | {gain_conv} |")
+PY
+cat "$OUT/gemm_summary.md"
