@@ -5,7 +5,9 @@
 # float32 activations, docs/architecture.md) in tokens/s and model FLOP utilisation, next to PyTorch training the same model in the same run
 # (torch_gpt2.py: fp32, tf32, bf16 autocast eager, bf16 torch.compile). MFU = (6 N + 6 L C T)
 # FLOPs per token (llm.c's formula) * tokens/s / peak, with the H200's dense peaks: 67 TFLOP/s
-# fp32, 494 TFLOP/s TF32, 989 TFLOP/s bf16 (NVIDIA's H200 datasheet). Writes gpt2.csv.
+# fp32, 494 TFLOP/s TF32, 989 TFLOP/s bf16 (NVIDIA's H200 datasheet). Writes gpt2.csv, whose
+# note on subdp's rows gives the median forward, backward, check and update times on the device
+# (CUDA events: the metrics' phases_s).
 set -euo pipefail
 BIN=$1
 OUT=$2
@@ -84,6 +86,21 @@ def median_step(precision):
     except (OSError, ValueError, IndexError):
         return None
 subdp = {p: median_step(p) for p in ("fp32", "bf16", "tf32")}
+def phase_note(precision):
+    """Median milliseconds of each phase after the warm-up, timed by CUDA events on the
+    device (the metrics' phases_s and previous_phases_s, docs/outputs.md); "" when absent."""
+    try:
+        path = f"{out}/gpt2-subdp-{precision}.jsonl"
+        steps = [r for r in map(json.loads, filter(str.strip, open(path))) if "event" not in r][3:]
+    except (OSError, ValueError):
+        return ""
+    cells = []
+    for group, name in (("phases_s", "forward"), ("phases_s", "backward"), ("previous_phases_s", "check"),
+                        ("previous_phases_s", "update")):
+        values = sorted(r[group][name] for r in steps if name in r.get(group, {}))
+        if values:
+            cells.append(f"{name} {values[len(values) // 2] * 1e3:.2f} ms")
+    return "device: " + "; ".join(cells) if cells else ""
 mid = next((m for m in subdp.values() if m), None)
 # MFU by llm.c's formula (train_gpt2.cu, gpt2_estimate_mfu): 6 N + 6 L C T FLOPs per token,
 # N the parameters of this GPT (tied head; per block 12 C^2 + 13 C with biases and two
@@ -97,7 +114,7 @@ if mid:
     print(f"llm.c FLOPs per token {flops_per_token:.4g}, the engine's {mid['flops'] / (B * T):.4g}")
 nan = float("nan")
 rows = [(f"subdp-cuda-{p}", B * T / m["step_time_s"] if m else nan, m["step_time_s"] if m else nan,
-         "" if m else "failed: see gpt2-subdp-" + p + ".txt") for p, m in subdp.items()]
+         phase_note(p) if m else "failed: see gpt2-subdp-" + p + ".txt") for p, m in subdp.items()]
 for line in open(f"{out}/gpt2-torch.csv"):
     mode, tps, dt, note = (line.strip().split(",") + [""] * 4)[:4]
     rows.append((mode, float(tps or "nan"), float(dt or "nan"), f"params {note}" if note.isdigit() else note))

@@ -1,6 +1,8 @@
 // The run's backend and the choice by [device] type.
 #include "engine/core/backend.h"
 
+#include <chrono>
+
 #include "engine/core/error.h"
 
 #ifdef SUBDP_WITH_CUDA
@@ -30,6 +32,24 @@ int cuda_device_count() {
 }  // namespace
 
 Backend& backend() { return *current(); }
+
+int64_t Backend::timestamp_slot(int64_t id) const {
+  SUBDP_CHECK(id >= 0 && id < timestamps_issued_ && id >= timestamps_issued_ - kTimestamps,
+              "timestamp {} is not among the last {} issued (of {})", id, kTimestamps, timestamps_issued_);
+  return id % kTimestamps;
+}
+
+int64_t Backend::timestamp() {
+  const int64_t id = timestamps_issued_++;
+  host_stamps_[timestamp_slot(id)] =
+      std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  return id;
+}
+
+double Backend::seconds_between(int64_t from, int64_t to) {
+  SUBDP_ASSERT(from < to);
+  return host_stamps_[timestamp_slot(to)] - host_stamps_[timestamp_slot(from)];
+}
 
 void Backend::linear_forward(const float* x, const float* w, const float* b, float* y, float* pre_gelu, int64_t rows,
                              int64_t in, int64_t out) {

@@ -262,6 +262,27 @@ class Backend {
   /// The three doubles set_step_flags wrote: host memory on the host backends, device memory
   /// on CUDA (a communicator of the run reduces either in place).
   virtual double* step_flags() = 0;
+
+  // ---- timestamps: what each phase of a step took where the work runs (the trainer's
+  // phases_s metrics). The host backends take the host clock (their work is done when a call
+  // returns); CUDA records an event on its stream, readable once the stream has passed it.
+  /// Marks the point the backend's queued work has reached; returns its id (0, 1, 2, ...).
+  /// Only the last kTimestamps ids stay readable.
+  virtual int64_t timestamp();
+  /// Seconds from timestamp `from` to timestamp `to` (from < to, both among the last
+  /// kTimestamps). CUDA: the work queued before `to` must be finished (the step's read-back
+  /// waits for it), else a CUDA error (cudaErrorNotReady) is thrown.
+  virtual double seconds_between(int64_t from, int64_t to);
+  static constexpr int64_t kTimestamps = 64;
+
+ protected:
+  /// The slot of timestamp `id` in a ring of kTimestamps; throws when `id` is not one of the
+  /// last kTimestamps issued.
+  int64_t timestamp_slot(int64_t id) const;
+  int64_t timestamps_issued_ = 0;
+
+ private:
+  double host_stamps_[kTimestamps] = {};  // timestamp()'s host clock readings (seconds)
 };
 
 /// Keeps the run's backend memory open for one collective (see Backend::open_for_collective).

@@ -77,7 +77,19 @@ class Trainer {
     double comm_s = 0;    // seconds in collectives (inside the backward pass included)
     double step_s = 0;    // seconds of the whole step
     StepTraffic bytes;
+    // Seconds of each phase where the work runs (Backend::timestamp): this step's up to its
+    // one synchronisation, and the previous step's after it (readable only now); -1: none.
+    double prepare_s = -1, forward_s = -1, backward_s = -1;
+    double previous_check_s = -1, previous_reduce_s = -1, previous_update_s = -1, previous_publish_s = -1;
   };
+  /// Backend timestamps at the ends of a step's phases (-1: not taken); `begin` opens it.
+  struct PhaseStamps {
+    int64_t begin = -1, prepared = -1, forwarded = -1, backwarded = -1, checked = -1, reduced = -1, updated = -1,
+            published = -1;
+  };
+  /// After the step's synchronisation: this step's phases up to it and the previous step's
+  /// after its own, into f (Backend::seconds_between).
+  void read_phase_times(StepFigures& f) const;
   /// One optimizer step, as named phases in order: prepare_step, forward_backward,
   /// skip_if_nonfinite, reduce, clip_gradients, update, publish, record.
   void train_step(int64_t epoch, int64_t step_in_epoch);
@@ -188,11 +200,12 @@ class Trainer {
   int64_t skipped_total_ = 0;     // steps this run skipped (train.nonfinite = "skip")
   /// --simulate-rank r/W with W > 1: the evaluation covers this rank's 1/W of the test split.
   bool evaluates_a_rank_share() const { return world_->simulated() && layout_.world > 1; }
-  bool prints_ = false;  // rank 0, or the simulated rank, prints progress  // step of this run's newest checkpoint
+  bool prints_ = false;  // rank 0, or the simulated rank, prints progress
   double base_lr_ = 0;
   double window_loss_ = 0, window_acc_ = 0;
   int64_t window_n_ = 0, window_examples_ = 0;
   double window_time_ = 0;
+  PhaseStamps stamps_, previous_stamps_;   // this step's and the previous step's phase boundaries
   nlohmann::json pending_alignment_;       // measured this step, written with its metrics line
   nlohmann::json pending_redeal_;          // a re-deal before this step: written with its metrics line
   int stop_signal_ = 0;                    // a stop signal every rank has agreed on (0: none)

@@ -17,13 +17,25 @@ namespace subdp {
 void Trainer::train_step(int64_t epoch, int64_t in_epoch) {
   StepFigures f;
   const auto t0 = Clock::now();
+  Backend& be = backend();
+  stamps_ = PhaseStamps{};
+  stamps_.begin = be.timestamp();
   prepare_step(epoch, in_epoch);
+  stamps_.prepared = be.timestamp();
   forward_backward(f);
-  if (skip_if_nonfinite(f)) return;
+  if (skip_if_nonfinite(f)) {
+    previous_stamps_ = PhaseStamps{};  // no reduce, update or publish to time
+    return;
+  }
+  stamps_.checked = be.timestamp();
   reduce(f);
   if (config_.optim.grad_clip > 0) clip_gradients();
+  stamps_.reduced = be.timestamp();
   update(f);
+  stamps_.updated = be.timestamp();
   publish(f);
+  stamps_.published = be.timestamp();
+  previous_stamps_ = stamps_;
   ++step_;
   last_train_loss_ = f.loss;
   if (config_.log.alignment_every > 0 && step_ % config_.log.alignment_every == 0) {
@@ -45,9 +57,24 @@ void Trainer::prepare_step(int64_t epoch, int64_t in_epoch) {
 
 void Trainer::forward_backward(StepFigures& f) {
   model_->enqueue_forward(batch_, true);
+  stamps_.forwarded = backend().timestamp();
   model_->backward();
   sync_->wait_overlapped();  // parallel.overlap: before any other collective
+  stamps_.backwarded = backend().timestamp();
   f.flops = FlopCounter::take();
+}
+
+void Trainer::read_phase_times(StepFigures& f) const {
+  Backend& be = backend();
+  f.prepare_s = be.seconds_between(stamps_.begin, stamps_.prepared);
+  f.forward_s = be.seconds_between(stamps_.prepared, stamps_.forwarded);
+  f.backward_s = be.seconds_between(stamps_.forwarded, stamps_.backwarded);
+  const PhaseStamps& p = previous_stamps_;
+  if (p.published < 0) return;  // the run's first step, or the previous one was skipped
+  f.previous_check_s = be.seconds_between(p.backwarded, p.checked);
+  f.previous_reduce_s = be.seconds_between(p.checked, p.reduced);
+  f.previous_update_s = be.seconds_between(p.reduced, p.updated);
+  f.previous_publish_s = be.seconds_between(p.updated, p.published);
 }
 
 bool Trainer::skip_if_nonfinite(StepFigures& f) {
@@ -61,6 +88,7 @@ bool Trainer::skip_if_nonfinite(StepFigures& f) {
   backend().set_step_flags(static_cast<double>(stop_signal_received()));
   world_->allreduce_max(backend().step_flags(), 3);
   const StepCounters c = backend().take_counters();
+  read_phase_times(f);  // every timestamp so far is behind the read-back
   check_forward_counters(c);
   f.loss = c.loss_rows ? c.loss_sum / static_cast<double>(c.loss_rows) : 0.0;
   f.correct = c.correct;
@@ -259,6 +287,12 @@ void Trainer::record(const StepFigures& f) {
                         {"mem_total_peak", mem.total_peak},
                         {"peak_rss", process_peak_rss_bytes()}};
     if (const int64_t used = backend().device_used_bytes(); used >= 0) j["device_used_bytes"] = used;
+    j["phases_s"] = {{"prepare", f.prepare_s}, {"forward", f.forward_s}, {"backward", f.backward_s}};
+    if (f.previous_check_s >= 0)
+      j["previous_phases_s"] = {{"check", f.previous_check_s},
+                                {"reduce", f.previous_reduce_s},
+                                {"update", f.previous_update_s},
+                                {"publish", f.previous_publish_s}};
     if (!pending_alignment_.is_null()) j["alignment"] = pending_alignment_;
     if (!pending_redeal_.is_null()) j["redeal"] = pending_redeal_;
     metrics_.write(j);

@@ -112,6 +112,8 @@ class CudaBackend final : public Backend {
       if (counters_tracked_) MemoryTracker::global().on_free(MemCategory::workspace, kCountersBytes);
     }
     if (read_back_ != nullptr) staging_memory()->deallocate(read_back_, kReadBackBytes);
+    for (cudaEvent_t e : stamps_)
+      if (e != nullptr) cudaEventDestroy(e);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
@@ -466,6 +468,22 @@ class CudaBackend final : public Backend {
   void set_step_flags(double stop) override { cuda::set_step_flags(counters(), stop, stream_); }
   double* step_flags() override { return counters()->flags; }
 
+  // Timestamps: a ring of timing events on the stream (created on first use), read with
+  // cudaEventElapsedTime, which fails (cudaErrorNotReady) where the stream has not passed one.
+  int64_t timestamp() override {
+    const int64_t id = timestamps_issued_++;
+    cudaEvent_t& e = stamps_[timestamp_slot(id)];
+    if (e == nullptr) CUDA_CHECK(cudaEventCreate(&e));
+    CUDA_CHECK(cudaEventRecord(e, stream_));
+    return id;
+  }
+  double seconds_between(int64_t from, int64_t to) override {
+    SUBDP_ASSERT(from < to);
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, stamps_[timestamp_slot(from)], stamps_[timestamp_slot(to)]));
+    return ms * 1e-3;
+  }
+
  private:
   /// The fused cross-entropy over float or bf16 logits: per-row losses and hits in the scratch,
   /// added to the counters in a fixed order.
@@ -595,7 +613,8 @@ class CudaBackend final : public Backend {
   UpdateRun* chunks_ = nullptr;  // the multi-tensor updates' chunk table, in memory_
   size_t chunks_bytes_ = 0;
   bool chunks_tracked_ = false;
-  std::vector<char> chunk_table_;  // its bytes as uploaded, to see whether the next call differs
+  std::vector<char> chunk_table_;         // its bytes as uploaded, to see whether the next call differs
+  cudaEvent_t stamps_[kTimestamps] = {};  // timestamp()'s events, by slot
 };
 
 }  // namespace

@@ -4,6 +4,8 @@
 #include "kernels/emu/runtime.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -296,8 +298,9 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
 
 cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, cudaEventDefault); }
 
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) {
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
   *event = new Event();
+  (*event)->timing = (flags & cudaEventDisableTiming) == 0;
   return cudaSuccess;
 }
 
@@ -311,8 +314,30 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   if (s == nullptr || event == nullptr)
     return set_error(cudaErrorInvalidResourceHandle, "cudaEventRecord: destroyed stream or null event");
   event->stream = s;
-  event->position = s->enqueued;
+  if (!event->timing) {
+    event->position = s->enqueued;
+    return sticky_error();
+  }
+  auto stamp = std::make_shared<double>(std::nan(""));
+  event->stamp = stamp;
+  event->position = enqueue(s, "cudaEventRecord", [stamp] {
+    *stamp = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  });
   return sticky_error();
+}
+
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  if (ms == nullptr || start == nullptr || end == nullptr)
+    return set_error(cudaErrorInvalidValue, "cudaEventElapsedTime: null result or event");
+  if (!start->timing || !end->timing)
+    return set_error(cudaErrorInvalidResourceHandle,
+                     "cudaEventElapsedTime: an event created with cudaEventDisableTiming");
+  if (start->stamp == nullptr || end->stamp == nullptr)
+    return set_error(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: an event never recorded");
+  if (const cudaError_t e = sticky_error(); e != cudaSuccess) return e;
+  if (std::isnan(*start->stamp) || std::isnan(*end->stamp)) return cudaErrorNotReady;  // no wait since recorded
+  *ms = static_cast<float>((*end->stamp - *start->stamp) * 1e3);
+  return cudaSuccess;
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {

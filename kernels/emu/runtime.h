@@ -55,3 +55,8 @@ cudaError_t cudaEventDestroy(cudaEvent_t event);
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
 cudaError_t cudaEventQuery(cudaEvent_t event);
+/// The host time the emulated streams took from `start` to `end` (milliseconds). Fails as a
+/// GPU does: cudaErrorInvalidResourceHandle for an event never recorded or created with
+/// cudaEventDisableTiming, cudaErrorNotReady (not recorded as the last error) while either
+/// record has not run, which in the lazy queues is until the host has waited for it.
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "kernels/emu/types.h"
@@ -36,6 +37,11 @@ struct Stream {
 struct Event {
   Stream* stream = nullptr;  // null: never recorded (complete)
   uint64_t position = 0;     // complete once stream->completed >= position
+  bool timing = true;        // false: created with cudaEventDisableTiming
+  // Timing events: the host clock (seconds) when the stream reached the latest record, NaN
+  // until then; a record of its own, so a later record or the event's destruction leaves the
+  // queued stamp something to write.
+  std::shared_ptr<double> stamp;
 };
 
 /// The stream object of a handle (null: the legacy default stream); null when destroyed.

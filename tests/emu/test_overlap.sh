@@ -9,7 +9,7 @@
 # before it reads stale values here. GPT DP and forward block / neuron masking on 4 ranks,
 # the LLaMA DP on 2. Also: overlap adds no host synchronisation (1 a step), the planner
 # counts the per-chunk buffers (category comm) exactly, and backend = "mpi" on the device is
-# refused.
+# refused. Every step records its phases' seconds (phases_s, previous_phases_s).
 # Usage: test_overlap.sh SUBDP_EMULATED_BINARY SOURCE_ROOT
 source "$(dirname "$0")/../mpi/common.sh"
 masked() { echo --set parallel.subnetworks=$1 --set mask.regime=$2 --set mask.granularity=$3 --set mask.keep=0.5; }
@@ -30,6 +30,8 @@ for c in "${cases[@]}"; do
       { echo "FAIL: $model ${args[*]} overlap=$ov:"; tail -5 "$WORK/$tag-$ov.log"; exit 1; }
   done
   same_runs "$np" "$tag-false" "$tag-true" || { echo "FAIL: $model ${args[*]}: overlapped != blocking"; exit 1; }
+  # Each phase's seconds where the work ran (event timestamps on the device), blocking and overlapped.
+  for ov in false true; do $CHECK phases "$WORK/$tag-$ov-$((np - 1)).jsonl" >/dev/null || exit 1; done
   line=$(grep -m1 "^overlap: " "$WORK/$tag-true.log") || { echo "FAIL: $model: no overlap line"; exit 1; }
   [[ $line =~ ^overlap:\ ([1-9][0-9]*)\ of ]] || { echo "FAIL: $model: nothing overlapped: $line"; exit 1; }
   echo "ok: $model on $np ranks ${args[*]}: overlapped = blocking, bit for bit ($line)"

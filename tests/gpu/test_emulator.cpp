@@ -1,8 +1,8 @@
 // The emulated device's own checks (SUBDP_CUDA=EMULATE only): what it must refuse or
-// expose as a GPU would — launch limits, a host pointer handed to a kernel, a copy read
-// before its stream ran, a race between streams without an event, host access to device
-// memory, a warp matrix operation misused. The kernels here are test kernels: the emulated build compiles them as host
-// C++.
+// expose as a GPU would — launch limits, a host pointer handed to a kernel, a copy or an
+// event's time read before its stream ran, a race between streams without an event, host
+// access to device memory, a warp matrix operation misused. The kernels here are test
+// kernels: the emulated build compiles them as host C++.
 #if defined(SUBDP_CUDA_EMULATED)
 #include <gtest/gtest.h>
 #include <mma.h>
@@ -114,6 +114,34 @@ TEST_F(Emulator, StreamsWithoutAnEventRaceAndAnEventOrdersThem) {
   CUDA_CHECK(cudaEventDestroy(done));
   CUDA_CHECK(cudaStreamDestroy(a));
   CUDA_CHECK(cudaStreamDestroy(b));
+}
+
+TEST_F(Emulator, EventTimesAreReadableOnlyOnceTheStreamRanThem) {
+  cudaStream_t s = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaEvent_t start = nullptr, end = nullptr, untimed = nullptr, unrecorded = nullptr;
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&end));
+  CUDA_CHECK(cudaEventCreate(&unrecorded));
+  CUDA_CHECK(cudaEventCreateWithFlags(&untimed, cudaEventDisableTiming));
+  Dev<float> x(1 << 16);
+  CUDA_CHECK(cudaEventRecord(start, s));
+  SUBDP_LAUNCH(64, 256, 0, s, set_kernel)(x.get(), 1.f, 1 << 16);
+  CUDA_CHECK(cudaEventRecord(end, s));
+  CUDA_CHECK(cudaEventRecord(untimed, s));
+  float ms = -1.f;
+  // Queued, not run: the read a GPU may answer by luck is refused, and is not a sticky error.
+  EXPECT_EQ(cudaEventElapsedTime(&ms, start, end), cudaErrorNotReady);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  CUDA_CHECK(cudaEventElapsedTime(&ms, start, end));
+  EXPECT_GE(ms, 0.f);
+  EXPECT_EQ(cudaEventElapsedTime(&ms, start, untimed), cudaErrorInvalidResourceHandle);
+  EXPECT_NE(std::string(cudaGetErrorString(cudaGetLastError())).find("cudaEventDisableTiming"), std::string::npos);
+  EXPECT_EQ(cudaEventElapsedTime(&ms, unrecorded, end), cudaErrorInvalidResourceHandle);
+  cudaGetLastError();
+  for (cudaEvent_t e : {start, end, untimed, unrecorded}) CUDA_CHECK(cudaEventDestroy(e));
+  CUDA_CHECK(cudaStreamDestroy(s));
 }
 
 TEST_F(Emulator, CopyChecksWhereEachPointerLies) {

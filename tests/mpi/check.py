@@ -13,6 +13,8 @@ Usage:
   check.py holders-identical DIR            rank*.safetensors: wherever two ranks hold a value it is bit-identical
   check.py all-identical DIR                rank*.safetensors: every rank holds every value, all bit-identical
   check.py same-bytes A B                   every step's bytes all-reduced and broadcast equal (overlapped vs blocking)
+  check.py phases METRICS                   every step's phases_s and (after the first) previous_phases_s: finite,
+                                            >= 0, forward and backward > 0, phases_s within step_time_s
   check.py bytes-per-step METRICS EXPECTED [KEY]
                                             every step's KEY (default bytes_allreduced) is exactly EXPECTED
   check.py same-peaks A B                   the last step's peak bytes equal in every memory category
@@ -230,6 +232,30 @@ def same_bytes(a, b):
     print(f"ok: {len(ra)} steps, the same bytes all-reduced and broadcast")
 
 
+def phases(path):
+    """Every step's phases_s (prepare, forward, backward) are finite and >= 0, forward and
+    backward > 0, and together within the step's step_time_s; every step after the first has
+    the previous step's previous_phases_s (check, reduce, update, publish), finite and >= 0."""
+    rows = step_records(path)
+    if len(rows) < 2:
+        fail(f"{path}: {len(rows)} steps, need 2")
+    for i, r in enumerate(rows):
+        ph, prev = r.get("phases_s"), r.get("previous_phases_s")
+        want = {"prepare", "forward", "backward"}
+        if not ph or set(ph) != want or not all(math.isfinite(v) and v >= 0 for v in ph.values()):
+            fail(f"{path} step {r['step']}: phases_s {ph}, expected finite seconds for {sorted(want)}")
+        if ph["forward"] <= 0 or ph["backward"] <= 0:
+            fail(f"{path} step {r['step']}: phases_s {ph}: forward and backward take time")
+        if sum(ph.values()) > r["step_time_s"] + 1e-3:
+            fail(f"{path} step {r['step']}: phases_s {ph} add up to more than step_time_s {r['step_time_s']}")
+        want = {"check", "reduce", "update", "publish"}
+        if i == 0 and prev is not None:
+            fail(f"{path}: the first step has previous_phases_s {prev}")
+        if i > 0 and (not prev or set(prev) != want or not all(math.isfinite(v) and v >= 0 for v in prev.values())):
+            fail(f"{path} step {r['step']}: previous_phases_s {prev}, expected finite seconds for {sorted(want)}")
+    print(f"ok: {path}: {len(rows)} steps with their phases")
+
+
 def same_peaks(a, b):
     pa, pb = last_peaks(a), last_peaks(b)
     if not pa:
@@ -344,6 +370,7 @@ COMMANDS = {
     "model-distance": lambda a: model_distance(a[0], a[1], float(a[2]), float(a[3])),
     "same-peaks": lambda a: same_peaks(*a),
     "same-bytes": lambda a: same_bytes(*a),
+    "phases": lambda a: phases(a[0]),
     "finite-tensors": lambda a: finite_tensors(a),
     "same-evaluations": lambda a: same_evaluations(*a),
     "close-final": lambda a: close_final(a[0], a[1], float(a[2])),

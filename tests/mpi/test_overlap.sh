@@ -8,7 +8,8 @@
 # BatchNorm running statistics in the buckets) on 4 ranks, the LLaMA DP on 2 ranks, the MLP
 # (no blocks: every message waits for the end of the pass, with a warning). A non-finite
 # gradient still stops every rank naming the tensor; sharded layouts and the fenced device are
-# refused (the CUDA device's overlap: tests/emu/test_overlap.sh).
+# refused (the CUDA device's overlap: tests/emu/test_overlap.sh). Every step records its phases'
+# seconds (phases_s, previous_phases_s).
 source "$(dirname "$0")/common.sh"
 masked() { echo --set parallel.subnetworks=$1 --set mask.regime=$2 --set mask.granularity=$3 --set mask.keep=0.5; }
 cases=(
@@ -33,6 +34,8 @@ for c in "${cases[@]}"; do
   for ov in true lockstep; do
     same_runs "$np" "$tag-false" "$tag-$ov" || { echo "FAIL: $model ${args[*]}: overlapped ($ov) != blocking"; exit 1; }
   done
+  # Each phase's seconds (the host clock on the CPU), blocking and overlapped.
+  for ov in false true; do $CHECK phases "$WORK/$tag-$ov-$((np - 1)).jsonl" >/dev/null || exit 1; done
   if [[ $model == mlp ]]; then
     grep -q "has no residual blocks: no all-reduce message can start before the backward pass ends" "$WORK/$tag-true.log" ||
       { echo "FAIL: no warning for the MLP"; exit 1; }
