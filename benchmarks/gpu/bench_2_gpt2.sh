@@ -6,8 +6,8 @@
 # (torch_gpt2.py: fp32, tf32, bf16 autocast eager, bf16 torch.compile). MFU = (6 N + 6 L C T)
 # FLOPs per token (llm.c's formula) * tokens/s / peak, with the H200's dense peaks: 67 TFLOP/s
 # fp32, 494 TFLOP/s TF32, 989 TFLOP/s bf16 (NVIDIA's H200 datasheet). Writes gpt2.csv, whose
-# note on subdp's rows gives the median forward, backward, check and update times on the device
-# (CUDA events: the metrics' phases_s).
+# note gives the median forward, backward, check and update times on the device (CUDA events:
+# the metrics' phases_s) for subdp's rows, and forward, backward and optimizer for PyTorch's.
 set -euo pipefail
 BIN=$1
 OUT=$2
@@ -116,8 +116,9 @@ nan = float("nan")
 rows = [(f"subdp-cuda-{p}", B * T / m["step_time_s"] if m else nan, m["step_time_s"] if m else nan,
          phase_note(p) if m else "failed: see gpt2-subdp-" + p + ".txt") for p, m in subdp.items()]
 for line in open(f"{out}/gpt2-torch.csv"):
-    mode, tps, dt, note = (line.strip().split(",") + [""] * 4)[:4]
-    rows.append((mode, float(tps or "nan"), float(dt or "nan"), f"params {note}" if note.isdigit() else note))
+    mode, tps, dt, note, phases = (line.strip().split(",") + [""] * 5)[:5]
+    note = f"params {note}" + (f"; device: {phases}" if phases else "") if note.isdigit() else note
+    rows.append((mode, float(tps or "nan"), float(dt or "nan"), note))
 with open(f"{out}/gpt2.csv", "w") as f:
     f.write("run,tokens_per_s,step_s,mfu,ratio_vs_subdp,note\n")
     for name, tps, dt, note in rows:

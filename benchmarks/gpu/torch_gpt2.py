@@ -4,8 +4,9 @@ model as subdp's GPT (pre-LN blocks, GELU tanh, tied embedding head, no dropout,
 folded away), AdamW, random tokens, measured in tokens per second after warm-up, in float32,
 float32 with TF32 matmuls (allow_tf32), bf16 autocast (eager) and bf16 autocast under
 torch.compile. Prints one CSV row per mode:
-mode,tokens_per_s,step_s,params; a mode that fails prints mode,,,failed: <error> and the next
-mode still runs.
+mode,tokens_per_s,step_s,params,phases (phases: the median forward, backward and optimizer
+milliseconds of the timed steps, by CUDA events on the GPU); a mode that fails prints
+mode,,,failed: <error> and the next mode still runs.
 
 Usage: torch_gpt2.py --batch B --context T --steps N [--modes fp32,tf32,bf16,compile] [--device cpu]
 """
@@ -80,23 +81,44 @@ def measure(mode, args):
     y = torch.randint(0, args.vocab, (args.batch, args.context), device=dev)
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
 
-    def step():
+    # Phase marks: CUDA events on the current stream (read after the final synchronisation, as
+    # subdp's phases_s), the host clock on the CPU.
+    class HostMark:
+        def record(self):
+            self.t = time.perf_counter()
+
+        def elapsed_time(self, end):
+            return (end.t - self.t) * 1e3
+
+    mark = (lambda: torch.cuda.Event(enable_timing=True)) if dev == "cuda" else HostMark
+
+    def step(marks=None):
+        marks = marks or [HostMark() for _ in range(4)]
+        marks[0].record()
         with torch.autocast(dev, dtype=torch.bfloat16, enabled=bf16):
             loss = step_fn(x, y)
+        marks[1].record()
         loss.backward()
+        marks[2].record()
         opt.step()
         opt.zero_grad(set_to_none=True)
+        marks[3].record()
 
     for _ in range(3):  # warm-up (and compilation)
         step()
     sync()
+    timed = [[mark() for _ in range(4)] for _ in range(args.steps)]
     t0 = time.perf_counter()
-    for _ in range(args.steps):
-        step()
+    for marks in timed:
+        step(marks)
     sync()
     dt = (time.perf_counter() - t0) / args.steps
     params = sum(p.numel() for p in model.parameters())
-    print(f"torch-{mode},{args.batch * args.context / dt:.1f},{dt:.5f},{params}", flush=True)
+    cells = []
+    for i, name in enumerate(("forward", "backward", "optimizer")):
+        ms = sorted(m[i].elapsed_time(m[i + 1]) for m in timed)
+        cells.append(f"{name} {ms[len(ms) // 2]:.2f} ms")
+    print(f"torch-{mode},{args.batch * args.context / dt:.1f},{dt:.5f},{params},{'; '.join(cells)}", flush=True)
 
 
 def main():
@@ -112,6 +134,9 @@ def main():
     ap.add_argument("--device", default="cuda")
     args = ap.parse_args()
     for mode in args.modes.split(","):
+        if mode not in ("fp32", "tf32", "bf16", "compile"):
+            print(f"torch-{mode},,,failed: unknown mode (expected fp32; tf32; bf16 or compile)", flush=True)
+            continue
         try:
             measure(mode, args)
         except Exception as e:  # one mode's failure (compile, an old torch) loses no other
