@@ -220,7 +220,8 @@ CLI::App* add_parity(CLI::App& app, Args& a, ParityArgs& p) {
       "parity-dump", "write initial weights, a batch, outputs and gradients for the PyTorch parity tests");
   add_config_args(parity, a);
   parity->add_option("OUT_DIR", p.out, "directory for the safetensors files")->required();
-  parity->add_option("--steps", p.steps, "optimizer steps whose losses are recorded")->check(CLI::NonNegativeNumber);
+  parity->add_option("--steps", p.steps, "optimizer steps whose losses are recorded")
+      ->check(whole_number(0, 1 << 20, "0"));
   return parity;
 }
 

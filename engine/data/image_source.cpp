@@ -1,6 +1,7 @@
 // Image classification data source (Fashion-MNIST, MNIST, CIFAR-10).
 #include <algorithm>
 #include <cstring>
+#include <tuple>
 
 #include "engine/data/dataset.h"
 #include "engine/data/data_source.h"
@@ -28,6 +29,14 @@ class ImageSource : public DataSource {
       train_ = cifar ? load_cifar10_dir(dir, true) : load_mnist_dir(dir, true);
       test_ = cifar ? load_cifar10_dir(dir, false) : load_mnist_dir(dir, false);
     });
+    // An empty split (its files' counts 0) would make every evaluation NaN, or the
+    // normalisation's statistics a division by zero.
+    for (const auto& [split, d, files] : {std::tuple{"train", &train_, cifar ? "data_batch_*.bin" : "train-*"},
+                                          std::tuple{"test", &test_, cifar ? "test_batch.bin" : "t10k-*"}})
+      SUBDP_CHECK(d->n > 0,
+                  "data.path = \"{}\": the {} split holds no images (its files {} count 0); a run needs "
+                  "both splits",
+                  dir, split, files);
     SUBDP_CHECK(train_.channels == c.model.in_channels && train_.height == c.model.image_size,
                 "data.name = \"{}\" has {}x{}x{} images but the model expects in_channels = {}, image_size = {}",
                 c.data.name, train_.channels, train_.height, train_.width, c.model.in_channels, c.model.image_size);

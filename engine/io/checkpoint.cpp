@@ -118,13 +118,15 @@ int64_t free_disk_bytes(const std::string& path) {
 }
 
 void check_free_space(const std::string& dir, int64_t step, int64_t needed, int64_t free_bytes, int keep_last) {
+  const int64_t room = int64_t{keep_last} + 1;  // keep_last may be INT_MAX
   SUBDP_CHECK(free_bytes < 0 || free_bytes >= needed,
               "checkpoint.dir = \"{}\": the checkpoint of step {} needs {:.1f} MiB, the file system has {:.1f} MiB "
               "free; nothing was written. checkpoint.keep_last = {} are kept and the oldest is deleted only once a "
-              "new one is complete, so the run needs room for {} ({:.1f} MiB); free space, lower "
-              "checkpoint.keep_last (1 needs room for two), or set checkpoint.dir elsewhere",
-              dir, step, needed / 1048576.0, free_bytes / 1048576.0, keep_last, keep_last + 1,
-              (keep_last + 1) * (needed / 1048576.0));
+              "new one is complete, so the run needs room for {} ({:.1f} MiB); free space, {}or set checkpoint.dir "
+              "elsewhere",
+              dir, step, needed / 1048576.0, free_bytes / 1048576.0, keep_last, room,
+              static_cast<double>(room) * (needed / 1048576.0),
+              keep_last > 1 ? "lower checkpoint.keep_last (1 needs room for two), " : "");
 }
 
 std::string save_checkpoint(const std::string& dir, const CheckpointInfo& info, const std::vector<NamedTensor>& model,
@@ -247,6 +249,24 @@ void check_fresh_checkpoint_dir(const std::string& dir) {
       "empty: a fresh run would write its own among them and checkpoint.keep_last would delete them. Set "
       "checkpoint.resume = \"auto\" to continue that run, or give this one another checkpoint.dir",
       dir, all.size(), names));
+}
+
+void check_no_later_checkpoints(const std::string& dir, const std::string& resume, int64_t step) {
+  std::vector<std::string> later;
+  for (const fs::path& p : complete_checkpoints(dir)) {
+    const std::string n = p.filename().string();
+    if (n.size() > 5 && n.size() < 24 && n.find_first_not_of("0123456789", 5) == std::string::npos &&
+        std::stoll(n.substr(5)) > step)
+      later.push_back(n);
+  }
+  if (later.empty()) return;
+  const std::string names = later.size() == 1 ? later.front() : later.front() + " .. " + later.back();
+  throw Error(fmt::format(
+      "checkpoint.resume = \"{}\" is step {} of checkpoint.dir = \"{}\", which also holds {} later checkpoint(s) "
+      "({}) of the run that went on from it: this run would overwrite those of the same steps and leave the "
+      "others for a later resume = \"auto\" to pick instead of its own. Give this run another checkpoint.dir "
+      "(it still resumes from {}), or move the later checkpoints out of {}",
+      resume, step, dir, later.size(), names, resume, dir));
 }
 
 std::string newest_checkpoint(const std::string& dir, LoadedCheckpoint* loaded, bool for_resume) {

@@ -86,6 +86,11 @@ int64_t free_disk_bytes(const std::string& path);
 /// them, and a later resume = "auto" would pick whichever step is highest. The error names dir,
 /// the checkpoints and the two ways on (resume = "auto", another folder).
 void check_fresh_checkpoint_dir(const std::string& dir);
+/// A resume from `resume`, checkpoint `step` inside checkpoint.dir `dir`, refuses when dir holds
+/// complete checkpoints of later steps (step-N folders, N > step): the run would overwrite those
+/// of its own steps unread and leave the others, from another timeline, for resume = "auto".
+/// The error names both paths, the later checkpoints and the ways on.
+void check_no_later_checkpoints(const std::string& dir, const std::string& resume, int64_t step);
 
 /// A checkpoint read by newest_checkpoint while it looked for an intact one.
 struct LoadedCheckpoint {

@@ -73,6 +73,25 @@ std::string kept_lines(const std::string& path, int64_t keep_through_step, int64
   return out;
 }
 
+/// Refuses to cut or empty a file that is not a metrics file: every whole line of a non-empty
+/// `path` must be a JSON object with an integer "step" (what write() writes), else it is
+/// someone's data, config or checkpoint that the rewrite would destroy.
+void check_holds_only_records(const std::string& path, const std::string& key) {
+  std::ifstream in(path, std::ios::binary);
+  std::string line;
+  for (int64_t number = 1; std::getline(in, line); ++number) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    // No newline: the half line of a crash (which the rewrite drops) if it starts as a record does.
+    const bool half_line = in.eof() && line.rfind("{\"", 0) == 0;
+    const auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    SUBDP_CHECK(half_line || (record.is_object() && record.contains("step") && record["step"].is_number_integer()),
+                "{} = \"{}\": line {} is not a metrics record (a JSON object with a \"step\"), so the file is not "
+                "a metrics file this run may cut or replace; name a new file (or remove this one if it is "
+                "meant to go)",
+                key, path, number);
+  }
+}
+
 }  // namespace
 
 MetricsFile::~MetricsFile() {
@@ -91,6 +110,7 @@ void MetricsFile::open(const std::string& path, int64_t keep_through_step, const
   // Through a symlink the target is rewritten, not the link replaced by a file.
   const std::string target = std::filesystem::canonical(path).string();
   if (keep_evals_through_step < 0) keep_evals_through_step = keep_through_step;
+  check_holds_only_records(target, key);
   try {
     write_file_atomic(
         target, keep_through_step > 0 ? kept_lines(target, keep_through_step, keep_evals_through_step) : std::string());

@@ -253,6 +253,7 @@ Trainer::ResumeSource Trainer::read_resume_source(OptimizerLoad policy) {
   std::error_code ec;
   src.in_own_dir =
       !ck.dir.empty() && std::filesystem::equivalent(std::filesystem::path(path).parent_path(), ck.dir, ec);
+  if (src.in_own_dir && !ck.resumes_newest()) check_no_later_checkpoints(ck.dir, path, src.info.step);
   SUBDP_CHECK(src.info.step <= total_steps_,
               "{}: checkpoint at step {}, past the run's last step {} ([train] steps / epochs): nothing to "
               "train; raise train.steps or train.epochs",

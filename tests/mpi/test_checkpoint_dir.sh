@@ -55,16 +55,26 @@ sed -i 's/"subdp-checkpoint-v1"/"subdp-checkpoint-v2"/' "$WORK/fmt/step-00000040
 expect_fail "checkpoint.resume = \"auto\": cannot read $WORK/fmt/step-00000040" \
   local_run --set checkpoint.dir="$WORK/fmt" --set checkpoint.resume=auto --set train.steps=60
 [[ -d "$WORK/fmt/step-00000040" ]] || { echo "FAIL: the v2 checkpoint is gone"; exit 1; }
-# Resumed from an older one by its path into the same folder, keep_last = 1: the steps it
-# can verify are pruned (the one just written never), and at step 40 the save refuses to
-# write over the v2 one (CheckpointFormats.* covers pruning's warning).
-out=$(local_run --set checkpoint.dir="$WORK/fmt" --set checkpoint.resume="$WORK/fmt/step-00000020" \
+# Resumed from an older one by its path into the same folder, which holds the later
+# checkpoints of the run that went on from it: refused before anything is written (it wrote
+# over step 30 of the other timeline, and left step 40 for a later "auto" to pick).
+listing() { ls -l --time-style=full-iso "$1" | grep -v subdp.lock; }  # the lock file names its holder
+before=$(listing "$WORK/fmt")
+expect_fail "checkpoint.resume = \"$WORK/fmt/step-00000020\" is step 20 of checkpoint.dir = \"$WORK/fmt\", which also holds 2 later checkpoint(s) (step-00000030 .. step-00000040)" \
+  local_run --set checkpoint.dir="$WORK/fmt" --set checkpoint.resume="$WORK/fmt/step-00000020" --set train.steps=60 \
+  --set checkpoint.every=10
+[[ $(listing "$WORK/fmt") == "$before" ]] || { echo "FAIL: the folder changed: $(ls "$WORK/fmt")"; exit 1; }
+# Into another folder holding earlier checkpoints and a step 40 of the other format, keep_last
+# = 1: the steps it can verify are pruned (the one just written never), and at step 40 the save
+# refuses to write over the v2 one (CheckpointFormats.* covers pruning's warning).
+mkdir -p "$WORK/fmt2" && cp -r "$WORK"/fmt/step-000000{1,2,4}0 "$WORK/fmt2/"
+out=$(local_run --set checkpoint.dir="$WORK/fmt2" --set checkpoint.resume="$WORK/fmt/step-00000020" \
   --set train.steps=60 --set checkpoint.every=10 --set checkpoint.keep_last=1 2>&1) &&
   { echo "FAIL: wrote over the v2 checkpoint: $out"; exit 1; }
 grep -qF "step-00000040 exists and is not a checkpoint this run can verify" <<<"$out" || { echo "FAIL: $out"; exit 1; }
-grep -qF "subdp-checkpoint-v2" "$WORK/fmt/step-00000040/manifest.json" || { echo "FAIL: the v2 checkpoint is gone"; exit 1; }
-[[ -d "$WORK/fmt/step-00000030" && ! -d "$WORK/fmt/step-00000010" && ! -d "$WORK/fmt/step-00000020" ]] ||
-  { echo "FAIL: pruning: $(ls "$WORK/fmt")"; exit 1; }
+grep -qF "subdp-checkpoint-v2" "$WORK/fmt2/step-00000040/manifest.json" || { echo "FAIL: the v2 checkpoint is gone"; exit 1; }
+[[ -d "$WORK/fmt2/step-00000030" && ! -d "$WORK/fmt2/step-00000010" && ! -d "$WORK/fmt2/step-00000020" ]] ||
+  { echo "FAIL: pruning: $(ls "$WORK/fmt2")"; exit 1; }
 echo "ok: a checkpoint of another format stops auto and survives keep_last = 1"
 
 # (4) Room for one checkpoint (about 0.7 MiB each), not two.

@@ -45,6 +45,13 @@ expect_error "parity-dump runs the full model on one process" 1 "$SUBDP" parity-
 # ... and a tensor-core precision, which its float32 PyTorch twin does not share.
 expect_error "parity-dump compares with the PyTorch twin in float32" 1 "$SUBDP" parity-dump "$WORK/gpt.toml" \
   "$WORK/pd" --set device.type=cuda --set device.precision=bf16
+# Its --steps and OUT_DIR are named plainly (CLI11 printed a 300-digit bound; a file as OUT_DIR
+# gave the raw filesystem error).
+expect_error "expected a whole number from 0 to 1048576, got '-1'" 1 "$SUBDP" parity-dump "$WORK/gpt.toml" \
+  "$WORK/pd" --steps -1
+touch "$WORK/pd-file"
+expect_error "parity-dump OUT_DIR \"$WORK/pd-file\": cannot create the folder" 1 "$SUBDP" parity-dump \
+  "$WORK/gpt.toml" "$WORK/pd-file"
 run_ranks 1 train "$WORK/gpt.toml" --set checkpoint.dir="$WORK/sample-ckpt" >/dev/null
 expect_error "sample runs the checkpoint's assembled full model" 1 "$SUBDP" sample "$WORK/sample-ckpt" --tokens 4 \
   --set mask.regime=forward

@@ -345,6 +345,10 @@ INSTANTIATE_TEST_SUITE_P(
                   S + "[model]\nname = \"llama\"\nkv_heads = 2\n[mask]\ngranularity = \"neuron\"\n",
                   {},
                   {"[model] kv_heads = 2 < heads = 8", "granularity = \"block\""}},
+        ErrorCase{"collective_timeout_below_tick",  // was a random "peer lost" abort after 0.0 s
+                  S,
+                  {"parallel.collective_timeout_s=0.001"},
+                  {"[parallel] collective_timeout_s = 0.001", "must be >= 1"}},
         ErrorCase{"units_cap",  // was the OOM killer (plan) or std::bad_alloc
                   S + "[model]\nname = \"llama\"\nwidth = 32\nheads = 4\ndepth = 4096\nffn_width = 16777216\n",
                   {},

@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "engine/core/hash.h"
+#include "engine/config/config.h"
+#include "engine/data/data_source.h"
 #include "engine/data/dataset.h"
 #include "engine/core/error.h"
 
@@ -158,6 +160,25 @@ TEST_F(DataIdx, MnistDirAcceptsGzipAndRawNames) {
   write_bytes(path("t10k-labels-idx1-ubyte"), idx_labels({5, 6}));
   check_images(subdp::load_mnist_dir(dir_.string(), true), 4, 2, 2);
   check_images(subdp::load_mnist_dir(dir_.string(), false), 2, 2, 2);
+}
+
+// A split whose files count 0 images is refused naming it (it gave NaN evaluations, exit 0;
+// an empty train split an internal "channel_stats: empty dataset").
+TEST_F(DataIdx, AnEmptySplitIsRefusedNamingIt) {
+  subdp::Config c;
+  c.data.name = subdp::DatasetKind::fashion_mnist;
+  c.data.path = dir_.string();
+  for (const std::string empty : {"test", "train"}) {
+    const bool train_empty = empty == "train";
+    write_bytes(path("train-images-idx3-ubyte"), idx_images(train_empty ? 0 : 4, 28, 28));
+    write_bytes(path("train-labels-idx1-ubyte"),
+                idx_labels(train_empty ? std::vector<int>{} : std::vector<int>{1, 2, 3, 4}));
+    write_bytes(path("t10k-images-idx3-ubyte"), idx_images(train_empty ? 2 : 0, 28, 28));
+    write_bytes(path("t10k-labels-idx1-ubyte"), idx_labels(train_empty ? std::vector<int>{5, 6} : std::vector<int>{}));
+    expect_error([&] { subdp::make_data_source(c, 0, 1); },
+                 {"data.path = \"" + dir_.string() + "\"", "the " + empty + " split holds no images",
+                  train_empty ? "train-*" : "t10k-*"});
+  }
 }
 
 TEST_F(DataIdx, MnistDirMissingFiles) {

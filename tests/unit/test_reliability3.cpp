@@ -11,7 +11,9 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/io/checkpoint.h"
@@ -161,7 +163,11 @@ TEST(CheckpointSpace, RefusedWithBothFiguresAndTheRoomForKeepLastPlusOne) {
   EXPECT_TRUE(contains(e, "keep_last = 3 are kept")) << e;
   EXPECT_TRUE(contains(e, "room for 4 (1200.0 MiB)")) << e;
   EXPECT_TRUE(contains(e, "lower checkpoint.keep_last")) << e;
-  EXPECT_TRUE(contains(error_of([] { check_free_space("/d", 1, 300 << 20, 0, 1); }), "room for 2 (600.0 MiB)"));
+  const std::string one = error_of([] { check_free_space("/d", 1, 300 << 20, 0, 1); });
+  EXPECT_TRUE(contains(one, "room for 2 (600.0 MiB)")) << one;
+  EXPECT_FALSE(contains(one, "lower checkpoint.keep_last")) << one;  // it is 1 already
+  const std::string most = error_of([] { check_free_space("/d", 1, 1 << 20, 0, 2147483647); });
+  EXPECT_TRUE(contains(most, "room for 2147483648 (2147483648.0 MiB)")) << most;
   EXPECT_EQ(error_of([] { check_free_space("/d", 1, 100, 100, 3); }), "(no error)");
   EXPECT_EQ(error_of([] { check_free_space("/d", 1, 100, -1, 3); }), "(no error)");  // unknown: not refused
   // The estimate covers the data of every tensor.
@@ -238,6 +244,39 @@ TEST(MetricsFile, DevicesAndFifosRefusedSymlinksFollowedLiveFileLocked) {
   }
   EXPECT_TRUE(fs::is_symlink(link));
   EXPECT_EQ(steps_in(target), (std::vector<int64_t>{1, 2, 3}));
+  fs::remove_all(dir);
+}
+
+// A file that is not a metrics file (the training text, the config, a checkpoint's tensors) is
+// refused whole, never cut or emptied; an empty file or one of records is reused.
+TEST(MetricsFile, AFileOfOtherContentsIsRefusedAndKept) {
+  const fs::path dir = fresh_dir("subdp_test_metrics_foreign");
+  const std::string corpus = "The Fulton County Grand Jury said Friday\nan investigation\n";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"corpus.txt", corpus},
+      {"config.toml", "[model]\nname = \"mlp\"\n"},
+      {"model.safetensors", std::string("\x08\0\0\0\0\0\0\0{}      \n\x01\x02", 19)},
+      {"mixed.jsonl", "{\"step\": 1}\n{\"loss\": 2}\n"},  // a JSON line that is not a record
+      {"one_line.txt", "no newline at the end"},          // not the half record of a crash
+  };
+  for (const auto& [name, contents] : cases) {
+    const fs::path path = dir / name;
+    std::ofstream(path, std::ios::binary) << contents;
+    for (int64_t resumed_at : {0, 3}) {
+      MetricsFile f;
+      const std::string e = error_of([&] { f.open(path.string(), resumed_at, "log.metrics_file"); });
+      EXPECT_TRUE(contains(e, "log.metrics_file = \"" + path.string() + "\": line ")) << name << ": " << e;
+      EXPECT_TRUE(contains(e, "is not a metrics record")) << e;
+    }
+    std::ifstream in(path, std::ios::binary);
+    EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), contents) << name << " was changed";
+  }
+  const fs::path empty = dir / "empty.jsonl";
+  std::ofstream(empty).flush();
+  MetricsFile f;
+  f.open(empty.string(), 0, "log.metrics_file");
+  f.write({{"step", 1}});
+  EXPECT_EQ(steps_in(empty), (std::vector<int64_t>{1}));
   fs::remove_all(dir);
 }
 

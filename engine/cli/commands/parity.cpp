@@ -47,7 +47,10 @@ int run_parity_dump(const Config& config, const std::string& out_dir, int steps)
               config.device.precision);
   set_backend(make_backend(config.device.type));
   backend().configure(config.train.threads > 0 ? config.train.threads : 1, winograd_tile_side(config.train));
-  std::filesystem::create_directories(out_dir);
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  SUBDP_CHECK(!ec && std::filesystem::is_directory(out_dir), "parity-dump OUT_DIR \"{}\": cannot create the folder: {}",
+              out_dir, ec ? ec.message() : "a file of that name exists");
   const ModelUnits units = model_units(config.model);
   auto model = make_model(config.model, full_mask(units), config.train.batch_size, config.train.seed);
   model->keep_logits();  // the training forward's logits are compared, not overwritten by dlogits
