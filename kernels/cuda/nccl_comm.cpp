@@ -46,6 +46,22 @@ bool is_device_pointer(const void* p) {
   return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
 }
 
+/// A rank's entry of choose_device ("host|gpu|bus id" or "host|none|visible GPUs|reason") in
+/// words: "host h: 2 visible GPUs" (and the reason when there are none).
+std::string describe_entry(const std::string& entry) {
+  std::vector<std::string> f;  // host, "gpu" or "none", then the bus id, or the count and reason
+  size_t at = 0;
+  for (int i = 0; i < 3; ++i) {
+    const size_t bar = entry.find('|', at);
+    if (bar == std::string::npos) break;
+    f.push_back(entry.substr(at, bar - at));
+    at = bar + 1;
+  }
+  f.push_back(entry.substr(at));
+  if (f.size() < 3 || f[1] != "none") return fmt::format("host {}: GPU {}", f.front(), f.back());
+  return fmt::format("host {}: {} visible GPU(s){}", f[0], f[2], f.size() > 3 && !f[3].empty() ? ", " + f[3] : "");
+}
+
 /// Picks this rank's GPU and checks, identically on every rank, that each rank has its own.
 int choose_device(Communicator& bootstrap) {
   const std::string host = host_name();
@@ -64,15 +80,13 @@ int choose_device(Communicator& bootstrap) {
   const std::vector<std::string> all = bootstrap.allgather(mine);
   for (size_t r = 0; r < all.size(); ++r) {
     if (all[r].find("|none|0|") != std::string::npos)
-      throw Error(
-          fmt::format("[device] type = \"cuda\": no CUDA device was found on rank {} ({} of "
-                      "host|none|visible GPUs|reason); use \"cpu\"",
-                      r, all[r]));
+      throw Error(fmt::format("[device] type = \"cuda\": no CUDA device was found on rank {} ({}); use \"cpu\"", r,
+                              describe_entry(all[r])));
     if (all[r].find("|none|") != std::string::npos)
       throw Error(
           fmt::format("NCCL 2.28 refuses two ranks on one GPU: run W = 1 or --simulate-rank "
-                      "(rank {} has no GPU of its own: {} of host|none|visible GPUs|reason)",
-                      r, all[r]));
+                      "(rank {} has no GPU of its own: {}, fewer than its host's ranks)",
+                      r, describe_entry(all[r])));
     for (size_t q = 0; q < r; ++q)
       if (all[q] == all[r])
         throw Error(

@@ -32,9 +32,11 @@ expect_error "\[mask\] redeal_every = 2 moves units between ranks" 1 "$SUBDP" tr
 if [[ ! -e /dev/nvidiactl ]]; then
   expect_error "\[device\] type = \"cuda\": no CUDA device was found" 1 "$SUBDP" train "$WORK/mlp.toml" \
     --set device.type=cuda
-  # Two ranks pick NCCL (auto), whose device check says the same on every rank, or, in a build
-  # without NCCL, that NCCL is missing; never a hang.
-  expect_error "no CUDA device was found\|this build has no NCCL" 2 "$SUBDP" train "$WORK/mlp.toml" \
+  # Two ranks pick NCCL (auto), whose device check says the same on every rank, in words (it
+  # printed its raw "host|none|0|reason" entry), or, in a build without NCCL, that NCCL is
+  # missing; never a hang.
+  expect_error "no CUDA device was found on rank 0 (host [^|]*: 0 visible GPU(s)[^|]*; use \"cpu\"\|this build has no NCCL" 2 \
+    "$SUBDP" train "$WORK/mlp.toml" \
     --set device.type=cuda
   expect_error "MPI here carries host buffers" 2 "$SUBDP" train "$WORK/mlp.toml" --set device.type=cuda \
     --set parallel.backend=mpi
