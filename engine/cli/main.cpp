@@ -273,18 +273,24 @@ std::vector<std::string> cli_arguments(int argc, char** argv) {
   return {args.rbegin(), args.rend()};
 }
 
-/// The error for an unknown first word, naming it with the commands and a suggestion (CLI11
-/// alone says "A subcommand is required"); empty when it is a command or an option. `args` is
+/// The error for an unknown first word or an option before the command, naming it with the
+/// commands and a suggestion (CLI11 alone says "A subcommand is required"); empty for a command
+/// or --help. `args` is
 /// in cli_arguments' reverse order.
 std::string unknown_command(const CLI::App& app, const std::vector<std::string>& args) {
-  if (args.empty() || args.back().empty() || args.back()[0] == '-') return "";
+  if (args.empty() || args.back().empty()) return "";
+  const std::string& first = args.back();
+  if (first == "-h" || first == "--help") return "";
   std::vector<std::string> names;
   for (const CLI::App* sub : app.get_subcommands({})) names.push_back(sub->get_name());
-  if (std::find(names.begin(), names.end(), args.back()) != names.end()) return "";
+  if (std::find(names.begin(), names.end(), first) != names.end()) return "";
   std::string list;
   for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
-  return fmt::format("unknown command '{}'{}; the commands are {} (subdp --help)", args.back(),
-                     subdp::suggestion(args.back(), names), list);
+  // An option before any command: subdp's options all belong to a command.
+  if (first[0] == '-')
+    return fmt::format("unknown option '{}' before a command; the commands are {} (subdp --help)", first, list);
+  return fmt::format("unknown command '{}'{}; the commands are {} (subdp --help)", first,
+                     subdp::suggestion(first, names), list);
 }
 
 int run(int argc, char** argv) {
@@ -305,6 +311,7 @@ int run(int argc, char** argv) {
   CLI::App* sample = add_sample(app, a, s);
   try {
     std::vector<std::string> args = cli_arguments(argc, argv);
+    if (args.size() == 1 && (args[0] == "--version" || args[0] == "-V")) return subdp::run_version();
     if (const std::string unknown = unknown_command(app, args); !unknown.empty()) {
       std::fprintf(stderr, "subdp: error: %s\n", unknown.c_str());
       return 2;  // a bad command line, as CLI11's own errors

@@ -129,6 +129,10 @@ echo "ok: --simulate-rank names its share of the test split"
 # An unknown command is named, with a suggestion (CLI11 alone said "A subcommand is required").
 expect_error "unknown command 'trian' (did you mean 'train'?); the commands are train, plan" 1 "$SUBDP" trian \
   "$WORK/mlp.toml"
+# So is an option before the command; --version is the version command.
+expect_error "unknown option '-x' before a command; the commands are train, plan" 1 "$SUBDP" -x
+[[ $("$SUBDP" --version) == "$("$SUBDP" version)" ]] || { echo "FAIL: subdp --version differs from subdp version"; exit 1; }
+echo "ok: subdp --version"
 # plan under stochastic depth names the config's regime and the drop probability next to DP's plan.
 "$SUBDP" plan "$WORK/gpt.toml" --set mask.regime=stochastic --set mask.keep=0.75 --json |
   /usr/bin/python3 -c 'import json, sys; j = json.load(sys.stdin); sys.exit(not (j["mask_regime"] == "stochastic"
