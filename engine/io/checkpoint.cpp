@@ -53,6 +53,14 @@ void check_folder_names_step(const fs::path& dir, int64_t step) {
 nlohmann::json read_manifest(const std::string& path) {
   const std::string manifest = (fs::path(path) / "manifest.json").string();
   std::ifstream in(manifest);
+  if (!in.good()) {
+    // A checkpoint.dir named where one of its checkpoints was meant: say which.
+    const auto inside = complete_checkpoints(path);
+    SUBDP_CHECK(inside.empty(),
+                "{}: not a checkpoint but a folder of {} checkpoint(s) ({} .. {}): name one of them, or resume its "
+                "newest with checkpoint.dir = \"{}\" and checkpoint.resume = \"auto\"",
+                path, inside.size(), inside.front().filename().string(), inside.back().filename().string(), path);
+  }
   SUBDP_CHECK(in.good(), "{}: missing or unreadable (not a subdp checkpoint directory?)", manifest);
   std::stringstream ss;
   ss << in.rdbuf();

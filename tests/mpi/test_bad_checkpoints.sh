@@ -53,6 +53,9 @@ expect_fail "the checkpoint's model has model.rope_theta = 10000.0, this run's 5
   --set checkpoint.resume="$WORK/lck/step-00000004" --set train.steps=5 --set checkpoint.dir="$WORK/other-llama2"
 expect_fail "not a subdp checkpoint" train "$WORK/mlp.toml" --set parallel.backend=local \
   --set checkpoint.resume="$WORK/nowhere"
+# The checkpoint.dir itself instead of one of its step-N folders (it said manifest.json: missing).
+expect_fail "$WORK/ckpt: not a checkpoint but a folder of [0-9]* checkpoint(s) (step-00000" train "$WORK/mlp.toml" \
+  --set parallel.backend=local --set checkpoint.resume="$WORK/ckpt"
 expect_fail "CRC32" train "$WORK/mlp.toml" --set parallel.backend=local \
   --set checkpoint.resume="$WORK/ckpt/step-00000008"
 expect_fail "past the run's last step 2" train "$WORK/mlp.toml" --set parallel.backend=local \
