@@ -8,6 +8,10 @@
 # fp32, 494 TFLOP/s TF32, 989 TFLOP/s bf16 (NVIDIA's H200 datasheet). Writes gpt2.csv, whose
 # note gives the median forward, backward, check and update times on the device (CUDA events:
 # the metrics' phases_s) for subdp's rows, and forward, backward and optimizer for PyTorch's.
+# Memory columns: peak_bytes (subdp: its tracker's peak, every allocation of its device pool;
+# PyTorch: torch.cuda.max_memory_allocated), planned_bytes (subdp plan's total for the same
+# run) and device_used_bytes (subdp: the largest total - free the device reported, the CUDA
+# context and libraries' own memory included).
 set -euo pipefail
 BIN=$1
 OUT=$2
@@ -65,6 +69,9 @@ for p in fp32 bf16 tf32; do
   "$BIN/subdp" train "$OUT/gpt2.toml" --set device.type=cuda --set device.precision=$p \
     --set log.metrics_file="$OUT/gpt2-subdp-$p.jsonl" > "$OUT/gpt2-subdp-$p.txt" 2>&1 ||
     echo "subdp precision $p failed: $(tail -n 3 "$OUT/gpt2-subdp-$p.txt")"
+  # The planner's bytes for the same run (the plain DP row's total), beside what it measured.
+  "$BIN/subdp" plan "$OUT/gpt2.toml" --set device.type=cuda --set device.precision=$p --json \
+    > "$OUT/gpt2-plan-$p.json" 2>&1 || echo "subdp plan $p failed: $(tail -n 3 "$OUT/gpt2-plan-$p.json")"
 done
 # The peer: each mode its own guarded run inside torch_gpt2.py (a failed mode prints a row
 # saying so; a peer that cannot start, e.g. without torch, one row "torch" with its last error
@@ -86,6 +93,19 @@ def median_step(precision):
     except (OSError, ValueError, IndexError):
         return None
 subdp = {p: median_step(p) for p in ("fp32", "bf16", "tf32")}
+def memory(precision):
+    """(the tracker's peak bytes, the planner's, the device's largest total - free) of subdp's
+    run in `precision`; None for what is missing."""
+    def read(f, default=None):
+        try:
+            return f()
+        except (OSError, ValueError, KeyError, IndexError, TypeError):
+            return default
+    rows = read(lambda: [json.loads(l) for l in open(f"{out}/gpt2-subdp-{precision}.jsonl") if l.strip()], [])
+    final = next((r for r in rows if r.get("event") == "final"), {})
+    used = [r["device_used_bytes"] for r in rows if "device_used_bytes" in r]
+    planned = read(lambda: json.load(open(f"{out}/gpt2-plan-{precision}.json"))["dp"]["total"])
+    return final.get("peak_bytes"), planned, max(used) if used else None
 def phase_note(precision):
     """Median milliseconds of each phase after the warm-up, timed by CUDA events on the
     device (the metrics' phases_s and previous_phases_s, docs/outputs.md); "" when absent."""
@@ -113,16 +133,18 @@ flops_per_token = 6 * N + 6 * L * C * T
 if mid:
     print(f"llm.c FLOPs per token {flops_per_token:.4g}, the engine's {mid['flops'] / (B * T):.4g}")
 nan = float("nan")
-rows = [(f"subdp-cuda-{p}", B * T / m["step_time_s"] if m else nan, m["step_time_s"] if m else nan,
+rows = [(f"subdp-cuda-{p}", B * T / m["step_time_s"] if m else nan, m["step_time_s"] if m else nan, memory(p),
          phase_note(p) if m else "failed: see gpt2-subdp-" + p + ".txt") for p, m in subdp.items()]
 for line in open(f"{out}/gpt2-torch.csv"):
-    mode, tps, dt, note, phases = (line.strip().split(",") + [""] * 5)[:5]
+    mode, tps, dt, note, phases, peak_bytes = (line.strip().split(",") + [""] * 6)[:6]
     note = f"params {note}" + (f"; device: {phases}" if phases else "") if note.isdigit() else note
-    rows.append((mode, float(tps or "nan"), float(dt or "nan"), note))
+    rows.append((mode, float(tps or "nan"), float(dt or "nan"), (int(peak_bytes or 0) or None, None, None), note))
+cell = lambda v: "" if v is None else str(v)
 with open(f"{out}/gpt2.csv", "w") as f:
-    f.write("run,tokens_per_s,step_s,mfu,ratio_vs_subdp,note\n")
-    for name, tps, dt, note in rows:
+    f.write("run,tokens_per_s,step_s,mfu,ratio_vs_subdp,peak_bytes,planned_bytes,device_used_bytes,note\n")
+    for name, tps, dt, mem, note in rows:
         p = peak.get(name.split("-")[-1], nan)
-        f.write(f"{name},{tps:.0f},{dt:.4f},{flops_per_token * tps / p:.3f},{tps / rows[0][1]:.3f},{note}\n")
+        f.write(f"{name},{tps:.0f},{dt:.4f},{flops_per_token * tps / p:.3f},{tps / rows[0][1]:.3f},"
+                f"{','.join(cell(v) for v in mem)},{note}\n")
 print(open(f"{out}/gpt2.csv").read())
 PY

@@ -4,8 +4,9 @@ model as subdp's GPT (pre-LN blocks, GELU tanh, tied embedding head, no dropout,
 folded away), AdamW, random tokens, measured in tokens per second after warm-up, in float32,
 float32 with TF32 matmuls (allow_tf32), bf16 autocast (eager) and bf16 autocast under
 torch.compile. Prints one CSV row per mode:
-mode,tokens_per_s,step_s,params,phases (phases: the median forward, backward and optimizer
-milliseconds of the timed steps, by CUDA events on the GPU); a mode that fails prints
+mode,tokens_per_s,step_s,params,phases,peak_bytes (phases: the median forward, backward and
+optimizer milliseconds of the timed steps, by CUDA events on the GPU; peak_bytes:
+torch.cuda.max_memory_allocated of the mode, empty on the CPU); a mode that fails prints
 mode,,,failed: <error> and the next mode still runs.
 
 Usage: torch_gpt2.py --batch B --context T --steps N [--modes fp32,tf32,bf16,compile] [--device cpu]
@@ -67,6 +68,9 @@ class GPT(nn.Module):
 def measure(mode, args):
     torch.manual_seed(0)
     dev = args.device
+    if dev == "cuda":  # each mode's own peak
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
     model = GPT(args.vocab, args.context, args.width, args.heads, args.depth).to(dev)
     # The fused AdamW on a GPU (the peer at its best); the rehearsal's CPU torch (Debian's 1.13)
     # has neither it nor the argument.
@@ -118,7 +122,8 @@ def measure(mode, args):
     for i, name in enumerate(("forward", "backward", "optimizer")):
         ms = sorted(m[i].elapsed_time(m[i + 1]) for m in timed)
         cells.append(f"{name} {ms[len(ms) // 2]:.2f} ms")
-    print(f"torch-{mode},{args.batch * args.context / dt:.1f},{dt:.5f},{params},{'; '.join(cells)}", flush=True)
+    peak = torch.cuda.max_memory_allocated() if dev == "cuda" else ""
+    print(f"torch-{mode},{args.batch * args.context / dt:.1f},{dt:.5f},{params},{'; '.join(cells)},{peak}", flush=True)
 
 
 def main():
