@@ -275,8 +275,7 @@ std::vector<std::string> cli_arguments(int argc, char** argv) {
 
 /// The error for an unknown first word or an option before the command, naming it with the
 /// commands and a suggestion (CLI11 alone says "A subcommand is required"); empty for a command
-/// or --help. `args` is
-/// in cli_arguments' reverse order.
+/// or --help. `args` is in cli_arguments' reverse order.
 std::string unknown_command(const CLI::App& app, const std::vector<std::string>& args) {
   if (args.empty() || args.back().empty()) return "";
   const std::string& first = args.back();
