@@ -237,6 +237,14 @@ int Trainer::run() {
   if (!config_.checkpoint.dir.empty() && step_ != last_saved_step_) save(true);
   if (!options_.dump_local_dir.empty()) dump_local_values(options_.dump_local_dir);
   report_final(final_eval);
+  // A stop signal at or after the last step (during the final evaluation or save): the run is
+  // complete, so it exits 0, but says so, on the rank that received it.
+  if (const int late = stop_signal_received(); late != 0) {
+    std::fprintf(stderr, "subdp: rank %d received %s at the last step; the run had finished%s (exit status 0)\n",
+                 layout_.rank, signal_name(late).c_str(),
+                 config_.checkpoint.dir.empty() ? "" : ", its final checkpoint is written");
+    std::fflush(stderr);
+  }
   return 0;
 }
 

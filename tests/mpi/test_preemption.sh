@@ -101,3 +101,15 @@ wait "$pid" || rc=$?
 [[ $rc == 75 && -d "$WORK/early/step-00000001" ]] ||
   { echo "FAIL: SIGTERM at start-up: exit $rc, $(ls "$WORK/early")"; cat "$WORK/early.log"; exit 1; }
 echo "ok: SIGTERM during the start-up: stopped after step 1 with a checkpoint, exit 75"
+# (6) The same in a run of one step: the signal comes at its last step, so it finishes (exit 0,
+# the final checkpoint written) and says that the signal came (it was silent).
+"$SUBDP" train "$WORK/mlp.toml" --set parallel.backend=local "${args[@]}" --set checkpoint.dir="$WORK/late" \
+  --set train.steps=1 >"$WORK/late.log" 2>&1 &
+pid=$!
+for _ in $(seq 1000); do [[ -f "$WORK/late/subdp.lock" ]] && break; sleep 0.01; done
+kill -TERM "$pid"
+rc=0
+wait "$pid" || rc=$?
+[[ $rc == 0 && -d "$WORK/late/step-00000001" ]] && grep -q "received SIGTERM at the last step; the run had finished, its final checkpoint is written" "$WORK/late.log" ||
+  { echo "FAIL: SIGTERM at the last step: exit $rc, $(ls "$WORK/late")"; cat "$WORK/late.log"; exit 1; }
+echo "ok: SIGTERM at the last step: finished, exit 0, said so"
