@@ -5,7 +5,8 @@
 # agree to rounding, not bit for bit). (b) Device memory at W = 8 through --simulate-rank 0/8
 # for DP and forward / backward masking at block and neuron level (keep 0.5), fp32, and DP and
 # backward neuron masking in bf16 (bf16 logits and kept activations), next to `subdp plan`
-# (which sizes the CPU backend's workspaces). Writes train.csv and memory.csv.
+# (--set device.type=cuda: the plan of the CUDA backend's run). Writes train.csv and memory.csv;
+# a regime whose run or plan fails is a row saying so, and the others still run.
 # SUBDP_GPU_REHEARSAL=1: a GPT of width 32 and 3 steps, for the emulated device.
 set -euo pipefail
 BIN=$1
@@ -46,9 +47,15 @@ for regime in "none block fp32" "forward block fp32" "backward block fp32" "forw
   [[ $1 == none ]] && args="--set parallel.subnetworks=1"
   args="$args --set device.precision=$3"
   measured=$("$BIN/subdp" train "$CFG" $DATA --set train.steps=2 --set train.eval_every=1000000 \
-    --set train.eval_batches=1 --set device.type=cuda $args --simulate-rank 0/8 | sed -n 's/^final.*peak_bytes=\([0-9]*\).*/\1/p')
-  planned=$("$BIN/subdp" plan "$CFG" --world 8 $DATA $args --set device.type=cuda | awk '/^  subnetwork 0 / {print $(NF-2); exit} /^  plain DP/ {print $NF; exit}')
-  echo "$1-$2-$3,$measured,$planned,$(python3 -c "print(round($measured / max(1, int('${planned:-0}' or 0)), 3))")" >> "$OUT/memory.csv"
+    --set train.eval_batches=1 --set device.type=cuda $args --simulate-rank 0/8 2>>"$OUT/memory-errors.txt" |
+    sed -n 's/^final.*peak_bytes=\([0-9]*\).*/\1/p') || true
+  planned=$("$BIN/subdp" plan "$CFG" --world 8 $DATA $args --set device.type=cuda 2>>"$OUT/memory-errors.txt" |
+    awk '/^  subnetwork 0 / {print $(NF-2); exit} /^  plain DP/ {print $NF; exit}') || true
+  if [[ -z $measured || -z $planned ]]; then
+    echo "$1-$2-$3,${measured:-failed},${planned:-failed},(see memory-errors.txt)" >> "$OUT/memory.csv"
+    continue
+  fi
+  echo "$1-$2-$3,$measured,$planned,$(python3 -c "print(round($measured / max(1, $planned), 3))")" >> "$OUT/memory.csv"
 done
 cat "$OUT/train.csv" | tail -3
 cat "$OUT/memory.csv"

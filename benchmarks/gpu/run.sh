@@ -24,7 +24,7 @@
 #
 # On the GPU machine (the device tool): first `scripts/gpu_bundle.sh` here, then one call that
 # carries ["gpu_bundle/bundle.tar.xz"] and runs `benchmarks/gpu/run.sh "$OUT"` with a limit of
-# about 360 s; the 5 files come back. Rehearsed here on the emulated device:
+# about 360 s; the 6 files come back. Rehearsed here on the emulated device:
 #   scripts/gpu_bundle.sh --emulated
 #   SUBDP_GPU_REHEARSAL=1 SUBDP_GPU_BUNDLE=gpu_bundle/bundle-emulated.tar.xz benchmarks/gpu/run.sh /tmp/out
 # Usage: benchmarks/gpu/run.sh [OUT_DIR]      (default: $OUT)
@@ -224,7 +224,7 @@ for b in "$ROOT"/benchmarks/gpu/bench_*.sh; do
   run_step "$name" "$cap" bench.log "$b" "$WRAP" "$LOGS"
 done
 
-# 6. Summary, and the results packed into at most 5 files.
+# 6. Summary, and the results packed into at most 6 files.
 for csv in train.csv memory.csv gpt2.csv gemm.csv; do [ -f "$LOGS/$csv" ] && cp "$LOGS/$csv" "$OUT_DIR/"; done
 {
   echo "# subdp GPU check"

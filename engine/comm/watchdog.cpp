@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 namespace subdp {
 
@@ -51,10 +52,16 @@ void CollectiveWatchdog::watch() {
     if (!what) continue;
     const double waited = (now - since_ns_ - (stopped_ns_ - stopped_at_start_ns_)) * 1e-9;
     if (waited < timeout_s_) continue;
+    // Under NCCL the host waits on the device's stream, so the wait also covers the computation
+    // queued before the collective: a step longer than the limit looks the same as a lost peer.
+    const bool device_wait = std::strncmp(what, "NCCL", 4) == 0;
     std::fprintf(stderr,
                  "subdp: error on rank %d: collective %s has waited %.1f s (parallel.collective_timeout_s = %g): "
-                 "a peer rank is lost or stuck; exiting so the job does not hang\n",
-                 rank_, what, waited, timeout_s_);
+                 "a peer rank is lost or stuck%s; exiting so the job does not hang\n",
+                 rank_, what, waited, timeout_s_,
+                 device_wait ? ", or the device work queued before it takes longer than the limit (under NCCL the "
+                               "wait covers it: raise parallel.collective_timeout_s above a step's time)"
+                             : "");
     std::fflush(stderr);
     std::_Exit(3);  // MPI_Abort is not callable from this thread; mpirun tears down the job
   }

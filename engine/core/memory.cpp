@@ -90,13 +90,22 @@ int64_t host_memory_available_bytes(std::string* where) {
   return best;
 }
 
+namespace {
+/// Bytes in the largest unit that leaves a figure of at least 1: "82.32 GiB", "3.49 MiB", "512 bytes".
+std::string readable_bytes(int64_t bytes) {
+  if (bytes >= (int64_t{1} << 30)) return fmt::format("{:.2f} GiB", bytes / 1073741824.0);
+  if (bytes >= (int64_t{1} << 20)) return fmt::format("{:.2f} MiB", bytes / 1048576.0);
+  return fmt::format("{} bytes", bytes);
+}
+}  // namespace
+
 std::string memory_fit_error(int64_t predicted, int64_t available, const std::string& what) {
   if (predicted < 0 || available < 0 || predicted <= available) return "";
   return fmt::format(
-      "the plan needs {:.2f} GiB on this rank (subdp plan), but only {:.2f} GiB are available to it "
+      "the plan needs {} on this rank (subdp plan), but only {} are available to it "
       "({}); lower train.batch_size or the model's size, add ranks or subnetworks, or set "
       "train.allow_overcommit = true to try anyway",
-      predicted / 1073741824.0, available / 1073741824.0, what);
+      readable_bytes(predicted), readable_bytes(available), what);
 }
 
 }  // namespace subdp

@@ -41,6 +41,12 @@ size_t pool_bytes() {
 class CudaMemory final : public DeviceMemory {
  public:
   CudaMemory(size_t bytes, cudaStream_t stream) : arena_(bytes), stream_(stream) {
+    size_t free_bytes = 0, total = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    SUBDP_CHECK(bytes <= free_bytes,
+                "the device pool of {:.3f} GiB (SUBDP_CUDA_POOL_GB, else 90 % of the free memory) does not fit: the "
+                "device has {:.3f} GiB free of {:.3f} GiB; lower SUBDP_CUDA_POOL_GB or free the device",
+                bytes / 1073741824.0, free_bytes / 1073741824.0, total / 1073741824.0);
     CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&base_), bytes));
   }
   ~CudaMemory() override { cudaFree(base_); }  // at exit: an error here has nobody to tell

@@ -309,6 +309,13 @@ $CHECK same-tail "$WORK/resume-full.jsonl" "$WORK/resume-tail.jsonl"
 grep -v '"event"' "$WORK/cross-cpu.jsonl" | tail -n +3 > "$WORK/cross-cpu-tail.jsonl"  # steps 3 on
 $CHECK close-losses "$WORK/cross-cuda.jsonl" "$WORK/cross-cpu-tail.jsonl" "$TOL"
 echo "ok: resume on the device, and a CPU checkpoint on the device"
+# A device pool larger than the device's free memory is named (it was cudaMalloc's raw "out of
+# memory" at backend.cpp).
+out=$(SUBDP_EMU_DEVICE_GB=0.01 SUBDP_CUDA_POOL_GB=1 "$SUBDP" train "$WORK/gpt.toml" --set device.type=cuda 2>&1) &&
+  { echo "FAIL: a pool of 1 GiB on a device of 0.01 GiB was accepted"; exit 1; }
+grep -q "the device pool of 1.000 GiB (SUBDP_CUDA_POOL_GB, else 90 % of the free memory) does not fit" <<<"$out" ||
+  { echo "FAIL: $out"; exit 1; }
+echo "ok: a pool larger than the device is named"
 
 # Numerical faults on the device, where the checks read one device flag per phase: a diverging
 # run stops naming the step and tensor, and an update that overflows (an AdamW moment of 3e38
@@ -401,6 +408,6 @@ took=$((SECONDS - t0))
 kill -CONT "$victim" 2>/dev/null || true
 ((rc != 0 && rc != 124 && took <= 60)) ||
   { echo "FAIL: a stuck rank under NCCL: exit $rc after $took s"; tail -3 "$WORK/nccl-stop.log"; exit 1; }
-grep -q "collective NCCL (.*) has waited [0-9.]* s" "$WORK/nccl-stop.log" ||
+grep -q "collective NCCL (.*) has waited [0-9.]* s .*a peer rank is lost or stuck, or the device work queued before it takes longer than the limit" "$WORK/nccl-stop.log" ||
   { echo "FAIL: no watchdog message under NCCL:"; tail -5 "$WORK/nccl-stop.log"; exit 1; }
 echo "ok: a stuck rank under NCCL ends the job in $took s (exit $rc)"

@@ -129,6 +129,9 @@ echo "ok: --simulate-rank names its share of the test split"
 # An unknown command is named, with a suggestion (CLI11 alone said "A subcommand is required").
 expect_error "unknown command 'trian' (did you mean 'train'?); the commands are train, plan" 1 "$SUBDP" trian \
   "$WORK/mlp.toml"
+# backend = "local" under a launcher of 2 ranks (each trained alone, writing the same files).
+expect_error "\[parallel\] backend = \"local\" is one process, but the launcher started 2" 2 "$SUBDP" train \
+  "$WORK/mlp.toml" --set parallel.backend=local
 # So is an option before the command; --version is the version command.
 expect_error "unknown option '-x' before a command; the commands are train, plan" 1 "$SUBDP" -x
 [[ $("$SUBDP" --version) == "$("$SUBDP" version)" ]] || { echo "FAIL: subdp --version differs from subdp version"; exit 1; }

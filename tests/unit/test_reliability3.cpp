@@ -338,6 +338,9 @@ TEST(MemoryBudget, RefusalNamesBothFiguresAndTheOptIn) {
   EXPECT_TRUE(contains(e, "only 23.00 GiB are available")) << e;
   EXPECT_TRUE(contains(e, "MemAvailable")) << e;
   EXPECT_TRUE(contains(e, "train.allow_overcommit = true")) << e;
+  const std::string small = memory_fit_error(3656704, 3600000, "free device memory");  // was "0.00 GiB"
+  EXPECT_TRUE(contains(small, "needs 3.49 MiB")) << small;
+  EXPECT_TRUE(contains(small, "only 3.43 MiB are available")) << small;
   EXPECT_EQ(memory_fit_error(100, 100, "x"), "");
   EXPECT_EQ(memory_fit_error(100, -1, "x"), "");  // unknown: not refused
   std::string where;

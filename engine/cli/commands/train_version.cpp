@@ -22,7 +22,16 @@ bool wants_nccl(const Config& c) {
 
 std::unique_ptr<Communicator> make_world(const Config& c) {
   const ParallelConfig& p = c.parallel;
-  if (p.backend == CommBackend::local) return make_local_communicator();
+  if (p.backend == CommBackend::local) {
+    // Each of the launcher's processes would train a world of its own, all writing the same
+    // outputs.
+    const int launched = launcher_layout().size;
+    SUBDP_CHECK(launched <= 1,
+                "[parallel] backend = \"local\" is one process, but the launcher started {} (mpirun -np {}): each "
+                "would train alone; use \"auto\" or \"mpi\" under mpirun",
+                launched, launched);
+    return make_local_communicator();
+  }
   if (wants_nccl(c)) {
     SUBDP_CHECK(c.device.type == DeviceType::cuda,
                 "[parallel] backend = \"nccl\" needs [device] type = \"cuda\" (it is \"{}\"); "
