@@ -2,7 +2,9 @@
 #include "engine/core/backend.h"
 #include "engine/cli/commands.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 
 #include "engine/comm/communicator.h"
 #include "engine/core/error.h"
@@ -23,9 +25,12 @@ bool wants_nccl(const Config& c) {
 std::unique_ptr<Communicator> make_world(const Config& c) {
   const ParallelConfig& p = c.parallel;
   if (p.backend == CommBackend::local) {
-    // Each of the launcher's processes would train a world of its own, all writing the same
-    // outputs.
-    const int launched = launcher_layout().size;
+    // Each of mpirun's processes would train a world of its own, all writing the same outputs.
+    // (Only the MPI launchers' own variables: a Slurm batch script has SLURM_NTASKS without
+    // any srun.)
+    int launched = 1;
+    for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
+      if (const char* v = std::getenv(var)) launched = std::max(launched, std::atoi(v));
     SUBDP_CHECK(launched <= 1,
                 "[parallel] backend = \"local\" is one process, but the launcher started {} (mpirun -np {}): each "
                 "would train alone; use \"auto\" or \"mpi\" under mpirun",
