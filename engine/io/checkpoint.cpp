@@ -35,14 +35,24 @@ std::vector<fs::path> complete_checkpoints(const std::string& dir) {
   return out;
 }
 
+/// True for a folder named step-N, N digits only: the names "auto" orders checkpoints by.
+bool is_step_folder(const std::string& name) {
+  return name.size() > 5 && name.rfind("step-", 0) == 0 && name.find_first_not_of("0123456789", 5) == std::string::npos;
+}
+
+/// "step-A", or "step-A .. step-B": the first and last of sorted checkpoint folders (not empty).
+std::string first_to_last(const std::vector<fs::path>& all) {
+  std::string names = all.front().filename().string();
+  if (all.size() > 1) names += " .. " + all.back().filename().string();
+  return names;
+}
+
 /// A folder named step-N must hold the checkpoint of step N: "auto" orders checkpoints by their
 /// folder names, so a renamed one would resume from another step than the one it looks like.
 /// Folders of other names (a copy in best/) are not checked.
 void check_folder_names_step(const fs::path& dir, int64_t step) {
   const std::string name = dir.filename().string();
-  const bool step_folder =
-      name.size() > 5 && name.rfind("step-", 0) == 0 && name.find_first_not_of("0123456789", 5) == std::string::npos;
-  SUBDP_CHECK(!step_folder || name == step_name(step),
+  SUBDP_CHECK(!is_step_folder(name) || name == step_name(step),
               "{}: the manifest's \"step\" is {} but the folder is named {} (renamed by hand?); rename it to {}, "
               "or resume from it by a path whose name is not step-N",
               (dir / "manifest.json").string(), step, name, step_name(step));
@@ -57,9 +67,9 @@ nlohmann::json read_manifest(const std::string& path) {
     // A checkpoint.dir named where one of its checkpoints was meant: say which.
     const auto inside = complete_checkpoints(path);
     SUBDP_CHECK(inside.empty(),
-                "{}: not a checkpoint but a folder of {} checkpoint(s) ({} .. {}): name one of them, or resume its "
+                "{}: not a checkpoint but a folder of {} checkpoint(s) ({}): name one of them, or resume its "
                 "newest with checkpoint.dir = \"{}\" and checkpoint.resume = \"auto\"",
-                path, inside.size(), inside.front().filename().string(), inside.back().filename().string(), path);
+                path, inside.size(), first_to_last(inside), path);
   }
   SUBDP_CHECK(in.good(), "{}: missing or unreadable (not a subdp checkpoint directory?)", manifest);
   std::stringstream ss;
@@ -250,31 +260,26 @@ void load_checkpoint(const std::string& path, CheckpointInfo& info, std::vector<
 void check_fresh_checkpoint_dir(const std::string& dir) {
   const auto all = complete_checkpoints(dir);
   if (all.empty()) return;
-  std::string names = all.front().filename().string();
-  if (all.size() > 1) names += fmt::format(" .. {}", all.back().filename().string());
   throw Error(fmt::format(
       "checkpoint.dir = \"{}\" already holds {} checkpoint(s) of an earlier run ({}), and checkpoint.resume is "
       "empty: a fresh run would write its own among them and checkpoint.keep_last would delete them. Set "
       "checkpoint.resume = \"auto\" to continue that run, or give this one another checkpoint.dir",
-      dir, all.size(), names));
+      dir, all.size(), first_to_last(all)));
 }
 
 void check_no_later_checkpoints(const std::string& dir, const std::string& resume, int64_t step) {
-  std::vector<std::string> later;
+  std::vector<fs::path> later;
   for (const fs::path& p : complete_checkpoints(dir)) {
     const std::string n = p.filename().string();
-    if (n.size() > 5 && n.size() < 24 && n.find_first_not_of("0123456789", 5) == std::string::npos &&
-        std::stoll(n.substr(5)) > step)
-      later.push_back(n);
+    if (is_step_folder(n) && n.size() < 24 && std::stoll(n.substr(5)) > step) later.push_back(p);  // 18 digits fit
   }
   if (later.empty()) return;
-  const std::string names = later.size() == 1 ? later.front() : later.front() + " .. " + later.back();
   throw Error(fmt::format(
       "checkpoint.resume = \"{}\" is step {} of checkpoint.dir = \"{}\", which also holds {} later checkpoint(s) "
       "({}) of the run that went on from it: this run would overwrite those of the same steps and leave the "
       "others for a later resume = \"auto\" to pick instead of its own. Give this run another checkpoint.dir "
       "(it still resumes from {}), or move the later checkpoints out of {}",
-      resume, step, dir, later.size(), names, resume, dir));
+      resume, step, dir, later.size(), first_to_last(later), resume, dir));
 }
 
 std::string newest_checkpoint(const std::string& dir, LoadedCheckpoint* loaded, bool for_resume) {
