@@ -140,8 +140,18 @@ double sum(const float* x, int64_t n) {
 }
 
 double sum_squares(const float* x, int64_t n) {
+  // Eight running sums, lane j over the elements i = j (mod 8), added in lane order at the
+  // end: the source fixes every rounding (nothing left for the compiler to reorder), and GCC
+  // keeps the lanes in one vector register. One serial sum waited on each add's latency (about
+  // 1 % of a 1-thread GPT step, clipping's gradient norm).
+  constexpr int kLanes = 8;
+  double lane[kLanes] = {};
+  const int64_t whole = n / kLanes * kLanes;
+  for (int64_t i = 0; i < whole; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) lane[j] += static_cast<double>(x[i + j]) * x[i + j];
+  for (int64_t i = whole; i < n; ++i) lane[i - whole] += static_cast<double>(x[i]) * x[i];
   double s = 0;
-  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
+  for (double l : lane) s += l;
   return s;
 }
 

@@ -37,7 +37,8 @@ void scale_copy_rows(const float* x, int64_t ldx, float alpha, float* y, int64_t
 void copy_columns(const float* x, int64_t rows, int64_t width, int64_t cols, float* out);
 /// Sum of x (double accumulator).
 double sum(const float* x, int64_t n);
-/// Sum of squares of x (double accumulator).
+/// Sum of squares of x: eight double accumulators, lane j over i = j (mod 8), added in lane
+/// order (a fixed rounding, independent of the build's vector width and of threads).
 double sum_squares(const float* x, int64_t n);
 /// True when every element is finite.
 bool all_finite(const float* x, int64_t n);
