@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up a fresh machine, builds, and runs every test: unit, MPI invariants and faults,
-# PyTorch parity (ctest), then the sanitizer build of the unit tests and a bounded fuzz run.
+# PyTorch parity (ctest), the CUDA backend on the emulated device, then the sanitizer build
+# of the unit tests and a bounded fuzz run.
 # SUBDP_QUICK=1 skips the sanitizer and fuzz stages.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

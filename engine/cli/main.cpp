@@ -200,9 +200,11 @@ CLI::App* add_plan(CLI::App& app, Args& a) {
   add_config_args(plan, a);
   plan->add_option("--world", a.world, "world size W (default: MPI world size or S)")
       ->check(whole_number(1, 1 << 20, "1"));
-  plan->add_option("--budget", a.budget,
-                   "per-rank memory budget, e.g. 512MiB, 2GiB, 1.5GB: prints the largest batch and keep ratio that "
-                   "fit, and every regime with ZeRO-1 / recompute that fits at the configured batch, smallest first")
+  plan->add_option(
+          "--budget", a.budget,
+          "per-rank memory budget, e.g. 512MiB, 2GiB, 1.5GB: prints the largest batch and keep ratio that "
+          "fit, and every regime with ZeRO-1 / ZeRO-2 / FSDP / recompute that fits at the configured batch, smallest "
+          "first")
       ->type_name("BYTES")
       ->check(CLI::Validator(check_bytes, ""));
   plan->add_option("--deal", a.deal,
@@ -305,7 +307,8 @@ int run(int argc, char** argv) {
       "compare DP and the masking regimes (runs benchmarks/compare.py; `subdp compare --help` for its options)");
   compare->allow_extras();
   compare->set_help_flag();  // --help goes to compare.py
-  CLI::App* version = app.add_subcommand("version", "print the version and compiled-in backends");
+  CLI::App* version =
+      app.add_subcommand("version", "print the version and compiled-in backends (also subdp --version)");
   CLI::App* parity = add_parity(app, a, p);
   CLI::App* sample = add_sample(app, a, s);
   try {

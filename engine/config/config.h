@@ -151,7 +151,7 @@ struct TrainConfig {
   int epochs = 0;          // 0 = use steps
   int64_t steps = 0;       // total optimizer steps when epochs = 0
   int batch_size = 128;    // per rank
-  int64_t eval_every = 0;  // steps between evaluations; 0 = once per epoch (text: every 200)
+  int64_t eval_every = 0;  // steps between evaluations; 0 = once per epoch
   int eval_batches = 64;   // text: validation batches per evaluation
   uint64_t seed = 0;       // weights, data order, sampler
   int threads = 0;         // BLAS/OpenMP threads per rank; 0 = cores / local ranks
@@ -201,7 +201,7 @@ struct MaskConfig {
   uint64_t seed = 0;  // plan seed
   MaskScale scale = MaskScale::inverse_keep;
   std::vector<int> pinned;   // block indices always kept (block level)
-  int64_t redeal_every = 0;  // steps between re-deals of the plan (deal d: seed + d); 0 = never
+  int64_t redeal_every = 0;  // steps between re-deals of the plan (deal d: deal_seed(seed, d)); 0 = never
 };
 
 /// [device]
