@@ -57,9 +57,9 @@ mask.seed = 0..N-1, seed 0 of every run first: summary.md then opens with one ro
 quality as mean +- std, and the plots draw the mean with a band of one standard deviation.
 
 A table too long for one sitting: rerun the same command with --reuse (finished runs are
-kept while their recorded command is unchanged; a reused run of another commit than the
-binary's is named in summary.md's notes); --finished-only trains
-nothing and summarises what has finished, naming the rest. benchmarks/protocol.sh runs the
+kept while their recorded command is unchanged, with the plan.txt of the binary that trained
+them; a reused run of another commit than the binary's is named in summary.md's notes);
+--finished-only trains nothing and summarises what has finished, naming the rest. benchmarks/protocol.sh runs the
 protocol of issue 25 this way and benchmarks/protocol_table.py merges its budgets.
 """
 import argparse
@@ -265,11 +265,15 @@ def parse_plan(text):
     return {"rows": rows, "worst": worst, "dp": dp, "json": plan}
 
 
-def run_plan(a, sets, run_dir, name):
+def run_plan(a, sets, run_dir, name, record=True):
+    """The planner's figures for one run. record=False (a finished run reused) keeps the run's
+    own plan.txt, written by the binary that trained it, when there is one."""
     cmd = with_sets([a.binary, "plan", a.config, "--world", str(a.world), "--json"], sets)
     p = subprocess.run(cmd, capture_output=True, text=True)
-    with open(os.path.join(run_dir, "plan.txt"), "w") as f:
-        f.write("$ " + shlex.join(recorded(a, cmd)) + "\n" + p.stdout + p.stderr)
+    path = os.path.join(run_dir, "plan.txt")
+    if record or not os.path.exists(path):
+        with open(path, "w") as f:
+            f.write("$ " + shlex.join(recorded(a, cmd)) + "\n" + p.stdout + p.stderr)
     if p.returncode != 0:
         refused = REFUSED_RE.search(p.stderr)
         if refused:
@@ -285,20 +289,32 @@ def run_plan(a, sets, run_dir, name):
 # Training
 
 
-def train(args, name, regime, keep, run_dir, steps, eval_every, extra=()):
+def train_command(args, regime, keep, run_dir, steps, eval_every, extra=()):
+    """The mpirun command that trains one run, and that command as results record it."""
     metrics = os.path.join(run_dir, "metrics-{rank}.jsonl")
     sets = list(args.set) + run_sets(regime, keep, args.subnetworks, steps, eval_every, metrics) + list(extra)
     cmd = [*shlex.split(args.mpirun), "-np", str(args.world), *shlex.split(args.mpirun_args), args.binary, "train",
            args.config]
     cmd = with_sets(cmd, sets)
+    return cmd, recorded(args, cmd)
+
+
+def reusable(args, run_dir, shown):
+    """True under --reuse when run_dir holds a finished run of exactly the recorded command shown."""
+    done = os.path.join(run_dir, "done.json")
+    if not (args.reuse and os.path.exists(done)):
+        return False
+    with open(done) as f:
+        return json.load(f).get("command") == shown
+
+
+def train(args, name, regime, keep, run_dir, steps, eval_every, extra=()):
+    cmd, shown = train_command(args, regime, keep, run_dir, steps, eval_every, extra)
     stdout_path, stderr_path = os.path.join(run_dir, "stdout.txt"), os.path.join(run_dir, "stderr.txt")
     done = os.path.join(run_dir, "done.json")
-    shown = recorded(args, cmd)
-    if args.reuse and os.path.exists(done):
-        with open(done) as f:
-            if json.load(f).get("command") == shown:
-                print(f"[{name}] reusing the finished run in {run_dir}", flush=True)
-                return cmd, None
+    if reusable(args, run_dir, shown):
+        print(f"[{name}] reusing the finished run in {run_dir}", flush=True)
+        return cmd, None
     if args.finished_only:
         raise NotFinished(name)
     for fname in os.listdir(run_dir):
@@ -671,7 +687,8 @@ def calibrate(a, runs):
             os.makedirs(run_dir, exist_ok=True)
             sets = list(a.set) + run_sets(regime, keep, a.subnetworks, a.calibration_steps, 10**9,
                                           os.path.join(run_dir, "metrics-{rank}.jsonl"))
-            if run_plan(a, sets, run_dir, "calibration/" + name)[1]:
+            shown = train_command(a, regime, keep, run_dir, a.calibration_steps, 10**9)[1]
+            if run_plan(a, sets, run_dir, "calibration/" + name, record=not reusable(a, run_dir, shown))[1]:
                 continue  # the model refuses it: run_all skips the run with a note
             cmd, _ = train(a, "calibration/" + name, regime, keep, run_dir, a.calibration_steps, 10**9)
         except NotFinished:
@@ -732,7 +749,8 @@ def run_instance(a, name, base, regime, keep, seed, steps, extra, notes):
         os.makedirs(run_dir, exist_ok=True)
         sets = list(a.set) + run_sets(regime, keep, a.subnetworks, steps, eval_every,
                                       os.path.join(run_dir, "metrics-{rank}.jsonl")) + extra
-        plan, refused = run_plan(a, sets, run_dir, name)
+        shown = train_command(a, regime, keep, run_dir, steps, eval_every, extra)[1]
+        plan, refused = run_plan(a, sets, run_dir, name, record=not reusable(a, run_dir, shown))
         if refused:
             notes.append(f"skipped {name}: the model refuses it ({refused})")
             print(f"[{name}] skipped: {refused}", flush=True)

@@ -88,10 +88,18 @@ PY
 mkdir -p "$WORK/out/fwd-block-k0.5-s9"
 echo "mpirun ... (still training)" >"$WORK/out/fwd-block-k0.5-s9/command.txt"
 echo '{"step": 1, "loss": 2.5}' >"$WORK/out/fwd-block-k0.5-s9/metrics-0.jsonl"
+# A reused run keeps the plan.txt of the binary that trained it (a later binary's planner
+# rewrote it, so a table resumed over sessions changed committed files of finished runs).
+echo "# the planner of the binary that trained it" >>"$WORK/out/dp-s0/plan.txt"
+echo "# the planner of the binary that trained it" >>"$WORK/out/calibration/fwd-block-k0.5/plan.txt"
 /usr/bin/python3 "$ROOT/benchmarks/compare.py" "$WORK/gpt.toml" --binary "$SUBDP" --world 2 \
   --regimes dp,fwd-block,bwd-block --keep 0.5 --steps 6 --match flops --seeds 2 --out "$WORK/out" --finished-only \
   --set optim.schedule=cosine --set optim.min_lr_ratio=0.1 --set optim.warmup_steps=2 >"$WORK/finished.log" 2>&1 ||
   { tail -20 "$WORK/finished.log"; exit 1; }
+for f in dp-s0 calibration/fwd-block-k0.5; do
+  grep -q "^# the planner of the binary that trained it" "$WORK/out/$f/plan.txt" ||
+    { echo "FAIL: --finished-only rewrote the plan.txt of the finished run $f"; exit 1; }
+done
 /usr/bin/python3 "$ROOT/benchmarks/protocol_table.py" "$WORK/steps" "$WORK/out" --out "$WORK/table" >/dev/null
 /usr/bin/python3 - "$WORK" "$ROOT" <<'PY'
 import csv, os, statistics, sys
