@@ -59,8 +59,9 @@ quality as mean +- std, and the plots draw the mean with a band of one standard 
 A table too long for one sitting: rerun the same command with --reuse (finished runs are
 kept while their recorded command is unchanged, with the plan.txt of the binary that trained
 them; a reused run of another commit than the binary's is named in summary.md's notes);
---finished-only trains nothing and summarises what has finished, naming the rest. benchmarks/protocol.sh runs the
-protocol of issue 25 this way and benchmarks/protocol_table.py merges its budgets.
+--finished-only trains nothing and summarises what has finished, naming the rest.
+benchmarks/protocol.sh runs the protocol of issue 25 this way and benchmarks/protocol_table.py
+merges its budgets.
 """
 import argparse
 import csv
@@ -290,13 +291,14 @@ def run_plan(a, sets, run_dir, name, record=True):
 
 
 def train_command(args, regime, keep, run_dir, steps, eval_every, extra=()):
-    """The mpirun command that trains one run, and that command as results record it."""
+    """The mpirun command that trains one run, that command as results record it, and its
+    --set overrides (the planner's dry run of the run takes the same)."""
     metrics = os.path.join(run_dir, "metrics-{rank}.jsonl")
     sets = list(args.set) + run_sets(regime, keep, args.subnetworks, steps, eval_every, metrics) + list(extra)
     cmd = [*shlex.split(args.mpirun), "-np", str(args.world), *shlex.split(args.mpirun_args), args.binary, "train",
            args.config]
     cmd = with_sets(cmd, sets)
-    return cmd, recorded(args, cmd)
+    return cmd, recorded(args, cmd), sets
 
 
 def reusable(args, run_dir, shown):
@@ -309,7 +311,7 @@ def reusable(args, run_dir, shown):
 
 
 def train(args, name, regime, keep, run_dir, steps, eval_every, extra=()):
-    cmd, shown = train_command(args, regime, keep, run_dir, steps, eval_every, extra)
+    cmd, shown, _ = train_command(args, regime, keep, run_dir, steps, eval_every, extra)
     stdout_path, stderr_path = os.path.join(run_dir, "stdout.txt"), os.path.join(run_dir, "stderr.txt")
     done = os.path.join(run_dir, "done.json")
     if reusable(args, run_dir, shown):
@@ -685,9 +687,7 @@ def calibrate(a, runs):
             if unfinished(a, run_dir):
                 raise NotFinished(name)
             os.makedirs(run_dir, exist_ok=True)
-            sets = list(a.set) + run_sets(regime, keep, a.subnetworks, a.calibration_steps, 10**9,
-                                          os.path.join(run_dir, "metrics-{rank}.jsonl"))
-            shown = train_command(a, regime, keep, run_dir, a.calibration_steps, 10**9)[1]
+            _, shown, sets = train_command(a, regime, keep, run_dir, a.calibration_steps, 10**9)
             if run_plan(a, sets, run_dir, "calibration/" + name, record=not reusable(a, run_dir, shown))[1]:
                 continue  # the model refuses it: run_all skips the run with a note
             cmd, _ = train(a, "calibration/" + name, regime, keep, run_dir, a.calibration_steps, 10**9)
@@ -747,9 +747,7 @@ def run_instance(a, name, base, regime, keep, seed, steps, extra, notes):
         if unfinished(a, run_dir):
             raise NotFinished(name)
         os.makedirs(run_dir, exist_ok=True)
-        sets = list(a.set) + run_sets(regime, keep, a.subnetworks, steps, eval_every,
-                                      os.path.join(run_dir, "metrics-{rank}.jsonl")) + extra
-        shown = train_command(a, regime, keep, run_dir, steps, eval_every, extra)[1]
+        _, shown, sets = train_command(a, regime, keep, run_dir, steps, eval_every, extra)
         plan, refused = run_plan(a, sets, run_dir, name, record=not reusable(a, run_dir, shown))
         if refused:
             notes.append(f"skipped {name}: the model refuses it ({refused})")
