@@ -32,10 +32,16 @@ CollectiveWatchdog::~CollectiveWatchdog() {
   if (thread_.joinable()) thread_.join();
 }
 
-CollectiveWatchdog::Guard::Guard(CollectiveWatchdog& w, const char* what) : w_(w) {
+CollectiveWatchdog::Guard::Guard(CollectiveWatchdog& w, const char* what, bool device_wait) : w_(w) {
   w_.since_ns_ = now_ns();
   w_.stopped_at_start_ns_ = w_.stopped_ns_.load();
+  w_.device_wait_ = device_wait;
   w_.what_ = what;
+}
+
+void CollectiveWatchdog::set_device_probe(std::function<bool()> collective_running) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  device_probe_ = std::move(collective_running);
 }
 
 CollectiveWatchdog::Guard::~Guard() { w_.what_ = nullptr; }
@@ -48,20 +54,23 @@ void CollectiveWatchdog::watch() {
     const int64_t now = now_ns();
     note_gap(now - last_tick, now);
     last_tick = now;
+    // Every tick, waiting or not: the probe also retires the collectives that have finished.
+    const bool collective_running = device_probe_ && device_probe_();
     const char* what = what_;
     if (!what) continue;
+    const bool timed_by_probe = device_wait_ && device_probe_;
+    if (timed_by_probe && !collective_running) {  // the device still computes: the clock starts later
+      since_ns_ = now;
+      stopped_at_start_ns_ = stopped_ns_.load();
+      continue;
+    }
     const double waited = (now - since_ns_ - (stopped_ns_ - stopped_at_start_ns_)) * 1e-9;
     if (waited < timeout_s_) continue;
-    // Under NCCL the host waits on the device's stream, so the wait also covers the computation
-    // queued before the collective: a step longer than the limit looks the same as a lost peer.
-    const bool device_wait = std::strncmp(what, "NCCL", 4) == 0;
     std::fprintf(stderr,
                  "subdp: error on rank %d: collective %s has waited %.1f s (parallel.collective_timeout_s = %g): "
                  "a peer rank is lost or stuck%s; exiting so the job does not hang\n",
                  rank_, what, waited, timeout_s_,
-                 device_wait ? ", or the device work queued before it takes longer than the limit (under NCCL the "
-                               "wait covers it: raise parallel.collective_timeout_s above a step's time)"
-                             : "");
+                 timed_by_probe ? " (timed from the tick that saw the collective begin on the device)" : "");
     std::fflush(stderr);
     std::_Exit(3);  // MPI_Abort is not callable from this thread; mpirun tears down the job
   }
@@ -87,7 +96,7 @@ CollectiveWatchdog* g_device_wait_watchdog = nullptr;
 void set_device_wait_watchdog(CollectiveWatchdog* w) { g_device_wait_watchdog = w; }
 
 DeviceWaitGuard::DeviceWaitGuard(const char* what) {
-  if (g_device_wait_watchdog) guard_.emplace(*g_device_wait_watchdog, what);
+  if (g_device_wait_watchdog) guard_.emplace(*g_device_wait_watchdog, what, /*device_wait=*/true);
 }
 
 DeviceWaitGuard::~DeviceWaitGuard() = default;

@@ -6,6 +6,7 @@
 #pragma once
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -20,15 +21,25 @@ class CollectiveWatchdog {
   CollectiveWatchdog(const CollectiveWatchdog&) = delete;
   CollectiveWatchdog& operator=(const CollectiveWatchdog&) = delete;
 
-  /// RAII mark of one collective in flight; `what` must outlive the guard (a literal).
+  /// RAII mark of one collective in flight; `what` must outlive the guard (a literal). A
+  /// `device_wait` guard (a host wait on device work) is timed only while the device probe,
+  /// if one is set, says a collective is running.
   class Guard {
    public:
-    Guard(CollectiveWatchdog& w, const char* what);
+    Guard(CollectiveWatchdog& w, const char* what, bool device_wait = false);
     ~Guard();
 
    private:
     CollectiveWatchdog& w_;
   };
+
+  /// Sets the probe that times device waits: called on the watchdog's thread at each 500 ms
+  /// tick (waiting or not, so that it can retire finished work), it says whether a collective is running on the device
+  /// now (begun: the device work queued before it is done; not yet finished). The wait's clock starts at the first tick
+  /// that sees one, so a host wait that covers a long computation before the collective does not time out; a collective
+  /// stuck on a lost peer does. Set before the first guard, from the thread that owns the watchdog; null: the whole
+  /// wait is timed.
+  void set_device_probe(std::function<bool()> collective_running);
 
  private:
   void watch();
@@ -38,6 +49,8 @@ class CollectiveWatchdog {
   double timeout_s_;
   int rank_;
   std::atomic<const char*> what_{nullptr};
+  std::atomic<bool> device_wait_{false};
+  std::function<bool()> device_probe_;
   std::atomic<int64_t> since_ns_{0};
   std::atomic<int64_t> stopped_ns_{0};           // total time the process was stopped
   std::atomic<int64_t> stopped_at_start_ns_{0};  // stopped_ns_ when the collective began
@@ -54,8 +67,9 @@ class CollectiveWatchdog {
 void set_device_wait_watchdog(CollectiveWatchdog* w);
 
 /// RAII mark of one host wait on device work (a stream synchronisation, a synchronous copy)
-/// under the installed device-wait watchdog, if any: a wait longer than its timeout ends the
-/// process naming `what` (a literal).
+/// under the installed device-wait watchdog, if any: a collective that runs longer than its
+/// timeout during the wait (CollectiveWatchdog::set_device_probe) ends the process naming
+/// `what` (a literal).
 class DeviceWaitGuard {
  public:
   explicit DeviceWaitGuard(const char* what);

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <exception>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "engine/core/backend.h"
 #include "engine/core/error.h"
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/collectives_in_flight.h"
 #include "kernels/cuda/device_pool.h"
 
 namespace subdp {
@@ -100,10 +102,16 @@ int choose_device(Communicator& bootstrap) {
 class NcclComm final : public NcclCommunicator {
  public:
   /// Takes ownership of comm; bootstrap is either owned (subgroups, or the world of
-  /// make_nccl_world) or borrowed (make_nccl_communicator's world).
+  /// make_nccl_world) or borrowed (make_nccl_communicator's world). in_flight: the world's
+  /// list of collectives on the device (null: none kept, no watchdog times them).
   NcclComm(ncclComm_t comm, int device, Communicator* bootstrap, std::unique_ptr<Communicator> owned_bootstrap,
-           std::optional<cudaStream_t> compute)
-      : comm_(comm), device_(device), bootstrap_(bootstrap), owned_(std::move(owned_bootstrap)), compute_(compute) {
+           std::optional<cudaStream_t> compute, std::shared_ptr<cuda::CollectivesInFlight> in_flight)
+      : comm_(comm),
+        device_(device),
+        bootstrap_(bootstrap),
+        owned_(std::move(owned_bootstrap)),
+        compute_(compute),
+        in_flight_(std::move(in_flight)) {
     NCCL_CHECK(ncclCommUserRank(comm_, &rank_));
     NCCL_CHECK(ncclCommCount(comm_, &size_));
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -124,13 +132,18 @@ class NcclComm final : public NcclCommunicator {
       ncclCommDestroy(comm_);
     }
     if (watchdog_) set_device_wait_watchdog(nullptr);
+    watchdog_.reset();  // its thread stops probing in_flight_ before anything here goes
     cudaEventDestroy(before_);
     cudaEventDestroy(after_);
     cudaStreamDestroy(stream_);
   }
 
-  /// Makes w (this world's) the device-wait watchdog for as long as this communicator lives.
+  /// Makes w (this world's) the device-wait watchdog for as long as this communicator lives,
+  /// timing each device wait from when a collective of this world or its subgroups begins on
+  /// the device (CollectivesInFlight), not from when the host begins to wait.
   void install_watchdog(std::unique_ptr<CollectiveWatchdog> w) {
+    in_flight_ = std::make_shared<cuda::CollectivesInFlight>(device_);
+    w->set_device_probe([list = in_flight_.get()] { return list->any_running(); });
     watchdog_ = std::move(w);
     set_device_wait_watchdog(watchdog_.get());
   }
@@ -207,7 +220,7 @@ class NcclComm final : public NcclCommunicator {
     if (!member) return nullptr;
     SUBDP_ASSERT(sub != nullptr && sub_boot != nullptr);
     Communicator* boot = sub_boot.get();
-    return std::make_unique<NcclComm>(sub, device_, boot, std::move(sub_boot), compute_);
+    return std::make_unique<NcclComm>(sub, device_, boot, std::move(sub_boot), compute_, in_flight_);
   }
 
  private:
@@ -244,12 +257,14 @@ class NcclComm final : public NcclCommunicator {
     const cudaStream_t compute = compute_stream();
     CUDA_CHECK(cudaEventRecord(before_, compute));
     CUDA_CHECK(cudaStreamWaitEvent(stream_, before_, 0));
+    const size_t listed = in_flight_ ? in_flight_->begin(stream_) : 0;
     {
       // NCCL may block here (a full queue; the emulator runs the collective at the call).
       DeviceWaitGuard guard("NCCL (a collective call)");
       op();
     }
     CUDA_CHECK(cudaEventRecord(after_, stream_));
+    if (in_flight_) in_flight_->finish(listed, stream_);
     // A waited collective comes after every deferred one on the same stream: nothing left to join.
     deferred_ = !compute_waits;
     if (compute_waits) CUDA_CHECK(cudaStreamWaitEvent(compute, after_, 0));
@@ -271,8 +286,9 @@ class NcclComm final : public NcclCommunicator {
   cudaStream_t stream_ = nullptr;
   cudaEvent_t before_ = nullptr, after_ = nullptr;
   int rank_ = 0, size_ = 1;
-  bool deferred_ = false;                         // a deferred collective the compute stream has not joined yet
-  std::unique_ptr<CollectiveWatchdog> watchdog_;  // the world's (install_watchdog); subgroups: none
+  bool deferred_ = false;                                 // a deferred collective the compute stream has not joined yet
+  std::shared_ptr<cuda::CollectivesInFlight> in_flight_;  // the world's, shared with its subgroups
+  std::unique_ptr<CollectiveWatchdog> watchdog_;          // the world's (install_watchdog); subgroups: none
 };
 
 }  // namespace
@@ -300,7 +316,7 @@ std::unique_ptr<Communicator> make_world(Communicator& bootstrap, std::unique_pt
   CUDA_CHECK(cudaSetDevice(device));
   ncclComm_t comm = nullptr;
   NCCL_CHECK(ncclCommInitRank(&comm, bootstrap.size(), id, bootstrap.rank()));
-  auto world = std::make_unique<NcclComm>(comm, device, &bootstrap, std::move(owned), std::nullopt);
+  auto world = std::make_unique<NcclComm>(comm, device, &bootstrap, std::move(owned), std::nullopt, nullptr);
   if (collective_timeout_s > 0)
     world->install_watchdog(std::make_unique<CollectiveWatchdog>(collective_timeout_s, bootstrap.rank()));
   return world;

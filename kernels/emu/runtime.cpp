@@ -11,6 +11,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/emu/errors.h"
@@ -23,7 +24,11 @@ using namespace subdp::emu;
 
 namespace {
 
-int g_device = 0;
+// The current device is per host thread, as CUDA's: a new thread starts on device 0.
+thread_local int g_device = 0;
+// The thread that drives the device (queues and runs its work): the process's main thread,
+// which runs static initialisation. Other threads only observe (cudaEventQuery).
+const std::thread::id g_host_thread = std::this_thread::get_id();
 
 /// Devices of the emulated machine: one per rank the launcher placed on this host
 /// (OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS, SLURM_NTASKS_PER_NODE), so that several
@@ -347,8 +352,14 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t event) {
-  // Lazy queues would make a polling loop spin forever: a query runs the work it asks about
-  // (not counted as a host synchronisation: on a GPU it returns at once).
+  if (std::this_thread::get_id() != g_host_thread) {
+    // Another thread (the NCCL watchdog's) observes the device as it progresses, running
+    // nothing: on a GPU the work would run meanwhile, here it runs when the host thread waits.
+    const bool done = event->stream == nullptr || event->stream->completed.load() >= event->position;
+    return done ? cudaSuccess : cudaErrorNotReady;
+  }
+  // Lazy queues would make a polling loop on the host thread spin forever: its query runs the
+  // work it asks about (not counted as a host synchronisation: on a GPU it returns at once).
   if (event->stream != nullptr) run_until(event->stream, event->position);
   return sticky_error();
 }

@@ -7,6 +7,7 @@
 // operation (where a collective's result lands in device memory) runs only when no other
 // operation can: work not ordered after it reads the old contents, always, as it can on a GPU.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -30,8 +31,8 @@ struct Stream {
   bool legacy = false;
   bool destroyed = false;
   std::deque<Operation> queue;
-  uint64_t enqueued = 0;   // operations ever queued (waits included)
-  uint64_t completed = 0;  // operations finished, in queue order
+  uint64_t enqueued = 0;               // operations ever queued (waits included)
+  std::atomic<uint64_t> completed{0};  // operations finished, in queue order (other threads may read it)
 };
 
 struct Event {
