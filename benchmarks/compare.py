@@ -59,7 +59,12 @@ quality as mean +- std, and the plots draw the mean with a band of one standard 
 A table too long for one sitting: rerun the same command with --reuse (finished runs are
 kept while their recorded command is unchanged, with the plan.txt of the binary that trained
 them; a reused run of another commit than the binary's is named in summary.md's notes);
---finished-only trains nothing and summarises what has finished, naming the rest.
+--finished-only trains nothing and summarises what has finished, naming the rest. With
+--checkpoint-every N a run interrupted by a stop signal to compare.py (a session's end, a
+preempted job) also resumes from its last checkpoint instead of starting over: SIGTERM or
+SIGUSR1 to compare.py stops the run in flight at its next step with a checkpoint (exit 75),
+and the same command with --reuse continues it bit for bit, its wall time summed over the
+attempts (OUT/<run>/partial.json until it finishes).
 benchmarks/protocol.sh runs the protocol of issue 25 this way and benchmarks/protocol_table.py
 merges its budgets.
 """
@@ -70,6 +75,8 @@ import math
 import os
 import re
 import shlex
+import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -118,6 +125,26 @@ class Failure(Exception):
 
 class NotFinished(Exception):
     """--finished-only: the run has no finished result with the same command."""
+
+
+class Stopped(Exception):
+    """A stop signal ended the run in flight with a checkpoint (subdp's exit 75)."""
+
+
+STOPPED_EXIT = 75  # subdp train's exit after a graceful stop with a checkpoint (and compare.py's)
+CHECKPOINTS = "checkpoints"  # an unfinished run's checkpoint folder, inside its run folder
+running = None  # the training run in flight (subprocess.Popen), for the stop-signal handler
+
+
+def forward_stop(signum, frame):
+    """SIGTERM / SIGUSR1 / SIGINT under --checkpoint-every: ask the run in flight to stop at its
+    next step with a checkpoint (SIGUSR1, which mpirun forwards to every rank); the run then
+    exits 75 and so does compare.py. Nothing in flight: exit 75 at once."""
+    if running is None or running.poll() is not None:
+        sys.exit(STOPPED_EXIT)
+    print(f"compare.py: signal {signum}: stopping the run in flight at its next step, with a checkpoint",
+          file=sys.stderr, flush=True)
+    running.send_signal(signal.SIGUSR1)
 
 
 def fnum(text):
@@ -310,8 +337,44 @@ def reusable(args, run_dir, shown):
         return json.load(f).get("command") == shown
 
 
+def checkpoint_sets(args, run_dir):
+    """The overrides of --checkpoint-every N: a checkpoint every N steps in run_dir/checkpoints
+    (the last one kept), resumed from when there is one. Left out of the recorded command: a
+    resumed run continues bit for bit (mpi.test_preemption), so its results are the command's."""
+    if args.checkpoint_every <= 0:
+        return []
+    return [f"checkpoint.dir={os.path.join(run_dir, CHECKPOINTS)}", f"checkpoint.every={args.checkpoint_every}",
+            "checkpoint.keep_last=1", "checkpoint.resume=auto"]
+
+
+def resumable(args, run_dir, shown):
+    """True under --reuse --checkpoint-every when run_dir holds an unfinished run of the same
+    recorded command with a checkpoint to continue from."""
+    if not (args.reuse and args.checkpoint_every > 0) or os.path.exists(os.path.join(run_dir, "done.json")):
+        return False
+    folder = os.path.join(run_dir, CHECKPOINTS)
+    if not (os.path.isdir(folder) and any(d.startswith("step-") for d in os.listdir(folder))):
+        return False
+    try:
+        with open(os.path.join(run_dir, "command.txt")) as f:
+            return f.readline().rstrip("\n") == shlex.join(shown)
+    except OSError:
+        return False
+
+
+def earlier_wall(run_dir):
+    """Seconds the earlier, interrupted parts of a resumed run took (partial.json), else 0."""
+    try:
+        with open(os.path.join(run_dir, "partial.json")) as f:
+            return float(json.load(f)["wall_s"])
+    except (OSError, ValueError, KeyError):
+        return 0.0
+
+
 def train(args, name, regime, keep, run_dir, steps, eval_every, extra=()):
+    global running
     cmd, shown, _ = train_command(args, regime, keep, run_dir, steps, eval_every, extra)
+    cmd = with_sets(cmd, checkpoint_sets(args, run_dir))
     stdout_path, stderr_path = os.path.join(run_dir, "stdout.txt"), os.path.join(run_dir, "stderr.txt")
     done = os.path.join(run_dir, "done.json")
     if reusable(args, run_dir, shown):
@@ -319,35 +382,52 @@ def train(args, name, regime, keep, run_dir, steps, eval_every, extra=()):
         return cmd, None
     if args.finished_only:
         raise NotFinished(name)
-    for fname in os.listdir(run_dir):
-        if fname.startswith("metrics-") or fname == "done.json":
-            os.remove(os.path.join(run_dir, fname))
-    with open(os.path.join(run_dir, "command.txt"), "w") as f:
-        f.write(shlex.join(shown) + f"\n# {args.shown_binary} built from commit {args.commit}\n")
-    print(f"[{name}] {shlex.join(cmd)}", flush=True)
+    resume = resumable(args, run_dir, shown)
+    before = earlier_wall(run_dir) if resume else 0.0
+    if not resume:  # a fresh start: nothing of an earlier attempt may mix in (subdp would resume a checkpoint)
+        for fname in os.listdir(run_dir):
+            if fname.startswith("metrics-") or fname in ("done.json", "partial.json"):
+                os.remove(os.path.join(run_dir, fname))
+        shutil.rmtree(os.path.join(run_dir, CHECKPOINTS), ignore_errors=True)
+        with open(os.path.join(run_dir, "command.txt"), "w") as f:
+            f.write(shlex.join(shown) + f"\n# {args.shown_binary} built from commit {args.commit}\n")
+    # A resumed run's metrics files are cut back to its checkpoint by subdp itself; its output is appended.
+    print(f"[{name}] {'resuming from its checkpoint: ' if resume else ''}{shlex.join(cmd)}", flush=True)
     t0 = time.time()
-    with open(stdout_path, "w") as out, open(stderr_path, "w") as err:
+    mode = "a" if resume else "w"
+    with open(stdout_path, mode) as out, open(stderr_path, mode) as err:
         try:
-            p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=mpi_env(), bufsize=1)
+            running = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=mpi_env(), bufsize=1)
         except OSError as e:
             raise Failure(f"run '{name}' could not start ({e}): {shlex.join(cmd)}")
-        for line in p.stdout:
+        for line in running.stdout:
             out.write(line)
             out.flush()
             if args.verbose or line.startswith(("eval ", "final ")):
                 print(f"[{name}] {line}", end="", flush=True)
         try:
-            rc = p.wait(timeout=args.timeout if args.timeout > 0 else None)
+            rc = running.wait(timeout=args.timeout if args.timeout > 0 else None)
         except subprocess.TimeoutExpired:
-            p.kill()
+            running.kill()
             rc = "timeout"
-    wall = time.time() - t0
+        running = None
+    wall = before + time.time() - t0
+    if rc != 0 and args.checkpoint_every > 0:
+        with open(os.path.join(run_dir, "partial.json"), "w") as f:
+            json.dump({"command": shown, "wall_s": wall}, f)
+    if rc == STOPPED_EXIT and args.checkpoint_every > 0:
+        raise Stopped(f"run '{name}' stopped at its checkpoint after {wall:.0f} s in all; rerun the same command "
+                      "with --reuse to resume it")
     if rc != 0:
         tail = open(stderr_path).read().strip().splitlines()[-15:] + open(stdout_path).read().strip().splitlines()[-5:]
         raise Failure(f"run '{name}' failed (exit {rc}) after {wall:.0f} s: {shlex.join(cmd)}\n"
                       f"  output in {run_dir}/stdout.txt and stderr.txt; last lines:\n    " + "\n    ".join(tail))
     with open(done, "w") as f:
         json.dump({"command": shown, "commit": args.commit, "wall_s": wall}, f)
+    # Finished: its checkpoints are no result (and not committed).
+    shutil.rmtree(os.path.join(run_dir, CHECKPOINTS), ignore_errors=True)
+    if os.path.exists(os.path.join(run_dir, "partial.json")):
+        os.remove(os.path.join(run_dir, "partial.json"))
     return cmd, wall
 
 
@@ -618,6 +698,11 @@ def parse_args(argv):
                    help="launcher options (default '--oversubscribe --mca btl self,vader')")
     p.add_argument("--timeout", type=float, default=0, help="seconds allowed per training run; 0 = no limit")
     p.add_argument("--reuse", action="store_true", help="keep runs that already finished with the same command")
+    p.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
+                   help="checkpoint each training run every N steps in OUT/<run>/checkpoints (the last one kept, "
+                        "removed when the run finishes); SIGTERM, SIGUSR1 or SIGINT then stop the run in flight at its "
+                        "next step with a checkpoint and compare.py exits 75, and a rerun with --reuse resumes it bit "
+                        "for bit (the recorded command leaves these overrides out); 0 = none (default)")
     p.add_argument("--finished-only", action="store_true",
                    help="train nothing: summarise the runs that already finished with the same command (implies "
                         "--reuse) and name the others in summary.md; for a table built over several sessions")
@@ -626,7 +711,8 @@ def parse_args(argv):
     a = p.parse_args(argv)
     for name, value, least in (("--steps", a.steps, 1), ("--world", a.world, 1), ("--evals", a.evals, 1),
                                ("--seeds", a.seeds, 1), ("--calibration-steps", a.calibration_steps, 2),
-                               ("--timeout", a.timeout, 0), ("--alignment-every", a.alignment_every, 0)):
+                               ("--timeout", a.timeout, 0), ("--alignment-every", a.alignment_every, 0),
+                               ("--checkpoint-every", a.checkpoint_every, 0)):
         if not value >= least:  # nan too
             p.error(f"{name} {value:g}: must be >= {least}")
     if not os.path.exists(a.config):
@@ -846,8 +932,14 @@ def main(argv=None):
               file=sys.stderr)
         return 1
     t_start = time.time()
+    if a.checkpoint_every > 0:
+        for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
+            signal.signal(sig, forward_stop)
     try:
         runs_data, summaries = run_all(a, runs, notes)
+    except Stopped as e:
+        print(f"compare.py: stopped: {e}", file=sys.stderr)
+        return STOPPED_EXIT
     except (Failure, ValueError) as e:
         print(f"compare.py: error: {e}", file=sys.stderr)
         return 1

@@ -17,6 +17,9 @@
 # change a running table: cp build/subdp DIR/subdp-table && git rev-parse HEAD >DIR/subdp-table.commit.
 # The results record it as build/subdp with that commit (compare.py), never its path; --reuse
 # keeps a finished run while its recorded command is unchanged.
+# Stopping: SIGTERM to the running compare.py (not to this script, which then just ends):
+# the run in flight stops at its next step with a checkpoint (every 50 steps otherwise),
+# and the same protocol.sh later resumes it bit for bit (compare.py --checkpoint-every).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 model=${1:-}
@@ -31,7 +34,7 @@ case $model in
 esac
 cd "$root"
 results=$root/benchmarks/results
-common=(--world 4 --keep 0.5 --steps "$steps" --seeds 3 --evals 3 --reuse --binary "$binary"
+common=(--world 4 --keep 0.5 --steps "$steps" --seeds 3 --evals 3 --reuse --checkpoint-every 50 --binary "$binary"
         --binary-commit "${SUBDP_BINARY_COMMIT:-}"
         --mpirun-args "--oversubscribe --bind-to none --mca btl self,vader" "${finished[@]}")
 masked=fwd-block,bwd-block,stoch-depth,fwd-neuron,bwd-neuron,fwd-block@0.25,fwd-block+zir
