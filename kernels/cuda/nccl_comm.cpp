@@ -99,18 +99,51 @@ int choose_device(Communicator& bootstrap) {
   return local;
 }
 
+/// The end of the last collective any communicator of one world (the world and its subgroups)
+/// queued, so that the next one, on whichever communicator's stream, starts after it: every
+/// rank's device then runs them in the order the host issued them, the same on every rank.
+/// Without it a deferred collective (parallel.overlap) waited only for the compute stream, so
+/// two subgroups' collectives could run in either order, or at once, on the device, which
+/// NCCL documents as a possible deadlock for communicators used concurrently. Host thread only.
+class CollectiveOrder {
+ public:
+  explicit CollectiveOrder(int device) {
+    CUDA_CHECK(cudaSetDevice(device));
+    CUDA_CHECK(cudaEventCreateWithFlags(&last_end_, cudaEventDisableTiming));
+  }
+  ~CollectiveOrder() { cudaEventDestroy(last_end_); }  // teardown: errors ignored
+  CollectiveOrder(const CollectiveOrder&) = delete;
+  CollectiveOrder& operator=(const CollectiveOrder&) = delete;
+  /// Makes `stream` wait for the last collective queued by any communicator of the world.
+  void after_last(cudaStream_t stream) {
+    if (any_) CUDA_CHECK(cudaStreamWaitEvent(stream, last_end_, 0));
+  }
+  /// Records the end of the collective just queued on `stream`.
+  void ended_on(cudaStream_t stream) {
+    CUDA_CHECK(cudaEventRecord(last_end_, stream));
+    any_ = true;
+  }
+
+ private:
+  cudaEvent_t last_end_ = nullptr;
+  bool any_ = false;
+};
+
 class NcclComm final : public NcclCommunicator {
  public:
   /// Takes ownership of comm; bootstrap is either owned (subgroups, or the world of
-  /// make_nccl_world) or borrowed (make_nccl_communicator's world). in_flight: the world's
-  /// list of collectives on the device (null: none kept, no watchdog times them).
+  /// make_nccl_world) or borrowed (make_nccl_communicator's world). order: the world's,
+  /// shared with its subgroups; in_flight: the world's list of collectives on the device
+  /// (null: none kept, no watchdog times them).
   NcclComm(ncclComm_t comm, int device, Communicator* bootstrap, std::unique_ptr<Communicator> owned_bootstrap,
-           std::optional<cudaStream_t> compute, std::shared_ptr<cuda::CollectivesInFlight> in_flight)
+           std::optional<cudaStream_t> compute, std::shared_ptr<CollectiveOrder> order,
+           std::shared_ptr<cuda::CollectivesInFlight> in_flight)
       : comm_(comm),
         device_(device),
         bootstrap_(bootstrap),
         owned_(std::move(owned_bootstrap)),
         compute_(compute),
+        order_(std::move(order)),
         in_flight_(std::move(in_flight)) {
     NCCL_CHECK(ncclCommUserRank(comm_, &rank_));
     NCCL_CHECK(ncclCommCount(comm_, &size_));
@@ -220,7 +253,7 @@ class NcclComm final : public NcclCommunicator {
     if (!member) return nullptr;
     SUBDP_ASSERT(sub != nullptr && sub_boot != nullptr);
     Communicator* boot = sub_boot.get();
-    return std::make_unique<NcclComm>(sub, device_, boot, std::move(sub_boot), compute_, in_flight_);
+    return std::make_unique<NcclComm>(sub, device_, boot, std::move(sub_boot), compute_, order_, in_flight_);
   }
 
  private:
@@ -257,6 +290,7 @@ class NcclComm final : public NcclCommunicator {
     const cudaStream_t compute = compute_stream();
     CUDA_CHECK(cudaEventRecord(before_, compute));
     CUDA_CHECK(cudaStreamWaitEvent(stream_, before_, 0));
+    order_->after_last(stream_);
     const size_t listed = in_flight_ ? in_flight_->begin(stream_) : 0;
     {
       // NCCL may block here (a full queue; the emulator runs the collective at the call).
@@ -264,6 +298,7 @@ class NcclComm final : public NcclCommunicator {
       op();
     }
     CUDA_CHECK(cudaEventRecord(after_, stream_));
+    order_->ended_on(stream_);
     if (in_flight_) in_flight_->finish(listed, stream_);
     // A waited collective comes after every deferred one on the same stream: nothing left to join.
     deferred_ = !compute_waits;
@@ -287,6 +322,7 @@ class NcclComm final : public NcclCommunicator {
   cudaEvent_t before_ = nullptr, after_ = nullptr;
   int rank_ = 0, size_ = 1;
   bool deferred_ = false;                                 // a deferred collective the compute stream has not joined yet
+  std::shared_ptr<CollectiveOrder> order_;                // the world's, shared with its subgroups
   std::shared_ptr<cuda::CollectivesInFlight> in_flight_;  // the world's, shared with its subgroups
   std::unique_ptr<CollectiveWatchdog> watchdog_;          // the world's (install_watchdog); subgroups: none
 };
@@ -316,7 +352,8 @@ std::unique_ptr<Communicator> make_world(Communicator& bootstrap, std::unique_pt
   CUDA_CHECK(cudaSetDevice(device));
   ncclComm_t comm = nullptr;
   NCCL_CHECK(ncclCommInitRank(&comm, bootstrap.size(), id, bootstrap.rank()));
-  auto world = std::make_unique<NcclComm>(comm, device, &bootstrap, std::move(owned), std::nullopt, nullptr);
+  auto world = std::make_unique<NcclComm>(comm, device, &bootstrap, std::move(owned), std::nullopt,
+                                          std::make_shared<CollectiveOrder>(device), nullptr);
   if (collective_timeout_s > 0)
     world->install_watchdog(std::make_unique<CollectiveWatchdog>(collective_timeout_s, bootstrap.rank()));
   return world;
