@@ -10,7 +10,10 @@
 // each output row is a convex combination of the value rows. Fragments' element layouts are
 // unspecified, so everything done per row (the causal mask, the running max and sum, the
 // rescale of O) runs on the scores and the output kept in shared memory as floats, two lanes
-// per row. A row's sums run in a fixed order: a run repeats bit for bit.
+// per row, which take its even and its odd columns: with row strides of 4 words (mod 32) the
+// 16 rows of a warp then fall on 16 bank pairs, a 2-way conflict, where a lane taking a
+// contiguous half put 32 lanes on 8 banks (4-way). A row's sums run in a fixed order: a run
+// repeats bit for bit.
 #include <cmath>
 
 #include "kernels/cuda/attention_tc.cuh"
@@ -58,7 +61,7 @@ __global__ void __launch_bounds__(128)
   const HeadViewOf<In> v = query_view(qkv, T, H, KV, hd);
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int q0 = static_cast<int>(blockIdx.x) * BR, w0 = warp * kTile;  // block's and warp's first row
-  // This lane's row (two lanes a row) and its half of the score and output columns.
+  // This lane's row (two lanes a row) and its half of the score and output columns (every other one).
   const int rr = w0 + lane / 2, half = lane % 2, i = q0 + rr;
 
   load_bf16<HD>(q_stage, L::QLD, v.q, v.ld, q0, BR, T, hd);
@@ -85,8 +88,8 @@ __global__ void __launch_bounds__(128)
     float tile_max = -INFINITY;
     float sc[kHalfKeys];
     for (int c = 0; c < kHalfKeys; ++c) {
-      const int j = j0 + half * kHalfKeys + c;
-      sc[c] = i < T && j <= i ? s[rr * L::SLD + half * kHalfKeys + c] * scale : -INFINITY;
+      const int col = 2 * c + half, j = j0 + col;
+      sc[c] = i < T && j <= i ? s[rr * L::SLD + col] * scale : -INFINITY;
       tile_max = fmaxf(tile_max, sc[c]);
     }
     tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
@@ -95,13 +98,13 @@ __global__ void __launch_bounds__(128)
     float sum = 0.f;
     for (int c = 0; c < kHalfKeys; ++c) {
       const __nv_bfloat16 pb = __float2bfloat16(sc[c] == -INFINITY ? 0.f : expf(sc[c] - m_new));
-      p[rr * L::PLD + half * kHalfKeys + c] = pb;
+      p[rr * L::PLD + 2 * c + half] = pb;
       sum += __bfloat162float(pb);
     }
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);  // both lanes add the same two halves
     l = l * alpha + sum;
     m = m_new;
-    for (int d = half * (HD / 2); d < (half + 1) * (HD / 2); ++d) o[rr * L::OLD + d] *= alpha;
+    for (int d = half; d < HD; d += 2) o[rr * L::OLD + d] *= alpha;
     __syncwarp();
 
     // O += P V: p is (rows, keys) row-major, v (keys, HD) row-major.
@@ -120,11 +123,11 @@ __global__ void __launch_bounds__(128)
     __syncwarp();
   }
   const float inv = 1.f / l;
-  const int d_end = i < T ? min(hd, (half + 1) * (HD / 2)) : 0;  // a row past T writes nothing
+  const int d_end = i < T ? hd : 0;  // a row past T writes nothing
   const int64_t at = v.y_off + static_cast<int64_t>(i) * v.C;
   if constexpr (kForBackward) {
     float part = 0.f;
-    for (int d = half * (HD / 2); d < d_end; ++d) part += dy[at + d] * (o[rr * L::OLD + d] * inv);
+    for (int d = half; d < d_end; d += 2) part += dy[at + d] * (o[rr * L::OLD + d] * inv);
     part += __shfl_xor_sync(0xffffffffu, part, 1);  // every lane: the two halves, in either lane's order
     if (i < T && half == 0) {
       lse[v.stat + i] = m + logf(l);
@@ -132,7 +135,7 @@ __global__ void __launch_bounds__(128)
     }
   } else {
     if (lse && i < T && half == 0) lse[v.stat + i] = m + logf(l);
-    for (int d = half * (HD / 2); d < d_end; ++d) y[at + d] = o[rr * L::OLD + d] * inv;
+    for (int d = half; d < d_end; d += 2) y[at + d] = o[rr * L::OLD + d] * inv;
   }
 }
 

@@ -2,7 +2,7 @@
 // attention_tc_backward.cu: dk, dv and dq): the m16n16k16 warp tiles of bf16 operands and
 // float accumulators (nvcuda::wmma), the bf16 staging of q, k, v and dy rows into shared
 // memory, and the convention that two lanes share a row of the per-row work (the row's mask,
-// softmax and statistics), each with half its columns, because a fragment's element layout
+// softmax and statistics), one its even and one its odd columns, because a fragment's element layout
 // is unspecified and per-row work runs on floats in shared memory instead.
 #pragma once
 #include <mma.h>
@@ -91,7 +91,7 @@ __device__ void times_rows_transposed(const FragA (&a)[HD / kTile], const __nv_b
 
 /// out[d] = scale * acc rows (the warp's 16 rows as HD / 16 accumulators), through the float
 /// staging area `stage` (rows ld apart, the warp's rows from w0): this lane writes row
-/// w0 + lane / 2 (to `out`, null for a row past T), its half of the columns below hd.
+/// w0 + lane / 2 (to `out`, null for a row past T), its even or odd columns below hd.
 template <int HD>
 __device__ void write_rows(const FragAcc (&acc)[HD / kTile], float* stage, int ld, int w0, float* out, int hd,
                            float scale) {
@@ -100,7 +100,7 @@ __device__ void write_rows(const FragAcc (&acc)[HD / kTile], float* stage, int l
   __syncwarp();
   const int lane = static_cast<int>(threadIdx.x) % 32, r = w0 + lane / 2, half = lane % 2;
   if (out)
-    for (int d = half * (HD / 2); d < min(hd, (half + 1) * (HD / 2)); ++d) out[d] = scale * stage[r * ld + d];
+    for (int d = half; d < hd; d += 2) out[d] = scale * stage[r * ld + d];  // even / odd columns: 2-way banks
 }
 
 /// The float32 statistics the backward kernels read, on tensor cores (attention_tc.cu):

@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(128)
       times_rows_transposed<HD>(kf, qs, L::QLD, st + w0 * L::SLD, L::SLD);   // S^T = K Q^T
       times_rows_transposed<HD>(vf, gs, L::QLD, dpt + w0 * L::SLD, L::SLD);  // dP^T = V dy^T
       __syncwarp();
-      for (int c = half * (kQueries / 2); c < (half + 1) * (kQueries / 2); ++c) {
+      for (int c = half; c < kQueries; c += 2) {  // even / odd columns: 2-way bank conflicts, not 4-way
         const int i = i0 + c;
         const float p = j < T && i < T && i >= j ? expf(scale * st[rr * L::SLD + c] - ls[c]) : 0.f;
         pt[rr * L::PLD + c] = __float2bfloat16(p);
@@ -181,7 +181,7 @@ __global__ void __launch_bounds__(128)
     times_rows_transposed<HD>(qf, ks, L::KLD, s + w0 * L::SLD, L::SLD);   // S = Q K^T
     times_rows_transposed<HD>(gf, vs, L::KLD, dp + w0 * L::SLD, L::SLD);  // dP = dy V^T
     __syncwarp();
-    for (int c = half * (kKeys / 2); c < (half + 1) * (kKeys / 2); ++c) {
+    for (int c = half; c < kKeys; c += 2) {  // even / odd columns, as in the dK / dV kernel
       const int jj = j0 + c;
       const float p = i < T && jj <= i ? expf(scale * s[rr * L::SLD + c] - lse_i) : 0.f;
       dsb[rr * L::PLD + c] = __float2bfloat16(p * (dp[rr * L::SLD + c] - delta_i));
