@@ -134,12 +134,16 @@ class Stopped(Exception):
 STOPPED_EXIT = 75  # subdp train's exit after a graceful stop with a checkpoint (and compare.py's)
 CHECKPOINTS = "checkpoints"  # an unfinished run's checkpoint folder, inside its run folder
 running = None  # the training run in flight (subprocess.Popen), for the stop-signal handler
+stop_requested = False  # a stop signal came: no further run starts
 
 
 def forward_stop(signum, frame):
     """SIGTERM / SIGUSR1 / SIGINT under --checkpoint-every: ask the run in flight to stop at its
     next step with a checkpoint (SIGUSR1, which mpirun forwards to every rank); the run then
-    exits 75 and so does compare.py. Nothing in flight: exit 75 at once."""
+    exits 75 and so does compare.py (a run that finishes anyway is kept, and no other starts).
+    Nothing in flight: exit 75 at once."""
+    global stop_requested
+    stop_requested = True
     if running is None or running.poll() is not None:
         sys.exit(STOPPED_EXIT)
     print(f"compare.py: signal {signum}: stopping the run in flight at its next step, with a checkpoint",
@@ -371,31 +375,23 @@ def earlier_wall(run_dir):
         return 0.0
 
 
-def train(args, name, regime, keep, run_dir, steps, eval_every, extra=()):
+def start_afresh(args, run_dir, shown):
+    """Clears what an earlier attempt left in run_dir (subdp would resume its checkpoint, and its
+    metrics would mix in) and records the command."""
+    for fname in os.listdir(run_dir):
+        if fname.startswith("metrics-") or fname in ("done.json", "partial.json"):
+            os.remove(os.path.join(run_dir, fname))
+    shutil.rmtree(os.path.join(run_dir, CHECKPOINTS), ignore_errors=True)
+    with open(os.path.join(run_dir, "command.txt"), "w") as f:
+        f.write(shlex.join(shown) + f"\n# {args.shown_binary} built from commit {args.commit}\n")
+
+
+def run_streaming(args, name, cmd, run_dir, append):
+    """Runs cmd, its output into run_dir/stdout.txt and stderr.txt (appended to a resumed run's),
+    echoing the evaluation lines; its exit status ("timeout" past --timeout)."""
     global running
-    cmd, shown, _ = train_command(args, regime, keep, run_dir, steps, eval_every, extra)
-    cmd = with_sets(cmd, checkpoint_sets(args, run_dir))
-    stdout_path, stderr_path = os.path.join(run_dir, "stdout.txt"), os.path.join(run_dir, "stderr.txt")
-    done = os.path.join(run_dir, "done.json")
-    if reusable(args, run_dir, shown):
-        print(f"[{name}] reusing the finished run in {run_dir}", flush=True)
-        return cmd, None
-    if args.finished_only:
-        raise NotFinished(name)
-    resume = resumable(args, run_dir, shown)
-    before = earlier_wall(run_dir) if resume else 0.0
-    if not resume:  # a fresh start: nothing of an earlier attempt may mix in (subdp would resume a checkpoint)
-        for fname in os.listdir(run_dir):
-            if fname.startswith("metrics-") or fname in ("done.json", "partial.json"):
-                os.remove(os.path.join(run_dir, fname))
-        shutil.rmtree(os.path.join(run_dir, CHECKPOINTS), ignore_errors=True)
-        with open(os.path.join(run_dir, "command.txt"), "w") as f:
-            f.write(shlex.join(shown) + f"\n# {args.shown_binary} built from commit {args.commit}\n")
-    # A resumed run's metrics files are cut back to its checkpoint by subdp itself; its output is appended.
-    print(f"[{name}] {'resuming from its checkpoint: ' if resume else ''}{shlex.join(cmd)}", flush=True)
-    t0 = time.time()
-    mode = "a" if resume else "w"
-    with open(stdout_path, mode) as out, open(stderr_path, mode) as err:
+    mode = "a" if append else "w"
+    with open(os.path.join(run_dir, "stdout.txt"), mode) as out, open(os.path.join(run_dir, "stderr.txt"), mode) as err:
         try:
             running = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=mpi_env(), bufsize=1)
         except OSError as e:
@@ -411,6 +407,27 @@ def train(args, name, regime, keep, run_dir, steps, eval_every, extra=()):
             running.kill()
             rc = "timeout"
         running = None
+    return rc
+
+
+def train(args, name, regime, keep, run_dir, steps, eval_every, extra=()):
+    cmd, shown, _ = train_command(args, regime, keep, run_dir, steps, eval_every, extra)
+    cmd = with_sets(cmd, checkpoint_sets(args, run_dir))
+    if reusable(args, run_dir, shown):
+        print(f"[{name}] reusing the finished run in {run_dir}", flush=True)
+        return cmd, None
+    if args.finished_only:
+        raise NotFinished(name)
+    if stop_requested:
+        raise Stopped(f"stopped before run '{name}' started; rerun the same command with --reuse to go on")
+    resume = resumable(args, run_dir, shown)
+    before = earlier_wall(run_dir) if resume else 0.0
+    if not resume:
+        start_afresh(args, run_dir, shown)
+    # A resumed run's metrics files are cut back to its checkpoint by subdp itself.
+    print(f"[{name}] {'resuming from its checkpoint: ' if resume else ''}{shlex.join(cmd)}", flush=True)
+    t0 = time.time()
+    rc = run_streaming(args, name, cmd, run_dir, append=resume)
     wall = before + time.time() - t0
     if rc != 0 and args.checkpoint_every > 0:
         with open(os.path.join(run_dir, "partial.json"), "w") as f:
@@ -419,10 +436,11 @@ def train(args, name, regime, keep, run_dir, steps, eval_every, extra=()):
         raise Stopped(f"run '{name}' stopped at its checkpoint after {wall:.0f} s in all; rerun the same command "
                       "with --reuse to resume it")
     if rc != 0:
-        tail = open(stderr_path).read().strip().splitlines()[-15:] + open(stdout_path).read().strip().splitlines()[-5:]
+        out, err = (os.path.join(run_dir, f) for f in ("stdout.txt", "stderr.txt"))
+        tail = open(err).read().strip().splitlines()[-15:] + open(out).read().strip().splitlines()[-5:]
         raise Failure(f"run '{name}' failed (exit {rc}) after {wall:.0f} s: {shlex.join(cmd)}\n"
                       f"  output in {run_dir}/stdout.txt and stderr.txt; last lines:\n    " + "\n    ".join(tail))
-    with open(done, "w") as f:
+    with open(os.path.join(run_dir, "done.json"), "w") as f:
         json.dump({"command": shown, "commit": args.commit, "wall_s": wall}, f)
     # Finished: its checkpoints are no result (and not committed).
     shutil.rmtree(os.path.join(run_dir, CHECKPOINTS), ignore_errors=True)
