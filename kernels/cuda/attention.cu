@@ -1,6 +1,6 @@
 // Causal self-attention that never stores a (T, T) matrix: a flash-style forward and backward
 // (Dao et al., "FlashAttention", arXiv:2205.14135, algorithms 1 and 2) in float32 on CUDA
-// cores. One thread (two or four at head widths 64 and 128, each with a slice of the columns,
+// cores. One thread (two or four at head widths 64 and 128, each with a share of the columns,
 // their dot products summed across the lanes) owns one query (or key) row of one (sequence,
 // head); the block's 64 rows share each tile of the other side's rows in shared memory, and
 // tiles that the causal mask hides wholly are never loaded. Softmax is online (a running max
@@ -8,7 +8,8 @@
 // probabilities from the row's log-sum-exp. Grouped-query attention: a query head reads its
 // key / value head's rows, and a key / value head's dk, dv sum its query heads in order.
 // Every sum runs in a fixed order and no kernel uses atomics: a run repeats bit for bit. The
-// CPU attention (kernels/cpu/attention.cpp) is the reference.
+// CPU attention (kernels/cpu/attention.cpp) is the reference. A row's lanes deal its columns
+// in groups of four (lane_col), so that they read different banks of a shared tile row.
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -41,27 +42,43 @@ __device__ void load_tile(float (*tile)[HD], const float* src, int64_t ld, int r
   }
 }
 
-/// row[d] = src[d] for d < n, zero beyond (n = 0: all zero, src unread).
-template <int HD>
-__device__ void load_row(float (&row)[HD], const float* src, int n) {
-#pragma unroll
-  for (int d = 0; d < HD; ++d) row[d] = d < n ? src[d] : 0.f;
-}
-
-template <int HD>
-__device__ float dot(const float (&a)[HD], const float* b) {
-  float s = 0.f;
-#pragma unroll
-  for (int d = 0; d < HD; ++d) s += a[d] * b[d];
-  return s;
-}
-
 /// Lanes that share one row in every kernel here: each holds HD / row_lanes columns of the
 /// row's vectors (at most 32 floats each, so they fit in registers: with one lane a row, the
 /// dk / dv kernel at head width 64 held 256 floats and spilled 420 bytes a thread, 3,704 at 128).
 template <int HD>
 __host__ __device__ constexpr int row_lanes() {
   return HD > 32 ? HD / 32 : 1;
+}
+
+/// The column that register d of lane `slot` (of a row's LANES lanes) holds: groups of four
+/// columns dealt in turn (lane s: 4s..4s+3, then 4(s + LANES)..., ...). Every lane of a warp
+/// reads the same shared tile row at once, and contiguous slices put a row's lanes on the same
+/// banks (a 2-way conflict at head width 64, 4-way at 128, on every load); dealt groups of four
+/// put them on different ones. One lane a row: column d.
+template <int LANES>
+__device__ constexpr int lane_col(int slot, int d) {
+  return (d / 4 * LANES + slot) * 4 + d % 4;
+}
+
+/// row[d] = src[lane_col(slot, d)] for those columns below n, zero beyond (n = 0: all zero,
+/// src unread).
+template <int LANES, int W>
+__device__ void load_row(float (&row)[W], const float* src, int slot, int n) {
+#pragma unroll
+  for (int d = 0; d < W; ++d) {
+    const int c = lane_col<LANES>(slot, d);
+    row[d] = c < n ? src[c] : 0.f;
+  }
+}
+
+/// This lane's part of a . b over the row's columns: a holds them in register order, b is the
+/// whole row.
+template <int LANES, int W>
+__device__ float dot(const float (&a)[W], const float* b, int slot) {
+  float s = 0.f;
+#pragma unroll
+  for (int d = 0; d < W; ++d) s += a[d] * b[lane_col<LANES>(slot, d)];
+  return s;
 }
 
 /// Sum of x over the LANES lanes of a row (adjacent lanes; a butterfly, so each lane ends
@@ -75,18 +92,17 @@ __device__ float row_sum(float x) {
   return x;
 }
 
-/// This thread's row within the block and its lane's first column and column count (inside
-/// the head: zero past hd, and for a row past T).
+/// This thread's row within the block, its lane among the row's lanes (lane_col) and the
+/// columns it may read and write: hd, or 0 for a row past T.
 struct RowLane {
-  int row, c0, mine;
+  int row, slot, cols;
 };
 
 template <int HD>
 __device__ RowLane row_lane(int T, int hd) {
-  constexpr int LANES = row_lanes<HD>(), W = HD / LANES;
+  constexpr int LANES = row_lanes<HD>();
   const int row = static_cast<int>(blockIdx.x) * kRowsPerBlock + static_cast<int>(threadIdx.x) / LANES;
-  const int c0 = static_cast<int>(threadIdx.x) % LANES * W;
-  return {row, c0, row < T ? max(0, min(W, hd - c0)) : 0};
+  return {row, static_cast<int>(threadIdx.x) % LANES, row < T ? hd : 0};
 }
 
 /// Calls visit(k_j, v_j) for every key j <= i (causal) of query row i, in order of j, for the
@@ -96,8 +112,8 @@ __device__ RowLane row_lane(int T, int hd) {
 template <int HD, class Visit>
 __device__ void for_each_causal_key(const HeadView& v, int T, int hd, int i, Visit&& visit) {
   constexpr int BC = tile_rows<HD>();
-  __shared__ float ks[BC][HD];
-  __shared__ float vs[BC][HD];
+  alignas(16) __shared__ float ks[BC][HD];
+  alignas(16) __shared__ float vs[BC][HD];
   const int keys = min(T, static_cast<int>(blockIdx.x + 1) * kRowsPerBlock);  // no row of the block sees past it
   for (int j0 = 0; j0 < keys; j0 += BC) {
     __syncthreads();  // every thread is done with the previous tile
@@ -119,13 +135,13 @@ __global__ void __launch_bounds__(kRowsPerBlock* row_lanes<HD>())
   constexpr int LANES = row_lanes<HD>(), W = HD / LANES;
   const HeadView v = query_view(qkv, T, H, KV, hd);
   const RowLane rl = row_lane<HD>(T, hd);
-  const int i = rl.row, c0 = rl.c0, mine = rl.mine;  // not a structured binding: lambdas capture c0
+  const int i = rl.row, slot = rl.slot, cols = rl.cols;  // not a structured binding: lambdas capture slot
   float q[W], o[W];
-  load_row<W>(q, v.q + static_cast<int64_t>(i) * v.ld + c0, mine);
-  load_row<W>(o, nullptr, 0);
+  load_row<LANES>(q, v.q + static_cast<int64_t>(i) * v.ld, slot, cols);
+  load_row<LANES>(o, nullptr, slot, 0);
   float m = -INFINITY, l = 0.f;
   for_each_causal_key<HD>(v, T, hd, i, [&](const float* k, const float* vj) {
-    const float s = scale * row_sum<LANES>(dot<W>(q, k + c0));
+    const float s = scale * row_sum<LANES>(dot<LANES>(q, k, slot));
     if (s > m) {  // a new running max: rescale what was summed under the old one
       const float c = expf(m - s);
       l *= c;
@@ -136,19 +152,21 @@ __global__ void __launch_bounds__(kRowsPerBlock* row_lanes<HD>())
     const float p = expf(s - m);
     l += p;
 #pragma unroll
-    for (int d = 0; d < W; ++d) o[d] += p * vj[c0 + d];
+    for (int d = 0; d < W; ++d) o[d] += p * vj[lane_col<LANES>(slot, d)];
   });
   if (i >= T) return;
   const float inv = 1.f / l;
-  if (lse && c0 == 0) lse[v.stat + i] = m + logf(l);
-  const int64_t at = v.y_off + static_cast<int64_t>(i) * v.C + c0;
+  if (lse && slot == 0) lse[v.stat + i] = m + logf(l);
+  const int64_t at = v.y_off + static_cast<int64_t>(i) * v.C;
   if constexpr (kForBackward) {
     float part = 0.f;
-    for (int d = 0; d < mine; ++d) part += dy[at + d] * (o[d] * inv);
+    for (int d = 0; d < W; ++d)
+      if (const int c = lane_col<LANES>(slot, d); c < cols) part += dy[at + c] * (o[d] * inv);
     const float sum = row_sum<LANES>(part);
-    if (c0 == 0) delta[v.stat + i] = sum;
+    if (slot == 0) delta[v.stat + i] = sum;
   } else {
-    for (int d = 0; d < mine; ++d) y[at + d] = o[d] * inv;
+    for (int d = 0; d < W; ++d)
+      if (const int c = lane_col<LANES>(slot, d); c < cols) y[at + c] = o[d] * inv;
   }
 }
 
@@ -161,21 +179,21 @@ __global__ void __launch_bounds__(kRowsPerBlock* row_lanes<HD>())
                                int T, int H, int KV, int hd, float scale) {
   constexpr int BQ = tile_rows<HD>();  // divides kRowsPerBlock, so the first tile starts at j0
   constexpr int LANES = row_lanes<HD>(), W = HD / LANES;
-  __shared__ float qs[BQ][HD];
-  __shared__ float gs[BQ][HD];
+  alignas(16) __shared__ float qs[BQ][HD];
+  alignas(16) __shared__ float gs[BQ][HD];
   __shared__ float ls[BQ];
   __shared__ float ds[BQ];
   const int b = static_cast<int>(blockIdx.y) / KV, g = static_cast<int>(blockIdx.y) % KV, G = H / KV;
   const HeadView kv = head_view(qkv, T, H, KV, hd, b, g * G);
   const int j0 = static_cast<int>(blockIdx.x) * kRowsPerBlock;
   const RowLane rl = row_lane<HD>(T, hd);
-  const int j = rl.row, c0 = rl.c0, mine = rl.mine;  // not a structured binding: lambdas capture c0
+  const int j = rl.row, slot = rl.slot, cols = rl.cols;
   const bool active = j < T;
   float k[W], vv[W], dk[W], dv[W];
-  load_row<W>(k, kv.k + static_cast<int64_t>(j) * kv.ld + c0, mine);
-  load_row<W>(vv, kv.v + static_cast<int64_t>(j) * kv.ld + c0, mine);
-  load_row<W>(dk, nullptr, 0);
-  load_row<W>(dv, nullptr, 0);
+  load_row<LANES>(k, kv.k + static_cast<int64_t>(j) * kv.ld, slot, cols);
+  load_row<LANES>(vv, kv.v + static_cast<int64_t>(j) * kv.ld, slot, cols);
+  load_row<LANES>(dk, nullptr, slot, 0);
+  load_row<LANES>(dv, nullptr, slot, 0);
   for (int h = g * G; h < (g + 1) * G; ++h) {
     const HeadView v = head_view(qkv, T, H, KV, hd, b, h);
     for (int i0 = j0; i0 < T; i0 += BQ) {
@@ -189,24 +207,25 @@ __global__ void __launch_bounds__(kRowsPerBlock* row_lanes<HD>())
       __syncthreads();
       const int n = active ? min(BQ, T - i0) : 0;    // the same for a row's lanes: they shuffle together
       for (int ii = max(0, j - i0); ii < n; ++ii) {  // causal: queries i >= j
-        const float p = expf(scale * row_sum<LANES>(dot<W>(k, qs[ii] + c0)) - ls[ii]);
-        const float dsc = p * (row_sum<LANES>(dot<W>(vv, gs[ii] + c0)) - ds[ii]);  // d(score), before the scale
+        const float p = expf(scale * row_sum<LANES>(dot<LANES>(k, qs[ii], slot)) - ls[ii]);
+        const float dsc = p * (row_sum<LANES>(dot<LANES>(vv, gs[ii], slot)) - ds[ii]);  // d(score), before the scale
 #pragma unroll
         for (int d = 0; d < W; ++d) {
-          dv[d] += p * gs[ii][c0 + d];
-          dk[d] += dsc * qs[ii][c0 + d];
+          dv[d] += p * gs[ii][lane_col<LANES>(slot, d)];
+          dk[d] += dsc * qs[ii][lane_col<LANES>(slot, d)];
         }
       }
     }
   }
   if (!active) return;
-  const int64_t row = static_cast<int64_t>(j) * kv.ld + c0;
+  const int64_t row = static_cast<int64_t>(j) * kv.ld;
   float* dk_out = dqkv + (kv.k - qkv) + row;
   float* dv_out = dqkv + (kv.v - qkv) + row;
-  for (int d = 0; d < mine; ++d) {
-    dk_out[d] = scale * dk[d];
-    dv_out[d] = dv[d];
-  }
+  for (int d = 0; d < W; ++d)
+    if (const int c = lane_col<LANES>(slot, d); c < cols) {
+      dk_out[c] = scale * dk[d];
+      dv_out[c] = dv[d];
+    }
 }
 
 /// dq of the query rows of block (blockIdx.x, b * H + h): each sums over the keys j <= i.
@@ -217,22 +236,23 @@ __global__ void __launch_bounds__(kRowsPerBlock* row_lanes<HD>())
   constexpr int LANES = row_lanes<HD>(), W = HD / LANES;
   const HeadView v = query_view(qkv, T, H, KV, hd);
   const RowLane rl = row_lane<HD>(T, hd);
-  const int i = rl.row, c0 = rl.c0, mine = rl.mine;  // not a structured binding: lambdas capture c0
+  const int i = rl.row, slot = rl.slot, cols = rl.cols;  // not a structured binding: lambdas capture slot
   const bool active = i < T;
   float q[W], g[W], dq[W];
-  load_row<W>(q, v.q + static_cast<int64_t>(i) * v.ld + c0, mine);
-  load_row<W>(g, dy + v.y_off + static_cast<int64_t>(i) * v.C + c0, mine);
-  load_row<W>(dq, nullptr, 0);
+  load_row<LANES>(q, v.q + static_cast<int64_t>(i) * v.ld, slot, cols);
+  load_row<LANES>(g, dy + v.y_off + static_cast<int64_t>(i) * v.C, slot, cols);
+  load_row<LANES>(dq, nullptr, slot, 0);
   const float L = active ? lse[v.stat + i] : 0.f, D = active ? delta[v.stat + i] : 0.f;
   for_each_causal_key<HD>(v, T, hd, i, [&](const float* k, const float* vj) {
-    const float p = expf(scale * row_sum<LANES>(dot<W>(q, k + c0)) - L);
-    const float dsc = p * (row_sum<LANES>(dot<W>(g, vj + c0)) - D);
+    const float p = expf(scale * row_sum<LANES>(dot<LANES>(q, k, slot)) - L);
+    const float dsc = p * (row_sum<LANES>(dot<LANES>(g, vj, slot)) - D);
 #pragma unroll
-    for (int d = 0; d < W; ++d) dq[d] += dsc * k[c0 + d];
+    for (int d = 0; d < W; ++d) dq[d] += dsc * k[lane_col<LANES>(slot, d)];
   });
   if (!active) return;
-  float* out = dqkv + (v.q - qkv) + static_cast<int64_t>(i) * v.ld + c0;
-  for (int d = 0; d < mine; ++d) out[d] = scale * dq[d];
+  float* out = dqkv + (v.q - qkv) + static_cast<int64_t>(i) * v.ld;
+  for (int d = 0; d < W; ++d)
+    if (const int c = lane_col<LANES>(slot, d); c < cols) out[c] = scale * dq[d];
 }
 
 template <int N>
