@@ -34,11 +34,12 @@ class CollectiveWatchdog {
   };
 
   /// Sets the probe that times device waits: called on the watchdog's thread at each 500 ms
-  /// tick (waiting or not, so that it can retire finished work), it says whether a collective is running on the device
-  /// now (begun: the device work queued before it is done; not yet finished). The wait's clock starts at the first tick
-  /// that sees one, so a host wait that covers a long computation before the collective does not time out; a collective
-  /// stuck on a lost peer does. Set before the first guard, from the thread that owns the watchdog; null: the whole
-  /// wait is timed.
+  /// tick (waiting or not, so that it can retire finished work), it says whether a collective
+  /// is running on the device now (begun: the device work queued before it is done; not yet
+  /// finished). A wait's clock starts at the first tick that sees one, so a host wait that
+  /// covers a long computation before the collective does not time out, while a collective
+  /// stuck on a lost peer does. Set before the first guard, from the thread that owns the
+  /// watchdog; without one the whole wait is timed.
   void set_device_probe(std::function<bool()> collective_running);
 
  private:
