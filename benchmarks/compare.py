@@ -138,9 +138,10 @@ stop_requested = False  # a stop signal came: no further run starts
 
 
 def forward_stop(signum, frame):
-    """SIGTERM / SIGUSR1 / SIGINT under --checkpoint-every: ask the run in flight to stop at its
-    next step with a checkpoint (SIGUSR1, which mpirun forwards to every rank); the run then
-    exits 75 and so does compare.py (a run that finishes anyway is kept, and no other starts).
+    """SIGTERM / SIGUSR1 / SIGINT: ask the run in flight to stop at its next step (SIGUSR1,
+    which mpirun forwards to every rank), with a checkpoint under --checkpoint-every, else
+    saving nothing; the run then exits and compare.py with 75 (a run that finishes anyway is
+    kept, and no other starts), rather than leaving the run training with nobody to read it.
     Nothing in flight: exit 75 at once."""
     global stop_requested
     stop_requested = True
@@ -435,6 +436,9 @@ def train(args, name, regime, keep, run_dir, steps, eval_every, extra=()):
     if rc == STOPPED_EXIT and args.checkpoint_every > 0:
         raise Stopped(f"run '{name}' stopped at its checkpoint after {wall:.0f} s in all; rerun the same command "
                       "with --reuse to resume it")
+    if rc != 0 and stop_requested:
+        raise Stopped(f"run '{name}' stopped after {wall:.0f} s, nothing of it saved (no --checkpoint-every): "
+                      "rerun the same command with --reuse to train it again")
     if rc != 0:
         out, err = (os.path.join(run_dir, f) for f in ("stdout.txt", "stderr.txt"))
         tail = open(err).read().strip().splitlines()[-15:] + open(out).read().strip().splitlines()[-5:]
@@ -950,9 +954,8 @@ def main(argv=None):
               file=sys.stderr)
         return 1
     t_start = time.time()
-    if a.checkpoint_every > 0:
-        for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
-            signal.signal(sig, forward_stop)
+    for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
+        signal.signal(sig, forward_stop)
     try:
         runs_data, summaries = run_all(a, runs, notes)
     except Stopped as e:

@@ -3,7 +3,8 @@
 # session's end, a preempted job) stops at its next step with a checkpoint and compare.py
 # exits 75; the same command with --reuse resumes it, and its every step and evaluation equal
 # an uninterrupted run's bit for bit; its recorded command is the uninterrupted one's, its
-# wall time sums both attempts, and no checkpoint is left once it finishes.
+# wall time sums both attempts, and no checkpoint is left once it finishes. Without
+# --checkpoint-every the stop still ends the run in flight.
 source "$(dirname "$0")/../mpi/common.sh"
 # 3000 steps of the small GPT on 2 ranks: seconds, long enough to stop in the middle.
 compare() {
@@ -51,3 +52,19 @@ print(f"ok: stopped and resumed: {steps} step records and the evaluations equal 
       f"wall {done['wall_s']:.1f} s over both attempts")
 PY
 echo "ok: stopped at metrics line $stopped_at of rank 0, compare.py exit 75, resumed with --reuse"
+
+# Without --checkpoint-every a stop saves nothing, but compare.py still stops the run in flight
+# (before, the run trained on with nobody to read it) and exits 75.
+(exec /usr/bin/python3 "$ROOT/benchmarks/compare.py" "$WORK/gpt.toml" --binary "$SUBDP" --world 2 --regimes dp \
+  --steps 3000 --evals 3 --out "$WORK/plain" >"$WORK/plain.log" 2>&1) &
+pid=$!
+metrics=$WORK/plain/dp/metrics-0.jsonl
+for _ in $(seq 600); do [[ -f $metrics && $(wc -l <"$metrics") -ge 300 ]] && break; sleep 0.05; done
+kill -TERM "$pid"
+rc=0
+wait "$pid" || rc=$?
+((rc == 75)) || { echo "FAIL: compare.py without checkpoints exited $rc after SIGTERM, expected 75"; tail -5 "$WORK/plain.log"; exit 1; }
+sleep 1
+if pgrep -f "$WORK/plain/dp" >/dev/null; then echo "FAIL: the stopped run still trains"; exit 1; fi
+grep -q "nothing of it saved" "$WORK/plain.log" || { echo "FAIL: the stop did not say nothing was saved"; exit 1; }
+echo "ok: without checkpoints a stop ends the run in flight (exit 75, nothing saved, no process left)"
