@@ -61,10 +61,11 @@ kept while their recorded command is unchanged, with the plan.txt of the binary 
 them; a reused run of another commit than the binary's is named in summary.md's notes);
 --finished-only trains nothing and summarises what has finished, naming the rest. With
 --checkpoint-every N a run interrupted by a stop signal to compare.py (a session's end, a
-preempted job) also resumes from its last checkpoint instead of starting over: SIGTERM or
-SIGUSR1 to compare.py stops the run in flight at its next step with a checkpoint (exit 75),
-and the same command with --reuse continues it bit for bit, its wall time summed over the
-attempts (OUT/<run>/partial.json until it finishes).
+preempted job) also resumes from its last checkpoint instead of starting over: SIGTERM,
+SIGUSR1 or SIGINT to compare.py stops the run in flight at its next step with a checkpoint
+(exit 75), and the same command with --reuse continues it bit for bit, its wall time summed
+over the attempts (OUT/<run>/partial.json until it finishes). Without it a stop signal still
+ends the run in flight, saving nothing.
 benchmarks/protocol.sh runs the protocol of issue 25 this way and benchmarks/protocol_table.py
 merges its budgets.
 """
@@ -135,6 +136,7 @@ STOPPED_EXIT = 75  # subdp train's exit after a graceful stop with a checkpoint 
 CHECKPOINTS = "checkpoints"  # an unfinished run's checkpoint folder, inside its run folder
 running = None  # the training run in flight (subprocess.Popen), for the stop-signal handler
 stop_requested = False  # a stop signal came: no further run starts
+checkpointing = False  # --checkpoint-every > 0 (what a stop signal saves)
 
 
 def forward_stop(signum, frame):
@@ -146,8 +148,11 @@ def forward_stop(signum, frame):
     global stop_requested
     stop_requested = True
     if running is None or running.poll() is not None:
+        print(f"compare.py: signal {signum} between runs: stopped; rerun the same command with --reuse to go on",
+              file=sys.stderr, flush=True)
         sys.exit(STOPPED_EXIT)
-    print(f"compare.py: signal {signum}: stopping the run in flight at its next step, with a checkpoint",
+    saving = "with a checkpoint" if checkpointing else "saving nothing (no --checkpoint-every)"
+    print(f"compare.py: signal {signum}: stopping the run in flight at its next step, {saving}",
           file=sys.stderr, flush=True)
     running.send_signal(signal.SIGUSR1)
 
@@ -352,13 +357,30 @@ def checkpoint_sets(args, run_dir):
             "checkpoint.keep_last=1", "checkpoint.resume=auto"]
 
 
+def has_checkpoint(run_dir):
+    """True when run_dir/checkpoints holds a checkpoint (subdp names them step-NNNNNNNN)."""
+    folder = os.path.join(run_dir, CHECKPOINTS)
+    return os.path.isdir(folder) and any(d.startswith("step-") for d in os.listdir(folder))
+
+
+def stopped_run(args, name, run_dir, wall):
+    """The Stopped of a run a stop signal ended (subdp's exit 75, or mpirun's own status under
+    SIGINT): resumable from its checkpoint, its wall time so far kept in partial.json, or with
+    nothing saved."""
+    if args.checkpoint_every > 0 and has_checkpoint(run_dir):
+        return Stopped(f"run '{name}' stopped at its checkpoint after {wall:.0f} s in all; rerun the same command "
+                       "with --reuse to resume it")
+    why = "no --checkpoint-every" if args.checkpoint_every <= 0 else "stopped before its first checkpoint"
+    return Stopped(f"run '{name}' stopped after {wall:.0f} s, nothing of it saved ({why}): rerun the same command "
+                   "with --reuse to train it again")
+
+
 def resumable(args, run_dir, shown):
     """True under --reuse --checkpoint-every when run_dir holds an unfinished run of the same
     recorded command with a checkpoint to continue from."""
     if not (args.reuse and args.checkpoint_every > 0) or os.path.exists(os.path.join(run_dir, "done.json")):
         return False
-    folder = os.path.join(run_dir, CHECKPOINTS)
-    if not (os.path.isdir(folder) and any(d.startswith("step-") for d in os.listdir(folder))):
+    if not has_checkpoint(run_dir):
         return False
     try:
         with open(os.path.join(run_dir, "command.txt")) as f:
@@ -424,21 +446,20 @@ def train(args, name, regime, keep, run_dir, steps, eval_every, extra=()):
     resume = resumable(args, run_dir, shown)
     before = earlier_wall(run_dir) if resume else 0.0
     if not resume:
+        if args.reuse and has_checkpoint(run_dir):
+            print(f"[{name}] its checkpoint is of another command (or --checkpoint-every is off): starting over",
+                  flush=True)
         start_afresh(args, run_dir, shown)
     # A resumed run's metrics files are cut back to its checkpoint by subdp itself.
     print(f"[{name}] {'resuming from its checkpoint: ' if resume else ''}{shlex.join(cmd)}", flush=True)
     t0 = time.time()
     rc = run_streaming(args, name, cmd, run_dir, append=resume)
     wall = before + time.time() - t0
-    if rc != 0 and args.checkpoint_every > 0:
+    if rc != 0 and args.checkpoint_every > 0 and has_checkpoint(run_dir):  # a rerun resumes it
         with open(os.path.join(run_dir, "partial.json"), "w") as f:
             json.dump({"command": shown, "wall_s": wall}, f)
-    if rc == STOPPED_EXIT and args.checkpoint_every > 0:
-        raise Stopped(f"run '{name}' stopped at its checkpoint after {wall:.0f} s in all; rerun the same command "
-                      "with --reuse to resume it")
-    if rc != 0 and stop_requested:
-        raise Stopped(f"run '{name}' stopped after {wall:.0f} s, nothing of it saved (no --checkpoint-every): "
-                      "rerun the same command with --reuse to train it again")
+    if rc != 0 and (stop_requested or rc == STOPPED_EXIT):
+        raise stopped_run(args, name, run_dir, wall)
     if rc != 0:
         out, err = (os.path.join(run_dir, f) for f in ("stdout.txt", "stderr.txt"))
         tail = open(err).read().strip().splitlines()[-15:] + open(out).read().strip().splitlines()[-5:]
@@ -954,6 +975,8 @@ def main(argv=None):
               file=sys.stderr)
         return 1
     t_start = time.time()
+    global checkpointing
+    checkpointing = a.checkpoint_every > 0
     for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
         signal.signal(sig, forward_stop)
     try:

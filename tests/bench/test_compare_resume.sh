@@ -23,6 +23,8 @@ wait "$pid" || rc=$?
 ls "$WORK/stopped/dp/checkpoints" | grep -q "^step-" || { echo "FAIL: no checkpoint after the stop"; exit 1; }
 [[ ! -f $WORK/stopped/dp/done.json ]] || { echo "FAIL: a stopped run was marked done"; exit 1; }
 stopped_at=$(wc -l <"$metrics")
+grep -q "stopped: run 'dp' stopped at its checkpoint" "$WORK/first.log" ||
+  { echo "FAIL: compare.py did not say the run stopped at its checkpoint"; tail -3 "$WORK/first.log"; exit 1; }
 compare stopped --checkpoint-every 100 >"$WORK/second.log" 2>&1 || { tail -20 "$WORK/second.log"; exit 1; }
 grep -q "resuming from its checkpoint" "$WORK/second.log" || { echo "FAIL: the rerun did not resume"; exit 1; }
 [[ ! -e $WORK/stopped/dp/checkpoints ]] || { echo "FAIL: checkpoints left after the run finished"; exit 1; }
@@ -66,5 +68,6 @@ wait "$pid" || rc=$?
 ((rc == 75)) || { echo "FAIL: compare.py without checkpoints exited $rc after SIGTERM, expected 75"; tail -5 "$WORK/plain.log"; exit 1; }
 sleep 1
 if pgrep -f "$WORK/plain/dp" >/dev/null; then echo "FAIL: the stopped run still trains"; exit 1; fi
-grep -q "nothing of it saved" "$WORK/plain.log" || { echo "FAIL: the stop did not say nothing was saved"; exit 1; }
+grep -q "nothing of it saved (no --checkpoint-every)" "$WORK/plain.log" ||
+  { echo "FAIL: the stop did not say nothing was saved"; exit 1; }
 echo "ok: without checkpoints a stop ends the run in flight (exit 75, nothing saved, no process left)"
