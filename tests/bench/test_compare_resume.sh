@@ -7,18 +7,21 @@
 # --checkpoint-every the stop still ends the run in flight.
 source "$(dirname "$0")/../mpi/common.sh"
 # 3000 steps of the small GPT on 2 ranks: seconds, long enough to stop in the middle.
-compare() {
-  /usr/bin/python3 "$ROOT/benchmarks/compare.py" "$WORK/gpt.toml" --binary "$SUBDP" --world 2 --regimes dp \
-    --steps 3000 --evals 3 --reuse --out "$WORK/$1" "${@:2}"
+compare_cmd=(/usr/bin/python3 "$ROOT/benchmarks/compare.py" "$WORK/gpt.toml" --binary "$SUBDP" --world 2 --regimes dp
+  --steps 3000 --evals 3)
+compare() { "${compare_cmd[@]}" --reuse --out "$WORK/$1" "${@:2}"; }
+# stop_midway OUT LOG ARGS...: compare.py into $WORK/OUT (output in $WORK/LOG) in the
+# background, SIGTERM to it once rank 0 has logged 300 steps; rc = its exit status.
+stop_midway() {
+  (exec "${compare_cmd[@]}" --out "$WORK/$1" "${@:3}" >"$WORK/$2" 2>&1) &
+  local pid=$! metrics=$WORK/$1/dp/metrics-0.jsonl  # pid: compare.py itself (exec), not a subshell
+  for _ in $(seq 600); do [[ -f $metrics && $(wc -l <"$metrics") -ge 300 ]] && break; sleep 0.05; done
+  kill -TERM "$pid"
+  rc=0
+  wait "$pid" || rc=$?
 }
-(exec /usr/bin/python3 "$ROOT/benchmarks/compare.py" "$WORK/gpt.toml" --binary "$SUBDP" --world 2 --regimes dp \
-  --steps 3000 --evals 3 --reuse --out "$WORK/stopped" --checkpoint-every 100 >"$WORK/first.log" 2>&1) &
-pid=$!  # compare.py itself (exec), not a subshell around it
+stop_midway stopped first.log --reuse --checkpoint-every 100
 metrics=$WORK/stopped/dp/metrics-0.jsonl
-for _ in $(seq 600); do [[ -f $metrics && $(wc -l <"$metrics") -ge 300 ]] && break; sleep 0.05; done
-kill -TERM "$pid"
-rc=0
-wait "$pid" || rc=$?
 ((rc == 75)) || { echo "FAIL: compare.py exited $rc after SIGTERM, expected 75"; tail -5 "$WORK/first.log"; exit 1; }
 ls "$WORK/stopped/dp/checkpoints" | grep -q "^step-" || { echo "FAIL: no checkpoint after the stop"; exit 1; }
 [[ ! -f $WORK/stopped/dp/done.json ]] || { echo "FAIL: a stopped run was marked done"; exit 1; }
@@ -57,14 +60,7 @@ echo "ok: stopped at metrics line $stopped_at of rank 0, compare.py exit 75, res
 
 # Without --checkpoint-every a stop saves nothing, but compare.py still stops the run in flight
 # (before, the run trained on with nobody to read it) and exits 75.
-(exec /usr/bin/python3 "$ROOT/benchmarks/compare.py" "$WORK/gpt.toml" --binary "$SUBDP" --world 2 --regimes dp \
-  --steps 3000 --evals 3 --out "$WORK/plain" >"$WORK/plain.log" 2>&1) &
-pid=$!
-metrics=$WORK/plain/dp/metrics-0.jsonl
-for _ in $(seq 600); do [[ -f $metrics && $(wc -l <"$metrics") -ge 300 ]] && break; sleep 0.05; done
-kill -TERM "$pid"
-rc=0
-wait "$pid" || rc=$?
+stop_midway plain plain.log
 ((rc == 75)) || { echo "FAIL: compare.py without checkpoints exited $rc after SIGTERM, expected 75"; tail -5 "$WORK/plain.log"; exit 1; }
 sleep 1
 if pgrep -f "$WORK/plain/dp" >/dev/null; then echo "FAIL: the stopped run still trains"; exit 1; fi
