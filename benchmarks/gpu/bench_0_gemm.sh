@@ -5,6 +5,8 @@
 # float32 operands that it rounds as it loads them. Writes gemm.csv (every row) and
 # gemm_summary.md (per layer and pass: milliseconds in each mode, and what storing bf16
 # operands would gain against today's bf16, with and without converting the activation first).
+# Its last rows time attention's forward and backward (f32 fp32: CUDA cores, what precision
+# fp32 runs; f32 bf16: tensor cores, what precision bf16 runs).
 # SUBDP_GPU_REHEARSAL=1: the small shapes, for the emulated device.
 set -euo pipefail
 BIN=$1
@@ -19,7 +21,7 @@ rows = list(csv.DictReader(open(sys.argv[1])))
 ms = {(r["layer"], r["pass"], r["operands"], r["math"], r["out"]): float(r["ms"]) for r in rows}
 print("GEMMs of GPT-2 small's layers (ms per call, shapes in gemm.csv; f32 = float32 operands as subdp passes them today, "
       "bf16 = operands stored in bf16; gain = today's bf16 over stored bf16, and over stored bf16 "
-      "plus converting the activation operand):")
+      "plus converting the activation operand; attention: CUDA cores under fp32, tensor cores under bf16):")
 print()
 print("| layer | pass | f32 fp32 | f32 tf32 | f32 bf16 (today) | bf16 stored | convert | gain | gain with convert |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")

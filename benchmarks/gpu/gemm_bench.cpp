@@ -12,6 +12,11 @@
 //     or bf16: what stored bf16 operands would run;
 //   convert: cuda::to_bf16 of the pass's activation operand (the pass's first operand, rows x
 //     width floats): what converting on the fly would add per GEMM.
+// And causal attention at GPT-2 small's shape (B 8, T 1024, H 12, head width 64; --small: B 2,
+// T 128, H 2, width 64), layer "attention", pass forward or backward: CUDA cores in float32
+// (attention.cu, math fp32: what precision fp32 / tf32 run) and tensor cores (attention_tc.cu,
+// math bf16); rate in TFLOP/s of the causal products, 2 B H T^2 hd forward and 2.5 times that
+// backward (FlashAttention-2's count; the backward's own recomputation not counted).
 // Time: the mean of N back-to-back calls between two cudaDeviceSynchronize, by the host clock,
 // after 2 unmeasured calls (heuristics, handles). GPT-2 small: rows = B T = 8 x 1024, C = 768,
 // V = 50304; --small: rows 128, C 64, V 512 (the emulated device's rehearsal).
@@ -154,6 +159,29 @@ void bench_layer(const Layer& l, int rows, int reps) {
   }
 }
 
+/// Times attention's forward and backward, on CUDA cores and on tensor cores.
+void bench_attention(const subdp::cuda::AttentionShape& s, int reps) {
+  const int64_t qkv_n = int64_t{s.B} * s.T * s.qkv_width(), y_n = int64_t{s.B} * s.T * s.width();
+  DeviceArray<float> qkv(qkv_n), y(y_n), dy(y_n), dqkv(qkv_n), ws(subdp::cuda::attention_workspace_floats(s));
+  fill_random(qkv.p, qkv_n, 5);
+  fill_random(dy.p, y_n, 6);
+  const Layer l{"attention", s.hd, s.hd};
+  const double flops = 2.0 * s.B * s.H * static_cast<double>(s.T) * s.T * s.hd;
+  const Pass forward{"forward", false, true, s.T, s.T, s.hd, 0, 0, 0, 0};
+  const Pass backward{"backward", false, false, s.T, s.T, s.hd, 0, 0, 0, 0};
+  const double f32 = seconds_per_call([&] { subdp::cuda::attention_forward(s, qkv.p, y.p, nullptr, nullptr); }, reps);
+  print_row(l, forward, "f32", "fp32", "f32", f32, flops / f32 / 1e12);
+  const double b32 =
+      seconds_per_call([&] { subdp::cuda::attention_backward(s, qkv.p, dy.p, dqkv.p, ws.p, nullptr); }, reps);
+  print_row(l, backward, "f32", "fp32", "f32", b32, 2.5 * flops / b32 / 1e12);
+  const double f16 =
+      seconds_per_call([&] { subdp::cuda::attention_forward_tc(s, qkv.p, y.p, nullptr, nullptr); }, reps);
+  print_row(l, forward, "f32", "bf16", "f32", f16, flops / f16 / 1e12);
+  const double b16 =
+      seconds_per_call([&] { subdp::cuda::attention_backward_tc(s, qkv.p, dy.p, dqkv.p, ws.p, nullptr); }, reps);
+  print_row(l, backward, "f32", "bf16", "f32", b16, 2.5 * flops / b16 / 1e12);
+}
+
 int run(int argc, char** argv) {
   bool small = false;
   int reps = 10;
@@ -171,6 +199,8 @@ int run(int argc, char** argv) {
   const Layer layers[] = {{"qkv", C, 3 * C}, {"proj", C, C}, {"fc", C, 4 * C}, {"fc2", 4 * C, C}, {"head", C, V}};
   std::printf("layer,pass,M,N,K,operands,math,out,ms,rate,unit\n");
   for (const Layer& l : layers) bench_layer(l, rows, reps);
+  bench_attention(small ? subdp::cuda::AttentionShape{2, 128, 2, 64} : subdp::cuda::AttentionShape{8, 1024, 12, 64},
+                  reps);
   return 0;
 }
 

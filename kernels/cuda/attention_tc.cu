@@ -1,19 +1,15 @@
 // Causal self-attention forward on tensor cores (precision = "bf16"): the flash forward of
 // attention.cu (Dao et al., arXiv:2205.14135, algorithm 1; online softmax, causal tiles
-// skipped, no (T, T) matrix) with the two products S = Q K^T and O += P V as warp matrix
-// operations (nvcuda::wmma, m16n16k16, bf16 operands, float accumulators).
+// skipped, no (T, T) matrix) arranged as FlashAttention-2 (attention_tc.cuh): each warp keeps
+// its 16 query rows' Q, scores, probabilities and output in registers, and shared memory holds
+// only the block's Q (read once), a key tile and the value tile transposed, as bf16. The
+// rounded probabilities of two adjacent 8-key tiles of S are, register for register, the A
+// operand of P V over those 16 keys, so P never leaves the registers.
 //
-// A block takes BR query rows of one (sequence, head), one warp per 16 rows, and walks the
-// key tiles of BC = 32 rows up to its last row. Q, K and V are rounded to bf16 as they are
-// loaded into shared memory (or read as bf16, from the layer's kept copy); P is rounded to
-// bf16 before P V, and the row sums that normalise the output add the same rounded values, so
-// each output row is a convex combination of the value rows. Fragments' element layouts are
-// unspecified, so everything done per row (the causal mask, the running max and sum, the
-// rescale of O) runs on the scores and the output kept in shared memory as floats, two lanes
-// per row, which take its even and its odd columns: with row strides of 4 words (mod 32) the
-// 16 rows of a warp then fall on 16 bank pairs, a 2-way conflict, where a lane taking a
-// contiguous half put 32 lanes on 8 banks (4-way). A row's sums run in a fixed order: a run
-// repeats bit for bit.
+// Q, K and V are rounded to bf16 as they are loaded (or read as bf16, from the layer's kept
+// copy); P is rounded to bf16 before P V, and the row sums that normalise the output add the
+// same rounded values, so each output row is a convex combination of the value rows. Sums run
+// in a fixed order: a run repeats bit for bit.
 #include <cmath>
 
 #include "kernels/cuda/attention_tc.cuh"
@@ -25,126 +21,142 @@ namespace tc {
 
 namespace {
 
-/// The forward block's shared memory; leading dimensions padded by 16 bytes (the wmma loads
-/// need multiples of 16 bytes, and the padding spreads the banks).
+/// The forward block: 64 query rows (4 warps of 16) against key tiles of BC rows. Row strides
+/// of (HD + 8) and (BC + 8) bf16 put the 8 groups' fragment loads on 8 disjoint sets of 4
+/// banks (stride 4, 12 or 20 words mod 32), so they do not conflict.
 template <int HD>
 struct ForwardLayout {
-  static constexpr int BR = block_rows<HD>();
-  static constexpr int OLD = HD + 4;  // o: (BR, OLD) floats; first holds Q as bf16 (BR, QLD)
-  static constexpr int QLD = HD + 8;
-  static constexpr int KLD = HD + 8;     // k, v: (kKeys, KLD) bf16
-  static constexpr int SLD = kKeys + 4;  // s: (BR, SLD) float scores
-  static constexpr int PLD = kKeys + 8;  // p: (BR, PLD) bf16 probabilities
-  static constexpr int o_bytes = BR * OLD * 4, kv_bytes = kKeys * KLD * 2;
-  static constexpr int s_bytes = BR * SLD * 4, p_bytes = BR * PLD * 2;
-  static constexpr int bytes = o_bytes + 2 * kv_bytes + s_bytes + p_bytes;
-  static_assert(BR * QLD * 2 <= o_bytes, "Q is staged in o's space");
+  static constexpr int BR = 64;
+  static constexpr int BC = HD <= 64 ? 64 : 32;  // 32 at width 128 bounds registers and shared memory
+  static constexpr int LD = HD + 8;              // q (BR, LD) and k (BC, LD), bf16
+  static constexpr int VLD = BC + 8;             // v transposed: (HD, VLD), bf16
+  static constexpr int q_bytes = BR * LD * 2, k_bytes = BC * LD * 2, v_bytes = HD * VLD * 2;
+  static constexpr int bytes = q_bytes + k_bytes + v_bytes;
   static_assert(bytes <= 48 * 1024, "static shared memory above 48 KiB");
-  static_assert(o_bytes % 32 == 0 && kv_bytes % 32 == 0 && s_bytes % 32 == 0, "32-byte aligned arrays");
+  static_assert(q_bytes % 16 == 0 && k_bytes % 16 == 0, "16-byte aligned arrays");
 };
 
-/// Writes y, or with kForBackward the row's log-sum-exp and delta = rowsum(dy * y) instead.
+/// The warp's running state for its 16 rows: this lane's rows g and g + 8 ([0], [1]).
+template <int HD>
+struct RowState {
+  float o[HD / 8][4];  // output accumulators: 8-column tile n, the mma's c layout
+  float m[2];          // running max of the scaled scores
+  float l[2];          // this lane's share of the running sum of the rounded probabilities
+};
+
+/// The online softmax step for one key tile (keys j0 ..): masks and scales s, updates the
+/// running max, rescales o and l, and returns the rounded probabilities in pa as the A operands
+/// of P V. i0: this lane's first row (the second is i0 + 8).
+template <int HD>
+__device__ void tile_softmax(float (&s)[ForwardLayout<HD>::BC / 8][4], RowState<HD>& st, int i0, int j0, int T,
+                             float scale, uint32_t (&pa)[ForwardLayout<HD>::BC / 16][4]) {
+  constexpr int NT = ForwardLayout<HD>::BC / 8;
+  const int t = lane_place().t;
+  float mx[2] = {-INFINITY, -INFINITY};
+  for (int nt = 0; nt < NT; ++nt)
+    for (int e = 0; e < 4; ++e) {
+      const int i = i0 + (e < 2 ? 0 : 8), j = j0 + nt * 8 + 2 * t + (e & 1);
+      s[nt][e] = i < T && j <= i ? s[nt][e] * scale : -INFINITY;
+      mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
+    }
+  float alpha[2], m_new[2];
+  for (int r = 0; r < 2; ++r) {
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+    m_new[r] = fmaxf(st.m[r], mx[r]);
+    alpha[r] = st.m[r] == -INFINITY ? 0.f : expf(st.m[r] - m_new[r]);
+    st.m[r] = m_new[r];
+    st.l[r] *= alpha[r];
+  }
+  for (int n = 0; n < HD / 8; ++n)
+    for (int e = 0; e < 4; ++e) st.o[n][e] *= alpha[e / 2];
+  for (int nt = 0; nt < NT; ++nt) {
+    __nv_bfloat16 p[4];
+    for (int e = 0; e < 4; ++e) {
+      p[e] = __float2bfloat16(s[nt][e] == -INFINITY ? 0.f : expf(s[nt][e] - m_new[e / 2]));
+      st.l[e / 2] += __bfloat162float(p[e]);
+    }
+    to_a_operand(pa, nt, p);
+  }
+}
+
+/// Writes this lane's two rows: y, or with kForBackward the rows' log-sum-exp and
+/// delta = rowsum(dy * y) instead.
+template <int HD, bool kForBackward, class In>
+__device__ void finish_rows(RowState<HD>& st, const HeadViewOf<In>& v, const float* dy, float* y, float* lse,
+                            float* delta, int i0, int T, int hd) {
+  const int t = lane_place().t;
+  for (int r = 0; r < 2; ++r) {
+    const int i = i0 + 8 * r;
+    const float l = group_sum(st.l[r]), inv = 1.f / l;
+    const int d_end = i < T ? hd : 0;  // a row past T writes nothing
+    const int64_t at = v.y_off + static_cast<int64_t>(i) * v.C;
+    float part = 0.f;
+    for (int n = 0; n < HD / 8; ++n)
+      for (int e = 0; e < 2; ++e) {
+        const int d = n * 8 + 2 * t + e;
+        if (d >= d_end) continue;
+        const float out = st.o[n][2 * r + e] * inv;
+        if constexpr (kForBackward)
+          part += dy[at + d] * out;
+        else
+          y[at + d] = out;
+      }
+    if constexpr (kForBackward) part = group_sum(part);
+    if (i >= T || t != 0) continue;
+    if (kForBackward || lse) lse[v.stat + i] = st.m[r] + logf(l);
+    if constexpr (kForBackward) delta[v.stat + i] = part;
+  }
+}
+
 template <int HD, bool kForBackward, class In>
 __global__ void __launch_bounds__(128)
     flash_forward_tc_kernel(const In* qkv, const float* dy, float* y, float* lse, float* delta, int T, int H, int KV,
                             int hd, float scale) {
   using L = ForwardLayout<HD>;
-  constexpr int BR = L::BR;
-  alignas(32) __shared__ unsigned char smem[L::bytes];
-  float* o = reinterpret_cast<float*>(smem);
-  auto* q_stage = reinterpret_cast<__nv_bfloat16*>(smem);
-  auto* ks = reinterpret_cast<__nv_bfloat16*>(smem + L::o_bytes);
-  auto* vs = reinterpret_cast<__nv_bfloat16*>(smem + L::o_bytes + L::kv_bytes);
-  float* s = reinterpret_cast<float*>(smem + L::o_bytes + 2 * L::kv_bytes);
-  auto* p = reinterpret_cast<__nv_bfloat16*>(smem + L::o_bytes + 2 * L::kv_bytes + L::s_bytes);
+  alignas(16) __shared__ unsigned char smem[L::bytes];
+  auto* qs = reinterpret_cast<__nv_bfloat16*>(smem);
+  auto* ks = reinterpret_cast<__nv_bfloat16*>(smem + L::q_bytes);
+  auto* vt = reinterpret_cast<__nv_bfloat16*>(smem + L::q_bytes + L::k_bytes);
 
   const HeadViewOf<In> v = query_view(qkv, T, H, KV, hd);
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int q0 = static_cast<int>(blockIdx.x) * BR, w0 = warp * kTile;  // block's and warp's first row
-  // This lane's row (two lanes a row) and its half of the score and output columns (every other one).
-  const int rr = w0 + lane / 2, half = lane % 2, i = q0 + rr;
+  const int warp = static_cast<int>(threadIdx.x) / 32, g = lane_place().g;
+  // The last query tiles see the most keys: they start first.
+  const int q0 = (static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)) * L::BR, w0 = warp * 16;
+  const int i0 = q0 + w0 + g;  // this lane's rows: i0 and i0 + 8
 
-  load_bf16<HD>(q_stage, L::QLD, v.q, v.ld, q0, BR, T, hd);
+  load_bf16<HD>(qs, L::LD, v.q, v.ld, q0, L::BR, T, hd);
   __syncthreads();
-  FragA qf[HD / kTile];
-  load_row_fragments<HD>(qf, q_stage, L::QLD, w0);
-  __syncthreads();  // every warp holds its Q before o overwrites the staging
-  for (int e = threadIdx.x; e < BR * L::OLD; e += blockDim.x) o[e] = 0.f;
+  uint32_t qa[HD / kTile][4];
+  load_a_rows(qa, qs, L::LD, w0);
+  RowState<HD> st;
+  zero(st.o);
+  st.m[0] = st.m[1] = -INFINITY;
+  st.l[0] = st.l[1] = 0.f;
 
-  float m = -INFINITY, l = 0.f;
-  const int keys = min(T, q0 + BR);  // no row of the block sees past it
-  for (int j0 = 0; j0 < keys; j0 += kKeys) {
-    __syncthreads();  // every warp is done with the previous tile (and o is zeroed)
-    load_bf16<HD>(ks, L::KLD, v.k, v.ld, j0, kKeys, T, hd);
-    load_bf16<HD>(vs, L::KLD, v.v, v.ld, j0, kKeys, T, hd);
+  const int keys = min(T, q0 + L::BR);  // no row of the block sees past it
+  for (int j0 = 0; j0 < keys; j0 += L::BC) {
+    __syncthreads();  // every warp is done with the previous tile
+    load_bf16<HD>(ks, L::LD, v.k, v.ld, j0, L::BC, T, hd);
+    load_bf16<HD, true>(vt, L::VLD, v.v, v.ld, j0, L::BC, T, hd);
     __syncthreads();
-    if (q0 + w0 >= T || j0 > q0 + w0 + kTile - 1) continue;  // the warp's rows are past T or see no key here
-
-    times_rows_transposed<HD>(qf, ks, L::KLD, s + w0 * L::SLD, L::SLD);  // S = Q K^T, the warp's 16 rows
-    __syncwarp();
-
-    // Online softmax of the row (two lanes, kKeys / 2 columns each): masked, rescaled, P in bf16.
-    constexpr int kHalfKeys = kKeys / 2;
-    float tile_max = -INFINITY;
-    float sc[kHalfKeys];
-    for (int c = 0; c < kHalfKeys; ++c) {
-      const int col = 2 * c + half, j = j0 + col;
-      sc[c] = i < T && j <= i ? s[rr * L::SLD + col] * scale : -INFINITY;
-      tile_max = fmaxf(tile_max, sc[c]);
-    }
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-    const float m_new = fmaxf(m, tile_max);
-    const float alpha = m == -INFINITY ? 0.f : expf(m - m_new);
-    float sum = 0.f;
-    for (int c = 0; c < kHalfKeys; ++c) {
-      const __nv_bfloat16 pb = __float2bfloat16(sc[c] == -INFINITY ? 0.f : expf(sc[c] - m_new));
-      p[rr * L::PLD + 2 * c + half] = pb;
-      sum += __bfloat162float(pb);
-    }
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);  // both lanes add the same two halves
-    l = l * alpha + sum;
-    m = m_new;
-    for (int d = half; d < HD; d += 2) o[rr * L::OLD + d] *= alpha;
-    __syncwarp();
-
-    // O += P V: p is (rows, keys) row-major, v (keys, HD) row-major.
-    for (int n = 0; n < HD / kTile; ++n) {
-      FragAcc acc;
-      wmma::load_matrix_sync(acc, o + w0 * L::OLD + n * kTile, L::OLD, wmma::mem_row_major);
-      for (int kk = 0; kk < kKeys / kTile; ++kk) {
-        FragA pf;
-        FragBRow vf;
-        wmma::load_matrix_sync(pf, p + w0 * L::PLD + kk * kTile, L::PLD);
-        wmma::load_matrix_sync(vf, vs + kk * kTile * L::KLD + n * kTile, L::KLD);
-        wmma::mma_sync(acc, pf, vf, acc);
-      }
-      wmma::store_matrix_sync(o + w0 * L::OLD + n * kTile, acc, L::OLD, wmma::mem_row_major);
-    }
-    __syncwarp();
+    if (q0 + w0 >= T || j0 > q0 + w0 + 15) continue;  // the warp's rows are past T or see no key here
+    float s[L::BC / 8][4];
+    uint32_t pa[L::BC / 16][4];
+    zero(s);
+    mma_rows(s, qa, ks, L::LD);  // S = Q K^T
+    tile_softmax<HD>(s, st, i0, j0, T, scale, pa);
+    mma_rows(st.o, pa, vt, L::VLD);  // O += P V
   }
-  const float inv = 1.f / l;
-  const int d_end = i < T ? hd : 0;  // a row past T writes nothing
-  const int64_t at = v.y_off + static_cast<int64_t>(i) * v.C;
-  if constexpr (kForBackward) {
-    float part = 0.f;
-    for (int d = half; d < d_end; d += 2) part += dy[at + d] * (o[rr * L::OLD + d] * inv);
-    part += __shfl_xor_sync(0xffffffffu, part, 1);  // every lane: the two halves, in either lane's order
-    if (i < T && half == 0) {
-      lse[v.stat + i] = m + logf(l);
-      delta[v.stat + i] = part;
-    }
-  } else {
-    if (lse && i < T && half == 0) lse[v.stat + i] = m + logf(l);
-    for (int d = half; d < d_end; d += 2) y[at + d] = o[rr * L::OLD + d] * inv;
-  }
+  finish_rows<HD, kForBackward>(st, v, dy, y, lse, delta, i0, T, hd);
 }
 
 template <int HD, bool kForBackward, class In>
 void launch(const AttentionShape& s, const In* qkv, const float* dy, float* y, float* lse, float* delta,
             cudaStream_t stream) {
-  constexpr int BR = block_rows<HD>();
+  constexpr int BR = ForwardLayout<HD>::BR;
   const dim3 grid(static_cast<unsigned>((s.T + BR - 1) / BR), static_cast<unsigned>(s.B * s.H));
-  SUBDP_LAUNCH(grid, BR * 2, 0, stream, flash_forward_tc_kernel<HD, kForBackward, In>)
+  SUBDP_LAUNCH(grid, 128, 0, stream, flash_forward_tc_kernel<HD, kForBackward, In>)
   (qkv, dy, y, lse, delta, s.T, s.H, s.kv_heads(), s.hd, 1.f / std::sqrt(static_cast<float>(s.hd)));
   CUDA_CHECK_LAUNCH();
 }

@@ -1,37 +1,22 @@
 // What the tensor-core attention kernels share (attention_tc.cu: the forward;
-// attention_tc_backward.cu: dk, dv and dq): the m16n16k16 warp tiles of bf16 operands and
-// float accumulators (nvcuda::wmma), the bf16 staging of q, k, v and dy rows into shared
-// memory, and the convention that two lanes share a row of the per-row work (the row's mask,
-// softmax and statistics), one its even and one its odd columns, because a fragment's element layout
-// is unspecified and per-row work runs on floats in shared memory instead.
+// attention_tc_backward.cu: dk, dv and dq): the bf16 staging of q, k, v and dy rows into
+// shared memory and the warp's products on mma.sync.m16n8k16 (kernels/cuda/mma_sync.cuh).
+// Every kernel is arranged as FlashAttention-2 (Dao, arXiv:2307.08691): a warp owns 16 rows,
+// keeps its operands and accumulators in registers for the whole kernel, and does the per-row
+// work (mask, softmax, dS) on the accumulators in place. The lane of group g = lane / 4 and
+// place t = lane % 4 holds, of each 8-column tile of an accumulator, rows g and g + 8, columns
+// 2t and 2t + 1; a row's reductions combine the four lanes of its group.
 #pragma once
-#include <mma.h>
-
+#include <cstdint>
 #include <type_traits>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.h"
+#include "kernels/cuda/mma_sync.cuh"
 
 namespace subdp::cuda::tc {
 
-namespace wmma = nvcuda::wmma;
-
-constexpr int kTile = 16;     // the m16n16k16 tile: 16 rows a warp
-constexpr int kKeys = 32;     // key rows per tile (forward, dq)
-constexpr int kQueries = 32;  // query rows per tile (dk, dv)
-static_assert(kKeys == kQueries, "times_rows_transposed takes tiles of either");
-
-using FragA = wmma::fragment<wmma::matrix_a, kTile, kTile, kTile, __nv_bfloat16, wmma::row_major>;
-using FragBRow = wmma::fragment<wmma::matrix_b, kTile, kTile, kTile, __nv_bfloat16, wmma::row_major>;
-using FragBCol = wmma::fragment<wmma::matrix_b, kTile, kTile, kTile, __nv_bfloat16, wmma::col_major>;
-using FragAcc = wmma::fragment<wmma::accumulator, kTile, kTile, kTile, float>;
-
-/// Rows a block owns: 64 (4 warps), 32 at head width 128, so that each kernel's shared
-/// memory stays under the 48 KiB a block gets without an opt-in.
-template <int HD>
-__host__ __device__ constexpr int block_rows() {
-  return HD <= 64 ? 64 : 32;
-}
+constexpr int kTile = 16;  // rows a warp owns, and the k of one mma
 
 /// True when the tensor-core kernels take shape s: head widths that are multiples of 16 up
 /// to kMaxAttentionHeadDim, and KV dividing H.
@@ -48,59 +33,96 @@ void with_width(int hd, F&& f) {
   return f(std::integral_constant<int, 128>{});
 }
 
-/// dst[r][d] = bf16(src[(r0 + r) * ld + d]) for r < rows, d < HD, dst rows dld apart; zero past
-/// row T and past column hd (zero columns add exact zeros to every product). src is float
-/// (rounded here) or bf16 (copied: a kept copy loads the values its float conversion would).
-/// Every thread of the block takes part.
-template <int HD, class Src>
+/// dst[r][d] = bf16(src[(r0 + r) * ld + d]) for r < rows, d < HD, dst rows dld apart (with
+/// kTransposed, dst[d][r]: columns dld apart); zero past row T and past column hd (zero columns
+/// add exact zeros to every product). src is float (rounded here) or bf16 (copied: a kept copy
+/// loads the values its float conversion would). Every thread of the block takes part.
+template <int HD, bool kTransposed = false, class Src>
 __device__ void load_bf16(__nv_bfloat16* dst, int dld, const Src* src, int64_t ld, int r0, int rows, int T, int hd) {
   static_assert(std::is_same_v<Src, float> || std::is_same_v<Src, __nv_bfloat16>, "float or bf16 rows");
-  for (int e = threadIdx.x; e < rows * HD; e += blockDim.x) {
+  for (int e = threadIdx.x; e < rows * HD; e += blockDim.x) {  // d fastest: coalesced reads of src
     const int r = e / HD, d = e % HD;
     const bool inside = r0 + r < T && d < hd;
+    __nv_bfloat16& out = dst[kTransposed ? d * dld + r : r * dld + d];
     if constexpr (std::is_same_v<Src, float>)
-      dst[r * dld + d] = __float2bfloat16(inside ? src[static_cast<int64_t>(r0 + r) * ld + d] : 0.f);
+      out = __float2bfloat16(inside ? src[static_cast<int64_t>(r0 + r) * ld + d] : 0.f);
     else
-      dst[r * dld + d] = inside ? src[static_cast<int64_t>(r0 + r) * ld + d] : __float2bfloat16(0.f);
+      out = inside ? src[static_cast<int64_t>(r0 + r) * ld + d] : __float2bfloat16(0.f);
   }
 }
 
-/// The warp's HD / 16 fragments of rows w0 .. w0 + 15 of a bf16 (rows, ld) array.
-template <int HD>
-__device__ void load_row_fragments(FragA (&f)[HD / kTile], const __nv_bfloat16* a, int ld, int w0) {
-  for (int kk = 0; kk < HD / kTile; ++kk) wmma::load_matrix_sync(f[kk], a + w0 * ld + kk * kTile, ld);
+/// The calling lane's group g (rows g and g + 8 of its warp's 16) and place t in it.
+struct LanePlace {
+  int g, t;
+};
+__device__ __forceinline__ LanePlace lane_place() {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  return {lane / 4, lane % 4};
 }
 
-/// out (16 x 32, floats, rows ld apart) = the warp's 16 rows of `a` (HD / 16 fragments) times
-/// the transpose of 32 bf16 rows (rows bld apart) at b: S = Q K^T and dP = dy V^T, a
-/// warp's 16 rows against a tile of kKeys (or kQueries) rows.
-template <int HD>
-__device__ void times_rows_transposed(const FragA (&a)[HD / kTile], const __nv_bfloat16* b, int bld, float* out,
-                                      int ld) {
-  for (int n = 0; n < kKeys / kTile; ++n) {
-    FragAcc acc;
-    wmma::fill_fragment(acc, 0.f);
-    for (int kk = 0; kk < HD / kTile; ++kk) {
-      FragBCol bf;  // row j of b is column j of b^T
-      wmma::load_matrix_sync(bf, b + n * kTile * bld + kk * kTile, bld);
-      wmma::mma_sync(acc, a[kk], bf, acc);
+/// a = rows w0 .. w0 + 15 of a bf16 array (rows ld apart), columns 0 .. 16 K - 1, as the K
+/// A operands of mma::m16n8k16 (a warp's Q, dy, K or V, read once into registers).
+template <int K>
+__device__ void load_a_rows(uint32_t (&a)[K][4], const __nv_bfloat16* m, int ld, int w0) {
+  const LanePlace p = lane_place();
+  for (int kk = 0; kk < K; ++kk) {
+    const __nv_bfloat16* r = m + (w0 + p.g) * ld + kk * kTile + 2 * p.t;
+    a[kk][0] = mma::pair(r);
+    a[kk][1] = mma::pair(r + 8 * ld);
+    a[kk][2] = mma::pair(r + 8);
+    a[kk][3] = mma::pair(r + 8 * ld + 8);
+  }
+}
+
+/// c (16 x 8 N floats, accumulator layout) += a (16 x 16 K bf16, A operands) times the
+/// transpose of the 8 N bf16 rows of m (16 K columns each, rows ld apart). With m the rows of
+/// a tile it is the warp's rows against the tile's (S = Q K^T, dP = dy V^T); with m a tile
+/// stored transposed, the product by the tile (O += P V with V^T, dK += dS^T Q with Q^T).
+template <int K, int N>
+__device__ void mma_rows(float (&c)[N][4], const uint32_t (&a)[K][4], const __nv_bfloat16* m, int ld) {
+  const LanePlace p = lane_place();
+  for (int n = 0; n < N; ++n)
+    for (int kk = 0; kk < K; ++kk) {
+      const __nv_bfloat16* r = m + (n * 8 + p.g) * ld + kk * kTile + 2 * p.t;  // B[k][n] = m[n][k]
+      const uint32_t b[2] = {mma::pair(r), mma::pair(r + 8)};
+      mma::m16n8k16(c[n], a[kk], b, c[n]);
     }
-    wmma::store_matrix_sync(out + n * kTile, acc, ld, wmma::mem_row_major);
-  }
 }
 
-/// out[d] = scale * acc rows (the warp's 16 rows as HD / 16 accumulators), through the float
-/// staging area `stage` (rows ld apart, the warp's rows from w0): this lane writes row
-/// w0 + lane / 2 (to `out`, null for a row past T), its even or odd columns below hd.
-template <int HD>
-__device__ void write_rows(const FragAcc (&acc)[HD / kTile], float* stage, int ld, int w0, float* out, int hd,
-                           float scale) {
-  for (int n = 0; n < HD / kTile; ++n)
-    wmma::store_matrix_sync(stage + w0 * ld + n * kTile, acc[n], ld, wmma::mem_row_major);
-  __syncwarp();
-  const int lane = static_cast<int>(threadIdx.x) % 32, r = w0 + lane / 2, half = lane % 2;
-  if (out)
-    for (int d = half; d < hd; d += 2) out[d] = scale * stage[r * ld + d];  // even / odd columns: 2-way banks
+template <int N>
+__device__ void zero(float (&c)[N][4]) {
+  for (auto& tile : c)
+    for (float& x : tile) x = 0.f;
+}
+
+/// Stores accumulator tile n's values x, rounded to bf16, as A operand registers: tile n's
+/// rows g and g + 8 are registers 0 and 1 of operand n / 2 for an even n, registers 2 and 3
+/// for an odd one (the accumulator and A layouts coincide), so a product's result feeds the
+/// next product without leaving the registers.
+template <int K>
+__device__ __forceinline__ void to_a_operand(uint32_t (&a)[K][4], int n, const __nv_bfloat16 (&x)[4]) {
+  a[n / 2][(n % 2) * 2] = mma::pack(x[0], x[1]);
+  a[n / 2][(n % 2) * 2 + 1] = mma::pack(x[2], x[3]);
+}
+
+/// Sum over the four lanes of a group; every lane of the group gets the same bits (each
+/// addition is commutative, and both rounds pair the same partial sums).
+__device__ __forceinline__ float group_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+/// Writes the warp's accumulators times scale as float rows: this lane's two rows (g and
+/// g + 8 of the warp's 16) at out0 and out1 (null for a row past T), columns below hd.
+template <int N>
+__device__ void write_rows(const float (&acc)[N][4], float* out0, float* out1, int hd, float scale) {
+  const int t = lane_place().t;
+  for (int n = 0; n < N; ++n)
+    for (int e = 0; e < 4; ++e) {
+      float* out = e < 2 ? out0 : out1;
+      const int d = n * 8 + 2 * t + (e & 1);
+      if (out && d < hd) out[d] = scale * acc[n][e];
+    }
 }
 
 /// The float32 statistics the backward kernels read, on tensor cores (attention_tc.cu):

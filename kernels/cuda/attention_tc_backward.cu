@@ -5,10 +5,11 @@
 // (tc::attention_stats: each row's log-sum-exp and delta = rowsum(dy * y)).
 //
 // Each warp keeps its 16 rows' operands (K and V, or Q and dy) and its accumulators (dK and
-// dV, or dQ) as fragments for the whole kernel. Per tile of the other side's rows it forms
-// S (= Q K^T) and dP (= dy V^T) by warp matrix products, then, two lanes a row on the floats
-// in shared memory, P = exp(scale S - lse) under the causal mask and dS = P (dP - delta),
-// rounded to bf16, and accumulates dV += P^T dy, dK += dS^T Q, dQ += dS K. dK and dQ are
+// dV, or dQ) in registers for the whole kernel (attention_tc.cuh). Per tile of the other
+// side's rows it forms S (= Q K^T, or S^T = K Q^T) and dP (= dy V^T, or dP^T = V dy^T) as
+// mma.sync accumulators, then in place P = exp(scale S - lse) under the causal mask and
+// dS = P (dP - delta), rounded to bf16 into A operands, and accumulates dV += P^T dy,
+// dK += dS^T Q, dQ += dS K against the tile stored transposed in shared memory. dK and dQ are
 // scaled by 1 / sqrt(hd) once, at the end. A key / value head sums its query heads in order.
 #include <cmath>
 
@@ -21,54 +22,58 @@ namespace tc {
 
 namespace {
 
-/// The dk / dv block's shared memory: query and dy tiles (kQueries, QLD) bf16 (together they
-/// first stage the block's K, then V, BK rows), S^T and dP^T (BK, SLD) floats, P^T and dS^T
-/// (BK, PLD) bf16, the tile's lse and delta; after the loop, the output staging (BK, OLD)
-/// floats over all of it.
+/// The dk / dv block: BK = 64 key rows (4 warps of 16) against query tiles of BQ rows. Shared
+/// memory holds the tile's Q and dy as rows (for S^T and dP^T) and transposed (for dK and dV),
+/// bf16, and its lse and delta; before the loop K and V are staged over the same bytes. Row
+/// strides of (HD + 8) and (BQ + 8) bf16 keep a warp's operand loads off each other's banks.
 template <int HD>
 struct DkdvLayout {
-  static constexpr int BK = block_rows<HD>();
-  static constexpr int QLD = HD + 8, SLD = kQueries + 4, PLD = kQueries + 8, OLD = HD + 4;
-  static constexpr int q_bytes = kQueries * QLD * 2, s_bytes = BK * SLD * 4, p_bytes = BK * PLD * 2;
-  static constexpr int loop_bytes = 2 * q_bytes + 2 * s_bytes + 2 * p_bytes + 2 * kQueries * 4;
-  static constexpr int bytes = loop_bytes > BK* OLD * 4 ? loop_bytes : BK* OLD * 4;
-  static_assert(BK <= 2 * kQueries, "K and V are staged in the q and dy tiles");
+  static constexpr int BK = 64;
+  static constexpr int BQ = HD <= 32 ? 64 : HD <= 64 ? 32 : 16;  // bounds the registers (no spills)
+  static constexpr int LD = HD + 8, TLD = BQ + 8;
+  static constexpr int rows_bytes = BQ * LD * 2, cols_bytes = HD * TLD * 2;
+  static constexpr int loop_bytes = 2 * rows_bytes + 2 * cols_bytes + 2 * BQ * 4;
+  static constexpr int stage_bytes = 2 * BK * LD * 2;
+  static constexpr int bytes = loop_bytes > stage_bytes ? loop_bytes : stage_bytes;
   static_assert(bytes <= 48 * 1024, "static shared memory above 48 KiB");
-  static_assert(q_bytes % 32 == 0 && s_bytes % 32 == 0 && p_bytes % 32 == 0, "32-byte aligned arrays");
+  static_assert(rows_bytes % 16 == 0 && cols_bytes % 16 == 0 && BK * LD * 2 % 16 == 0, "16-byte aligned arrays");
 };
 
-/// The dq block's shared memory: key and value tiles (kKeys, KLD) bf16, S and dP (BR, SLD)
-/// floats, dS (BR, PLD) bf16; before the loop Q and dy staged (2 BR, QLD) bf16, after it the
-/// output staging (BR, OLD) floats, each over all of it.
+/// The dq block: BR = 64 query rows (4 warps of 16) against key tiles of BC rows. Shared
+/// memory holds the tile's K and V as rows (for S and dP) and K transposed (for dQ), bf16;
+/// before the loop Q and dy are staged over the same bytes.
 template <int HD>
 struct DqLayout {
-  static constexpr int BR = block_rows<HD>();
-  static constexpr int KLD = HD + 8, QLD = HD + 8, SLD = kKeys + 4, PLD = kKeys + 8, OLD = HD + 4;
-  static constexpr int k_bytes = kKeys * KLD * 2, s_bytes = BR * SLD * 4, p_bytes = BR * PLD * 2;
-  static constexpr int loop_bytes = 2 * k_bytes + 2 * s_bytes + p_bytes;
-  static constexpr int stage_bytes = 2 * BR * QLD * 2, out_bytes = BR * OLD * 4;
-  static constexpr int bytes = loop_bytes > stage_bytes  ? (loop_bytes > out_bytes ? loop_bytes : out_bytes)
-                               : stage_bytes > out_bytes ? stage_bytes
-                                                         : out_bytes;
+  static constexpr int BR = 64;
+  static constexpr int BC = HD <= 64 ? 64 : 32;
+  static constexpr int LD = HD + 8, TLD = BC + 8;
+  static constexpr int rows_bytes = BC * LD * 2, cols_bytes = HD * TLD * 2;
+  static constexpr int loop_bytes = 2 * rows_bytes + cols_bytes;
+  static constexpr int stage_bytes = 2 * BR * LD * 2;
+  static constexpr int bytes = loop_bytes > stage_bytes ? loop_bytes : stage_bytes;
   static_assert(bytes <= 48 * 1024, "static shared memory above 48 KiB");
-  static_assert(k_bytes % 32 == 0 && s_bytes % 32 == 0 && (BR * QLD * 2) % 32 == 0, "32-byte aligned arrays");
+  static_assert(rows_bytes % 16 == 0 && BR * LD * 2 % 16 == 0, "16-byte aligned arrays");
 };
 
-static_assert(kQueries == 2 * kTile, "accumulate takes tiles of 32 rows");
-
-/// acc (16 x HD, HD / 16 fragments) += p (16 x 32 bf16, rows pld apart) times 32 bf16 rows of
-/// width HD (rows bld apart) at b.
-template <int HD>
-__device__ void accumulate(FragAcc (&acc)[HD / kTile], const __nv_bfloat16* p, int pld, const __nv_bfloat16* b,
-                           int bld) {
-  for (int kk = 0; kk < 2; ++kk) {
-    FragA pf;
-    wmma::load_matrix_sync(pf, p + kk * kTile, pld);
-    for (int n = 0; n < HD / kTile; ++n) {
-      FragBRow bf;
-      wmma::load_matrix_sync(bf, b + kk * kTile * bld + n * kTile, bld);
-      wmma::mma_sync(acc[n], pf, bf, acc[n]);
+/// P (or P^T) and dS (or dS^T) of one tile from the accumulators s and dp, rounded to bf16
+/// into A operands: pa (with kWithP) and dsa. Element e of 8-column tile n is the lane's row r
+/// = e / 2 (of its two) and the tile's column c = 8 n + 2t + (e & 1); visible(r, c) says
+/// whether the causal mask keeps it, lse_of(r, c) / delta_of(r, c) give its query's statistics.
+template <bool kWithP, int N, class Visible, class Lse, class Delta>
+__device__ void probabilities_and_score_grads(const float (&s)[N][4], const float (&dp)[N][4], float scale,
+                                              Visible visible, Lse lse_of, Delta delta_of, uint32_t (&pa)[N / 2][4],
+                                              uint32_t (&dsa)[N / 2][4]) {
+  const int t = lane_place().t;
+  for (int n = 0; n < N; ++n) {
+    __nv_bfloat16 p[4], ds[4];
+    for (int e = 0; e < 4; ++e) {
+      const int r = e / 2, c = n * 8 + 2 * t + (e & 1);
+      const float pe = visible(r, c) ? expf(scale * s[n][e] - lse_of(r, c)) : 0.f;
+      p[e] = __float2bfloat16(pe);
+      ds[e] = __float2bfloat16(pe * (dp[n][e] - delta_of(r, c)));
     }
+    if constexpr (kWithP) to_a_operand(pa, n, p);
+    to_a_operand(dsa, n, ds);
   }
 }
 
@@ -78,68 +83,68 @@ __global__ void __launch_bounds__(128)
     flash_backward_dkdv_tc_kernel(const In* qkv, const float* dy, const float* lse, const float* delta, float* dqkv,
                                   int T, int H, int KV, int hd, float scale) {
   using L = DkdvLayout<HD>;
-  alignas(32) __shared__ unsigned char smem[L::bytes];
-  auto* qs = reinterpret_cast<__nv_bfloat16*>(smem);
-  auto* gs = reinterpret_cast<__nv_bfloat16*>(smem + L::q_bytes);
-  float* st = reinterpret_cast<float*>(smem + 2 * L::q_bytes);
-  float* dpt = reinterpret_cast<float*>(smem + 2 * L::q_bytes + L::s_bytes);
-  auto* pt = reinterpret_cast<__nv_bfloat16*>(smem + 2 * L::q_bytes + 2 * L::s_bytes);
-  auto* dst = reinterpret_cast<__nv_bfloat16*>(smem + 2 * L::q_bytes + 2 * L::s_bytes + L::p_bytes);
-  float* ls = reinterpret_cast<float*>(smem + 2 * L::q_bytes + 2 * L::s_bytes + 2 * L::p_bytes);
-  float* ds = ls + kQueries;
+  constexpr int K = HD / kTile, NQ = L::BQ / 8;
+  alignas(16) __shared__ unsigned char smem[L::bytes];
+  auto* qs = reinterpret_cast<__nv_bfloat16*>(smem);  // (BQ, LD)
+  auto* gs = reinterpret_cast<__nv_bfloat16*>(smem + L::rows_bytes);
+  auto* qt = reinterpret_cast<__nv_bfloat16*>(smem + 2 * L::rows_bytes);  // (HD, TLD)
+  auto* gt = reinterpret_cast<__nv_bfloat16*>(smem + 2 * L::rows_bytes + L::cols_bytes);
+  float* ls = reinterpret_cast<float*>(smem + 2 * L::rows_bytes + 2 * L::cols_bytes);
+  float* ds = ls + L::BQ;
 
-  const int b = static_cast<int>(blockIdx.y) / KV, g = static_cast<int>(blockIdx.y) % KV, G = H / KV;
-  const HeadViewOf<In> kv = head_view(qkv, T, H, KV, hd, b, g * G);
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int b = static_cast<int>(blockIdx.y) / KV, kvh = static_cast<int>(blockIdx.y) % KV, G = H / KV;
+  const HeadViewOf<In> kv = head_view(qkv, T, H, KV, hd, b, kvh * G);
+  const int warp = static_cast<int>(threadIdx.x) / 32, g = lane_place().g;
   const int j0 = static_cast<int>(blockIdx.x) * L::BK, w0 = warp * kTile;
-  const int rr = w0 + lane / 2, half = lane % 2, j = j0 + rr;  // this lane's key row
+  const int j = j0 + w0 + g;  // this lane's key rows: j and j + 8
 
-  FragA kf[HD / kTile], vf[HD / kTile];
-  load_bf16<HD>(qs, L::QLD, kv.k, kv.ld, j0, L::BK, T, hd);
+  uint32_t ka[K][4], va[K][4];
+  auto* k_stage = reinterpret_cast<__nv_bfloat16*>(smem);
+  auto* v_stage = k_stage + L::BK * L::LD;
+  load_bf16<HD>(k_stage, L::LD, kv.k, kv.ld, j0, L::BK, T, hd);
+  load_bf16<HD>(v_stage, L::LD, kv.v, kv.ld, j0, L::BK, T, hd);
   __syncthreads();
-  load_row_fragments<HD>(kf, qs, L::QLD, w0);
-  __syncthreads();
-  load_bf16<HD>(qs, L::QLD, kv.v, kv.ld, j0, L::BK, T, hd);
-  __syncthreads();
-  load_row_fragments<HD>(vf, qs, L::QLD, w0);
-  FragAcc dka[HD / kTile], dva[HD / kTile];
-  for (int n = 0; n < HD / kTile; ++n) {
-    wmma::fill_fragment(dka[n], 0.f);
-    wmma::fill_fragment(dva[n], 0.f);
-  }
-  for (int h = g * G; h < (g + 1) * G; ++h) {
+  load_a_rows(ka, k_stage, L::LD, w0);
+  load_a_rows(va, v_stage, L::LD, w0);
+  float dk[HD / 8][4], dv[HD / 8][4];
+  zero(dk);
+  zero(dv);
+  for (int h = kvh * G; h < (kvh + 1) * G; ++h) {
     const HeadViewOf<In> v = head_view(qkv, T, H, KV, hd, b, h);
-    for (int i0 = j0; i0 < T; i0 += kQueries) {  // causal: queries i >= j
-      __syncthreads();                           // every warp is done with the previous tile
-      load_bf16<HD>(qs, L::QLD, v.q, v.ld, i0, kQueries, T, hd);
-      load_bf16<HD>(gs, L::QLD, dy + v.y_off, v.C, i0, kQueries, T, hd);
-      for (int r = threadIdx.x; r < kQueries; r += blockDim.x) {
+    for (int i0 = j0; i0 < T; i0 += L::BQ) {  // causal: queries i >= j
+      __syncthreads();                        // every warp is done with the previous tile (or the staging)
+      load_bf16<HD>(qs, L::LD, v.q, v.ld, i0, L::BQ, T, hd);
+      load_bf16<HD>(gs, L::LD, dy + v.y_off, v.C, i0, L::BQ, T, hd);
+      load_bf16<HD, true>(qt, L::TLD, v.q, v.ld, i0, L::BQ, T, hd);
+      load_bf16<HD, true>(gt, L::TLD, dy + v.y_off, v.C, i0, L::BQ, T, hd);
+      for (int r = threadIdx.x; r < L::BQ; r += blockDim.x) {
         ls[r] = i0 + r < T ? lse[v.stat + i0 + r] : 0.f;
         ds[r] = i0 + r < T ? delta[v.stat + i0 + r] : 0.f;
       }
       __syncthreads();
-      if (j0 + w0 >= T || i0 + kQueries - 1 < j0 + w0) continue;             // no key of the warp, or no query sees one
-      times_rows_transposed<HD>(kf, qs, L::QLD, st + w0 * L::SLD, L::SLD);   // S^T = K Q^T
-      times_rows_transposed<HD>(vf, gs, L::QLD, dpt + w0 * L::SLD, L::SLD);  // dP^T = V dy^T
-      __syncwarp();
-      for (int c = half; c < kQueries; c += 2) {  // even / odd columns: 2-way bank conflicts, not 4-way
-        const int i = i0 + c;
-        const float p = j < T && i < T && i >= j ? expf(scale * st[rr * L::SLD + c] - ls[c]) : 0.f;
-        pt[rr * L::PLD + c] = __float2bfloat16(p);
-        dst[rr * L::PLD + c] = __float2bfloat16(p * (dpt[rr * L::SLD + c] - ds[c]));
-      }
-      __syncwarp();
-      accumulate<HD>(dva, pt + w0 * L::PLD, L::PLD, gs, L::QLD);   // dV += P^T dy
-      accumulate<HD>(dka, dst + w0 * L::PLD, L::PLD, qs, L::QLD);  // dK += dS^T Q
+      if (j0 + w0 >= T || i0 + L::BQ - 1 < j0 + w0) continue;  // no key of the warp, or no query sees one
+      float st[NQ][4], dpt[NQ][4];
+      zero(st);
+      zero(dpt);
+      mma_rows(st, ka, qs, L::LD);   // S^T = K Q^T
+      mma_rows(dpt, va, gs, L::LD);  // dP^T = V dy^T
+      uint32_t pa[NQ / 2][4], dsa[NQ / 2][4];
+      const auto visible = [&](int r, int c) {
+        const int key = j + 8 * r, query = i0 + c;
+        return key < T && query < T && query >= key;
+      };
+      const auto lse_of = [&](int, int c) { return ls[c]; };
+      const auto delta_of = [&](int, int c) { return ds[c]; };
+      probabilities_and_score_grads<true>(st, dpt, scale, visible, lse_of, delta_of, pa, dsa);
+      mma_rows(dv, pa, gt, L::TLD);   // dV += P^T dy
+      mma_rows(dk, dsa, qt, L::TLD);  // dK += dS^T Q
     }
   }
-  __syncthreads();  // the output staging covers every array
-  float* stage = reinterpret_cast<float*>(smem);
-  const bool row = j < T;
-  const int64_t at = static_cast<int64_t>(j) * kv.ld;
-  write_rows<HD>(dva, stage, L::OLD, w0, row ? dqkv + (kv.v - qkv) + at : nullptr, hd, 1.f);
-  __syncwarp();
-  write_rows<HD>(dka, stage, L::OLD, w0, row ? dqkv + (kv.k - qkv) + at : nullptr, hd, scale);
+  const int64_t at = static_cast<int64_t>(j) * kv.ld, next = 8 * kv.ld;
+  float* dv_rows = dqkv + (kv.v - qkv) + at;
+  float* dk_rows = dqkv + (kv.k - qkv) + at;
+  write_rows(dv, j < T ? dv_rows : nullptr, j + 8 < T ? dv_rows + next : nullptr, hd, 1.f);
+  write_rows(dk, j < T ? dk_rows : nullptr, j + 8 < T ? dk_rows + next : nullptr, hd, scale);
 }
 
 /// dq of the BR query rows of block (blockIdx.x, b * H + h).
@@ -148,63 +153,72 @@ __global__ void __launch_bounds__(128)
     flash_backward_dq_tc_kernel(const In* qkv, const float* dy, const float* lse, const float* delta, float* dqkv,
                                 int T, int H, int KV, int hd, float scale) {
   using L = DqLayout<HD>;
-  alignas(32) __shared__ unsigned char smem[L::bytes];
-  auto* ks = reinterpret_cast<__nv_bfloat16*>(smem);
-  auto* vs = reinterpret_cast<__nv_bfloat16*>(smem + L::k_bytes);
-  float* s = reinterpret_cast<float*>(smem + 2 * L::k_bytes);
-  float* dp = reinterpret_cast<float*>(smem + 2 * L::k_bytes + L::s_bytes);
-  auto* dsb = reinterpret_cast<__nv_bfloat16*>(smem + 2 * L::k_bytes + 2 * L::s_bytes);
+  constexpr int K = HD / kTile, NK = L::BC / 8;
+  alignas(16) __shared__ unsigned char smem[L::bytes];
+  auto* ks = reinterpret_cast<__nv_bfloat16*>(smem);  // (BC, LD)
+  auto* vs = reinterpret_cast<__nv_bfloat16*>(smem + L::rows_bytes);
+  auto* kt = reinterpret_cast<__nv_bfloat16*>(smem + 2 * L::rows_bytes);  // (HD, TLD)
 
   const HeadViewOf<In> v = query_view(qkv, T, H, KV, hd);
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int q0 = static_cast<int>(blockIdx.x) * L::BR, w0 = warp * kTile;
-  const int rr = w0 + lane / 2, half = lane % 2, i = q0 + rr;  // this lane's query row
+  const int warp = static_cast<int>(threadIdx.x) / 32, g = lane_place().g;
+  // The last query tiles see the most keys: they start first.
+  const int q0 = (static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)) * L::BR, w0 = warp * kTile;
+  const int i = q0 + w0 + g;  // this lane's query rows: i and i + 8
 
+  uint32_t qa[K][4], ga[K][4];
   auto* q_stage = reinterpret_cast<__nv_bfloat16*>(smem);
-  auto* g_stage = q_stage + L::BR * L::QLD;
-  load_bf16<HD>(q_stage, L::QLD, v.q, v.ld, q0, L::BR, T, hd);
-  load_bf16<HD>(g_stage, L::QLD, dy + v.y_off, v.C, q0, L::BR, T, hd);
+  auto* g_stage = q_stage + L::BR * L::LD;
+  load_bf16<HD>(q_stage, L::LD, v.q, v.ld, q0, L::BR, T, hd);
+  load_bf16<HD>(g_stage, L::LD, dy + v.y_off, v.C, q0, L::BR, T, hd);
   __syncthreads();
-  FragA qf[HD / kTile], gf[HD / kTile];
-  load_row_fragments<HD>(qf, q_stage, L::QLD, w0);
-  load_row_fragments<HD>(gf, g_stage, L::QLD, w0);
-  FragAcc dqa[HD / kTile];
-  for (int n = 0; n < HD / kTile; ++n) wmma::fill_fragment(dqa[n], 0.f);
-  const float lse_i = i < T ? lse[v.stat + i] : 0.f, delta_i = i < T ? delta[v.stat + i] : 0.f;
+  load_a_rows(qa, q_stage, L::LD, w0);
+  load_a_rows(ga, g_stage, L::LD, w0);
+  float dq[HD / 8][4];
+  zero(dq);
+  float lse_r[2], delta_r[2];
+  for (int r = 0; r < 2; ++r) {
+    const bool row = i + 8 * r < T;
+    lse_r[r] = row ? lse[v.stat + i + 8 * r] : 0.f;
+    delta_r[r] = row ? delta[v.stat + i + 8 * r] : 0.f;
+  }
   const int keys = min(T, q0 + L::BR);  // no row of the block sees past it
-  for (int j0 = 0; j0 < keys; j0 += kKeys) {
+  for (int j0 = 0; j0 < keys; j0 += L::BC) {
     __syncthreads();  // every warp is done with the previous tile (or the staging)
-    load_bf16<HD>(ks, L::KLD, v.k, v.ld, j0, kKeys, T, hd);
-    load_bf16<HD>(vs, L::KLD, v.v, v.ld, j0, kKeys, T, hd);
+    load_bf16<HD>(ks, L::LD, v.k, v.ld, j0, L::BC, T, hd);
+    load_bf16<HD>(vs, L::LD, v.v, v.ld, j0, L::BC, T, hd);
+    load_bf16<HD, true>(kt, L::TLD, v.k, v.ld, j0, L::BC, T, hd);
     __syncthreads();
     if (q0 + w0 >= T || j0 > q0 + w0 + kTile - 1) continue;  // the warp's rows are past T or see no key here
-    times_rows_transposed<HD>(qf, ks, L::KLD, s + w0 * L::SLD, L::SLD);   // S = Q K^T
-    times_rows_transposed<HD>(gf, vs, L::KLD, dp + w0 * L::SLD, L::SLD);  // dP = dy V^T
-    __syncwarp();
-    for (int c = half; c < kKeys; c += 2) {  // even / odd columns, as in the dK / dV kernel
-      const int jj = j0 + c;
-      const float p = i < T && jj <= i ? expf(scale * s[rr * L::SLD + c] - lse_i) : 0.f;
-      dsb[rr * L::PLD + c] = __float2bfloat16(p * (dp[rr * L::SLD + c] - delta_i));
-    }
-    __syncwarp();
-    accumulate<HD>(dqa, dsb + w0 * L::PLD, L::PLD, ks, L::KLD);  // dQ += dS K
+    float s[NK][4], dp[NK][4];
+    zero(s);
+    zero(dp);
+    mma_rows(s, qa, ks, L::LD);   // S = Q K^T
+    mma_rows(dp, ga, vs, L::LD);  // dP = dy V^T
+    uint32_t dsa[NK / 2][4], unused[NK / 2][4];
+    const auto visible = [&](int r, int c) {
+      const int query = i + 8 * r, key = j0 + c;
+      return query < T && key <= query;
+    };
+    const auto lse_of = [&](int r, int) { return lse_r[r]; };
+    const auto delta_of = [&](int r, int) { return delta_r[r]; };
+    probabilities_and_score_grads<false>(s, dp, scale, visible, lse_of, delta_of, unused, dsa);
+    mma_rows(dq, dsa, kt, L::TLD);  // dQ += dS K
   }
-  __syncthreads();  // the output staging covers every array
-  float* out = i < T ? dqkv + (v.q - qkv) + static_cast<int64_t>(i) * v.ld : nullptr;
-  write_rows<HD>(dqa, reinterpret_cast<float*>(smem), L::OLD, w0, out, hd, scale);
+  float* rows = dqkv + (v.q - qkv) + static_cast<int64_t>(i) * v.ld;
+  write_rows(dq, i < T ? rows : nullptr, i + 8 < T ? rows + 8 * v.ld : nullptr, hd, scale);
 }
 
 template <int HD, class In>
 void launch_backward(const AttentionShape& s, const In* qkv, const float* dy, float* dqkv, float* lse, float* delta,
                      cudaStream_t stream) {
-  constexpr int rows = block_rows<HD>();
   const float scale = 1.f / std::sqrt(static_cast<float>(s.hd));
-  const unsigned tiles = static_cast<unsigned>((s.T + rows - 1) / rows);
-  SUBDP_LAUNCH(dim3(tiles, static_cast<unsigned>(s.B * s.kv_heads())), rows * 2, 0, stream,
+  const auto tiles = [&](int rows) { return static_cast<unsigned>((s.T + rows - 1) / rows); };
+  SUBDP_LAUNCH(dim3(tiles(DkdvLayout<HD>::BK), static_cast<unsigned>(s.B * s.kv_heads())), 128, 0, stream,
                flash_backward_dkdv_tc_kernel<HD, In>)
   (qkv, dy, lse, delta, dqkv, s.T, s.H, s.kv_heads(), s.hd, scale);
   CUDA_CHECK_LAUNCH();
-  SUBDP_LAUNCH(dim3(tiles, static_cast<unsigned>(s.B * s.H)), rows * 2, 0, stream, flash_backward_dq_tc_kernel<HD, In>)
+  SUBDP_LAUNCH(dim3(tiles(DqLayout<HD>::BR), static_cast<unsigned>(s.B * s.H)), 128, 0, stream,
+               flash_backward_dq_tc_kernel<HD, In>)
   (qkv, dy, lse, delta, dqkv, s.T, s.H, s.kv_heads(), s.hd, scale);
   CUDA_CHECK_LAUNCH();
 }

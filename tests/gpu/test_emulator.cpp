@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/mma_sync.cuh"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace subdp::gpu_test {
@@ -220,6 +221,62 @@ TEST_F(Emulator, WarpMatrixLoadsNeedAlignedPointersAndLeadingDimensions) {
     EXPECT_NE(why.find("not 256-bit aligned or ldm"), std::string::npos) << why;
     CUDA_CHECK(cudaDeviceReset());  // the fault is sticky, as on a GPU
   }
+}
+
+/// One warp: d = a b + c through mma.sync.m16n8k16 for a (16 x 16 bf16, row-major), b
+/// (16 x 8 bf16, column-major: b(k, n) at n * 16 + k) and c, d (16 x 8 float, row-major),
+/// each lane placing its elements as the PTX ISA's fragment figures show them. A lane with
+/// lane >= `lanes` leaves first.
+__global__ void mma_kernel(const __nv_bfloat16* a, const __nv_bfloat16* b, const float* c, float* d, int lanes) {
+  const int lane = static_cast<int>(threadIdx.x), g = lane >> 2, t = lane % 4;
+  if (lane >= lanes) return;
+  uint32_t ra[4], rb[2];
+  float rc[4], rd[4];
+  for (int reg = 0; reg < 4; ++reg) {  // registers: (row g, k 2t), (g + 8, 2t), (g, 2t + 8), (g + 8, 2t + 8)
+    const int row = g + (reg % 2) * 8, k = 2 * t + (reg / 2) * 8;
+    ra[reg] = cuda::mma::pack(a[row * 16 + k], a[row * 16 + k + 1]);
+  }
+  for (int reg = 0; reg < 2; ++reg)
+    rb[reg] = cuda::mma::pack(b[g * 16 + 2 * t + 8 * reg], b[g * 16 + 2 * t + 8 * reg + 1]);
+  for (int i = 0; i < 4; ++i) rc[i] = c[(g + (i / 2) * 8) * 8 + 2 * t + i % 2];
+  cuda::mma::m16n8k16(rd, ra, rb, rc);
+  for (int i = 0; i < 4; ++i) d[(g + (i / 2) * 8) * 8 + 2 * t + i % 2] = rd[i];
+}
+
+/// mma::pair of the two bf16 at p.
+__global__ void pair_kernel(const __nv_bfloat16* p, uint32_t* out) { *out = cuda::mma::pair(p); }
+
+TEST_F(Emulator, MmaSyncIsTheProductInThePtxLayout) {
+  const std::vector<float> a = round_bf16(random_vec(256, 4)), b = round_bf16(random_vec(128, 5)),
+                           c = random_vec(128, 6);
+  DevBf16 da(a), db(b);
+  Dev<float> dc(c), dd(std::vector<float>(128, std::nanf("")));
+  SUBDP_LAUNCH(1, 32, 0, stream, mma_kernel)(da, db, dc.get(), dd.get(), 32);
+  CUDA_CHECK_LAUNCH();
+  const std::vector<float> d = dd.download();
+  for (int r = 0; r < 16; ++r)
+    for (int n = 0; n < 8; ++n) {
+      float want = c[r * 8 + n];
+      for (int k = 0; k < 16; ++k) want += a[r * 16 + k] * b[n * 16 + k];
+      EXPECT_NEAR(d[r * 8 + n], want, 1e-5f) << r << "," << n;
+    }
+  // The instruction is .aligned: every lane of the warp takes part.
+  SUBDP_LAUNCH(1, 32, 0, stream, mma_kernel)(da, db, dc.get(), dd.get(), 31);
+  EXPECT_NE(cudaDeviceSynchronize(), cudaSuccess);
+  CUDA_CHECK(cudaDeviceReset());
+}
+
+TEST_F(Emulator, MmaPairNeedsAFourByteAlignedAddress) {
+  DevBf16 a(std::vector<float>{1.f, 2.f, 3.f, 4.f});
+  Dev<uint32_t> out(1);
+  SUBDP_LAUNCH(1, 1, 0, stream, pair_kernel)(a.get() + 2, out.get());
+  CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_EQ(out.download()[0], 0x40804040u);  // bf16 3 (0x4040) low, 4 (0x4080) high
+  SUBDP_LAUNCH(1, 1, 0, stream, pair_kernel)(a.get() + 1, out.get());
+  const cudaError_t st = cudaDeviceSynchronize();
+  EXPECT_EQ(st, cudaErrorMisalignedAddress);
+  EXPECT_NE(std::string(cudaGetErrorString(st)).find("not 4-byte aligned"), std::string::npos);
+  CUDA_CHECK(cudaDeviceReset());
 }
 
 }  // namespace

@@ -1,0 +1,61 @@
+// The warp-level tensor-core instruction mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32
+// and the register moves around it, for kernels that keep their tiles in registers (the
+// tensor-core attention, attention_tc.cuh). Unlike wmma's fragments, its register layout is
+// specified (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"), so a
+// kernel can do per-row work (masks, softmax) on the accumulators in place. The emulated build
+// runs kernels/emu/mma_sync.h, which implements that same layout.
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cuda/common.cuh"
+#if defined(SUBDP_CUDA_EMULATED)
+#include "kernels/emu/mma_sync.h"
+#endif
+
+namespace subdp::cuda::mma {
+
+/// d (16 x 8 floats) = A (16 x 16 bf16, row-major) B (16 x 8 bf16, column-major) + c, one warp,
+/// every lane calling. Lane l, g = l / 4 (its group), t = l % 4 (its place in the group),
+/// holds, each 32-bit register with its lower-indexed element in its low half:
+///   a[0] = A[g][2t, 2t+1], a[1] = A[g+8][2t, 2t+1], a[2] = A[g][2t+8, 2t+9], a[3] = A[g+8][2t+8, 2t+9];
+///   b[0] = B[2t, 2t+1][g], b[1] = B[2t+8, 2t+9][g];
+///   c[0], c[1] = C[g][2t, 2t+1], c[2], c[3] = C[g+8][2t, 2t+1] (d likewise).
+__device__ __forceinline__ void m16n8k16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2],
+                                         const float (&c)[4]) {
+#if defined(SUBDP_CUDA_EMULATED)
+  subdp::emu::mma_m16n8k16_bf16(d, a, b, c);
+#else
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%10, %11, %12, %13};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+#endif
+}
+
+/// The two bf16 at p, p[0] in the low half: one 32-bit load. p must be 4-byte aligned (the
+/// emulated build raises cudaErrorMisalignedAddress otherwise, as a GPU faults).
+__device__ __forceinline__ uint32_t pair(const __nv_bfloat16* p) {
+#if defined(SUBDP_CUDA_EMULATED)
+  if (reinterpret_cast<uintptr_t>(p) % 4 != 0) {
+    subdp::emu::set_error(cudaErrorMisalignedAddress, "mma::pair: a 32-bit load from an address not 4-byte aligned",
+                          true);
+    return 0;
+  }
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+#else
+  return *reinterpret_cast<const uint32_t*>(p);
+#endif
+}
+
+/// lo and hi as one register, lo in the low half.
+__device__ __forceinline__ uint32_t pack(__nv_bfloat16 lo, __nv_bfloat16 hi) {
+  uint16_t l, h;
+  std::memcpy(&l, &lo, 2);
+  std::memcpy(&h, &hi, 2);
+  return static_cast<uint32_t>(l) | static_cast<uint32_t>(h) << 16;
+}
+
+}  // namespace subdp::cuda::mma
