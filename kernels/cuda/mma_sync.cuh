@@ -3,7 +3,8 @@
 // tensor-core attention, attention_tc.cuh). Unlike wmma's fragments, its register layout is
 // specified (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"), so a
 // kernel can do per-row work (masks, softmax) on the accumulators in place. The emulated build
-// runs kernels/emu/mma_sync.h, which implements that same layout.
+// runs kernels/emu/mma_sync.h, which implements that same layout. Also the vector moves such
+// kernels stage their tiles with, each checked for alignment on the emulated device.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -48,6 +49,49 @@ __device__ __forceinline__ uint32_t pair(const __nv_bfloat16* p) {
 #else
   return *reinterpret_cast<const uint32_t*>(p);
 #endif
+}
+
+/// Stores v's two bf16 at p (p[0] from the low half): one 32-bit store. p must be 4-byte
+/// aligned, as for pair.
+__device__ __forceinline__ void store_pair(__nv_bfloat16* p, uint32_t v) {
+#if defined(SUBDP_CUDA_EMULATED)
+  if (reinterpret_cast<uintptr_t>(p) % 4 != 0) {
+    subdp::emu::set_error(cudaErrorMisalignedAddress,
+                          "mma::store_pair: a 32-bit store to an address not 4-byte aligned", true);
+    return;
+  }
+  std::memcpy(p, &v, 4);
+#else
+  *reinterpret_cast<uint32_t*>(p) = v;
+#endif
+}
+
+/// The 16 bytes at p as four 32-bit words: one 128-bit load. p must be 16-byte aligned (the
+/// emulated build raises cudaErrorMisalignedAddress otherwise, as a GPU faults).
+__device__ __forceinline__ void load16(uint32_t (&w)[4], const void* p) {
+#if defined(SUBDP_CUDA_EMULATED)
+  if (reinterpret_cast<uintptr_t>(p) % 16 != 0) {
+    subdp::emu::set_error(cudaErrorMisalignedAddress, "mma::load16: a 128-bit load from an address not 16-byte aligned",
+                          true);
+    w[0] = w[1] = w[2] = w[3] = 0;
+    return;
+  }
+  std::memcpy(w, p, 16);
+#else
+  const uint4 v = *reinterpret_cast<const uint4*>(p);
+  w[0] = v.x;
+  w[1] = v.y;
+  w[2] = v.z;
+  w[3] = v.w;
+#endif
+}
+
+/// The bf16 in the low (hi = false) or high half of a register.
+__device__ __forceinline__ __nv_bfloat16 half_of(uint32_t v, bool hi) {
+  const uint16_t bits = static_cast<uint16_t>(hi ? v >> 16 : v & 0xffffu);
+  __nv_bfloat16 b;
+  std::memcpy(&b, &bits, 2);
+  return b;
 }
 
 /// lo and hi as one register, lo in the low half.

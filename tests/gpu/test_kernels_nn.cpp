@@ -308,6 +308,34 @@ TEST_F(LayerKernels, TensorCoreAttentionMatchesCpuOnBf16Inputs) {  // float or b
   EXPECT_FALSE(cuda::attention_forward_tc({1, 1, 1, 33}, qkv, y, nullptr, stream));  // not a multiple of 16
 }
 
+// The tensor-core kernels load their tiles 16 bytes at a time where q, k, v and dy allow it,
+// element by element where not: rows that start one element past a 16-byte boundary (float
+// and bf16) give the same bits as aligned ones, forward and backward.
+TEST_F(LayerKernels, TensorCoreAttentionReadsRowsOffAlignment) {
+  const cpu::AttentionShape s{2, 70, 4, 32, 2};
+  const int64_t qkv_n = static_cast<int64_t>(s.B) * s.T * s.qkv_width(),
+                y_n = static_cast<int64_t>(s.B) * s.T * s.width();
+  const auto qkv = round_bf16(random_vec(qkv_n, 64, -2.f, 2.f)), dy_in = random_vec(y_n, 65);
+  std::vector<float> shifted = {0.f};
+  shifted.insert(shifted.end(), qkv.begin(), qkv.end());
+  const Dev<float> aligned(qkv), off(shifted);
+  const DevBf16 kept(qkv), kept_off(shifted);
+  Dev<float> y(y_n), dy(dy_in), dqkv(qkv_n), ws(cuda::attention_workspace_floats(s));
+  const auto run = [&](auto* q) {
+    std::vector<float> out;
+    EXPECT_TRUE(cuda::attention_forward_tc(s, q, y, nullptr, stream));
+    out = y.download();
+    EXPECT_TRUE(cuda::attention_backward_tc(s, q, dy, dqkv, ws, stream));
+    const auto grad = dqkv.download();
+    out.insert(out.end(), grad.begin(), grad.end());
+    return out;
+  };
+  const auto want = run(aligned.get());
+  EXPECT_EQ(run(off.get() + 1), want);
+  EXPECT_EQ(run(kept.get()), want);
+  EXPECT_EQ(run(kept_off.get() + 1), want);
+}
+
 TEST_F(LayerKernels, FlashAttentionRefusesAHeadWiderThanCompiled) {
   const cpu::AttentionShape s{1, 4, 1, cuda::kMaxAttentionHeadDim + 1};
   Dev<float> qkv(std::vector<float>(4 * 3 * s.width(), 0.f)), y(4 * s.width());
