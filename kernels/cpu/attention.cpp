@@ -14,11 +14,12 @@ namespace subdp::cpu {
 
 namespace {
 
-/// Causal softmax of the rows of a (T, T) score matrix in place: row i over columns j <= i,
-/// columns j > i set to 0.
-void causal_softmax(float* a, int T) {
-  for (int i = 0; i < T; ++i) {
-    float* row = a + static_cast<int64_t>(i) * T;
+/// Causal softmax in place of `rows` score rows (row r is query i0 + r, ld floats apart):
+/// over columns j <= i0 + r, columns above that up to zero_to set to 0.
+void causal_softmax(float* a, int ld, int i0, int rows, int zero_to) {
+  for (int r = 0; r < rows; ++r) {
+    const int i = i0 + r;
+    float* row = a + static_cast<int64_t>(r) * ld;
     // simd reductions: GCC keeps a float max or sum scalar unless told it may reorder it (and
     // std::max, whose NaN rule is order-dependent, scalar even then).
     float mx = row[0];
@@ -33,22 +34,24 @@ void causal_softmax(float* a, int T) {
     const float inv = 1.f / sum;
 #pragma omp simd
     for (int j = 0; j <= i; ++j) row[j] *= inv;
-    for (int j = i + 1; j < T; ++j) row[j] = 0.f;
+    for (int j = i + 1; j < zero_to; ++j) row[j] = 0.f;
   }
 }
 
-/// Softmax backward in place: d (T, T) holds d(att) on entry and d(scores) on exit,
-/// dS_ij = att_ij (dA_ij - sum_k att_ik dA_ik); zero above the diagonal (att is zero there).
-void causal_softmax_backward(const float* att, float* d, int T) {
-  for (int i = 0; i < T; ++i) {
-    const float* p = att + static_cast<int64_t>(i) * T;
-    float* g = d + static_cast<int64_t>(i) * T;
+/// Softmax backward in place of `rows` rows (query i0 + r, ld floats apart): d holds d(att) on
+/// entry and d(scores) on exit, dS_ij = att_ij (dA_ij - sum_k att_ik dA_ik); zero above the
+/// diagonal up to cols (att is zero there).
+void causal_softmax_backward(const float* att, float* d, int ld, int i0, int rows, int cols) {
+  for (int r = 0; r < rows; ++r) {
+    const int i = i0 + r;
+    const float* p = att + static_cast<int64_t>(r) * ld;
+    float* g = d + static_cast<int64_t>(r) * ld;
     float dot = 0.f;
 #pragma omp simd reduction(+ : dot)
     for (int j = 0; j <= i; ++j) dot += p[j] * g[j];
 #pragma omp simd
     for (int j = 0; j <= i; ++j) g[j] = p[j] * (g[j] - dot);
-    for (int j = i + 1; j < T; ++j) g[j] = 0.f;
+    for (int j = i + 1; j < cols; ++j) g[j] = 0.f;
   }
 }
 
@@ -66,11 +69,29 @@ int64_t attention_workspace_floats(const AttentionShape& s, int slots) {
 
 namespace {
 
-/// a (T, T) = causal softmax of q (T, hd) . k^T (hd, T) * scale; q and k with row stride ld.
+/// Causal attention works in blocks of kRowBlock query rows: block [i0, i0 + rows) needs
+/// only keys [0, i0 + rows), so the products skip the square's upper blocks (at T = 128, 10 of
+/// its 16 blocks of 32 x 32 are computed).
+constexpr int kRowBlock = 32;
+
+/// Query rows [i0, i0 + rows) of a block and the keys they see, [0, keys).
+struct RowBlock {
+  int i0, rows, keys;
+};
+RowBlock row_block(int b, int T) {
+  const int i0 = b * kRowBlock, rows = std::min(kRowBlock, T - i0);
+  return {i0, rows, i0 + rows};
+}
+int row_blocks(int T) { return (T + kRowBlock - 1) / kRowBlock; }
+
+/// Rows [i0, i0 + rows) of a (T, T) = causal softmax of q (T, hd) . k^T (hd, T) * scale, their
+/// columns up to zero_to (>= keys) written; q and k with row stride ld, a's rows at a + i0 T.
 /// The forward pass and the backward's recomputation both call this: same arithmetic.
-void probabilities(const float* q, const float* k, int T, int hd, int ld, float scale, float* a) {
-  sgemm(false, true, T, T, hd, scale, q, ld, k, ld, 0.f, a, T);
-  causal_softmax(a, T);
+void probabilities(const float* q, const float* k, const RowBlock& rb, int T, int hd, int ld, float scale, float* a,
+                   int zero_to) {
+  float* rows = a + static_cast<int64_t>(rb.i0) * T;
+  sgemm(false, true, rb.rows, rb.keys, hd, scale, q + static_cast<int64_t>(rb.i0) * ld, ld, k, ld, 0.f, rows, T);
+  causal_softmax(rows, T, rb.i0, rb.rows, zero_to);
 }
 
 /// Thread th's two (T, T) workspace matrices: [0] probabilities, [1] their gradient.
@@ -102,11 +123,43 @@ void attention_forward(const AttentionShape& s, const float* qkv, float* att, fl
     const int64_t b = bh / s.H, h = bh % s.H;
     const HeadRows at = head_rows(s, b, h);              // (T, hd) each, row stride ld
     float* a = att ? att + bh * T * T : slot(ws, T, 0);  // (T, T)
-    probabilities(qkv + at.q, qkv + at.k, T, hd, ld, scale, a);
-    // y_bh (T, hd) = a (T, T) . v (T, hd), row stride C
-    sgemm(false, false, T, hd, T, 1.f, a, T, qkv + at.v, ld, 0.f, y + b * T * C + h * hd, C);
+    for (int blk = 0; blk < row_blocks(T); ++blk) {
+      const RowBlock rb = row_block(blk, T);
+      // Stored probabilities are whole rows (zero above the diagonal); a workspace's only the
+      // columns the products read.
+      probabilities(qkv + at.q, qkv + at.k, rb, T, hd, ld, scale, a, att ? T : rb.keys);
+      // y rows (rows, hd) = a rows (rows, keys) . v (keys, hd), row stride C
+      sgemm(false, false, rb.rows, hd, rb.keys, 1.f, a + static_cast<int64_t>(rb.i0) * T, T, qkv + at.v, ld, 0.f,
+            y + (b * T + rb.i0) * C + h * hd, C);
+    }
   }
 }
+
+namespace {
+
+/// The pointers of one query head's backward: its q, k, v and their gradients (row stride ld),
+/// dy (row stride C), probabilities and their gradient ((T, T), row stride T).
+struct HeadGrads {
+  const float *q, *k, *v, *g, *a;
+  float *dq, *dk, *dv, *da;
+};
+
+/// One row block of a query head's backward (dk and dv add to what beta says is there).
+void backward_block(const HeadGrads& p, const RowBlock& rb, int T, int hd, int ld, int C, float scale, float beta) {
+  const int64_t r0 = rb.i0;
+  const float* a = p.a + r0 * T;
+  float* da = p.da + r0 * T;
+  const float* g = p.g + r0 * C;
+  // da (rows, keys) = g (rows, hd) . v^T;  dv (keys, hd) (+)= a^T (keys, rows) . g (rows, hd)
+  sgemm(false, true, rb.rows, rb.keys, hd, 1.f, g, C, p.v, ld, 0.f, da, T);
+  sgemm(true, false, rb.keys, hd, rb.rows, 1.f, a, T, g, C, beta, p.dv, ld);
+  causal_softmax_backward(a, da, T, rb.i0, rb.rows, rb.keys);  // da now holds d(scores / scale)
+  // dq rows (rows, hd) = da . k * scale;  dk (keys, hd) (+)= da^T . q rows * scale
+  sgemm(false, false, rb.rows, hd, rb.keys, scale, da, T, p.k, ld, 0.f, p.dq + r0 * ld, ld);
+  sgemm(true, false, rb.keys, hd, rb.rows, scale, da, T, p.q + r0 * ld, ld, beta, p.dk, ld);
+}
+
+}  // namespace
 
 void attention_backward(const AttentionShape& s, const float* qkv, const float* att, const float* dy, float* dqkv,
                         float* ws, int slots) {
@@ -121,29 +174,19 @@ void attention_backward(const AttentionShape& s, const float* qkv, const float* 
     const int64_t b = task / s.kv_heads();
     for (int64_t h = task % s.kv_heads() * G, first = h; h < first + G; ++h) {
       const HeadRows at = head_rows(s, b, h);
-      const float* q = qkv + at.q;  // (T, hd), row stride ld; likewise k, v and their gradients
-      const float* k = qkv + at.k;
-      const float* v = qkv + at.v;
-      float* dq = dqkv + at.q;
-      float* dk = dqkv + at.k;
-      float* dv = dqkv + at.v;
-      const float beta = h == first ? 0.f : 1.f;
       const int64_t bh = b * s.H + h;
-      const float* a = att ? att + bh * T * T : nullptr;  // (T, T)
-      if (!a) {
-        float* recomputed = slot(ws, T, 0);
-        probabilities(q, k, T, hd, ld, scale, recomputed);
-        a = recomputed;
+      float* recomputed = att ? nullptr : slot(ws, T, 0);
+      const HeadGrads p{
+          qkv + at.q,  qkv + at.k,  qkv + at.v,  dy + b * T * C + h * hd, att ? att + bh * T * T : recomputed,
+          dqkv + at.q, dqkv + at.k, dqkv + at.v, slot(ws, T, 1)};
+      // The last block sees every key, so taken first it writes (or, after the group's first
+      // head, adds to) all of dk and dv; the others add to their keys' rows.
+      for (int blk = row_blocks(T) - 1; blk >= 0; --blk) {
+        const RowBlock rb = row_block(blk, T);
+        if (recomputed) probabilities(p.q, p.k, rb, T, hd, ld, scale, recomputed, rb.keys);
+        const bool writes = blk == row_blocks(T) - 1 && h == first;
+        backward_block(p, rb, T, hd, ld, C, scale, writes ? 0.f : 1.f);
       }
-      const float* g = dy + b * T * C + h * hd;  // (T, hd), row stride C
-      float* da = slot(ws, T, 1);                // (T, T)
-      // da (T, T) = g (T, hd) . v^T (hd, T);  dv (T, hd) (+)= a^T (T, T) . g (T, hd)
-      sgemm(false, true, T, T, hd, 1.f, g, C, v, ld, 0.f, da, T);
-      sgemm(true, false, T, hd, T, 1.f, a, T, g, C, beta, dv, ld);
-      causal_softmax_backward(a, da, T);  // da now holds d(scores / scale)
-      // dq (T, hd) = da (T, T) . k (T, hd) * scale;  dk (T, hd) (+)= da^T (T, T) . q (T, hd) * scale
-      sgemm(false, false, T, hd, T, scale, da, T, k, ld, 0.f, dq, ld);
-      sgemm(true, false, T, hd, T, scale, da, T, q, ld, beta, dk, ld);
     }
   }
 }

@@ -150,8 +150,8 @@ TEST(Attention, CausalRowsIgnoreTheFuture) {
 
 TEST(Attention, KernelThreadsAndSlotsDoNotChangeResults) {
   // Large enough to run threaded: each (batch, head) pair is computed the same way whatever
-  // the thread, and fewer workspace slots than threads caps the team.
-  const cpu::AttentionShape sh{4, 32, 4, 8};
+  // the thread, and fewer workspace slots than threads caps the team (T = 70: three row blocks).
+  const cpu::AttentionShape sh{4, 70, 4, 8};
   const int64_t n = static_cast<int64_t>(sh.B) * sh.T * sh.width();
   Tensor qkv = random_tensor({3 * n}, 1.f, 31), dy = random_tensor({n}, 1.f, 32);
   auto run = [&](int threads, int slots, std::vector<float>& y, std::vector<float>& dqkv) {
@@ -179,8 +179,9 @@ TEST(Attention, KernelThreadsAndSlotsDoNotChangeResults) {
 TEST(Attention, RecomputedProbabilitiesGiveTheStoredResultsExactly) {
   // attention_forward / backward with att null form the probabilities in the workspace and
   // recompute them in backward: y and dqkv must equal the stored-probabilities run bit for
-  // bit, on one thread and on two (the layer relies on this: training is unchanged).
-  const cpu::AttentionShape sh{4, 32, 4, 8};
+  // bit, on one thread and on two (the layer relies on this: training is unchanged); T = 70,
+  // three row blocks.
+  const cpu::AttentionShape sh{4, 70, 4, 8};
   const int64_t n = static_cast<int64_t>(sh.B) * sh.T * sh.width();
   Tensor qkv = random_tensor({3 * n}, 1.f, 33), dy = random_tensor({n}, 1.f, 34);
   for (const int threads : {1, 2}) {
@@ -235,6 +236,74 @@ TEST(Attention, GroupedQueryEqualsRepeatedKeyValueHeads) {
       for (int h = 0; h < gqa.H; ++h)
         for (int d = 0; d < hd; ++d) summed[r * ldg + gqa_column(sec, h, d)] += d_m[r * ldm + sec * C + h * hd + d];
   for (int64_t i = 0; i < rows * ldg; ++i) ASSERT_NEAR(d_g[i], summed[i], 1e-5) << i;
+}
+
+/// Causal attention by its definition, in double: y (B, T, C) and dqkv (B, T, qkv_width) of
+/// loss = <y, dy>, one query head at a time (P = softmax(q k^T / sqrt(hd)) over keys j <= i).
+void reference_attention(const cpu::AttentionShape& s, const float* qkv, const float* dy, std::vector<double>& y,
+                         std::vector<double>& dqkv) {
+  const int T = s.T, hd = s.hd;
+  const int64_t C = s.width(), ld = s.qkv_width();
+  y.assign(static_cast<size_t>(s.B) * T * C, 0.0);
+  dqkv.assign(static_cast<size_t>(s.B) * T * ld, 0.0);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  for (int b = 0; b < s.B; ++b)
+    for (int h = 0; h < s.H; ++h) {
+      const int64_t row0 = int64_t{b} * T, qc = int64_t{h} * hd, g = h / s.group();
+      const int64_t kc = C + g * hd, vc = C + (s.kv_heads() + g) * hd;
+      const auto at = [&](int64_t t, int64_t col, int d) { return (row0 + t) * ld + col + d; };
+      for (int i = 0; i < T; ++i) {
+        std::vector<double> p(i + 1), dp(i + 1);
+        double mx = -1e300, sum = 0, dot = 0;
+        for (int j = 0; j <= i; ++j) {
+          double v = 0;
+          for (int d = 0; d < hd; ++d) v += double{qkv[at(i, qc, d)]} * qkv[at(j, kc, d)];
+          p[j] = v * scale;
+          mx = std::max(mx, p[j]);
+        }
+        for (int j = 0; j <= i; ++j) sum += p[j] = std::exp(p[j] - mx);
+        const float* g_i = dy + (row0 + i) * C + qc;
+        for (int j = 0; j <= i; ++j) {
+          p[j] /= sum;
+          for (int d = 0; d < hd; ++d) {
+            y[(row0 + i) * C + qc + d] += p[j] * qkv[at(j, vc, d)];
+            dp[j] += double{g_i[d]} * qkv[at(j, vc, d)];
+            dqkv[at(j, vc, d)] += p[j] * g_i[d];
+          }
+          dot += p[j] * dp[j];
+        }
+        for (int j = 0; j <= i; ++j) {
+          const double ds = p[j] * (dp[j] - dot) * scale;
+          for (int d = 0; d < hd; ++d) {
+            dqkv[at(i, qc, d)] += ds * qkv[at(j, kc, d)];
+            dqkv[at(j, kc, d)] += ds * qkv[at(i, qc, d)];
+          }
+        }
+      }
+    }
+}
+
+TEST(Attention, BlockedCausalKernelsMatchTheDefinition) {
+  // The kernels compute blocks of 32 query rows against only the keys they see: T = 70 (three
+  // blocks, the last partial) and T = 96, multi-head and grouped-query, stored and recomputed
+  // probabilities, on two threads, against the definition in double.
+  const int saved = omp_get_max_threads();
+  cpu::set_num_threads(2);
+  for (const cpu::AttentionShape& sh : {cpu::AttentionShape{2, 70, 4, 8}, cpu::AttentionShape{1, 96, 4, 8, 2}}) {
+    const int64_t n = int64_t{sh.B} * sh.T * sh.width(), nq = int64_t{sh.B} * sh.T * sh.qkv_width();
+    Tensor qkv = random_tensor({nq}, 1.f, 37), dy = random_tensor({n}, 1.f, 38);
+    std::vector<double> y_ref, d_ref;
+    reference_attention(sh, qkv.f32(), dy.f32(), y_ref, d_ref);
+    std::vector<float> att(static_cast<size_t>(sh.B) * sh.H * sh.T * sh.T), ws(cpu::attention_workspace_floats(sh, 2));
+    for (const bool stored : {true, false}) {
+      std::vector<float> y(n, std::nanf("")), dqkv(nq, std::nanf(""));
+      cpu::attention_forward(sh, qkv.f32(), stored ? att.data() : nullptr, y.data(), ws.data(), 2);
+      cpu::attention_backward(sh, qkv.f32(), stored ? att.data() : nullptr, dy.f32(), dqkv.data(), ws.data(), 2);
+      for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(y[i], y_ref[i], 2e-5) << "T " << sh.T << " y " << i;
+      for (int64_t i = 0; i < nq; ++i) ASSERT_NEAR(dqkv[i], d_ref[i], 2e-5) << "T " << sh.T << " dqkv " << i;
+    }
+  }
+  cpu::set_num_threads(saved);
 }
 
 // ---------------------------------------------------------------------------------------------
