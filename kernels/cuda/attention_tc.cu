@@ -40,23 +40,25 @@ struct ForwardLayout {
 template <int HD>
 struct RowState {
   float o[HD / 8][4];  // output accumulators: 8-column tile n, the mma's c layout
-  float m[2];          // running max of the scaled scores
+  float m[2];          // running max of the scaled scores, base 2
   float l[2];          // this lane's share of the running sum of the rounded probabilities
 };
 
-/// The online softmax step for one key tile (keys j0 ..): masks and scales s, updates the
-/// running max, rescales o and l, and returns the rounded probabilities in pa as the A operands
-/// of P V. i0: this lane's first row (the second is i0 + 8).
+/// The online softmax step for one key tile (keys j0 ..): scales s to base-2 scores (scale2
+/// = log2(e) / sqrt(hd)), masks them unless `interior` (every key of the tile visible to every
+/// row of the warp), updates the running max, rescales o and l, and returns the rounded
+/// probabilities in pa as the A operands of P V. i0: this lane's first row (the second is
+/// i0 + 8).
 template <int HD>
 __device__ void tile_softmax(float (&s)[ForwardLayout<HD>::BC / 8][4], RowState<HD>& st, int i0, int j0, int T,
-                             float scale, uint32_t (&pa)[ForwardLayout<HD>::BC / 16][4]) {
+                             float scale2, bool interior, uint32_t (&pa)[ForwardLayout<HD>::BC / 16][4]) {
   constexpr int NT = ForwardLayout<HD>::BC / 8;
   const int t = lane_place().t;
   float mx[2] = {-INFINITY, -INFINITY};
   for (int nt = 0; nt < NT; ++nt)
     for (int e = 0; e < 4; ++e) {
       const int i = i0 + (e < 2 ? 0 : 8), j = j0 + nt * 8 + 2 * t + (e & 1);
-      s[nt][e] = i < T && j <= i ? s[nt][e] * scale : -INFINITY;
+      s[nt][e] = interior || (i < T && j <= i) ? s[nt][e] * scale2 : -INFINITY;
       mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
     }
   float alpha[2], m_new[2];
@@ -64,7 +66,7 @@ __device__ void tile_softmax(float (&s)[ForwardLayout<HD>::BC / 8][4], RowState<
     mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
     mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
     m_new[r] = fmaxf(st.m[r], mx[r]);
-    alpha[r] = st.m[r] == -INFINITY ? 0.f : expf(st.m[r] - m_new[r]);
+    alpha[r] = st.m[r] == -INFINITY ? 0.f : exp2f(st.m[r] - m_new[r]);
     st.m[r] = m_new[r];
     st.l[r] *= alpha[r];
   }
@@ -73,7 +75,7 @@ __device__ void tile_softmax(float (&s)[ForwardLayout<HD>::BC / 8][4], RowState<
   for (int nt = 0; nt < NT; ++nt) {
     __nv_bfloat16 p[4];
     for (int e = 0; e < 4; ++e) {
-      p[e] = __float2bfloat16(s[nt][e] == -INFINITY ? 0.f : expf(s[nt][e] - m_new[e / 2]));
+      p[e] = __float2bfloat16(s[nt][e] == -INFINITY ? 0.f : exp2f(s[nt][e] - m_new[e / 2]));
       st.l[e / 2] += __bfloat162float(p[e]);
     }
     to_a_operand(pa, nt, p);
@@ -104,7 +106,7 @@ __device__ void finish_rows(RowState<HD>& st, const HeadViewOf<In>& v, const flo
       }
     if constexpr (kForBackward) part = group_sum(part);
     if (i >= T || t != 0) continue;
-    if (kForBackward || lse) lse[v.stat + i] = st.m[r] + logf(l);
+    if (kForBackward || lse) lse[v.stat + i] = (st.m[r] + log2f(l)) / kLog2e;  // natural log
     if constexpr (kForBackward) delta[v.stat + i] = part;
   }
 }
@@ -145,7 +147,8 @@ __global__ void __launch_bounds__(128)
     uint32_t pa[L::BC / 16][4];
     zero(s);
     mma_rows(s, qa, ks, L::LD);  // S = Q K^T
-    tile_softmax<HD>(s, st, i0, j0, T, scale, pa);
+    const bool interior = j0 + L::BC - 1 <= q0 + w0 && q0 + w0 + kTile <= T;
+    tile_softmax<HD>(s, st, i0, j0, T, scale * kLog2e, interior, pa);
     mma_rows(st.o, pa, vt, L::VLD);  // O += P V
   }
   finish_rows<HD, kForBackward>(st, v, dy, y, lse, delta, i0, T, hd);

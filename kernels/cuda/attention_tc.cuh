@@ -17,6 +17,9 @@
 namespace subdp::cuda::tc {
 
 constexpr int kTile = 16;  // rows a warp owns, and the k of one mma
+/// log2(e): the softmaxes run on exp2f (one MUFU.EX2 and a multiply folded into the scale)
+/// with scores and log-sum-exps in base 2.
+constexpr float kLog2e = 1.4426950408889634f;
 
 /// True when the tensor-core kernels take shape s: head widths that are multiples of 16 up
 /// to kMaxAttentionHeadDim, and KV dividing H.
@@ -39,14 +42,17 @@ void with_width(int hd, F&& f) {
 /// loads the values its float conversion would). Every thread of the block takes part. Where
 /// src, ld and hd allow (src 16-byte aligned, ld and hd multiples of a 16-byte vector, as the
 /// packed qkv and dy rows of a head width that is a multiple of 16 are), each thread moves 16
-/// bytes of src at a time, the untransposed stores two bf16 at a time.
+/// bytes of src at a time, the untransposed stores two bf16 at a time. A warp's lanes take
+/// consecutive columns of a row (coalesced reads of src, rows of dst) but, transposed,
+/// consecutive rows: the columns of a row of src are whole rows of dst, (H + 8) bf16 apart, 0
+/// or 16 words mod 32, so lanes along them would store to one bank 8- or 16-fold.
 template <int HD, bool kTransposed = false, class Src>
 __device__ void load_bf16(__nv_bfloat16* dst, int dld, const Src* src, int64_t ld, int r0, int rows, int T, int hd) {
   static_assert(std::is_same_v<Src, float> || std::is_same_v<Src, __nv_bfloat16>, "float or bf16 rows");
   constexpr int V = 16 / sizeof(Src);  // elements of a 16-byte load
   if (reinterpret_cast<uintptr_t>(src) % 16 != 0 || ld % V != 0 || hd % V != 0) {
-    for (int e = threadIdx.x; e < rows * HD; e += blockDim.x) {  // d fastest: coalesced reads of src
-      const int r = e / HD, d = e % HD;
+    for (int e = threadIdx.x; e < rows * HD; e += blockDim.x) {
+      const int r = kTransposed ? e % rows : e / HD, d = kTransposed ? e / rows : e % HD;
       const bool inside = r0 + r < T && d < hd;
       dst[kTransposed ? d * dld + r : r * dld + d] =
           inside ? detail::from_f<__nv_bfloat16>(detail::to_f(src[static_cast<int64_t>(r0 + r) * ld + d]))
@@ -55,7 +61,7 @@ __device__ void load_bf16(__nv_bfloat16* dst, int dld, const Src* src, int64_t l
     return;
   }
   for (int e = threadIdx.x; e < rows * (HD / V); e += blockDim.x) {
-    const int r = e / (HD / V), d0 = e % (HD / V) * V;
+    const int r = kTransposed ? e % rows : e / (HD / V), d0 = (kTransposed ? e / rows : e % (HD / V)) * V;
     uint32_t w[4] = {0, 0, 0, 0};  // the 16 bytes: zeros past T or hd
     if (r0 + r < T && d0 < hd) mma::load16(w, src + static_cast<int64_t>(r0 + r) * ld + d0);  // hd % V == 0
     uint32_t pairs[V / 2];  // the V values as bf16 pairs

@@ -57,18 +57,20 @@ struct DqLayout {
 
 /// P (or P^T) and dS (or dS^T) of one tile from the accumulators s and dp, rounded to bf16
 /// into A operands: pa (with kWithP) and dsa. Element e of 8-column tile n is the lane's row r
-/// = e / 2 (of its two) and the tile's column c = 8 n + 2t + (e & 1); visible(r, c) says
-/// whether the causal mask keeps it, lse_of(r, c) / delta_of(r, c) give its query's statistics.
+/// = e / 2 (of its two) and the tile's column c = 8 n + 2t + (e & 1); unless `interior` (every
+/// element visible), visible(r, c) says whether the causal mask keeps it; lse_of(r, c) /
+/// delta_of(r, c) give its query's statistics, the log-sum-exp in base 2 (P = 2^(scale2 S -
+/// lse2), scale2 = log2(e) / sqrt(hd)).
 template <bool kWithP, int N, class Visible, class Lse, class Delta>
-__device__ void probabilities_and_score_grads(const float (&s)[N][4], const float (&dp)[N][4], float scale,
-                                              Visible visible, Lse lse_of, Delta delta_of, uint32_t (&pa)[N / 2][4],
-                                              uint32_t (&dsa)[N / 2][4]) {
+__device__ void probabilities_and_score_grads(const float (&s)[N][4], const float (&dp)[N][4], float scale2,
+                                              bool interior, Visible visible, Lse lse_of, Delta delta_of,
+                                              uint32_t (&pa)[N / 2][4], uint32_t (&dsa)[N / 2][4]) {
   const int t = lane_place().t;
   for (int n = 0; n < N; ++n) {
     __nv_bfloat16 p[4], ds[4];
     for (int e = 0; e < 4; ++e) {
       const int r = e / 2, c = n * 8 + 2 * t + (e & 1);
-      const float pe = visible(r, c) ? expf(scale * s[n][e] - lse_of(r, c)) : 0.f;
+      const float pe = interior || visible(r, c) ? exp2f(fmaf(scale2, s[n][e], -lse_of(r, c))) : 0.f;
       p[e] = __float2bfloat16(pe);
       ds[e] = __float2bfloat16(pe * (dp[n][e] - delta_of(r, c)));
     }
@@ -89,7 +91,7 @@ __global__ void __launch_bounds__(128)
   auto* gs = reinterpret_cast<__nv_bfloat16*>(smem + L::rows_bytes);
   auto* qt = reinterpret_cast<__nv_bfloat16*>(smem + 2 * L::rows_bytes);  // (HD, TLD)
   auto* gt = reinterpret_cast<__nv_bfloat16*>(smem + 2 * L::rows_bytes + L::cols_bytes);
-  float* ls = reinterpret_cast<float*>(smem + 2 * L::rows_bytes + 2 * L::cols_bytes);
+  float* ls = reinterpret_cast<float*>(smem + 2 * L::rows_bytes + 2 * L::cols_bytes);  // lse, base 2
   float* ds = ls + L::BQ;
 
   const int b = static_cast<int>(blockIdx.y) / KV, kvh = static_cast<int>(blockIdx.y) % KV, G = H / KV;
@@ -118,7 +120,7 @@ __global__ void __launch_bounds__(128)
       load_bf16<HD, true>(qt, L::TLD, v.q, v.ld, i0, L::BQ, T, hd);
       load_bf16<HD, true>(gt, L::TLD, dy + v.y_off, v.C, i0, L::BQ, T, hd);
       for (int r = threadIdx.x; r < L::BQ; r += blockDim.x) {
-        ls[r] = i0 + r < T ? lse[v.stat + i0 + r] : 0.f;
+        ls[r] = i0 + r < T ? lse[v.stat + i0 + r] * kLog2e : 0.f;
         ds[r] = i0 + r < T ? delta[v.stat + i0 + r] : 0.f;
       }
       __syncthreads();
@@ -135,7 +137,8 @@ __global__ void __launch_bounds__(128)
       };
       const auto lse_of = [&](int, int c) { return ls[c]; };
       const auto delta_of = [&](int, int c) { return ds[c]; };
-      probabilities_and_score_grads<true>(st, dpt, scale, visible, lse_of, delta_of, pa, dsa);
+      const bool interior = i0 >= j0 + w0 + kTile - 1 && i0 + L::BQ <= T;  // every query sees every key
+      probabilities_and_score_grads<true>(st, dpt, scale * kLog2e, interior, visible, lse_of, delta_of, pa, dsa);
       mma_rows(dv, pa, gt, L::TLD);   // dV += P^T dy
       mma_rows(dk, dsa, qt, L::TLD);  // dK += dS^T Q
     }
@@ -175,10 +178,10 @@ __global__ void __launch_bounds__(128)
   load_a_rows(ga, g_stage, L::LD, w0);
   float dq[HD / 8][4];
   zero(dq);
-  float lse_r[2], delta_r[2];
+  float lse_r[2], delta_r[2];  // lse in base 2
   for (int r = 0; r < 2; ++r) {
     const bool row = i + 8 * r < T;
-    lse_r[r] = row ? lse[v.stat + i + 8 * r] : 0.f;
+    lse_r[r] = row ? lse[v.stat + i + 8 * r] * kLog2e : 0.f;
     delta_r[r] = row ? delta[v.stat + i + 8 * r] : 0.f;
   }
   const int keys = min(T, q0 + L::BR);  // no row of the block sees past it
@@ -201,7 +204,8 @@ __global__ void __launch_bounds__(128)
     };
     const auto lse_of = [&](int r, int) { return lse_r[r]; };
     const auto delta_of = [&](int r, int) { return delta_r[r]; };
-    probabilities_and_score_grads<false>(s, dp, scale, visible, lse_of, delta_of, unused, dsa);
+    const bool interior = j0 + L::BC - 1 <= q0 + w0 && q0 + w0 + kTile <= T;  // every row sees every key
+    probabilities_and_score_grads<false>(s, dp, scale * kLog2e, interior, visible, lse_of, delta_of, unused, dsa);
     mma_rows(dq, dsa, kt, L::TLD);  // dQ += dS K
   }
   float* rows = dqkv + (v.q - qkv) + static_cast<int64_t>(i) * v.ld;
