@@ -29,7 +29,8 @@ rows = list(csv.DictReader(open(sys.argv[1])))
 ms = {(r["layer"], r["pass"], r["operands"], r["math"], r["out"]): float(r["ms"]) for r in rows}
 print("GEMMs of GPT-2 small's layers (ms per call, shapes in gemm.csv; f32 = float32 operands as subdp passes them today, "
       "bf16 = operands stored in bf16; gain = today's bf16 over stored bf16, and over stored bf16 "
-      "plus converting the activation operand; attention: CUDA cores under fp32, tensor cores under bf16):")
+      "plus converting the activation operand; attention: CUDA cores under fp32, tensor cores under bf16, "
+      "subdp's backward including the forward pass its statistics come from, PyTorch's not):")
 print()
 print("| layer | pass | f32 fp32 | f32 tf32 | f32 bf16 (today) | bf16 stored | convert | gain | gain with convert | PyTorch |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")

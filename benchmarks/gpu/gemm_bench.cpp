@@ -16,7 +16,8 @@
 // T 128, H 2, width 64), layer "attention", pass forward or backward: CUDA cores in float32
 // (attention.cu, math fp32: what precision fp32 / tf32 run) and tensor cores (attention_tc.cu,
 // math bf16); rate in TFLOP/s of the causal products, 2 B H T^2 hd forward and 2.5 times that
-// backward (FlashAttention-2's count; the backward's own recomputation not counted).
+// backward (FlashAttention-2's count; the backward's own recomputation not counted: its time
+// includes the forward pass that gives it each row's log-sum-exp and delta).
 // Time: the mean of N back-to-back calls between two cudaDeviceSynchronize, by the host clock,
 // after 2 unmeasured calls (heuristics, handles). GPT-2 small: rows = B T = 8 x 1024, C = 768,
 // V = 50304; --small: rows 128, C 64, V 512 (the emulated device's rehearsal).
@@ -159,7 +160,8 @@ void bench_layer(const Layer& l, int rows, int reps) {
   }
 }
 
-/// Times attention's forward and backward, on CUDA cores and on tensor cores.
+/// Times attention's forward and backward at shape s, on CUDA cores and on tensor cores (where
+/// the shape allows them): four CSV rows, ms per call and TFLOP/s of the causal products.
 void bench_attention(const subdp::cuda::AttentionShape& s, int reps) {
   const int64_t qkv_n = int64_t{s.B} * s.T * s.qkv_width(), y_n = int64_t{s.B} * s.T * s.width();
   DeviceArray<float> qkv(qkv_n), y(y_n), dy(y_n), dqkv(qkv_n), ws(subdp::cuda::attention_workspace_floats(s));
@@ -174,6 +176,7 @@ void bench_attention(const subdp::cuda::AttentionShape& s, int reps) {
   const double b32 =
       seconds_per_call([&] { subdp::cuda::attention_backward(s, qkv.p, dy.p, dqkv.p, ws.p, nullptr); }, reps);
   print_row(l, backward, "f32", "fp32", "f32", b32, 2.5 * flops / b32 / 1e12);
+  if (!subdp::cuda::attention_tc_supported(s)) return;  // the _tc calls would launch nothing: no rows
   const double f16 =
       seconds_per_call([&] { subdp::cuda::attention_forward_tc(s, qkv.p, y.p, nullptr, nullptr); }, reps);
   print_row(l, forward, "f32", "bf16", "f32", f16, flops / f16 / 1e12);

@@ -144,7 +144,9 @@ struct HeadGrads {
   float *dq, *dk, *dv, *da;
 };
 
-/// One row block of a query head's backward (dk and dv add to what beta says is there).
+/// One row block (query rows [i0, i0 + rows), keys [0, keys)) of a query head's backward:
+/// dq's rows of the block written; dk's and dv's rows [0, keys) written (beta 0) or added to
+/// (beta 1); the block's rows of p.da are scratch. p.a holds the block's probabilities.
 void backward_block(const HeadGrads& p, const RowBlock& rb, int T, int hd, int ld, int C, float scale, float beta) {
   const int64_t r0 = rb.i0;
   const float* a = p.a + r0 * T;
@@ -166,8 +168,9 @@ void attention_backward(const AttentionShape& s, const float* qkv, const float* 
   const int T = s.T, hd = s.hd, C = static_cast<int>(s.width()), ld = static_cast<int>(s.qkv_width());
   const float scale = 1.f / std::sqrt(static_cast<float>(hd));
   const int G = s.group();
-  // One task per (sequence, key / value head): its query heads run in order, the first writing
-  // dk and dv and the rest adding to them, so no two threads write the same rows.
+  // One task per (sequence, key / value head): its query heads run in order, the first head's
+  // last row block writing dk and dv and every other block adding to them, so no two threads
+  // write the same rows.
   const int64_t tasks = static_cast<int64_t>(s.B) * s.kv_heads();
 #pragma omp parallel for schedule(static) num_threads(thread_count(slots)) if (worth_threads(s))
   for (int64_t task = 0; task < tasks; ++task) {

@@ -44,8 +44,9 @@ void with_width(int hd, F&& f) {
 /// packed qkv and dy rows of a head width that is a multiple of 16 are), each thread moves 16
 /// bytes of src at a time, the untransposed stores two bf16 at a time. A warp's lanes take
 /// consecutive columns of a row (coalesced reads of src, rows of dst) but, transposed,
-/// consecutive rows: the columns of a row of src are whole rows of dst, (H + 8) bf16 apart, 0
-/// or 16 words mod 32, so lanes along them would store to one bank 8- or 16-fold.
+/// consecutive rows: the columns of a row of src are whole rows of dst, (HD + 8) bf16 apart, 0
+/// or 16 words mod 32, so lanes along them would store to one bank 8- or 16-fold (with 16
+/// rows, the dk / dv kernel's query tiles at width 128, a warp's halves still meet 2-fold).
 template <int HD, bool kTransposed = false, class Src>
 __device__ void load_bf16(__nv_bfloat16* dst, int dld, const Src* src, int64_t ld, int r0, int rows, int T, int hd) {
   static_assert(std::is_same_v<Src, float> || std::is_same_v<Src, __nv_bfloat16>, "float or bf16 rows");
@@ -122,6 +123,7 @@ __device__ void mma_rows(float (&c)[N][4], const uint32_t (&a)[K][4], const __nv
     }
 }
 
+/// c = 0 (an accumulator of N 8-column tiles).
 template <int N>
 __device__ void zero(float (&c)[N][4]) {
   for (auto& tile : c)

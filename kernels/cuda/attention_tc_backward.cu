@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(128)
   auto* qt = reinterpret_cast<__nv_bfloat16*>(smem + 2 * L::rows_bytes);  // (HD, TLD)
   auto* gt = reinterpret_cast<__nv_bfloat16*>(smem + 2 * L::rows_bytes + L::cols_bytes);
   float* ls = reinterpret_cast<float*>(smem + 2 * L::rows_bytes + 2 * L::cols_bytes);  // lse, base 2
-  float* ds = ls + L::BQ;
+  float* deltas = ls + L::BQ;
 
   const int b = static_cast<int>(blockIdx.y) / KV, kvh = static_cast<int>(blockIdx.y) % KV, G = H / KV;
   const HeadViewOf<In> kv = head_view(qkv, T, H, KV, hd, b, kvh * G);
@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(128)
       load_bf16<HD, true>(gt, L::TLD, dy + v.y_off, v.C, i0, L::BQ, T, hd);
       for (int r = threadIdx.x; r < L::BQ; r += blockDim.x) {
         ls[r] = i0 + r < T ? lse[v.stat + i0 + r] * kLog2e : 0.f;
-        ds[r] = i0 + r < T ? delta[v.stat + i0 + r] : 0.f;
+        deltas[r] = i0 + r < T ? delta[v.stat + i0 + r] : 0.f;
       }
       __syncthreads();
       if (j0 + w0 >= T || i0 + L::BQ - 1 < j0 + w0) continue;  // no key of the warp, or no query sees one
@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(128)
         return key < T && query < T && query >= key;
       };
       const auto lse_of = [&](int, int c) { return ls[c]; };
-      const auto delta_of = [&](int, int c) { return ds[c]; };
+      const auto delta_of = [&](int, int c) { return deltas[c]; };
       const bool interior = i0 >= j0 + w0 + kTile - 1 && i0 + L::BQ <= T;  // every query sees every key
       probabilities_and_score_grads<true>(st, dpt, scale * kLog2e, interior, visible, lse_of, delta_of, pa, dsa);
       mma_rows(dv, pa, gt, L::TLD);   // dV += P^T dy

@@ -1,5 +1,5 @@
-// Emulated build only: the warp-level matrix instruction the tensor-core attention forward
-// issues as inline PTX on a GPU, mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32
+// Emulated build only: the warp-level matrix instruction the tensor-core attention kernels
+// issue as inline PTX on a GPU, mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32
 // (kernels/cuda/mma_sync.cuh). Unlike wmma's fragments, its register layout is specified
 // (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"), so the emulator
 // implements exactly that layout: a kernel that places an element in the wrong lane or half

@@ -1,6 +1,7 @@
 // Emulated build only (cmake -DSUBDP_CUDA=EMULATE): the warp matrix functions of the toolkit's
-// <mma.h> (nvcuda::wmma) that kernels/cuda uses: m16n16k16 tiles of __nv_bfloat16 operands
-// with float accumulators, on tensor cores on a GPU.
+// <mma.h> (nvcuda::wmma): m16n16k16 tiles of __nv_bfloat16 operands with float accumulators,
+// on tensor cores on a GPU. No kernel of kernels/cuda uses them since the attention moved to
+// mma.sync (kernels/emu/mma_sync.h); they stay, tested (Emulator.WarpMatrix*), for the next.
 //
 // What a GPU leaves unspecified, the emulator makes adversarial:
 // - which lane holds which element of a fragment: a seeded permutation (SUBDP_EMU_SEED) per
