@@ -8,6 +8,7 @@
 #pragma once
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 #include "kernels/cuda/common.cuh"
 #if defined(SUBDP_CUDA_EMULATED)
@@ -15,6 +16,17 @@
 #endif
 
 namespace subdp::cuda::mma {
+
+#if defined(SUBDP_CUDA_EMULATED)
+/// True where p is `bytes`-aligned; else false, with a sticky cudaErrorMisalignedAddress
+/// "<access> an address not <bytes>-byte aligned", as a GPU faults there.
+inline bool emu_aligned(const void* p, size_t bytes, const char* access) {
+  if (reinterpret_cast<uintptr_t>(p) % bytes == 0) return true;
+  subdp::emu::set_error(cudaErrorMisalignedAddress,
+                        std::string(access) + " an address not " + std::to_string(bytes) + "-byte aligned", true);
+  return false;
+}
+#endif
 
 /// d (16 x 8 floats) = A (16 x 16 bf16, row-major) B (16 x 8 bf16, column-major) + c, one warp,
 /// every lane calling. Lane l, g = l / 4 (its group), t = l % 4 (its place in the group),
@@ -38,11 +50,7 @@ __device__ __forceinline__ void m16n8k16(float (&d)[4], const uint32_t (&a)[4], 
 /// emulated build raises cudaErrorMisalignedAddress otherwise, as a GPU faults).
 __device__ __forceinline__ uint32_t pair(const __nv_bfloat16* p) {
 #if defined(SUBDP_CUDA_EMULATED)
-  if (reinterpret_cast<uintptr_t>(p) % 4 != 0) {
-    subdp::emu::set_error(cudaErrorMisalignedAddress, "mma::pair: a 32-bit load from an address not 4-byte aligned",
-                          true);
-    return 0;
-  }
+  if (!emu_aligned(p, 4, "mma::pair: a 32-bit load from")) return 0;
   uint32_t v;
   std::memcpy(&v, p, 4);
   return v;
@@ -55,11 +63,7 @@ __device__ __forceinline__ uint32_t pair(const __nv_bfloat16* p) {
 /// aligned, as for pair.
 __device__ __forceinline__ void store_pair(__nv_bfloat16* p, uint32_t v) {
 #if defined(SUBDP_CUDA_EMULATED)
-  if (reinterpret_cast<uintptr_t>(p) % 4 != 0) {
-    subdp::emu::set_error(cudaErrorMisalignedAddress,
-                          "mma::store_pair: a 32-bit store to an address not 4-byte aligned", true);
-    return;
-  }
+  if (!emu_aligned(p, 4, "mma::store_pair: a 32-bit store to")) return;
   std::memcpy(p, &v, 4);
 #else
   *reinterpret_cast<uint32_t*>(p) = v;
@@ -70,9 +74,7 @@ __device__ __forceinline__ void store_pair(__nv_bfloat16* p, uint32_t v) {
 /// emulated build raises cudaErrorMisalignedAddress otherwise, as a GPU faults).
 __device__ __forceinline__ void load16(uint32_t (&w)[4], const void* p) {
 #if defined(SUBDP_CUDA_EMULATED)
-  if (reinterpret_cast<uintptr_t>(p) % 16 != 0) {
-    subdp::emu::set_error(cudaErrorMisalignedAddress, "mma::load16: a 128-bit load from an address not 16-byte aligned",
-                          true);
+  if (!emu_aligned(p, 16, "mma::load16: a 128-bit load from")) {
     w[0] = w[1] = w[2] = w[3] = 0;
     return;
   }
