@@ -5,6 +5,14 @@
 set(SUBDP_HAVE_CUDA OFF)
 set(SUBDP_CUDA_EMULATED OFF)
 if(SUBDP_CUDA STREQUAL "EMULATE")
+  # The emulator puts every __shared__ array in one linker section, which it fills with NaN
+  # before each block and where ldmatrix must find its rows; GCC places a template kernel's
+  # arrays elsewhere, ignoring the attribute (GCC bug 70435), and those checks would pass.
+  if(NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+    message(FATAL_ERROR "SUBDP_CUDA=EMULATE needs clang++, not ${CMAKE_CXX_COMPILER_ID} "
+                        "${CMAKE_CXX_COMPILER}: configure a fresh build folder with CXX unset (clang++ is then chosen), or pass "
+                        "-DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang")
+  endif()
   set(SUBDP_HAVE_CUDA ON)
   set(SUBDP_CUDA_EMULATED ON)
 elseif(NOT SUBDP_CUDA STREQUAL "OFF")

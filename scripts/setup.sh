@@ -12,6 +12,7 @@ packages=(
   dataset-fashion-mnist
   python3 python3-torch python3-numpy python3-matplotlib
   clang libclang-rt-14-dev clang-format
+  libomp-dev  # OpenMP for clang, which builds the emulated CUDA device
   libboost-context-dev  # fibers of the emulated CUDA device (kernels/emu)
 )
 # npm (for the Brown corpus) often comes with Node.js outside Debian; add Debian's only when absent.

@@ -2,7 +2,8 @@
 // attention.cu (Dao et al., arXiv:2205.14135, algorithm 1; online softmax, causal tiles
 // skipped, no (T, T) matrix) arranged as FlashAttention-2 (attention_tc.cuh): each warp keeps
 // its 16 query rows' Q, scores, probabilities and output in registers, and shared memory holds
-// only the block's Q (read once), a key tile and the value tile transposed, as bf16. The
+// only the block's Q (read once), a key tile and a value tile, as bf16 rows, which ldmatrix
+// loads into operands (the value tile transposed on the way, for P V). The
 // rounded probabilities of two adjacent 8-key tiles of S are, register for register, the A
 // operand of P V over those 16 keys, so P never leaves the registers.
 //
@@ -21,17 +22,16 @@ namespace tc {
 
 namespace {
 
-/// The forward block: 64 query rows (4 warps of 16) against key tiles of BC rows. Row strides
-/// of (HD + 8) and (BC + 8) bf16 put the 8 groups' fragment loads on 8 disjoint sets of 4
-/// banks (stride 4, 12 or 20 words mod 32), so they do not conflict.
+/// The forward block: 64 query rows (4 warps of 16) against key tiles of BC rows. A row stride
+/// of (HD + 8) bf16 puts the 8 rows an ldmatrix phase reads, 16 bytes each, on 8 disjoint sets
+/// of 4 banks (stride 4, 12 or 20 words mod 32), so they do not conflict.
 template <int HD>
 struct ForwardLayout {
   static constexpr int BR = 64;
   static constexpr int BC = HD <= 64 ? 64 : 32;  // 32 at width 128 bounds registers and shared memory
-  static constexpr int LD = HD + 8;              // q (BR, LD) and k (BC, LD), bf16
-  static constexpr int VLD = BC + 8;             // v transposed: (HD, VLD), bf16
-  static constexpr int q_bytes = BR * LD * 2, k_bytes = BC * LD * 2, v_bytes = HD * VLD * 2;
-  static constexpr int bytes = q_bytes + k_bytes + v_bytes;
+  static constexpr int LD = HD + 8;              // q (BR, LD), k and v (BC, LD), bf16
+  static constexpr int q_bytes = BR * LD * 2, k_bytes = BC * LD * 2;
+  static constexpr int bytes = q_bytes + 2 * k_bytes;
   static_assert(bytes <= 48 * 1024, "static shared memory above 48 KiB");
   static_assert(q_bytes % 16 == 0 && k_bytes % 16 == 0, "16-byte aligned arrays");
 };
@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(128)
   alignas(16) __shared__ unsigned char smem[L::bytes];
   auto* qs = reinterpret_cast<__nv_bfloat16*>(smem);
   auto* ks = reinterpret_cast<__nv_bfloat16*>(smem + L::q_bytes);
-  auto* vt = reinterpret_cast<__nv_bfloat16*>(smem + L::q_bytes + L::k_bytes);
+  auto* vs = reinterpret_cast<__nv_bfloat16*>(smem + L::q_bytes + L::k_bytes);
 
   const HeadViewOf<In> v = query_view(qkv, T, H, KV, hd);
   const int warp = static_cast<int>(threadIdx.x) / 32, g = lane_place().g;
@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(128)
   for (int j0 = 0; j0 < keys; j0 += L::BC) {
     __syncthreads();  // every warp is done with the previous tile
     load_bf16<HD>(ks, L::LD, v.k, v.ld, j0, L::BC, T, hd);
-    load_bf16<HD, true>(vt, L::VLD, v.v, v.ld, j0, L::BC, T, hd);
+    load_bf16<HD>(vs, L::LD, v.v, v.ld, j0, L::BC, T, hd);
     __syncthreads();
     if (q0 + w0 >= T || j0 > q0 + w0 + 15) continue;  // the warp's rows are past T or see no key here
     float s[L::BC / 8][4];
@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(128)
     mma_rows(s, qa, ks, L::LD);  // S = Q K^T
     const bool interior = j0 + L::BC - 1 <= q0 + w0 && q0 + w0 + kTile <= T;
     tile_softmax<HD>(s, st, i0, j0, T, scale * kLog2e, interior, pa);
-    mma_rows(st.o, pa, vt, L::VLD);  // O += P V
+    mma_cols(st.o, pa, vs, L::LD);  // O += P V
   }
   finish_rows<HD, kForBackward>(st, v, dy, y, lse, delta, i0, T, hd);
 }

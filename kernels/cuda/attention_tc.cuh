@@ -36,33 +36,29 @@ void with_width(int hd, F&& f) {
   return f(std::integral_constant<int, 128>{});
 }
 
-/// dst[r][d] = bf16(src[(r0 + r) * ld + d]) for r < rows, d < HD, dst rows dld apart (with
-/// kTransposed, dst[d][r]: columns dld apart); zero past row T and past column hd (zero columns
-/// add exact zeros to every product). src is float (rounded here) or bf16 (copied: a kept copy
-/// loads the values its float conversion would). Every thread of the block takes part. Where
-/// src, ld and hd allow (src 16-byte aligned, ld and hd multiples of a 16-byte vector, as the
-/// packed qkv and dy rows of a head width that is a multiple of 16 are), each thread moves 16
-/// bytes of src at a time, the untransposed stores two bf16 at a time. A warp's lanes take
-/// consecutive columns of a row (coalesced reads of src, rows of dst) but, transposed,
-/// consecutive rows: the columns of a row of src are whole rows of dst, (HD + 8) bf16 apart, 0
-/// or 16 words mod 32, so lanes along them would store to one bank 8- or 16-fold (with 16
-/// rows, the dk / dv kernel's query tiles at width 128, a warp's halves still meet 2-fold).
-template <int HD, bool kTransposed = false, class Src>
+/// dst[r][d] = bf16(src[(r0 + r) * ld + d]) for r < rows, d < HD, dst rows dld apart; zero
+/// past row T and past column hd (zero columns add exact zeros to every product). src is float
+/// (rounded here) or bf16 (copied: a kept copy loads the values its float conversion would).
+/// Every thread of the block takes part. Where src, ld and hd allow (src 16-byte aligned, ld
+/// and hd multiples of a 16-byte vector, as the packed qkv and dy rows of a head width that is
+/// a multiple of 16 are), each thread moves 16 bytes of src at a time and stores them two bf16
+/// at a time; a warp's lanes take consecutive columns of a row (coalesced reads).
+template <int HD, class Src>
 __device__ void load_bf16(__nv_bfloat16* dst, int dld, const Src* src, int64_t ld, int r0, int rows, int T, int hd) {
   static_assert(std::is_same_v<Src, float> || std::is_same_v<Src, __nv_bfloat16>, "float or bf16 rows");
   constexpr int V = 16 / sizeof(Src);  // elements of a 16-byte load
   if (reinterpret_cast<uintptr_t>(src) % 16 != 0 || ld % V != 0 || hd % V != 0) {
     for (int e = threadIdx.x; e < rows * HD; e += blockDim.x) {
-      const int r = kTransposed ? e % rows : e / HD, d = kTransposed ? e / rows : e % HD;
+      const int r = e / HD, d = e % HD;
       const bool inside = r0 + r < T && d < hd;
-      dst[kTransposed ? d * dld + r : r * dld + d] =
-          inside ? detail::from_f<__nv_bfloat16>(detail::to_f(src[static_cast<int64_t>(r0 + r) * ld + d]))
-                 : __float2bfloat16(0.f);
+      dst[r * dld + d] = inside
+                             ? detail::from_f<__nv_bfloat16>(detail::to_f(src[static_cast<int64_t>(r0 + r) * ld + d]))
+                             : __float2bfloat16(0.f);
     }
     return;
   }
   for (int e = threadIdx.x; e < rows * (HD / V); e += blockDim.x) {
-    const int r = kTransposed ? e % rows : e / (HD / V), d0 = (kTransposed ? e / rows : e % (HD / V)) * V;
+    const int r = e / (HD / V), d0 = e % (HD / V) * V;
     uint32_t w[4] = {0, 0, 0, 0};  // the 16 bytes: zeros past T or hd
     if (r0 + r < T && d0 < hd) mma::load16(w, src + static_cast<int64_t>(r0 + r) * ld + d0);  // hd % V == 0
     uint32_t pairs[V / 2];  // the V values as bf16 pairs
@@ -74,14 +70,7 @@ __device__ void load_bf16(__nv_bfloat16* dst, int dld, const Src* src, int64_t l
       pairs[0] = mma::pack(__float2bfloat16(f[0]), __float2bfloat16(f[1]));
       pairs[1] = mma::pack(__float2bfloat16(f[2]), __float2bfloat16(f[3]));
     }
-    for (int k = 0; k < V / 2; ++k) {
-      if constexpr (kTransposed) {
-        dst[(d0 + 2 * k) * dld + r] = mma::half_of(pairs[k], false);
-        dst[(d0 + 2 * k + 1) * dld + r] = mma::half_of(pairs[k], true);
-      } else {
-        mma::store_pair(dst + r * dld + d0 + 2 * k, pairs[k]);
-      }
-    }
+    for (int k = 0; k < V / 2; ++k) mma::store_pair(dst + r * dld + d0 + 2 * k, pairs[k]);
   }
 }
 
@@ -94,32 +83,52 @@ __device__ __forceinline__ LanePlace lane_place() {
   return {lane / 4, lane % 4};
 }
 
-/// a = rows w0 .. w0 + 15 of a bf16 array (rows ld apart), columns 0 .. 16 K - 1, as the K
-/// A operands of mma::m16n8k16 (a warp's Q, dy, K or V, read once into registers).
+/// The calling lane's row address for an ldmatrix_x4 of four 8 x 8 blocks of a bf16 array m
+/// (rows ld apart): lane 8 i + k gives row k of block i, which starts at row r0 + 8 * (i % 2),
+/// column c0 + 8 * (i / 2) when kRowsFirst, else at row r0 + 8 * (i / 2), column c0 + 8 * (i % 2).
+template <bool kRowsFirst>
+__device__ __forceinline__ const __nv_bfloat16* block_row(const __nv_bfloat16* m, int ld, int r0, int c0) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, i = lane / 8, k = lane % 8;
+  const int down = kRowsFirst ? i % 2 : i / 2, right = kRowsFirst ? i / 2 : i % 2;
+  return m + (r0 + 8 * down + k) * ld + c0 + 8 * right;
+}
+
+/// a = rows w0 .. w0 + 15 of a bf16 array in shared memory (rows ld apart, 16-byte aligned),
+/// columns 0 .. 16 K - 1, as the K A operands of mma::m16n8k16 (a warp's Q, dy, K or V, read
+/// once into registers): one ldmatrix per operand, its blocks in the A register order.
 template <int K>
 __device__ void load_a_rows(uint32_t (&a)[K][4], const __nv_bfloat16* m, int ld, int w0) {
-  const LanePlace p = lane_place();
-  for (int kk = 0; kk < K; ++kk) {
-    const __nv_bfloat16* r = m + (w0 + p.g) * ld + kk * kTile + 2 * p.t;
-    a[kk][0] = mma::pair(r);
-    a[kk][1] = mma::pair(r + 8 * ld);
-    a[kk][2] = mma::pair(r + 8);
-    a[kk][3] = mma::pair(r + 8 * ld + 8);
-  }
+  for (int kk = 0; kk < K; ++kk) mma::ldmatrix_x4(a[kk], block_row<true>(m, ld, w0, kk * kTile));
 }
 
 /// c (16 x 8 N floats, accumulator layout) += a (16 x 16 K bf16, A operands) times the
-/// transpose of the 8 N bf16 rows of m (16 K columns each, rows ld apart). With m the rows of
-/// a tile it is the warp's rows against the tile's (S = Q K^T, dP = dy V^T); with m a tile
-/// stored transposed, the product by the tile (O += P V with V^T, dK += dS^T Q with Q^T).
+/// transpose of the 8 N bf16 rows of m (16 K columns each, rows ld apart, in shared memory):
+/// the warp's rows against a tile's rows (S = Q K^T, dP = dy V^T). Each ldmatrix gives the B
+/// operands of two 8-row tiles.
 template <int K, int N>
 __device__ void mma_rows(float (&c)[N][4], const uint32_t (&a)[K][4], const __nv_bfloat16* m, int ld) {
-  const LanePlace p = lane_place();
-  for (int n = 0; n < N; ++n)
+  static_assert(N % 2 == 0, "8-row tiles in pairs");
+  for (int n = 0; n < N; n += 2)
     for (int kk = 0; kk < K; ++kk) {
-      const __nv_bfloat16* r = m + (n * 8 + p.g) * ld + kk * kTile + 2 * p.t;  // B[k][n] = m[n][k]
-      const uint32_t b[2] = {mma::pair(r), mma::pair(r + 8)};
-      mma::m16n8k16(c[n], a[kk], b, c[n]);
+      uint32_t b[4];  // B[k][n] = m[n][k]: rows n .. n + 7 at k, k + 8, then rows n + 8 ..
+      mma::ldmatrix_x4(b, block_row<false>(m, ld, n * 8, kk * kTile));
+      mma::m16n8k16(c[n], a[kk], {b[0], b[1]}, c[n]);
+      mma::m16n8k16(c[n + 1], a[kk], {b[2], b[3]}, c[n + 1]);
+    }
+}
+
+/// c (16 x 8 N floats) += a (16 x 16 K bf16, A operands) times the 16 K rows of m (8 N
+/// columns each, rows ld apart, in shared memory): the product by a tile stored as rows
+/// (O += P V, dV += P^T dy, dK += dS^T Q, dQ += dS K), its B operands transposed by ldmatrix.
+template <int K, int N>
+__device__ void mma_cols(float (&c)[N][4], const uint32_t (&a)[K][4], const __nv_bfloat16* m, int ld) {
+  static_assert(N % 2 == 0, "8-column tiles in pairs");
+  for (int n = 0; n < N; n += 2)
+    for (int kk = 0; kk < K; ++kk) {
+      uint32_t b[4];  // B[k][n] = m[k][n]: rows k .. k + 7, k + 8 .. at column n, then n + 8
+      mma::ldmatrix_x4<true>(b, block_row<true>(m, ld, kk * kTile, n * 8));
+      mma::m16n8k16(c[n], a[kk], {b[0], b[1]}, c[n]);
+      mma::m16n8k16(c[n + 1], a[kk], {b[2], b[3]}, c[n + 1]);
     }
 }
 

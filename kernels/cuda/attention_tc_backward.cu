@@ -9,7 +9,8 @@
 // side's rows it forms S (= Q K^T, or S^T = K Q^T) and dP (= dy V^T, or dP^T = V dy^T) as
 // mma.sync accumulators, then in place P = exp(scale S - lse) under the causal mask and
 // dS = P (dP - delta), rounded to bf16 into A operands, and accumulates dV += P^T dy,
-// dK += dS^T Q, dQ += dS K against the tile stored transposed in shared memory. dK and dQ are
+// dK += dS^T Q, dQ += dS K against the same tile's rows in shared memory, which ldmatrix
+// transposes on the way into B operands (each tile is read from global memory once). dK and dQ are
 // scaled by 1 / sqrt(hd) once, at the end. A key / value head sums its query heads in order.
 #include <cmath>
 
@@ -23,32 +24,32 @@ namespace tc {
 namespace {
 
 /// The dk / dv block: BK = 64 key rows (4 warps of 16) against query tiles of BQ rows. Shared
-/// memory holds the tile's Q and dy as rows (for S^T and dP^T) and transposed (for dK and dV),
-/// bf16, and its lse and delta; before the loop K and V are staged over the same bytes. Row
-/// strides of (HD + 8) and (BQ + 8) bf16 keep a warp's operand loads off each other's banks.
+/// memory holds the tile's Q and dy as bf16 rows (read as they are for S^T and dP^T, transposed
+/// by ldmatrix for dK and dV) and its lse and delta; before the loop K and V are staged over
+/// the same bytes. A row stride of (HD + 8) bf16 keeps an ldmatrix's 8 rows off each other's banks.
 template <int HD>
 struct DkdvLayout {
   static constexpr int BK = 64;
   static constexpr int BQ = HD <= 32 ? 64 : HD <= 64 ? 32 : 16;  // bounds the registers (no spills)
-  static constexpr int LD = HD + 8, TLD = BQ + 8;
-  static constexpr int rows_bytes = BQ * LD * 2, cols_bytes = HD * TLD * 2;
-  static constexpr int loop_bytes = 2 * rows_bytes + 2 * cols_bytes + 2 * BQ * 4;
+  static constexpr int LD = HD + 8;
+  static constexpr int rows_bytes = BQ * LD * 2;
+  static constexpr int loop_bytes = 2 * rows_bytes + 2 * BQ * 4;
   static constexpr int stage_bytes = 2 * BK * LD * 2;
   static constexpr int bytes = loop_bytes > stage_bytes ? loop_bytes : stage_bytes;
   static_assert(bytes <= 48 * 1024, "static shared memory above 48 KiB");
-  static_assert(rows_bytes % 16 == 0 && cols_bytes % 16 == 0 && BK * LD * 2 % 16 == 0, "16-byte aligned arrays");
+  static_assert(rows_bytes % 16 == 0 && BK * LD * 2 % 16 == 0, "16-byte aligned arrays");
 };
 
 /// The dq block: BR = 64 query rows (4 warps of 16) against key tiles of BC rows. Shared
-/// memory holds the tile's K and V as rows (for S and dP) and K transposed (for dQ), bf16;
-/// before the loop Q and dy are staged over the same bytes.
+/// memory holds the tile's K and V as bf16 rows (for S and dP; K transposed by ldmatrix for
+/// dQ); before the loop Q and dy are staged over the same bytes.
 template <int HD>
 struct DqLayout {
   static constexpr int BR = 64;
   static constexpr int BC = HD <= 64 ? 64 : 32;
-  static constexpr int LD = HD + 8, TLD = BC + 8;
-  static constexpr int rows_bytes = BC * LD * 2, cols_bytes = HD * TLD * 2;
-  static constexpr int loop_bytes = 2 * rows_bytes + cols_bytes;
+  static constexpr int LD = HD + 8;
+  static constexpr int rows_bytes = BC * LD * 2;
+  static constexpr int loop_bytes = 2 * rows_bytes;
   static constexpr int stage_bytes = 2 * BR * LD * 2;
   static constexpr int bytes = loop_bytes > stage_bytes ? loop_bytes : stage_bytes;
   static_assert(bytes <= 48 * 1024, "static shared memory above 48 KiB");
@@ -89,9 +90,7 @@ __global__ void __launch_bounds__(128)
   alignas(16) __shared__ unsigned char smem[L::bytes];
   auto* qs = reinterpret_cast<__nv_bfloat16*>(smem);  // (BQ, LD)
   auto* gs = reinterpret_cast<__nv_bfloat16*>(smem + L::rows_bytes);
-  auto* qt = reinterpret_cast<__nv_bfloat16*>(smem + 2 * L::rows_bytes);  // (HD, TLD)
-  auto* gt = reinterpret_cast<__nv_bfloat16*>(smem + 2 * L::rows_bytes + L::cols_bytes);
-  float* ls = reinterpret_cast<float*>(smem + 2 * L::rows_bytes + 2 * L::cols_bytes);  // lse, base 2
+  float* ls = reinterpret_cast<float*>(smem + 2 * L::rows_bytes);  // lse, base 2
   float* deltas = ls + L::BQ;
 
   const int b = static_cast<int>(blockIdx.y) / KV, kvh = static_cast<int>(blockIdx.y) % KV, G = H / KV;
@@ -117,8 +116,6 @@ __global__ void __launch_bounds__(128)
       __syncthreads();                        // every warp is done with the previous tile (or the staging)
       load_bf16<HD>(qs, L::LD, v.q, v.ld, i0, L::BQ, T, hd);
       load_bf16<HD>(gs, L::LD, dy + v.y_off, v.C, i0, L::BQ, T, hd);
-      load_bf16<HD, true>(qt, L::TLD, v.q, v.ld, i0, L::BQ, T, hd);
-      load_bf16<HD, true>(gt, L::TLD, dy + v.y_off, v.C, i0, L::BQ, T, hd);
       for (int r = threadIdx.x; r < L::BQ; r += blockDim.x) {
         ls[r] = i0 + r < T ? lse[v.stat + i0 + r] * kLog2e : 0.f;
         deltas[r] = i0 + r < T ? delta[v.stat + i0 + r] : 0.f;
@@ -139,8 +136,8 @@ __global__ void __launch_bounds__(128)
       const auto delta_of = [&](int, int c) { return deltas[c]; };
       const bool interior = i0 >= j0 + w0 + kTile - 1 && i0 + L::BQ <= T;  // every query sees every key
       probabilities_and_score_grads<true>(st, dpt, scale * kLog2e, interior, visible, lse_of, delta_of, pa, dsa);
-      mma_rows(dv, pa, gt, L::TLD);   // dV += P^T dy
-      mma_rows(dk, dsa, qt, L::TLD);  // dK += dS^T Q
+      mma_cols(dv, pa, gs, L::LD);   // dV += P^T dy
+      mma_cols(dk, dsa, qs, L::LD);  // dK += dS^T Q
     }
   }
   const int64_t at = static_cast<int64_t>(j) * kv.ld, next = 8 * kv.ld;
@@ -160,7 +157,6 @@ __global__ void __launch_bounds__(128)
   alignas(16) __shared__ unsigned char smem[L::bytes];
   auto* ks = reinterpret_cast<__nv_bfloat16*>(smem);  // (BC, LD)
   auto* vs = reinterpret_cast<__nv_bfloat16*>(smem + L::rows_bytes);
-  auto* kt = reinterpret_cast<__nv_bfloat16*>(smem + 2 * L::rows_bytes);  // (HD, TLD)
 
   const HeadViewOf<In> v = query_view(qkv, T, H, KV, hd);
   const int warp = static_cast<int>(threadIdx.x) / 32, g = lane_place().g;
@@ -189,7 +185,6 @@ __global__ void __launch_bounds__(128)
     __syncthreads();  // every warp is done with the previous tile (or the staging)
     load_bf16<HD>(ks, L::LD, v.k, v.ld, j0, L::BC, T, hd);
     load_bf16<HD>(vs, L::LD, v.v, v.ld, j0, L::BC, T, hd);
-    load_bf16<HD, true>(kt, L::TLD, v.k, v.ld, j0, L::BC, T, hd);
     __syncthreads();
     if (q0 + w0 >= T || j0 > q0 + w0 + kTile - 1) continue;  // the warp's rows are past T or see no key here
     float s[NK][4], dp[NK][4];
@@ -206,7 +201,7 @@ __global__ void __launch_bounds__(128)
     const auto delta_of = [&](int r, int) { return delta_r[r]; };
     const bool interior = j0 + L::BC - 1 <= q0 + w0 && q0 + w0 + kTile <= T;  // every row sees every key
     probabilities_and_score_grads<false>(s, dp, scale * kLog2e, interior, visible, lse_of, delta_of, unused, dsa);
-    mma_rows(dq, dsa, kt, L::TLD);  // dQ += dS K
+    mma_cols(dq, dsa, ks, L::LD);  // dQ += dS K
   }
   float* rows = dqkv + (v.q - qkv) + static_cast<int64_t>(i) * v.ld;
   write_rows(dq, i < T ? rows : nullptr, i + 8 < T ? rows + 8 * v.ld : nullptr, hd, scale);

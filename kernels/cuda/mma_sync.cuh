@@ -46,6 +46,31 @@ __device__ __forceinline__ void m16n8k16(float (&d)[4], const uint32_t (&a)[4], 
 #endif
 }
 
+/// ldmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16: four 8 x 8 bf16 matrices from shared
+/// memory, one warp, every lane calling. Lane 8 i + k gives in `row` the address of row k of
+/// matrix i: 16 bytes, 16-byte aligned, in shared memory (the emulated build raises
+/// cudaErrorMisalignedAddress / cudaErrorIllegalAddress otherwise, as a GPU faults). Lane l,
+/// g = l / 4, t = l % 4, receives in r[i] matrix i's elements (g, 2t), (g, 2t + 1), the low
+/// half first: r[i] is, of an 8 x 8 block stored as rows, the A or B operand register of
+/// m16n8k16 that block fills. With kTrans, (2t, g) and (2t + 1, g): the register of a block
+/// stored transposed (PTX ISA, "Warp-level matrix load instruction: ldmatrix").
+template <bool kTrans = false>
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const __nv_bfloat16* row) {
+#if defined(SUBDP_CUDA_EMULATED)
+  subdp::emu::ldmatrix_x4(r, row, kTrans);
+#else
+  const auto a = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  if constexpr (kTrans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+#endif
+}
+
 /// The two bf16 at p, p[0] in the low half: one 32-bit load. p must be 4-byte aligned (the
 /// emulated build raises cudaErrorMisalignedAddress otherwise, as a GPU faults).
 __device__ __forceinline__ uint32_t pair(const __nv_bfloat16* p) {
@@ -86,14 +111,6 @@ __device__ __forceinline__ void load16(uint32_t (&w)[4], const void* p) {
   w[2] = v.z;
   w[3] = v.w;
 #endif
-}
-
-/// The bf16 in the low (hi = false) or high half of a register.
-__device__ __forceinline__ __nv_bfloat16 half_of(uint32_t v, bool hi) {
-  const uint16_t bits = static_cast<uint16_t>(hi ? v >> 16 : v & 0xffffu);
-  __nv_bfloat16 b;
-  std::memcpy(&b, &bits, 2);
-  return b;
 }
 
 /// lo and hi as one register, lo in the low half.

@@ -221,6 +221,11 @@ std::string dims(dim3 d) {
 
 }  // namespace
 
+bool in_shared_memory(const void* p, size_t bytes) {
+  const auto* c = static_cast<const char*>(p);
+  return __start_subdp_emu_shared != nullptr && c >= __start_subdp_emu_shared && c + bytes <= __stop_subdp_emu_shared;
+}
+
 int block_barrier(int predicate) {
   if (g_block == nullptr) fail_outside_kernel("__syncthreads");
   g_thread->state = State::at_block_barrier;

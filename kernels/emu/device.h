@@ -21,7 +21,9 @@
 // Static shared memory: every kernel's __shared__ arrays sit in one linker section, which the
 // emulator fills with 0xff bytes (NaN in float and double) before each block runs, so a read
 // of shared memory no thread of the block has written gives NaN instead of a plausible value.
-// One block runs at a time, so one copy serves every block.
+// One block runs at a time, so one copy serves every block. This needs clang: GCC ignores the
+// section attribute on the static locals of a template (GCC bug 70435), which is every template
+// kernel's shared memory, and cmake/cuda.cmake refuses it for the emulated build.
 #define __shared__ static __attribute__((section("subdp_emu_shared")))
 
 // Built-in variables, set by the emulator before it resumes a thread's fiber.
@@ -41,6 +43,9 @@ uint64_t warp_exchange(unsigned mask, uint64_t value, int source, const char* wh
 /// Warp collective: every lane in `mask` of the calling warp posts `value`; on return all[l]
 /// holds lane l's (0 for a lane the warp does not have).
 void warp_gather(unsigned mask, uint64_t value, uint64_t (&all)[32], const char* what);
+/// True when the `bytes` at p lie in the block's static shared memory (the kernels' __shared__
+/// arrays; the emulator gives kernels no dynamic shared memory).
+bool in_shared_memory(const void* p, size_t bytes);
 /// Lane of the calling thread in its warp.
 inline int lane_id() {
   const unsigned linear = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);

@@ -4,6 +4,8 @@
 // (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"), so the emulator
 // implements exactly that layout: a kernel that places an element in the wrong lane or half
 // register multiplies the wrong values here as on a GPU.
+// Also ldmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16, which loads such operands from shared
+// memory, in the layout of the PTX ISA's "Warp-level matrix load instruction: ldmatrix".
 // Every lane of the warp must take part (a lane that has exited is an error, as the
 // instruction's .aligned requires). The products of bf16 operands are exact in float; they
 // are summed in k order onto the accumulator in float (a tensor core's order is unspecified).
@@ -63,6 +65,38 @@ inline void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], const uint3
     for (int k = 0; k < 16; ++k) s += A[row][k] * B[k][col];
     d[i] = s;
   }
+}
+
+/// ldmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16 for one warp: four 8 x 8 bf16 matrices,
+/// lane 8 i + r giving in `row` the address of row r of matrix i (16 bytes, 16-byte aligned,
+/// in shared memory). Lane l, g = l / 4, t = l % 4, receives in r[i] matrix i's elements
+/// (g, 2t) and (g, 2t + 1), low half first; with `trans`, (2t, g) and (2t + 1, g). A row
+/// address that is not 16-byte aligned is a sticky cudaErrorMisalignedAddress, one outside
+/// shared memory a sticky cudaErrorIllegalAddress, as each faults on a GPU; r is then zeros.
+inline void ldmatrix_x4(uint32_t (&r)[4], const void* row, bool trans) {
+  uint64_t where[32];
+  warp_gather(0xffffffffu, reinterpret_cast<uint64_t>(row), where, trans ? "ldmatrix.trans" : "ldmatrix");
+  r[0] = r[1] = r[2] = r[3] = 0;
+  bool valid = true;
+  for (uint64_t a : where) {
+    const void* p = reinterpret_cast<const void*>(a);
+    if (a % 16 != 0) {
+      set_error(cudaErrorMisalignedAddress, "ldmatrix: a row address not 16-byte aligned", true);
+      valid = false;
+    } else if (!in_shared_memory(p, 16)) {
+      set_error(cudaErrorIllegalAddress, "ldmatrix: a row address outside shared memory", true);
+      valid = false;
+    }
+  }
+  const int g = lane_id() / 4, t = lane_id() % 4;
+  const auto row_of = [&](int i, int k) { return reinterpret_cast<const unsigned char*>(where[8 * i + k]); };
+  for (int i = 0; valid && i < 4; ++i) {
+    uint16_t lo, hi;
+    std::memcpy(&lo, trans ? row_of(i, 2 * t) + 2 * g : row_of(i, g) + 4 * t, 2);
+    std::memcpy(&hi, trans ? row_of(i, 2 * t + 1) + 2 * g : row_of(i, g) + 4 * t + 2, 2);
+    r[i] = static_cast<uint32_t>(lo) | static_cast<uint32_t>(hi) << 16;
+  }
+  __syncwarp();  // every lane has read before any lane goes on to write shared memory
 }
 
 }  // namespace subdp::emu

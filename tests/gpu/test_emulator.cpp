@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <mma.h>
 
+#include <cmath>
 #include <set>
 #include <string>
 #include <vector>
@@ -245,6 +246,80 @@ __global__ void mma_kernel(const __nv_bfloat16* a, const __nv_bfloat16* b, const
 
 /// mma::pair of the two bf16 at p.
 __global__ void pair_kernel(const __nv_bfloat16* p, uint32_t* out) { *out = cuda::mma::pair(p); }
+
+/// Block 0 writes its shared array, then every block reads it into out (32 floats a block):
+/// a template kernel, whose static locals GCC would place outside the emulator's shared section.
+template <int N>
+__global__ void shared_each_block_kernel(float* out) {
+  __shared__ float s[N];
+  if (blockIdx.x == 0) s[threadIdx.x] = 1.f;
+  __syncthreads();
+  out[blockIdx.x * N + threadIdx.x] = s[threadIdx.x];
+}
+
+TEST_F(Emulator, SharedMemoryStartsEachBlockAsNaN) {
+  Dev<float> out(64);
+  SUBDP_LAUNCH(2, 32, 0, stream, shared_each_block_kernel<32>)(out.get());
+  CUDA_CHECK_LAUNCH();
+  const std::vector<float> v = out.download();
+  for (int i = 0; i < 32; ++i) {
+    EXPECT_EQ(v[i], 1.f) << i;
+    EXPECT_TRUE(std::isnan(v[32 + i])) << "block 1 read " << v[32 + i] << " at " << i;  // not block 0's 1
+  }
+}
+
+/// Stages the 16 x 16 bf16 matrix m in shared memory (rows 24 apart) and loads it with
+/// ldmatrix_x4 as the four 8 x 8 blocks of an A operand (rows 0-7 / 8-15 by columns 0-7,
+/// then 8-15), untransposed into out[32 lane + i] and transposed into out[32 lane + 4 + i].
+/// `shift` moves every row address by that many elements; with `from_global`, the rows are
+/// read from m itself, not from shared memory.
+__global__ void ldmatrix_kernel(const __nv_bfloat16* m, uint32_t* out, int shift, bool from_global) {
+  alignas(16) __shared__ __nv_bfloat16 tile[16 * 24];
+  const int lane = static_cast<int>(threadIdx.x);
+  for (int e = lane; e < 256; e += 32) tile[e / 16 * 24 + e % 16] = m[e];
+  __syncthreads();
+  const int i = lane / 8, row = (i % 2) * 8 + lane % 8, col = (i / 2) * 8;
+  const __nv_bfloat16* at = (from_global ? m + row * 16 : tile + row * 24) + col + shift;
+  uint32_t r[4], rt[4];
+  cuda::mma::ldmatrix_x4(r, at);
+  cuda::mma::ldmatrix_x4<true>(rt, at);
+  for (int k = 0; k < 4; ++k) {
+    out[lane * 8 + k] = r[k];
+    out[lane * 8 + 4 + k] = rt[k];
+  }
+}
+
+TEST_F(Emulator, LdmatrixLoadsThePtxLayout) {
+  std::vector<float> m(256);
+  for (int e = 0; e < 256; ++e) m[e] = static_cast<float>(e);  // exact in bf16
+  DevBf16 dm(m);
+  Dev<uint32_t> dout(256);
+  SUBDP_LAUNCH(1, 32, 0, stream, ldmatrix_kernel)(dm, dout.get(), 0, false);
+  CUDA_CHECK_LAUNCH();
+  const std::vector<uint32_t> out = dout.download();
+  const auto bits = [&](int r, int c) { return static_cast<uint32_t>(f32_to_bf16_bits(m[r * 16 + c])); };
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane / 4, t = lane % 4;
+    for (int i = 0; i < 4; ++i) {
+      const int r0 = (i % 2) * 8, c0 = (i / 2) * 8;
+      // Untransposed: the m16n8k16 A operand of m (register i: rows g / g + 8, k 2t / 2t + 8).
+      EXPECT_EQ(out[lane * 8 + i], bits(r0 + g, c0 + 2 * t) | bits(r0 + g, c0 + 2 * t + 1) << 16) << lane << " " << i;
+      EXPECT_EQ(out[lane * 8 + 4 + i], bits(r0 + 2 * t, c0 + g) | bits(r0 + 2 * t + 1, c0 + g) << 16)
+          << lane << " " << i << " trans";
+    }
+  }
+  // Row addresses must be 16-byte aligned, in shared memory.
+  SUBDP_LAUNCH(1, 32, 0, stream, ldmatrix_kernel)(dm, dout.get(), 2, false);
+  cudaError_t st = cudaDeviceSynchronize();
+  EXPECT_EQ(st, cudaErrorMisalignedAddress);
+  EXPECT_NE(std::string(cudaGetErrorString(st)).find("not 16-byte aligned"), std::string::npos);
+  CUDA_CHECK(cudaDeviceReset());  // the fault is sticky, as on a GPU
+  SUBDP_LAUNCH(1, 32, 0, stream, ldmatrix_kernel)(dm, dout.get(), 0, true);
+  st = cudaDeviceSynchronize();
+  EXPECT_EQ(st, cudaErrorIllegalAddress);
+  EXPECT_NE(std::string(cudaGetErrorString(st)).find("outside shared memory"), std::string::npos);
+  CUDA_CHECK(cudaDeviceReset());
+}
 
 TEST_F(Emulator, MmaSyncIsTheProductInThePtxLayout) {
   const std::vector<float> a = round_bf16(random_vec(256, 4)), b = round_bf16(random_vec(128, 5)),
