@@ -136,20 +136,32 @@ __global__ void __launch_bounds__(128)
   st.m[0] = st.m[1] = -INFINITY;
   st.l[0] = st.l[1] = 0.f;
 
+  // Key and value tiles are staged asynchronously where they can be (stage_bf16): V(j) lands
+  // while the warps compute S = Q K(j)^T and its softmax, K(j + 1) while they compute P V(j).
   const int keys = min(T, q0 + L::BR);  // no row of the block sees past it
+  stage_bf16<HD>(ks, L::LD, v.k, v.ld, 0, L::BC, T, hd);
+  async::commit();
   for (int j0 = 0; j0 < keys; j0 += L::BC) {
-    __syncthreads();  // every warp is done with the previous tile
-    load_bf16<HD>(ks, L::LD, v.k, v.ld, j0, L::BC, T, hd);
-    load_bf16<HD>(vs, L::LD, v.v, v.ld, j0, L::BC, T, hd);
-    __syncthreads();
-    if (q0 + w0 >= T || j0 > q0 + w0 + 15) continue;  // the warp's rows are past T or see no key here
-    float s[L::BC / 8][4];
+    async::wait<0>();
+    __syncthreads();  // K(j) has landed; every warp is done with V(j - 1)
+    stage_bf16<HD>(vs, L::LD, v.v, v.ld, j0, L::BC, T, hd);
+    async::commit();
+    // The warp's rows are below T and see a key of this tile.
+    const bool active = q0 + w0 < T && j0 <= q0 + w0 + kTile - 1;
     uint32_t pa[L::BC / 16][4];
-    zero(s);
-    mma_rows(s, qa, ks, L::LD);  // S = Q K^T
-    const bool interior = j0 + L::BC - 1 <= q0 + w0 && q0 + w0 + kTile <= T;
-    tile_softmax<HD>(s, st, i0, j0, T, scale * kLog2e, interior, pa);
-    mma_cols(st.o, pa, vs, L::LD);  // O += P V
+    if (active) {
+      float s[L::BC / 8][4];
+      zero(s);
+      mma_rows(s, qa, ks, L::LD);  // S = Q K^T
+      const bool interior = j0 + L::BC - 1 <= q0 + w0 && q0 + w0 + kTile <= T;
+      tile_softmax<HD>(s, st, i0, j0, T, scale * kLog2e, interior, pa);
+    }
+    __syncthreads();  // every warp is done with K(j)
+    if (j0 + L::BC < keys) stage_bf16<HD>(ks, L::LD, v.k, v.ld, j0 + L::BC, L::BC, T, hd);
+    async::commit();  // (an empty group after the last tile)
+    async::wait<1>();
+    __syncthreads();                            // V(j) has landed
+    if (active) mma_cols(st.o, pa, vs, L::LD);  // O += P V
   }
   finish_rows<HD, kForBackward>(st, v, dy, y, lse, delta, i0, T, hd);
 }

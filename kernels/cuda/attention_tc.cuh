@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/mma_sync.cuh"
 
@@ -72,6 +73,26 @@ __device__ void load_bf16(__nv_bfloat16* dst, int dld, const Src* src, int64_t l
     }
     for (int k = 0; k < V / 2; ++k) mma::store_pair(dst + r * dld + d0 + 2 * k, pairs[k]);
   }
+}
+
+/// load_bf16's rows, but a bf16 src that allows 16-byte moves (as load_bf16's vector path) is
+/// copied asynchronously (cp.async, kernels/cuda/cp_async.cuh): the caller commits and waits
+/// (then a __syncthreads) before any thread reads dst. A float src, which must be rounded, and
+/// an unaligned one are loaded synchronously, so the caller's waits then have nothing to wait for.
+template <int HD, class Src>
+__device__ void stage_bf16(__nv_bfloat16* dst, int dld, const Src* src, int64_t ld, int r0, int rows, int T, int hd) {
+  constexpr int V = 8;  // bf16 a 16-byte copy
+  if constexpr (std::is_same_v<Src, __nv_bfloat16>) {
+    if (reinterpret_cast<uintptr_t>(src) % 16 == 0 && ld % V == 0 && hd % V == 0) {
+      for (int e = threadIdx.x; e < rows * (HD / V); e += blockDim.x) {
+        const int r = e / (HD / V), d0 = e % (HD / V) * V;
+        const bool inside = r0 + r < T && d0 < hd;  // else 16 zero bytes
+        async::copy16(dst + r * dld + d0, inside ? src + static_cast<int64_t>(r0 + r) * ld + d0 : src, inside ? 16 : 0);
+      }
+      return;
+    }
+  }
+  load_bf16<HD>(dst, dld, src, ld, r0, rows, T, hd);
 }
 
 /// The calling lane's group g (rows g and g + 8 of its warp's 16) and place t in it.

@@ -24,16 +24,17 @@ namespace tc {
 namespace {
 
 /// The dk / dv block: BK = 64 key rows (4 warps of 16) against query tiles of BQ rows. Shared
-/// memory holds the tile's Q and dy as bf16 rows (read as they are for S^T and dP^T, transposed
-/// by ldmatrix for dK and dV) and its lse and delta; before the loop K and V are staged over
-/// the same bytes. A row stride of (HD + 8) bf16 keeps an ldmatrix's 8 rows off each other's banks.
+/// memory holds the tile's Q, twice (the next tile's lands while this one is used), and dy as
+/// bf16 rows (read as they are for S^T and dP^T, transposed by ldmatrix for dK and dV), and its
+/// lse and delta; before the loop K and V are staged over the same bytes. A row stride of
+/// (HD + 8) bf16 keeps an ldmatrix's 8 rows off each other's banks.
 template <int HD>
 struct DkdvLayout {
   static constexpr int BK = 64;
   static constexpr int BQ = HD <= 32 ? 64 : HD <= 64 ? 32 : 16;  // bounds the registers (no spills)
   static constexpr int LD = HD + 8;
   static constexpr int rows_bytes = BQ * LD * 2;
-  static constexpr int loop_bytes = 2 * rows_bytes + 2 * BQ * 4;
+  static constexpr int loop_bytes = 3 * rows_bytes + 2 * BQ * 4;
   static constexpr int stage_bytes = 2 * BK * LD * 2;
   static constexpr int bytes = loop_bytes > stage_bytes ? loop_bytes : stage_bytes;
   static_assert(bytes <= 48 * 1024, "static shared memory above 48 KiB");
@@ -42,14 +43,15 @@ struct DkdvLayout {
 
 /// The dq block: BR = 64 query rows (4 warps of 16) against key tiles of BC rows. Shared
 /// memory holds the tile's K and V as bf16 rows (for S and dP; K transposed by ldmatrix for
-/// dQ); before the loop Q and dy are staged over the same bytes.
+/// dQ), twice (the next tile's land while this one is used); before the loop Q and dy are
+/// staged over the same bytes.
 template <int HD>
 struct DqLayout {
   static constexpr int BR = 64;
   static constexpr int BC = HD <= 64 ? 64 : 32;
   static constexpr int LD = HD + 8;
   static constexpr int rows_bytes = BC * LD * 2;
-  static constexpr int loop_bytes = 2 * rows_bytes;
+  static constexpr int loop_bytes = 4 * rows_bytes;
   static constexpr int stage_bytes = 2 * BR * LD * 2;
   static constexpr int bytes = loop_bytes > stage_bytes ? loop_bytes : stage_bytes;
   static_assert(bytes <= 48 * 1024, "static shared memory above 48 KiB");
@@ -82,15 +84,15 @@ __device__ void probabilities_and_score_grads(const float (&s)[N][4], const floa
 
 /// dk and dv of the BK key rows of block (blockIdx.x, b * KV + g).
 template <int HD, class In>
-__global__ void __launch_bounds__(128)
+__global__ void __launch_bounds__(128, HD <= 64 ? 3 : 2)
     flash_backward_dkdv_tc_kernel(const In* qkv, const float* dy, const float* lse, const float* delta, float* dqkv,
                                   int T, int H, int KV, int hd, float scale) {
   using L = DkdvLayout<HD>;
   constexpr int K = HD / kTile, NQ = L::BQ / 8;
   alignas(16) __shared__ unsigned char smem[L::bytes];
-  auto* qs = reinterpret_cast<__nv_bfloat16*>(smem);  // (BQ, LD)
-  auto* gs = reinterpret_cast<__nv_bfloat16*>(smem + L::rows_bytes);
-  float* ls = reinterpret_cast<float*>(smem + 2 * L::rows_bytes);  // lse, base 2
+  const auto q_buffer = [&](int u) { return reinterpret_cast<__nv_bfloat16*>(smem + u % 2 * L::rows_bytes); };
+  auto* gs = reinterpret_cast<__nv_bfloat16*>(smem + 2 * L::rows_bytes);  // (BQ, LD)
+  float* ls = reinterpret_cast<float*>(smem + 3 * L::rows_bytes);         // lse, base 2
   float* deltas = ls + L::BQ;
 
   const int b = static_cast<int>(blockIdx.y) / KV, kvh = static_cast<int>(blockIdx.y) % KV, G = H / KV;
@@ -110,18 +112,30 @@ __global__ void __launch_bounds__(128)
   float dk[HD / 8][4], dv[HD / 8][4];
   zero(dk);
   zero(dv);
-  for (int h = kvh * G; h < (kvh + 1) * G; ++h) {
-    const HeadViewOf<In> v = head_view(qkv, T, H, KV, hd, b, h);
-    for (int i0 = j0; i0 < T; i0 += L::BQ) {  // causal: queries i >= j
-      __syncthreads();                        // every warp is done with the previous tile (or the staging)
-      load_bf16<HD>(qs, L::LD, v.q, v.ld, i0, L::BQ, T, hd);
-      load_bf16<HD>(gs, L::LD, dy + v.y_off, v.C, i0, L::BQ, T, hd);
-      for (int r = threadIdx.x; r < L::BQ; r += blockDim.x) {
-        ls[r] = i0 + r < T ? lse[v.stat + i0 + r] * kLog2e : 0.f;
-        deltas[r] = i0 + r < T ? delta[v.stat + i0 + r] : 0.f;
-      }
-      __syncthreads();
-      if (j0 + w0 >= T || i0 + L::BQ - 1 < j0 + w0) continue;  // no key of the warp, or no query sees one
+  // Query tiles u = 0 .. tiles - 1: the group's heads in order, each from row j0 (causal:
+  // queries i >= j). Q(u + 1) is staged asynchronously where it can be (stage_bf16) while the
+  // warps work on tile u; dy, lse and delta are loaded as they are used.
+  const int per_head = (T - j0 + L::BQ - 1) / L::BQ, tiles = G * per_head;
+  const auto head_of = [&](int u) { return head_view(qkv, T, H, KV, hd, b, kvh * G + u / per_head); };
+  const auto first_row = [&](int u) { return j0 + u % per_head * L::BQ; };
+  __syncthreads();  // every warp has its K and V operands: the staging is overwritten next
+  stage_bf16<HD>(q_buffer(0), L::LD, head_of(0).q, kv.ld, first_row(0), L::BQ, T, hd);
+  async::commit();
+  for (int u = 0; u < tiles; ++u) {
+    const HeadViewOf<In> v = head_of(u);
+    const int i0 = first_row(u);
+    const __nv_bfloat16* qs = q_buffer(u);
+    __syncthreads();  // every warp is done with tile u - 1
+    if (u + 1 < tiles) stage_bf16<HD>(q_buffer(u + 1), L::LD, head_of(u + 1).q, kv.ld, first_row(u + 1), L::BQ, T, hd);
+    async::commit();  // (an empty group after the last tile)
+    load_bf16<HD>(gs, L::LD, dy + v.y_off, v.C, i0, L::BQ, T, hd);
+    for (int r = threadIdx.x; r < L::BQ; r += blockDim.x) {
+      ls[r] = i0 + r < T ? lse[v.stat + i0 + r] * kLog2e : 0.f;
+      deltas[r] = i0 + r < T ? delta[v.stat + i0 + r] : 0.f;
+    }
+    async::wait<1>();
+    __syncthreads();                                 // Q(u), dy, lse and delta are in place
+    if (j0 + w0 < T && i0 + L::BQ - 1 >= j0 + w0) {  // a key of the warp, seen by a query of the tile
       float st[NQ][4], dpt[NQ][4];
       zero(st);
       zero(dpt);
@@ -149,14 +163,15 @@ __global__ void __launch_bounds__(128)
 
 /// dq of the BR query rows of block (blockIdx.x, b * H + h).
 template <int HD, class In>
-__global__ void __launch_bounds__(128)
+__global__ void __launch_bounds__(128, HD <= 64 ? 3 : 2)
     flash_backward_dq_tc_kernel(const In* qkv, const float* dy, const float* lse, const float* delta, float* dqkv,
                                 int T, int H, int KV, int hd, float scale) {
   using L = DqLayout<HD>;
   constexpr int K = HD / kTile, NK = L::BC / 8;
   alignas(16) __shared__ unsigned char smem[L::bytes];
-  auto* ks = reinterpret_cast<__nv_bfloat16*>(smem);  // (BC, LD)
-  auto* vs = reinterpret_cast<__nv_bfloat16*>(smem + L::rows_bytes);
+  // Tile t's K and V, (BC, LD) each, in buffer t % 2.
+  const auto k_buffer = [&](int t) { return reinterpret_cast<__nv_bfloat16*>(smem + t % 2 * 2 * L::rows_bytes); };
+  const auto v_buffer = [&](int t) { return k_buffer(t) + L::BC * L::LD; };
 
   const HeadViewOf<In> v = query_view(qkv, T, H, KV, hd);
   const int warp = static_cast<int>(threadIdx.x) / 32, g = lane_place().g;
@@ -180,18 +195,30 @@ __global__ void __launch_bounds__(128)
     lse_r[r] = row ? lse[v.stat + i + 8 * r] * kLog2e : 0.f;
     delta_r[r] = row ? delta[v.stat + i + 8 * r] : 0.f;
   }
+  // Key tiles t = 0 .. tiles - 1, staged asynchronously where they can be (stage_bf16):
+  // K(t + 1) and V(t + 1) land while the warps work on tile t.
   const int keys = min(T, q0 + L::BR);  // no row of the block sees past it
-  for (int j0 = 0; j0 < keys; j0 += L::BC) {
-    __syncthreads();  // every warp is done with the previous tile (or the staging)
-    load_bf16<HD>(ks, L::LD, v.k, v.ld, j0, L::BC, T, hd);
-    load_bf16<HD>(vs, L::LD, v.v, v.ld, j0, L::BC, T, hd);
-    __syncthreads();
+  const int tiles = (keys + L::BC - 1) / L::BC;
+  __syncthreads();  // every warp has its Q and dy operands: the staging is overwritten next
+  stage_bf16<HD>(k_buffer(0), L::LD, v.k, v.ld, 0, L::BC, T, hd);
+  stage_bf16<HD>(v_buffer(0), L::LD, v.v, v.ld, 0, L::BC, T, hd);
+  async::commit();
+  for (int t = 0; t < tiles; ++t) {
+    const int j0 = t * L::BC;
+    async::wait<0>();
+    __syncthreads();  // tile t has landed; every warp is done with tile t - 1, whose buffer is next
+    if (t + 1 < tiles) {
+      stage_bf16<HD>(k_buffer(t + 1), L::LD, v.k, v.ld, j0 + L::BC, L::BC, T, hd);
+      stage_bf16<HD>(v_buffer(t + 1), L::LD, v.v, v.ld, j0 + L::BC, L::BC, T, hd);
+    }
+    async::commit();
     if (q0 + w0 >= T || j0 > q0 + w0 + kTile - 1) continue;  // the warp's rows are past T or see no key here
+    const __nv_bfloat16* ks = k_buffer(t);
     float s[NK][4], dp[NK][4];
     zero(s);
     zero(dp);
-    mma_rows(s, qa, ks, L::LD);   // S = Q K^T
-    mma_rows(dp, ga, vs, L::LD);  // dP = dy V^T
+    mma_rows(s, qa, ks, L::LD);            // S = Q K^T
+    mma_rows(dp, ga, v_buffer(t), L::LD);  // dP = dy V^T
     uint32_t dsa[NK / 2][4], unused[NK / 2][4];
     const auto visible = [&](int r, int c) {
       const int query = i + 8 * r, key = j0 + c;

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/emu/cp_async.h"
 #include "kernels/emu/errors.h"
 #include "kernels/emu/exit_count.h"
 #include "kernels/emu/launch_bounds.h"
@@ -72,22 +73,35 @@ struct Thread {
   uint3 index{};
   int warp = 0, lane = 0;
   State state = State::ready;
+  AsyncCopies copies;  // its cp.async copies in flight
 };
 
+/// A warp's collectives in flight: lanes with disjoint masks (the lanes of one row each, say)
+/// take part in different collectives at once, each lane waiting for the lanes of its mask.
 struct Warp {
   uint64_t value[32] = {};
-  unsigned members = 0;  // lanes that exist (a last partial warp has fewer)
-  unsigned mask = 0;     // the lanes the current collective waits for
-  unsigned arrived = 0;  // lanes at the current collective
-  const char* what = "";
+  unsigned members = 0;    // lanes that exist (a last partial warp has fewer)
+  unsigned mask[32] = {};  // the lanes each arrived lane's collective waits for
+  unsigned arrived = 0;    // lanes at a collective
+  const char* what[32] = {};
 };
+
+/// How a block's rounds pick the threads they run (drawn per block, seeded): every ready
+/// thread (warps in lock step); the ready threads of a random half of the warps (warps drift
+/// apart); or those of one warp at a time, in an order redrawn at each __syncthreads (a warp
+/// runs to the barrier before the next starts, so one warp's writes land before, or after,
+/// every read of another's between two barriers).
+enum class Schedule { lock_step, some_warps, warp_by_warp };
 
 struct Block {
   std::vector<Thread> threads;
   std::vector<Warp> warps;
+  Schedule schedule = Schedule::lock_step;
+  std::vector<int> warp_order;  // warp_by_warp: warps in the order they run
   int live = 0, at_barrier = 0;
   int or_pending = 0, or_result = 0;
   std::string error;
+  std::string ended_badly;  // why a thread may not have ended as it did ("" when none)
 };
 
 thread_local Block* g_block = nullptr;
@@ -108,27 +122,42 @@ void fail_outside_kernel(const char* what) {
   std::abort();
 }
 
+/// Opens the collectives of warp w (index wi) whose lanes have all arrived; returns an error
+/// text when a lane of an arrived lane's mask has exited or waits with another mask, and sets
+/// `waiting` when a collective still waits for lanes that may come.
+std::string release_warp(Block& b, Warp& w, size_t wi, bool& waiting) {
+  for (unsigned pending = w.arrived; pending != 0;) {
+    const int first = __builtin_ctz(pending);
+    const unsigned need = (w.mask[first] | 1u << first) & w.members;
+    pending &= ~need;
+    for (int lane = 0; lane < 32; ++lane) {
+      if (!(need >> lane & 1u)) continue;
+      const bool exited = b.threads[wi * 32 + lane].state == State::done;
+      const bool other_mask = w.arrived >> lane & 1u && ((w.mask[lane] | 1u << lane) & w.members) != need;
+      if (!exited && !other_mask) continue;
+      const std::string where =
+          std::string(w.what[first]) + ": lane " + std::to_string(lane) + " of warp " + std::to_string(wi);
+      if (exited) return where + " is in the mask but has exited";
+      return where + " waits with mask " + std::to_string(w.mask[lane]) + " (" + w.what[lane] + "), lane " +
+             std::to_string(first) + " with " + std::to_string(w.mask[first]);
+    }
+    if ((w.arrived & need) != need) {
+      waiting = true;
+      continue;
+    }
+    for (int lane = 0; lane < 32; ++lane)
+      if (need >> lane & 1u) b.threads[wi * 32 + lane].state = State::ready;
+    w.arrived &= ~need;
+  }
+  return "";
+}
+
 /// Opens the barriers whose threads have all arrived; returns an error text on a hang.
 std::string release_barriers(Block& b) {
   bool warp_waiting = false;
   for (size_t w = 0; w < b.warps.size(); ++w) {
-    Warp& warp = b.warps[w];
-    if (warp.arrived == 0) continue;
-    const unsigned need = warp.mask & warp.members;
-    for (int lane = 0; lane < 32; ++lane) {
-      if (!(need >> lane & 1u)) continue;
-      const Thread& t = b.threads[w * 32 + lane];
-      if (t.state == State::done)
-        return std::string(warp.what) + ": lane " + std::to_string(lane) + " of warp " + std::to_string(w) +
-               " is in the mask but has exited";
-    }
-    if ((warp.arrived & need) == need) {
-      for (int lane = 0; lane < 32; ++lane)
-        if (warp.arrived >> lane & 1u) b.threads[w * 32 + lane].state = State::ready;
-      warp.arrived = 0;
-    } else {
-      warp_waiting = true;
-    }
+    if (b.warps[w].arrived == 0) continue;
+    if (std::string error = release_warp(b, b.warps[w], w, warp_waiting); !error.empty()) return error;
   }
   if (b.at_barrier > 0 && b.at_barrier == b.live) {
     if (warp_waiting) return "threads wait at __syncthreads while others wait at a warp collective";
@@ -137,8 +166,28 @@ std::string release_barriers(Block& b) {
     b.or_result = b.or_pending;
     b.or_pending = 0;
     b.at_barrier = 0;
+    std::shuffle(b.warp_order.begin(), b.warp_order.end(), schedule_rng());
   }
   return "";
+}
+
+/// Keeps in `ready` (shuffled, not empty) the threads this round runs under b.schedule.
+void choose_threads(const Block& b, std::vector<Thread*>& ready) {
+  std::vector<bool> chosen(b.warps.size(), b.schedule == Schedule::lock_step);
+  if (b.schedule == Schedule::some_warps) {
+    for (size_t w = 0; w < chosen.size(); ++w) chosen[w] = schedule_rng()() & 1u;
+    chosen[ready.front()->warp] = true;
+  } else if (b.schedule == Schedule::warp_by_warp) {
+    std::vector<bool> has_ready(b.warps.size());
+    for (const Thread* t : ready) has_ready[t->warp] = true;
+    for (int w : b.warp_order)
+      if (has_ready[w]) {
+        chosen[w] = true;
+        break;
+      }
+  }
+  ready.erase(std::remove_if(ready.begin(), ready.end(), [&](const Thread* t) { return !chosen[t->warp]; }),
+              ready.end());
 }
 
 /// Runs one block's threads to the end; returns an error text ("" when it completed).
@@ -157,11 +206,16 @@ std::string run_block(const LaunchConfig& c, const std::function<void()>& body) 
     t.fiber = ctx::fiber(std::allocator_arg, PooledStack(), [&b, &t, &body](ctx::fiber&& back) {
       t.back = std::move(back);
       body();
+      if (b.ended_badly.empty()) b.ended_badly = unwaited_copies(t.copies);
       t.state = State::done;
       --b.live;
       return std::move(t.back);
     });
   }
+  b.schedule = static_cast<Schedule>(schedule_rng()() % 3);
+  b.warp_order.resize(b.warps.size());
+  for (size_t w = 0; w < b.warp_order.size(); ++w) b.warp_order[w] = static_cast<int>(w);
+  std::shuffle(b.warp_order.begin(), b.warp_order.end(), schedule_rng());
   g_block = &b;
   std::vector<Thread*> ready;
   while (b.live > 0) {
@@ -173,12 +227,17 @@ std::string run_block(const LaunchConfig& c, const std::function<void()>& body) 
       break;
     }
     std::shuffle(ready.begin(), ready.end(), schedule_rng());
+    // Unless in lock step, some warps stay where they are while the chosen warps' collectives,
+    // released at the round's end, let them go on: warps progress unevenly between barriers, as
+    // on a GPU, and a warp that reads what another writes without a barrier between them reads
+    // it before or after the write depending on the schedule.
+    choose_threads(b, ready);
     for (Thread* t : ready) {
       threadIdx = t->index;
       g_thread = t;
       t->fiber = std::move(t->fiber).resume();
     }
-    b.error = release_barriers(b);
+    b.error = b.ended_badly.empty() ? release_barriers(b) : b.ended_badly;
     if (!b.error.empty()) break;
   }
   g_block = nullptr;
@@ -221,6 +280,11 @@ std::string dims(dim3 d) {
 
 }  // namespace
 
+AsyncCopies& thread_async_copies() {
+  if (g_thread == nullptr) fail_outside_kernel("cp.async");
+  return g_thread->copies;
+}
+
 bool in_shared_memory(const void* p, size_t bytes) {
   const auto* c = static_cast<const char*>(p);
   return __start_subdp_emu_shared != nullptr && c >= __start_subdp_emu_shared && c + bytes <= __stop_subdp_emu_shared;
@@ -242,8 +306,8 @@ void warp_gather(unsigned mask, uint64_t value, uint64_t (&all)[32], const char*
   // Two rendezvous: every lane posts its value, then every lane has read before any lane
   // may post the next collective's.
   w.value[t->lane] = value;
-  w.mask = mask;
-  w.what = what;
+  w.mask[t->lane] = mask;
+  w.what[t->lane] = what;
   w.arrived |= 1u << t->lane;
   t->state = State::at_warp_barrier;
   yield();

@@ -1,8 +1,9 @@
 // The emulated device's own checks (SUBDP_CUDA=EMULATE only): what it must refuse or
 // expose as a GPU would — launch limits, a host pointer handed to a kernel, a copy or an
 // event's time read before its stream ran, a race between streams without an event, host
-// access to device memory, a warp matrix operation misused. The kernels here are test
-// kernels: the emulated build compiles them as host C++.
+// access to device memory, a warp matrix operation or load misused, shared memory read before
+// a block wrote it, an asynchronous copy read before its wait, warps that run apart between
+// barriers. The kernels here are test kernels: the emulated build compiles them as host C++.
 #if defined(SUBDP_CUDA_EMULATED)
 #include <gtest/gtest.h>
 #include <mma.h>
@@ -10,9 +11,11 @@
 #include <cmath>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/mma_sync.cuh"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -265,6 +268,69 @@ TEST_F(Emulator, SharedMemoryStartsEachBlockAsNaN) {
   for (int i = 0; i < 32; ++i) {
     EXPECT_EQ(v[i], 1.f) << i;
     EXPECT_TRUE(std::isnan(v[32 + i])) << "block 1 read " << v[32 + i] << " at " << i;  // not block 0's 1
+  }
+}
+
+/// Warp 1 writes its lanes' shared floats after two warp collectives; warp 0 reads them
+/// after one, with no barrier between: out[lane] is 1 where warp 1 got there first, else NaN.
+__global__ void uneven_warps_kernel(float* out) {
+  __shared__ float s[32];
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  __syncwarp();
+  if (threadIdx.x >= 32) {
+    __syncwarp();
+    s[lane] = 1.f;
+  } else {
+    out[lane] = s[lane];  // a race, on purpose
+  }
+}
+
+TEST_F(Emulator, WarpsProgressUnevenlyBetweenBarriers) {
+  Dev<float> out(32);
+  int first = 0, second = 0;                      // launches where warp 1 wrote before warp 0 read, and after
+  for (int launch = 0; launch < 200; ++launch) {  // warp 1 runs ahead in about 1 launch of 10
+    SUBDP_LAUNCH(1, 64, 0, stream, uneven_warps_kernel)(out.get());
+    CUDA_CHECK_LAUNCH();
+    for (float v : out.download()) (v == 1.f ? first : second) += 1;
+  }
+  EXPECT_GT(first, 0);  // in lock step, warp 0 would always read before warp 1 writes
+  EXPECT_GT(second, 0);
+}
+
+/// One thread: copies src[0 .. 3] (16 bytes, of which src_bytes are read) into shared memory
+/// with cp.async at `offset` floats into a 16-byte aligned array, and writes what it reads
+/// there before the wait (out[0 .. 3]) and after it (out[4 .. 7]); with `skip_wait`, it never
+/// waits.
+__global__ void cp_async_kernel(const float* src, float* out, int src_bytes, int offset, bool skip_wait) {
+  alignas(16) __shared__ float s[8];
+  cuda::async::copy16(s + offset, src, src_bytes);
+  cuda::async::commit();
+  for (int k = 0; k < 4; ++k) out[k] = s[offset + k];
+  if (skip_wait) return;
+  cuda::async::wait<0>();
+  for (int k = 0; k < 4; ++k) out[4 + k] = s[offset + k];
+}
+
+TEST_F(Emulator, CpAsyncLandsAtTheWait) {
+  Dev<float> src(std::vector<float>{1.f, 2.f, 3.f, 4.f}), out(8);
+  SUBDP_LAUNCH(1, 1, 0, stream, cp_async_kernel)(src.get(), out.get(), 16, 0, false);
+  CUDA_CHECK_LAUNCH();
+  std::vector<float> v = out.download();
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_TRUE(std::isnan(v[k])) << "read before the wait: " << v[k];
+    EXPECT_EQ(v[4 + k], 1.f + k);
+  }
+  SUBDP_LAUNCH(1, 1, 0, stream, cp_async_kernel)(src.get(), out.get(), 8, 4, false);  // two floats, two zeros
+  CUDA_CHECK_LAUNCH();
+  v = out.download();
+  EXPECT_EQ(std::vector<float>(v.begin() + 4, v.end()), (std::vector<float>{1.f, 2.f, 0.f, 0.f}));
+  for (const auto& [offset, skip, want] :
+       {std::tuple<int, bool, const char*>{2, false, "not 16-byte aligned"}, {0, true, "never waited for"}}) {
+    SUBDP_LAUNCH(1, 1, 0, stream, cp_async_kernel)(src.get(), out.get(), 16, offset, skip);
+    const cudaError_t st = cudaDeviceSynchronize();
+    EXPECT_NE(st, cudaSuccess);
+    EXPECT_NE(std::string(cudaGetErrorString(st)).find(want), std::string::npos) << cudaGetErrorString(st);
+    CUDA_CHECK(cudaDeviceReset());  // the fault is sticky, as on a GPU
   }
 }
 

@@ -1,0 +1,54 @@
+// The emulated cp.async (cp_async.h).
+#include "kernels/emu/cp_async.h"
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/emu/device.h"
+#include "kernels/emu/errors.h"
+
+namespace subdp::emu {
+
+void cp_async_16(void* dst, const void* src, int src_bytes) {
+  if (src_bytes < 0 || src_bytes > 16) {
+    set_error(cudaErrorLaunchFailure, "cp.async: a source size of " + std::to_string(src_bytes) + " (0 to 16)", true);
+    return;
+  }
+  if (reinterpret_cast<uintptr_t>(dst) % 16 != 0 || (src_bytes > 0 && reinterpret_cast<uintptr_t>(src) % 16 != 0)) {
+    set_error(cudaErrorMisalignedAddress, "cp.async: a 16-byte copy to or from an address not 16-byte aligned", true);
+    return;
+  }
+  if (!in_shared_memory(dst, 16)) {
+    set_error(cudaErrorIllegalAddress, "cp.async: a destination outside shared memory", true);
+    return;
+  }
+  AsyncCopies& c = thread_async_copies();
+  std::memset(dst, 0xff, 16);  // undefined until the wait
+  c.pending.push_back(
+      {static_cast<unsigned char*>(dst), static_cast<const unsigned char*>(src), src_bytes, c.committed});
+}
+
+void cp_async_commit() { ++thread_async_copies().committed; }
+
+void cp_async_wait(int n) {
+  AsyncCopies& c = thread_async_copies();
+  const int landed = c.committed - n;  // groups 0 .. landed - 1 complete
+  size_t kept = 0;
+  for (const AsyncCopies::Copy& copy : c.pending) {
+    if (copy.group < landed) {
+      std::memcpy(copy.dst, copy.src, copy.src_bytes);
+      std::memset(copy.dst + copy.src_bytes, 0, 16 - copy.src_bytes);
+    } else {
+      c.pending[kept++] = copy;
+    }
+  }
+  c.pending.resize(kept);
+}
+
+std::string unwaited_copies(const AsyncCopies& c) {
+  if (c.pending.empty()) return "";
+  return "a thread ended with " + std::to_string(c.pending.size()) +
+         " cp.async copies it never waited for (cp.async.wait_group)";
+}
+
+}  // namespace subdp::emu
