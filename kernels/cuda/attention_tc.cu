@@ -127,6 +127,12 @@ __global__ void __launch_bounds__(128)
   const int q0 = (static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)) * L::BR, w0 = warp * 16;
   const int i0 = q0 + w0 + g;  // this lane's rows: i0 and i0 + 8
 
+  // Key and value tiles are staged asynchronously where they can be (stage_bf16): K(0) while
+  // Q loads, then V(j) while the warps compute S = Q K(j)^T and its softmax, K(j + 1) while
+  // they compute P V(j).
+  const int keys = min(T, q0 + L::BR);  // no row of the block sees past it
+  stage_bf16<HD>(ks, L::LD, v.k, v.ld, 0, L::BC, T, hd);
+  async::commit();
   load_bf16<HD>(qs, L::LD, v.q, v.ld, q0, L::BR, T, hd);
   __syncthreads();
   uint32_t qa[HD / kTile][4];
@@ -136,11 +142,6 @@ __global__ void __launch_bounds__(128)
   st.m[0] = st.m[1] = -INFINITY;
   st.l[0] = st.l[1] = 0.f;
 
-  // Key and value tiles are staged asynchronously where they can be (stage_bf16): V(j) lands
-  // while the warps compute S = Q K(j)^T and its softmax, K(j + 1) while they compute P V(j).
-  const int keys = min(T, q0 + L::BR);  // no row of the block sees past it
-  stage_bf16<HD>(ks, L::LD, v.k, v.ld, 0, L::BC, T, hd);
-  async::commit();
   for (int j0 = 0; j0 < keys; j0 += L::BC) {
     async::wait<0>();
     __syncthreads();  // K(j) has landed; every warp is done with V(j - 1)

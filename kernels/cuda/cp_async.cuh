@@ -22,7 +22,7 @@ __device__ __forceinline__ void copy16(void* dst, const void* src, int src_bytes
   subdp::emu::cp_async_16(dst, src, src_bytes);
 #else
   const auto d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
 #endif
 }
 
