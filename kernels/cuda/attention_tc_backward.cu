@@ -84,7 +84,9 @@ __device__ void probabilities_and_score_grads(const float (&s)[N][4], const floa
 
 /// dk and dv of the BK key rows of block (blockIdx.x, b * KV + g).
 template <int HD, class In>
-__global__ void __launch_bounds__(128, HD <= 16 ? 4 : HD <= 64 ? 3 : 1)
+__global__ void __launch_bounds__(128, HD <= 16   ? 4
+                                       : HD <= 64 ? 3
+                                                  : 1)
     flash_backward_dkdv_tc_kernel(const In* qkv, const float* dy, const float* lse, const float* delta, float* dqkv,
                                   int T, int H, int KV, int hd, float scale) {
   using L = DkdvLayout<HD>;
@@ -163,7 +165,9 @@ __global__ void __launch_bounds__(128, HD <= 16 ? 4 : HD <= 64 ? 3 : 1)
 
 /// dq of the BR query rows of block (blockIdx.x, b * H + h).
 template <int HD, class In>
-__global__ void __launch_bounds__(128, HD <= 16 ? 4 : HD <= 64 ? 3 : 1)
+__global__ void __launch_bounds__(128, HD <= 16   ? 4
+                                       : HD <= 64 ? 3
+                                                  : 1)
     flash_backward_dq_tc_kernel(const In* qkv, const float* dy, const float* lse, const float* delta, float* dqkv,
                                 int T, int H, int KV, int hd, float scale) {
   using L = DqLayout<HD>;
