@@ -58,6 +58,14 @@ struct DqLayout {
   static_assert(rows_bytes % 16 == 0 && BR * LD * 2 % 16 == 0, "16-byte aligned arrays");
 };
 
+/// The backward kernels' minimum resident blocks an SM (their __launch_bounds__), which caps
+/// ptxas's registers: 4 at width 16 and 3 at 32 and 64 (at most 128 and 168 registers, a few
+/// bytes spilled at 32 and 64), no cap at 128 (the kernels need more than 168).
+template <int HD>
+constexpr int kMinBlocksPerSm = HD <= 16   ? 4
+                                : HD <= 64 ? 3
+                                           : 1;
+
 /// P (or P^T) and dS (or dS^T) of one tile from the accumulators s and dp, rounded to bf16
 /// into A operands: pa (with kWithP) and dsa. Element e of 8-column tile n is the lane's row r
 /// = e / 2 (of its two) and the tile's column c = 8 n + 2t + (e & 1); unless `interior` (every
@@ -84,9 +92,7 @@ __device__ void probabilities_and_score_grads(const float (&s)[N][4], const floa
 
 /// dk and dv of the BK key rows of block (blockIdx.x, b * KV + g).
 template <int HD, class In>
-__global__ void __launch_bounds__(128, HD <= 16   ? 4
-                                       : HD <= 64 ? 3
-                                                  : 1)
+__global__ void __launch_bounds__(128, kMinBlocksPerSm<HD>)
     flash_backward_dkdv_tc_kernel(const In* qkv, const float* dy, const float* lse, const float* delta, float* dqkv,
                                   int T, int H, int KV, int hd, float scale) {
   using L = DkdvLayout<HD>;
@@ -165,9 +171,7 @@ __global__ void __launch_bounds__(128, HD <= 16   ? 4
 
 /// dq of the BR query rows of block (blockIdx.x, b * H + h).
 template <int HD, class In>
-__global__ void __launch_bounds__(128, HD <= 16   ? 4
-                                       : HD <= 64 ? 3
-                                                  : 1)
+__global__ void __launch_bounds__(128, kMinBlocksPerSm<HD>)
     flash_backward_dq_tc_kernel(const In* qkv, const float* dy, const float* lse, const float* delta, float* dqkv,
                                 int T, int H, int KV, int hd, float scale) {
   using L = DqLayout<HD>;
