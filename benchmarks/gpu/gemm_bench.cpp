@@ -164,7 +164,7 @@ void bench_layer(const Layer& l, int rows, int reps) {
 /// the shape allows them): four CSV rows, ms per call and TFLOP/s of the causal products.
 void bench_attention(const subdp::cuda::AttentionShape& s, int reps) {
   const int64_t qkv_n = int64_t{s.B} * s.T * s.qkv_width(), y_n = int64_t{s.B} * s.T * s.width();
-  DeviceArray<float> qkv(qkv_n), y(y_n), dy(y_n), dqkv(qkv_n), ws(subdp::cuda::attention_workspace_floats(s));
+  DeviceArray<float> qkv(qkv_n), y(y_n), dy(y_n), dqkv(qkv_n), ws(subdp::cuda::attention_tc_workspace_floats(s));
   fill_random(qkv.p, qkv_n, 5);
   fill_random(dy.p, y_n, 6);
   const Layer l{"attention", s.hd, s.hd};

@@ -82,11 +82,12 @@ __device__ void tile_softmax(float (&s)[ForwardLayout<HD>::BC / 8][4], RowState<
   }
 }
 
-/// Writes this lane's two rows: y, or with kForBackward the rows' log-sum-exp and
-/// delta = rowsum(dy * y) instead.
+/// Writes this lane's two rows: y, or with kForBackward the rows' base-2 log-sum-exp lse2
+/// (of the base-2 scores), delta = rowsum(dy * y) and dy16 (unless null), dy rounded to bf16. The
+/// head width is a multiple of 16 (supported), so a lane's column pairs 2t, 2t + 1 are whole.
 template <int HD, bool kForBackward, class In>
 __device__ void finish_rows(RowState<HD>& st, const HeadViewOf<In>& v, const float* dy, float* y, float* lse,
-                            float* delta, int i0, int T, int hd) {
+                            float* delta, __nv_bfloat16* dy16, int i0, int T, int hd) {
   const int t = lane_place().t;
   for (int r = 0; r < 2; ++r) {
     const int i = i0 + 8 * r;
@@ -94,27 +95,37 @@ __device__ void finish_rows(RowState<HD>& st, const HeadViewOf<In>& v, const flo
     const int d_end = i < T ? hd : 0;  // a row past T writes nothing
     const int64_t at = v.y_off + static_cast<int64_t>(i) * v.C;
     float part = 0.f;
-    for (int n = 0; n < HD / 8; ++n)
-      for (int e = 0; e < 2; ++e) {
-        const int d = n * 8 + 2 * t + e;
-        if (d >= d_end) continue;
-        const float out = st.o[n][2 * r + e] * inv;
-        if constexpr (kForBackward)
-          part += dy[at + d] * out;
-        else
-          y[at + d] = out;
+    for (int n = 0; n < HD / 8; ++n) {
+      const int d = n * 8 + 2 * t;
+      if (d >= d_end) continue;
+      const float o0 = st.o[n][2 * r] * inv, o1 = st.o[n][2 * r + 1] * inv;
+      if constexpr (kForBackward) {
+        const float g0 = dy[at + d], g1 = dy[at + d + 1];
+        part += g0 * o0;
+        part += g1 * o1;
+        // (The null test costs nothing and, measured with ptxas, keeps the bf16 kernel at width
+        // 64 at 127 registers, 4 blocks an SM, against 144 and 3 without it.)
+        if (dy16) mma::store_pair(dy16 + at + d, mma::pack(__float2bfloat16(g0), __float2bfloat16(g1)));
+      } else {
+        y[at + d] = o0;
+        y[at + d + 1] = o1;
       }
+    }
     if constexpr (kForBackward) part = group_sum(part);
     if (i >= T || t != 0) continue;
-    if (kForBackward || lse) lse[v.stat + i] = (st.m[r] + log2f(l)) / kLog2e;  // natural log
-    if constexpr (kForBackward) delta[v.stat + i] = part;
+    if constexpr (kForBackward) {
+      lse[v.stat + i] = st.m[r] + log2f(l);  // base 2: the backward kernels' form
+      delta[v.stat + i] = part;
+    } else if (lse) {
+      lse[v.stat + i] = (st.m[r] + log2f(l)) / kLog2e;  // natural log
+    }
   }
 }
 
 template <int HD, bool kForBackward, class In>
 __global__ void __launch_bounds__(128)
-    flash_forward_tc_kernel(const In* qkv, const float* dy, float* y, float* lse, float* delta, int T, int H, int KV,
-                            int hd, float scale) {
+    flash_forward_tc_kernel(const In* qkv, const float* dy, float* y, float* lse, float* delta, __nv_bfloat16* dy16,
+                            int T, int H, int KV, int hd, float scale) {
   using L = ForwardLayout<HD>;
   alignas(16) __shared__ unsigned char smem[L::bytes];
   auto* qs = reinterpret_cast<__nv_bfloat16*>(smem);
@@ -164,29 +175,30 @@ __global__ void __launch_bounds__(128)
     __syncthreads();                            // V(j) has landed
     if (active) mma_cols(st.o, pa, vs, L::LD);  // O += P V
   }
-  finish_rows<HD, kForBackward>(st, v, dy, y, lse, delta, i0, T, hd);
+  finish_rows<HD, kForBackward>(st, v, dy, y, lse, delta, dy16, i0, T, hd);
 }
 
 template <int HD, bool kForBackward, class In>
 void launch(const AttentionShape& s, const In* qkv, const float* dy, float* y, float* lse, float* delta,
-            cudaStream_t stream) {
+            __nv_bfloat16* dy16, cudaStream_t stream) {
   constexpr int BR = ForwardLayout<HD>::BR;
   const dim3 grid(static_cast<unsigned>((s.T + BR - 1) / BR), static_cast<unsigned>(s.B * s.H));
   SUBDP_LAUNCH(grid, 128, 0, stream, flash_forward_tc_kernel<HD, kForBackward, In>)
-  (qkv, dy, y, lse, delta, s.T, s.H, s.kv_heads(), s.hd, 1.f / std::sqrt(static_cast<float>(s.hd)));
+  (qkv, dy, y, lse, delta, dy16, s.T, s.H, s.kv_heads(), s.hd, 1.f / std::sqrt(static_cast<float>(s.hd)));
   CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
 template <class In>
-void attention_stats(const AttentionShape& s, const In* qkv, const float* dy, float* lse, float* delta,
-                     cudaStream_t stream) {
-  with_width(s.hd, [&](auto tag) { launch<decltype(tag)::value, true>(s, qkv, dy, nullptr, lse, delta, stream); });
+void attention_stats(const AttentionShape& s, const In* qkv, const float* dy, float* lse2, float* delta,
+                     __nv_bfloat16* dy16, cudaStream_t stream) {
+  with_width(s.hd,
+             [&](auto tag) { launch<decltype(tag)::value, true>(s, qkv, dy, nullptr, lse2, delta, dy16, stream); });
 }
 
-template void attention_stats(const AttentionShape&, const float*, const float*, float*, float*, cudaStream_t);
-template void attention_stats(const AttentionShape&, const bf16*, const float*, float*, float*, cudaStream_t);
+template void attention_stats(const AttentionShape&, const float*, const float*, float*, float*, bf16*, cudaStream_t);
+template void attention_stats(const AttentionShape&, const bf16*, const float*, float*, float*, bf16*, cudaStream_t);
 
 namespace {
 
@@ -194,7 +206,8 @@ template <class In>
 bool forward(const AttentionShape& s, const In* qkv, float* y, float* lse, cudaStream_t stream) {
   if (!supported(s)) return false;
   if (s.B <= 0 || s.T <= 0 || s.H <= 0) return true;
-  with_width(s.hd, [&](auto tag) { launch<decltype(tag)::value, false>(s, qkv, nullptr, y, lse, nullptr, stream); });
+  with_width(s.hd,
+             [&](auto tag) { launch<decltype(tag)::value, false>(s, qkv, nullptr, y, lse, nullptr, nullptr, stream); });
   return true;
 }
 

@@ -190,11 +190,14 @@ __device__ void write_rows(const float (&acc)[N][4], float* out0, float* out1, i
     }
 }
 
-/// The float32 statistics the backward kernels read, on tensor cores (attention_tc.cu):
-/// lse (B, H, T), each row's log-sum-exp of the scaled scores over the rounded
-/// probabilities, and delta (B, H, T) = rowsum(dy * y). qkv: float or bf16 rows (In).
+/// What the backward kernels read, from the tensor-core forward recomputed (attention_tc.cu):
+/// lse2 (B, H, T) floats, each row's log-sum-exp in base 2 (of the scores times log2(e) /
+/// sqrt(hd), over the rounded probabilities: P = 2^(scale2 S - lse2)); delta (B, H, T) =
+/// rowsum(dy * y); dy16 (B, T, H*hd), dy rounded to bf16, which the kernels can then stage
+/// with cp.async (the rounding load_bf16 would do on a float dy, so the same bits). qkv:
+/// float or bf16 rows (In). dy16 must be 4-byte aligned (16-byte for the asynchronous copies).
 template <class In>
-void attention_stats(const AttentionShape& s, const In* qkv, const float* dy, float* lse, float* delta,
-                     cudaStream_t stream);
+void attention_stats(const AttentionShape& s, const In* qkv, const float* dy, float* lse2, float* delta,
+                     __nv_bfloat16* dy16, cudaStream_t stream);
 
 }  // namespace subdp::cuda::tc

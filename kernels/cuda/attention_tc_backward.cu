@@ -2,7 +2,8 @@
 // backward (Dao et al., arXiv:2205.14135, algorithm 2) split as attention.cu splits it, into a
 // dk / dv kernel over key rows and a dq kernel over query rows, so nothing is summed with
 // atomics and a run repeats bit for bit. The statistics come from the tensor-core forward
-// (tc::attention_stats: each row's log-sum-exp and delta = rowsum(dy * y)).
+// (tc::attention_stats: each row's log-sum-exp in base 2, delta = rowsum(dy * y), and dy
+// rounded to bf16 once, so that the kernels stage its tiles with cp.async as they do q, k, v).
 //
 // Each warp keeps its 16 rows' operands (K and V, or Q and dy) and its accumulators (dK and
 // dV, or dQ) in registers for the whole kernel (attention_tc.cuh). Per tile of the other
@@ -24,21 +25,22 @@ namespace tc {
 namespace {
 
 /// The dk / dv block: BK = 64 key rows (4 warps of 16) against query tiles of BQ rows. Shared
-/// memory holds the tile's Q, twice (the next tile's lands while this one is used), and dy as
-/// bf16 rows (read as they are for S^T and dP^T, transposed by ldmatrix for dK and dV), and its
-/// lse and delta; before the loop K and V are staged over the same bytes. A row stride of
-/// (HD + 8) bf16 keeps an ldmatrix's 8 rows off each other's banks.
+/// memory holds two query tiles (the next lands while this one is used), each its Q and dy as
+/// bf16 rows (read as they are for S^T and dP^T, transposed by ldmatrix for dK and dV) and its
+/// base-2 log-sum-exps and deltas; before the loop K and V are staged over the same bytes. A
+/// row stride of (HD + 8) bf16 keeps an ldmatrix's 8 rows off each other's banks.
 template <int HD>
 struct DkdvLayout {
   static constexpr int BK = 64;
   static constexpr int BQ = HD <= 32 ? 64 : HD <= 64 ? 32 : 16;  // bounds the registers
   static constexpr int LD = HD + 8;
   static constexpr int rows_bytes = BQ * LD * 2;
-  static constexpr int loop_bytes = 3 * rows_bytes + 2 * BQ * 4;
+  static constexpr int tile_bytes = 2 * rows_bytes + 2 * BQ * 4;  // Q, dy, lse2, delta
+  static constexpr int loop_bytes = 2 * tile_bytes;
   static constexpr int stage_bytes = 2 * BK * LD * 2;
   static constexpr int bytes = loop_bytes > stage_bytes ? loop_bytes : stage_bytes;
   static_assert(bytes <= 48 * 1024, "static shared memory above 48 KiB");
-  static_assert(rows_bytes % 16 == 0 && BK * LD * 2 % 16 == 0, "16-byte aligned arrays");
+  static_assert(rows_bytes % 16 == 0 && tile_bytes % 16 == 0 && BK * LD * 2 % 16 == 0, "16-byte aligned arrays");
 };
 
 /// The dq block: BR = 64 query rows (4 warps of 16) against key tiles of BC rows. Shared
@@ -90,18 +92,47 @@ __device__ void probabilities_and_score_grads(const float (&s)[N][4], const floa
   }
 }
 
+/// One query tile of the dk / dv kernel in shared memory (DkdvLayout::tile_bytes at `at`).
+template <int HD>
+struct DkdvTile {
+  __nv_bfloat16 *q, *dy;  // (BQ, LD) each
+  float *lse2, *delta;    // BQ each
+
+  __device__ explicit DkdvTile(unsigned char* at) {
+    using L = DkdvLayout<HD>;
+    q = reinterpret_cast<__nv_bfloat16*>(at);
+    dy = q + L::BQ * L::LD;
+    lse2 = reinterpret_cast<float*>(at + 2 * L::rows_bytes);
+    delta = lse2 + L::BQ;
+  }
+
+  /// Issues the copies of query rows i0 .. i0 + BQ - 1 of view v (q from qkv, dy from the bf16
+  /// dy16, the statistics), asynchronously where they can be (stage_bf16), zeros past T. Every
+  /// thread of the block takes part; the caller commits and waits.
+  template <class In>
+  __device__ void stage(const HeadViewOf<In>& v, const __nv_bfloat16* dy16, const float* lse2_rows,
+                        const float* delta_rows, int i0, int T, int hd) {
+    using L = DkdvLayout<HD>;
+    stage_bf16<HD>(q, L::LD, v.q, v.ld, i0, L::BQ, T, hd);
+    stage_bf16<HD>(dy, L::LD, dy16 + v.y_off, v.C, i0, L::BQ, T, hd);
+    for (int r = threadIdx.x; r < L::BQ; r += blockDim.x) {
+      const bool row = i0 + r < T;
+      const int64_t at = v.stat + (row ? i0 + r : 0);
+      async::copy4(lse2 + r, lse2_rows + at, row ? 4 : 0);
+      async::copy4(delta + r, delta_rows + at, row ? 4 : 0);
+    }
+  }
+};
+
 /// dk and dv of the BK key rows of block (blockIdx.x, b * KV + g).
 template <int HD, class In>
 __global__ void __launch_bounds__(128, kMinBlocksPerSm<HD>)
-    flash_backward_dkdv_tc_kernel(const In* qkv, const float* dy, const float* lse, const float* delta, float* dqkv,
-                                  int T, int H, int KV, int hd, float scale) {
+    flash_backward_dkdv_tc_kernel(const In* qkv, const __nv_bfloat16* dy16, const float* lse2, const float* delta,
+                                  float* dqkv, int T, int H, int KV, int hd, float scale) {
   using L = DkdvLayout<HD>;
   constexpr int K = HD / kTile, NQ = L::BQ / 8;
   alignas(16) __shared__ unsigned char smem[L::bytes];
-  const auto q_buffer = [&](int u) { return reinterpret_cast<__nv_bfloat16*>(smem + u % 2 * L::rows_bytes); };
-  auto* gs = reinterpret_cast<__nv_bfloat16*>(smem + 2 * L::rows_bytes);  // (BQ, LD)
-  float* ls = reinterpret_cast<float*>(smem + 3 * L::rows_bytes);         // lse, base 2
-  float* deltas = ls + L::BQ;
+  const auto tile = [&](int u) { return DkdvTile<HD>(smem + u % 2 * L::tile_bytes); };
 
   const int b = static_cast<int>(blockIdx.y) / KV, kvh = static_cast<int>(blockIdx.y) % KV, G = H / KV;
   const HeadViewOf<In> kv = head_view(qkv, T, H, KV, hd, b, kvh * G);
@@ -121,46 +152,44 @@ __global__ void __launch_bounds__(128, kMinBlocksPerSm<HD>)
   zero(dk);
   zero(dv);
   // Query tiles u = 0 .. tiles - 1: the group's heads in order, each from row j0 (causal:
-  // queries i >= j). Q(u + 1) is staged asynchronously where it can be (stage_bf16) while the
-  // warps work on tile u; dy, lse and delta are loaded as they are used.
+  // queries i >= j). Tile u + 1 (Q, dy and the statistics) lands while the warps work on tile u.
   const int per_head = (T - j0 + L::BQ - 1) / L::BQ, tiles = G * per_head;
-  const auto head_of = [&](int u) { return head_view(qkv, T, H, KV, hd, b, kvh * G + u / per_head); };
-  const auto first_row = [&](int u) { return j0 + u % per_head * L::BQ; };
+  int head = kvh * G, i0 = j0;  // tile u's head and first query row
+  // The tile after (h, row): the next BQ rows of head h, or row j0 of head h + 1.
+  const auto next_head = [&](int h, int row) { return row + L::BQ < T ? h : h + 1; };
+  const auto next_row = [&](int row) { return row + L::BQ < T ? row + L::BQ : j0; };
+  const auto stage = [&](int u, int h, int row) {
+    tile(u).stage(head_view(qkv, T, H, KV, hd, b, h), dy16, lse2, delta, row, T, hd);
+  };
   __syncthreads();  // every warp has its K and V operands: the staging is overwritten next
-  stage_bf16<HD>(q_buffer(0), L::LD, head_of(0).q, kv.ld, first_row(0), L::BQ, T, hd);
+  stage(0, head, i0);
   async::commit();
   for (int u = 0; u < tiles; ++u) {
-    const HeadViewOf<In> v = head_of(u);
-    const int i0 = first_row(u);
-    const __nv_bfloat16* qs = q_buffer(u);
-    __syncthreads();  // every warp is done with tile u - 1
-    if (u + 1 < tiles) stage_bf16<HD>(q_buffer(u + 1), L::LD, head_of(u + 1).q, kv.ld, first_row(u + 1), L::BQ, T, hd);
+    async::wait<0>();
+    __syncthreads();  // tile u has landed; every warp is done with tile u - 1, whose buffer is next
+    if (u + 1 < tiles) stage(u + 1, next_head(head, i0), next_row(i0));
     async::commit();  // (an empty group after the last tile)
-    load_bf16<HD>(gs, L::LD, dy + v.y_off, v.C, i0, L::BQ, T, hd);
-    for (int r = threadIdx.x; r < L::BQ; r += blockDim.x) {
-      ls[r] = i0 + r < T ? lse[v.stat + i0 + r] * kLog2e : 0.f;
-      deltas[r] = i0 + r < T ? delta[v.stat + i0 + r] : 0.f;
-    }
-    async::wait<1>();
-    __syncthreads();                                 // Q(u), dy, lse and delta are in place
+    const DkdvTile<HD> x = tile(u);
     if (j0 + w0 < T && i0 + L::BQ - 1 >= j0 + w0) {  // a key of the warp, seen by a query of the tile
       float st[NQ][4], dpt[NQ][4];
       zero(st);
       zero(dpt);
-      mma_rows(st, ka, qs, L::LD);   // S^T = K Q^T
-      mma_rows(dpt, va, gs, L::LD);  // dP^T = V dy^T
+      mma_rows(st, ka, x.q, L::LD);    // S^T = K Q^T
+      mma_rows(dpt, va, x.dy, L::LD);  // dP^T = V dy^T
       uint32_t pa[NQ / 2][4], dsa[NQ / 2][4];
       const auto visible = [&](int r, int c) {
         const int key = j + 8 * r, query = i0 + c;
         return key < T && query < T && query >= key;
       };
-      const auto lse_of = [&](int, int c) { return ls[c]; };
-      const auto delta_of = [&](int, int c) { return deltas[c]; };
+      const auto lse_of = [&](int, int c) { return x.lse2[c]; };
+      const auto delta_of = [&](int, int c) { return x.delta[c]; };
       const bool interior = i0 >= j0 + w0 + kTile - 1 && i0 + L::BQ <= T;  // every query sees every key
       probabilities_and_score_grads<true>(st, dpt, scale * kLog2e, interior, visible, lse_of, delta_of, pa, dsa);
-      mma_cols(dv, pa, gs, L::LD);   // dV += P^T dy
-      mma_cols(dk, dsa, qs, L::LD);  // dK += dS^T Q
+      mma_cols(dv, pa, x.dy, L::LD);  // dV += P^T dy
+      mma_cols(dk, dsa, x.q, L::LD);  // dK += dS^T Q
     }
+    head = next_head(head, i0);
+    i0 = next_row(i0);
   }
   const int64_t at = static_cast<int64_t>(j) * kv.ld, next = 8 * kv.ld;
   float* dv_rows = dqkv + (kv.v - qkv) + at;
@@ -172,8 +201,8 @@ __global__ void __launch_bounds__(128, kMinBlocksPerSm<HD>)
 /// dq of the BR query rows of block (blockIdx.x, b * H + h).
 template <int HD, class In>
 __global__ void __launch_bounds__(128, kMinBlocksPerSm<HD>)
-    flash_backward_dq_tc_kernel(const In* qkv, const float* dy, const float* lse, const float* delta, float* dqkv,
-                                int T, int H, int KV, int hd, float scale) {
+    flash_backward_dq_tc_kernel(const In* qkv, const __nv_bfloat16* dy16, const float* lse2, const float* delta,
+                                float* dqkv, int T, int H, int KV, int hd, float scale) {
   using L = DqLayout<HD>;
   constexpr int K = HD / kTile, NK = L::BC / 8;
   alignas(16) __shared__ unsigned char smem[L::bytes];
@@ -190,19 +219,21 @@ __global__ void __launch_bounds__(128, kMinBlocksPerSm<HD>)
   uint32_t qa[K][4], ga[K][4];
   auto* q_stage = reinterpret_cast<__nv_bfloat16*>(smem);
   auto* g_stage = q_stage + L::BR * L::LD;
-  load_bf16<HD>(q_stage, L::LD, v.q, v.ld, q0, L::BR, T, hd);
-  load_bf16<HD>(g_stage, L::LD, dy + v.y_off, v.C, q0, L::BR, T, hd);
+  stage_bf16<HD>(q_stage, L::LD, v.q, v.ld, q0, L::BR, T, hd);
+  stage_bf16<HD>(g_stage, L::LD, dy16 + v.y_off, v.C, q0, L::BR, T, hd);
+  async::commit();
+  float lse_r[2], delta_r[2];  // lse in base 2; loaded while the copies land
+  for (int r = 0; r < 2; ++r) {
+    const bool row = i + 8 * r < T;
+    lse_r[r] = row ? lse2[v.stat + i + 8 * r] : 0.f;
+    delta_r[r] = row ? delta[v.stat + i + 8 * r] : 0.f;
+  }
+  async::wait<0>();
   __syncthreads();
   load_a_rows(qa, q_stage, L::LD, w0);
   load_a_rows(ga, g_stage, L::LD, w0);
   float dq[HD / 8][4];
   zero(dq);
-  float lse_r[2], delta_r[2];  // lse in base 2
-  for (int r = 0; r < 2; ++r) {
-    const bool row = i + 8 * r < T;
-    lse_r[r] = row ? lse[v.stat + i + 8 * r] * kLog2e : 0.f;
-    delta_r[r] = row ? delta[v.stat + i + 8 * r] : 0.f;
-  }
   // Key tiles t = 0 .. tiles - 1, staged asynchronously where they can be (stage_bf16):
   // K(t + 1) and V(t + 1) land while the warps work on tile t.
   const int keys = min(T, q0 + L::BR);  // no row of the block sees past it
@@ -243,34 +274,53 @@ __global__ void __launch_bounds__(128, kMinBlocksPerSm<HD>)
 }
 
 template <int HD, class In>
-void launch_backward(const AttentionShape& s, const In* qkv, const float* dy, float* dqkv, float* lse, float* delta,
-                     cudaStream_t stream) {
+void launch_backward(const AttentionShape& s, const In* qkv, const __nv_bfloat16* dy16, float* dqkv, const float* lse2,
+                     const float* delta, cudaStream_t stream) {
   const float scale = 1.f / std::sqrt(static_cast<float>(s.hd));
   const auto tiles = [&](int rows) { return static_cast<unsigned>((s.T + rows - 1) / rows); };
   SUBDP_LAUNCH(dim3(tiles(DkdvLayout<HD>::BK), static_cast<unsigned>(s.B * s.kv_heads())), 128, 0, stream,
                flash_backward_dkdv_tc_kernel<HD, In>)
-  (qkv, dy, lse, delta, dqkv, s.T, s.H, s.kv_heads(), s.hd, scale);
+  (qkv, dy16, lse2, delta, dqkv, s.T, s.H, s.kv_heads(), s.hd, scale);
   CUDA_CHECK_LAUNCH();
   SUBDP_LAUNCH(dim3(tiles(DqLayout<HD>::BR), static_cast<unsigned>(s.B * s.H)), 128, 0, stream,
                flash_backward_dq_tc_kernel<HD, In>)
-  (qkv, dy, lse, delta, dqkv, s.T, s.H, s.kv_heads(), s.hd, scale);
+  (qkv, dy16, lse2, delta, dqkv, s.T, s.H, s.kv_heads(), s.hd, scale);
   CUDA_CHECK_LAUNCH();
 }
+
+/// Where the backward's workspace holds lse2 and delta ((B, H, T) floats each) and dy16
+/// ((B, T, H*hd) bf16, 16-byte aligned when ws is).
+struct BackwardWorkspace {
+  float *lse2, *delta;
+  __nv_bfloat16* dy16;
+  static int64_t stats_floats(const AttentionShape& s) {
+    return (2 * static_cast<int64_t>(s.B) * s.H * s.T + 3) / 4 * 4;  // a multiple of 16 bytes
+  }
+  static int64_t floats(const AttentionShape& s) {
+    return stats_floats(s) + (static_cast<int64_t>(s.B) * s.T * s.H * s.hd + 1) / 2;
+  }
+  explicit BackwardWorkspace(const AttentionShape& s, float* ws)
+      : lse2(ws),
+        delta(ws + static_cast<int64_t>(s.B) * s.H * s.T),
+        dy16(reinterpret_cast<__nv_bfloat16*>(ws + stats_floats(s))) {}
+};
 
 template <class In>
 bool backward(const AttentionShape& s, const In* qkv, const float* dy, float* dqkv, float* ws, cudaStream_t stream) {
   if (!supported(s)) return false;
   if (s.B <= 0 || s.T <= 0 || s.H <= 0) return true;
-  float* lse = ws;
-  float* delta = ws + static_cast<int64_t>(s.B) * s.H * s.T;
-  attention_stats(s, qkv, dy, lse, delta, stream);
-  with_width(s.hd, [&](auto tag) { launch_backward<decltype(tag)::value>(s, qkv, dy, dqkv, lse, delta, stream); });
+  const BackwardWorkspace w(s, ws);
+  attention_stats(s, qkv, dy, w.lse2, w.delta, w.dy16, stream);
+  with_width(s.hd,
+             [&](auto tag) { launch_backward<decltype(tag)::value>(s, qkv, w.dy16, dqkv, w.lse2, w.delta, stream); });
   return true;
 }
 
 }  // namespace
 
 }  // namespace tc
+
+int64_t attention_tc_workspace_floats(const AttentionShape& s) { return tc::BackwardWorkspace::floats(s); }
 
 bool attention_backward_tc(const AttentionShape& s, const float* qkv, const float* dy, float* dqkv, float* ws,
                            cudaStream_t stream) {

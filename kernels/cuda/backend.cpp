@@ -416,12 +416,14 @@ class CudaBackend final : public Backend {
 
   // Flash attention (attention.cu): the layer keeps no probabilities and neither does the
   // workspace; the backward recomputes each row's log-sum-exp into it (2 B H T floats). Under
-  // bf16 both run on tensor cores where the head width allows (attention_tc*.cu).
+  // bf16 both run on tensor cores where the head width allows (attention_tc*.cu), whose
+  // backward also keeps dy in bf16 there (B T C / 2 floats more).
   int64_t attention_workspace_floats(const AttentionShape& s, int) override {
     SUBDP_CHECK(s.hd >= 1 && s.hd <= cuda::kMaxAttentionHeadDim,
                 "[model] width / heads: a head of {} columns; the CUDA attention takes 1 to {}", s.hd,
                 cuda::kMaxAttentionHeadDim);
-    return cuda::attention_workspace_floats(s);
+    return precision() == Precision::bf16 && cuda::attention_tc_supported(s) ? cuda::attention_tc_workspace_floats(s)
+                                                                             : cuda::attention_workspace_floats(s);
   }
   void attention_forward(const AttentionShape& s, const float* qkv, float*, float* y, float*, int) override {
     if (precision() == Precision::bf16 && cuda::attention_forward_tc(s, qkv, y, nullptr, stream_)) return;

@@ -1,5 +1,5 @@
 // Asynchronous copies from global to shared memory (PTX cp.async, sm_80 and later): a thread
-// issues 16-byte copies, commits them as a group and later waits for the group, so a tile's
+// issues 4- or 16-byte copies, commits them as a group and later waits for the group, so a tile's
 // load overlaps the products on the previous one (the tensor-core attention, attention_tc.cu).
 // A copy's bytes are visible to the issuing thread after the wait and to the block's other
 // threads after a __syncthreads that follows it. The emulated build runs kernels/emu/cp_async.h,
@@ -19,10 +19,21 @@ namespace subdp::cuda::async {
 /// 16-byte aligned global memory, not read when src_bytes is 0.
 __device__ __forceinline__ void copy16(void* dst, const void* src, int src_bytes) {
 #if defined(SUBDP_CUDA_EMULATED)
-  subdp::emu::cp_async_16(dst, src, src_bytes);
+  subdp::emu::cp_async(dst, src, 16, src_bytes);
 #else
   const auto d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
+#endif
+}
+
+/// copy16 for 4 bytes (0 or 4 of src; cp.async.ca.shared.global, the only form of a 4-byte
+/// copy, through L1): a float of a row's statistics. dst and src 4-byte aligned.
+__device__ __forceinline__ void copy4(void* dst, const void* src, int src_bytes) {
+#if defined(SUBDP_CUDA_EMULATED)
+  subdp::emu::cp_async(dst, src, 4, src_bytes);
+#else
+  const auto d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
 #endif
 }
 

@@ -191,10 +191,14 @@ void attention_forward(const AttentionShape& s, const float* qkv, float* y, floa
 /// within bf16 rounding. Returns false (nothing launched) unless hd is a multiple of 16 up to
 /// kMaxAttentionHeadDim and KV divides H.
 bool attention_forward_tc(const AttentionShape& s, const float* qkv, float* y, float* lse, cudaStream_t stream);
+/// Floats of workspace attention_backward_tc needs: attention_workspace_floats(s) (rounded
+/// up to 16 bytes) for the statistics, then dy rounded to bf16, B T H*hd / 2 floats.
+int64_t attention_tc_workspace_floats(const AttentionShape& s);
 /// attention_backward on tensor cores (attention_tc_backward.cu, precision = "bf16"): the
-/// statistics from the tensor-core forward, then dk / dv and dq with q, k, v, dy and the
-/// probabilities and score gradients rounded to bf16, float sums; the same ws. Returns false
-/// (nothing launched) where attention_forward_tc would.
+/// statistics and a bf16 copy of dy from the tensor-core forward, then dk / dv and dq with q,
+/// k, v, dy and the probabilities and score gradients rounded to bf16, float sums; ws:
+/// attention_tc_workspace_floats(s) floats, 16-byte aligned. Returns false (nothing
+/// launched) where attention_forward_tc would.
 bool attention_backward_tc(const AttentionShape& s, const float* qkv, const float* dy, float* dqkv, float* ws,
                            cudaStream_t stream);
 /// True when the tensor-core kernels take shape s: hd a multiple of 16 up to

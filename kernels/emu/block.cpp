@@ -7,6 +7,7 @@
 #include <boost/context/fiber.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -288,6 +289,19 @@ AsyncCopies& thread_async_copies() {
 bool in_shared_memory(const void* p, size_t bytes) {
   const auto* c = static_cast<const char*>(p);
   return __start_subdp_emu_shared != nullptr && c >= __start_subdp_emu_shared && c + bytes <= __stop_subdp_emu_shared;
+}
+
+bool shared_operand_ok(const void* p, size_t bytes, const char* what) {
+  if (reinterpret_cast<uintptr_t>(p) % bytes != 0) {
+    set_error(cudaErrorMisalignedAddress,
+              std::string(what) + ": an address not " + std::to_string(bytes) + "-byte aligned", true);
+    return false;
+  }
+  if (!in_shared_memory(p, bytes)) {
+    set_error(cudaErrorIllegalAddress, std::string(what) + ": an address outside shared memory", true);
+    return false;
+  }
+  return true;
 }
 
 int block_barrier(int predicate) {

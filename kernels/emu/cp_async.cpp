@@ -9,23 +9,27 @@
 
 namespace subdp::emu {
 
-void cp_async_16(void* dst, const void* src, int src_bytes) {
-  if (src_bytes < 0 || src_bytes > 16) {
-    set_error(cudaErrorLaunchFailure, "cp.async: a source size of " + std::to_string(src_bytes) + " (0 to 16)", true);
+void cp_async(void* dst, const void* src, int cp_size, int src_bytes) {
+  if (cp_size != 4 && cp_size != 8 && cp_size != 16) {
+    set_error(cudaErrorLaunchFailure, "cp.async: a copy size of " + std::to_string(cp_size) + " (4, 8 or 16)", true);
     return;
   }
-  if (reinterpret_cast<uintptr_t>(dst) % 16 != 0 || (src_bytes > 0 && reinterpret_cast<uintptr_t>(src) % 16 != 0)) {
-    set_error(cudaErrorMisalignedAddress, "cp.async: a 16-byte copy to or from an address not 16-byte aligned", true);
+  if (src_bytes < 0 || src_bytes > cp_size) {
+    set_error(cudaErrorLaunchFailure,
+              "cp.async: a source size of " + std::to_string(src_bytes) + " (0 to " + std::to_string(cp_size) + ")",
+              true);
     return;
   }
-  if (!in_shared_memory(dst, 16)) {
-    set_error(cudaErrorIllegalAddress, "cp.async: a destination outside shared memory", true);
+  if (src_bytes > 0 && reinterpret_cast<uintptr_t>(src) % cp_size != 0) {
+    set_error(cudaErrorMisalignedAddress,
+              "cp.async source: an address not " + std::to_string(cp_size) + "-byte aligned", true);
     return;
   }
+  if (!shared_operand_ok(dst, cp_size, "cp.async destination")) return;
   AsyncCopies& c = thread_async_copies();
-  std::memset(dst, 0xff, 16);  // undefined until the wait
+  std::memset(dst, 0xff, cp_size);  // undefined until the wait
   c.pending.push_back(
-      {static_cast<unsigned char*>(dst), static_cast<const unsigned char*>(src), src_bytes, c.committed});
+      {static_cast<unsigned char*>(dst), static_cast<const unsigned char*>(src), cp_size, src_bytes, c.committed});
 }
 
 void cp_async_commit() { ++thread_async_copies().committed; }
@@ -37,7 +41,7 @@ void cp_async_wait(int n) {
   for (const AsyncCopies::Copy& copy : c.pending) {
     if (copy.group < landed) {
       std::memcpy(copy.dst, copy.src, copy.src_bytes);
-      std::memset(copy.dst + copy.src_bytes, 0, 16 - copy.src_bytes);
+      std::memset(copy.dst + copy.src_bytes, 0, copy.cp_size - copy.src_bytes);
     } else {
       c.pending[kept++] = copy;
     }

@@ -15,7 +15,8 @@ struct AsyncCopies {
   struct Copy {
     unsigned char* dst;
     const unsigned char* src;
-    int src_bytes;  // the rest of the 16 bytes are zero-filled
+    int cp_size;    // 4, 8 or 16 bytes
+    int src_bytes;  // the rest of the cp_size bytes are zero-filled
     int group;      // the commit group it belongs to (== committed while still open)
   };
   std::vector<Copy> pending;
@@ -25,11 +26,12 @@ struct AsyncCopies {
 /// The calling kernel thread's copies (block.cpp keeps one per thread).
 AsyncCopies& thread_async_copies();
 
-/// cp.async.cg.shared.global [dst], [src], 16, src_bytes: copies src_bytes (0..16) bytes of
-/// src to dst and zero-fills the rest of 16. dst must be 16-byte aligned in shared memory,
-/// src 16-byte aligned where src_bytes > 0: a sticky cudaErrorMisalignedAddress or
-/// cudaErrorIllegalAddress otherwise, as a GPU faults. The bytes land at cp_async_wait.
-void cp_async_16(void* dst, const void* src, int src_bytes);
+/// cp.async.{ca,cg}.shared.global [dst], [src], cp_size, src_bytes: copies src_bytes
+/// (0..cp_size) bytes of src to dst and zero-fills the rest of cp_size (4, 8 or 16 bytes). dst
+/// must be cp_size-aligned in shared memory, src cp_size-aligned where src_bytes > 0: a sticky
+/// cudaErrorMisalignedAddress or cudaErrorIllegalAddress otherwise, as a GPU faults. The bytes
+/// land at cp_async_wait.
+void cp_async(void* dst, const void* src, int cp_size, int src_bytes);
 /// cp.async.commit_group: the copies issued since the last commit form one group.
 void cp_async_commit();
 /// cp.async.wait_group n: every committed group but the n most recent has landed.

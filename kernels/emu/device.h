@@ -46,6 +46,11 @@ void warp_gather(unsigned mask, uint64_t value, uint64_t (&all)[32], const char*
 /// True when the `bytes` at p lie in the block's static shared memory (the kernels' __shared__
 /// arrays; the emulator gives kernels no dynamic shared memory).
 bool in_shared_memory(const void* p, size_t bytes);
+/// True when the `bytes` at p are `bytes`-aligned and lie in shared memory, as the operand of
+/// an ldmatrix row or a cp.async destination must; else sets the sticky error a GPU would
+/// fault with (cudaErrorMisalignedAddress, else cudaErrorIllegalAddress), its message opening
+/// with `what`, and returns false.
+bool shared_operand_ok(const void* p, size_t bytes, const char* what);
 /// Lane of the calling thread in its warp.
 inline int lane_id() {
   const unsigned linear = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);

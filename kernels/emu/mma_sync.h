@@ -78,16 +78,7 @@ inline void ldmatrix_x4(uint32_t (&r)[4], const void* row, bool trans) {
   warp_gather(0xffffffffu, reinterpret_cast<uint64_t>(row), where, trans ? "ldmatrix.trans" : "ldmatrix");
   r[0] = r[1] = r[2] = r[3] = 0;
   bool valid = true;
-  for (uint64_t a : where) {
-    const void* p = reinterpret_cast<const void*>(a);
-    if (a % 16 != 0) {
-      set_error(cudaErrorMisalignedAddress, "ldmatrix: a row address not 16-byte aligned", true);
-      valid = false;
-    } else if (!in_shared_memory(p, 16)) {
-      set_error(cudaErrorIllegalAddress, "ldmatrix: a row address outside shared memory", true);
-      valid = false;
-    }
-  }
+  for (uint64_t a : where) valid = shared_operand_ok(reinterpret_cast<const void*>(a), 16, "ldmatrix row") && valid;
   const int g = lane_id() / 4, t = lane_id() % 4;
   const auto row_of = [&](int i, int k) { return reinterpret_cast<const unsigned char*>(where[8 * i + k]); };
   for (int i = 0; valid && i < 4; ++i) {

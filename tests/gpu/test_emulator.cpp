@@ -298,12 +298,16 @@ TEST_F(Emulator, WarpsProgressUnevenlyBetweenBarriers) {
 }
 
 /// One thread: copies src[0 .. 3] (16 bytes, of which src_bytes are read) into shared memory
-/// with cp.async at `offset` floats into a 16-byte aligned array, and writes what it reads
-/// there before the wait (out[0 .. 3]) and after it (out[4 .. 7]); with `skip_wait`, it never
-/// waits.
-__global__ void cp_async_kernel(const float* src, float* out, int src_bytes, int offset, bool skip_wait) {
+/// with cp.async at `offset` floats into a 16-byte aligned array, one 16-byte copy or
+/// (cp_size 4) four 4-byte ones, and writes what it reads there before the wait (out[0 .. 3])
+/// and after it (out[4 .. 7]); with `skip_wait`, it never waits.
+__global__ void cp_async_kernel(const float* src, float* out, int src_bytes, int offset, bool skip_wait, int cp_size) {
   alignas(16) __shared__ float s[8];
-  cuda::async::copy16(s + offset, src, src_bytes);
+  if (cp_size == 16) {
+    cuda::async::copy16(s + offset, src, src_bytes);
+  } else {
+    for (int k = 0; k < 4; ++k) cuda::async::copy4(s + offset + k, src + k, src_bytes >= 4 * (k + 1) ? 4 : 0);
+  }
   cuda::async::commit();
   for (int k = 0; k < 4; ++k) out[k] = s[offset + k];
   if (skip_wait) return;
@@ -313,20 +317,24 @@ __global__ void cp_async_kernel(const float* src, float* out, int src_bytes, int
 
 TEST_F(Emulator, CpAsyncLandsAtTheWait) {
   Dev<float> src(std::vector<float>{1.f, 2.f, 3.f, 4.f}), out(8);
-  SUBDP_LAUNCH(1, 1, 0, stream, cp_async_kernel)(src.get(), out.get(), 16, 0, false);
-  CUDA_CHECK_LAUNCH();
-  std::vector<float> v = out.download();
-  for (int k = 0; k < 4; ++k) {
-    EXPECT_TRUE(std::isnan(v[k])) << "read before the wait: " << v[k];
-    EXPECT_EQ(v[4 + k], 1.f + k);
+  // 16-byte copies at a 16-byte aligned offset, 4-byte ones at a 4-byte aligned one.
+  for (const auto& [cp_size, offset] : {std::pair{16, 0}, {4, 1}}) {
+    SUBDP_LAUNCH(1, 1, 0, stream, cp_async_kernel)(src.get(), out.get(), 16, offset, false, cp_size);
+    CUDA_CHECK_LAUNCH();
+    std::vector<float> v = out.download();
+    for (int k = 0; k < 4; ++k) {
+      EXPECT_TRUE(std::isnan(v[k])) << "read before the wait: " << v[k] << ", copies of " << cp_size;
+      EXPECT_EQ(v[4 + k], 1.f + k) << cp_size;
+    }
+    SUBDP_LAUNCH(1, 1, 0, stream, cp_async_kernel)
+    (src.get(), out.get(), 8, offset, false, cp_size);  // 2 floats, 2 zeros
+    CUDA_CHECK_LAUNCH();
+    v = out.download();
+    EXPECT_EQ(std::vector<float>(v.begin() + 4, v.end()), (std::vector<float>{1.f, 2.f, 0.f, 0.f})) << cp_size;
   }
-  SUBDP_LAUNCH(1, 1, 0, stream, cp_async_kernel)(src.get(), out.get(), 8, 4, false);  // two floats, two zeros
-  CUDA_CHECK_LAUNCH();
-  v = out.download();
-  EXPECT_EQ(std::vector<float>(v.begin() + 4, v.end()), (std::vector<float>{1.f, 2.f, 0.f, 0.f}));
   for (const auto& [offset, skip, want] :
        {std::tuple<int, bool, const char*>{2, false, "not 16-byte aligned"}, {0, true, "never waited for"}}) {
-    SUBDP_LAUNCH(1, 1, 0, stream, cp_async_kernel)(src.get(), out.get(), 16, offset, skip);
+    SUBDP_LAUNCH(1, 1, 0, stream, cp_async_kernel)(src.get(), out.get(), 16, offset, skip, 16);
     const cudaError_t st = cudaDeviceSynchronize();
     EXPECT_NE(st, cudaSuccess);
     EXPECT_NE(std::string(cudaGetErrorString(st)).find(want), std::string::npos) << cudaGetErrorString(st);

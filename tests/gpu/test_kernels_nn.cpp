@@ -287,7 +287,7 @@ TEST_F(LayerKernels, TensorCoreAttentionMatchesCpuOnBf16Inputs) {  // float or b
     ASSERT_TRUE(cuda::attention_forward_tc(s, dq, dy, nullptr, stream));
     EXPECT_EQ(dy.download(), first);
     const std::vector<float> nan(qkv_n, std::nanf(""));  // every element must be written
-    Dev<float> ddy(dy_in), ddq(nan), dws(cuda::attention_workspace_floats(s));
+    Dev<float> ddy(dy_in), ddq(nan), dws(cuda::attention_tc_workspace_floats(s));
     ASSERT_TRUE(cuda::attention_backward_tc(s, dq, ddy, ddq, dws, stream));
     const auto grad = ddq.download();
     EXPECT_REL(grad, dqkv, 6e-3);
@@ -320,7 +320,7 @@ TEST_F(LayerKernels, TensorCoreAttentionReadsRowsOffAlignment) {
   shifted.insert(shifted.end(), qkv.begin(), qkv.end());
   const Dev<float> aligned(qkv), off(shifted);
   const DevBf16 kept(qkv), kept_off(shifted);
-  Dev<float> y(y_n), dy(dy_in), dqkv(qkv_n), ws(cuda::attention_workspace_floats(s));
+  Dev<float> y(y_n), dy(dy_in), dqkv(qkv_n), ws(cuda::attention_tc_workspace_floats(s));
   const auto run = [&](auto* q) {
     std::vector<float> out;
     EXPECT_TRUE(cuda::attention_forward_tc(s, q, y, nullptr, stream));
