@@ -420,7 +420,7 @@ def run_streaming(args, name, cmd, run_dir, append):
         except OSError as e:
             raise Failure(f"run '{name}' could not start ({e}): {shlex.join(cmd)}")
         for line in running.stdout:
-            out.write(line)
+            out.write(line.replace(ROOT + os.sep, ""))  # paths as results record them (checkpoints)
             out.flush()
             if args.verbose or line.startswith(("eval ", "final ")):
                 print(f"[{name}] {line}", end="", flush=True)
