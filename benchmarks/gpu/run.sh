@@ -17,6 +17,8 @@
 #   bench_*     benchmarks/gpu/bench_*.sh BIN_DIR OUT_DIR (GPT-2 small's GEMMs in each operand
 #               type and its attention against PyTorch's SDPA, CPU-vs-CUDA training, GPT-2
 #               small against PyTorch)
+#   sanitize:*  compute-sanitizer racecheck and synccheck on the tensor-core attention tests,
+#               with the time left (not in a rehearsal)
 # LD_LIBRARY_PATH is set for subdp's binaries alone, through wrappers in a bin folder the
 # benchmarks get, so python3 (the PyTorch peer) loads its own libraries.
 # Output in OUT_DIR, 6 files at most: summary.md, logs.tar.gz (every log, the tests' XML and
@@ -225,7 +227,23 @@ for b in "$ROOT"/benchmarks/gpu/bench_*.sh; do
   run_step "$name" "$cap" bench.log "$b" "$WRAP" "$LOGS"
 done
 
-# 6. Summary, and the results packed into at most 6 files.
+# 6. With the time left: compute-sanitizer's racecheck (shared-memory hazards) and synccheck
+# (barriers) on the tensor-core attention, whose cp.async and ldmatrix the emulator checks by
+# its own model of them (NaN until a copy's wait, warps run apart between barriers); a GPU's
+# hardware view is the second opinion. Last, so that nothing above waits for it.
+SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+if [ "$READY" -ne 1 ]; then
+  skip_step sanitize "nothing built"
+elif [ -z "$SANITIZER" ] || [ -n "${SUBDP_GPU_REHEARSAL:-}" ]; then
+  skip_step sanitize "no compute-sanitizer here (or a rehearsal on the emulated device)"
+else
+  for tool in racecheck synccheck; do
+    run_step "sanitize:$tool" 30 sanitize.log env SUBDP_CUDA_POOL_GB=1 "$SANITIZER" --tool "$tool" \
+      --target-processes all --error-exitcode 1 "$WRAP/subdp_gpu_tests" '--gtest_filter=LayerKernels.TensorCoreAttention*'
+  done
+fi
+
+# 7. Summary, and the results packed into at most 6 files.
 for csv in train.csv memory.csv gpt2.csv gemm.csv; do [ -f "$LOGS/$csv" ] && cp "$LOGS/$csv" "$OUT_DIR/"; done
 {
   echo "# subdp GPU check"
