@@ -10,12 +10,12 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 (cd "${SUBDP_BUILD_DIR:-$root/build}" && ctest --output-on-failure --timeout 1200 "$@")
 # The CUDA backend's own kernels and the trainer on the emulated device (kernels/emu): about
-# 5 minutes on 2 cores (build included).
+# 15 minutes on 2 cores (build included), its tests side by side (the emulator is one thread).
 echo "== emulated CUDA device: kernels/cuda on kernels/emu (gpu.emu.*)"
 emu=${SUBDP_EMU_BUILD_DIR:-$root/build-emu}
 cmake -S "$root" -B "$emu" -DCMAKE_BUILD_TYPE=Release -DSUBDP_CUDA=EMULATE >/dev/null
 cmake --build "$emu" --target subdp subdp_gpu_tests -j"$(nproc)"
-(cd "$emu" && ctest --output-on-failure --timeout 1200 -R '^gpu[.]emu[.]')
+(cd "$emu" && ctest --output-on-failure --timeout 1200 -j"$(nproc)" -R '^gpu[.]emu[.]')
 # The script kept for the first GPU (benchmarks/gpu/run.sh), rehearsed on the emulated bundle,
 # so that it has not rotted when a device is lent: about 2 minutes.
 echo "== benchmarks/gpu/run.sh rehearsed on the emulated device"
