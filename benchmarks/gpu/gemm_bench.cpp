@@ -104,6 +104,8 @@ void bench_layer(const Layer& l, int rows, int reps) {
   const int64_t x_n = int64_t{rows} * l.in, w_n = int64_t{l.in} * l.out, y_n = int64_t{rows} * l.out;
   DeviceArray<float> x(x_n), w(w_n), b(l.out), dy(y_n), y(y_n), dx(x_n), dw(w_n);
   DeviceArray<bf16> xb(x_n), wb(w_n), dyb(y_n), yb(y_n);
+  DeviceArray<unsigned char> workspace(subdp::cuda::kLtWorkspaceBytes);  // the backend's cuBLASLt workspace
+  const subdp::cuda::LtWorkspace lt_ws{workspace.p, subdp::cuda::kLtWorkspaceBytes};
   fill_random(x.p, x_n, 1);
   fill_random(w.p, w_n, 2);
   fill_random(b.p, l.out, 3);
@@ -138,7 +140,8 @@ void bench_layer(const Layer& l, int rows, int reps) {
       if (i != 0) continue;
       bool fused = true;
       const double sl = seconds_per_call(
-          [&] { fused = subdp::cuda::linear_lt(x.p, w.p, b.p, y.p, nullptr, rows, l.in, l.out, nullptr); }, reps);
+          [&] { fused = subdp::cuda::linear_lt(x.p, w.p, b.p, y.p, nullptr, rows, l.in, l.out, lt_ws, nullptr); },
+          reps);
       if (fused) print_row(l, p, "f32", subdp::cuda::gemm_math_name(m), "f32+bias (linear_lt)", sl, flops / sl / 1e12);
     }
     subdp::cuda::set_gemm_math(GemmMath::fp32);

@@ -37,7 +37,9 @@ class Communicator {
   /// Orders the compute stream's later work after every deferred collective issued so far on
   /// this communicator; no host wait. Default: nothing (nothing was deferred).
   virtual void join() {}
-  /// Sum-reduce n float32 values to `root` (recv used on root only; may alias data).
+  /// Sum-reduce n float32 values to `root` (recv used on root only; may alias data). data and
+  /// the root's recv are both host or both device memory (NCCL: the transport follows data,
+  /// which every rank sees alike; a device data into a host recv is an error on the root).
   virtual void reduce_sum(const float* data, float* recv, int64_t n, int root) = 0;
   /// Reduce-scatter (sum) in place: `data` holds sum(counts) float32 values on every rank,
   /// cut into consecutive segments, segment r of counts[r] values for rank r (counts the same

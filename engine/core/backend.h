@@ -79,6 +79,10 @@ class Backend {
   /// Bytes a new allocation can still get on the device; -1 for host memory (the CPU, the
   /// fenced test device), which the trainer measures on the host instead.
   virtual int64_t device_free_bytes() { return -1; }
+  /// Bytes of backend memory the backend's libraries take on their first use and keep for the
+  /// run, counted as workspace (CUDA: cuBLASLt's workspace, cuda::kLtWorkspaceBytes, taken at
+  /// the first fused linear layer); the planner counts them. 0 where there are none.
+  virtual int64_t library_workspace_bytes() const { return 0; }
   /// The CUDA stream (a cudaStream_t) this backend enqueues its work on; null for the host
   /// backends. A device communicator orders its collectives after this stream's queued work
   /// and this stream's later work after them (kernels/cuda/nccl_comm.h).

@@ -2,6 +2,7 @@
 #include "engine/train/footprint.h"
 
 #include "engine/comm/communicator.h"
+#include "engine/core/backend.h"
 #include "engine/core/error.h"
 #include "engine/data/data_source.h"
 #include "engine/parallel/grad_sync.h"
@@ -32,6 +33,10 @@ MemStats predict_rank_memory(const Config& c, int world, int rank) {
                       overlap_mode_of(c) == OverlapMode::streams ? OverlapMode::streams : OverlapMode::off);
     auto opt = make_optimizer(c.optim, model->params().trainable(), sync.sharded() ? &sync.shard_pieces() : nullptr);
     Batch batch = allocate_batch(c);
+    // The libraries' workspace the backend takes at its first GEMM (CUDA: cuBLASLt's).
+    const int64_t library = backend().library_workspace_bytes();
+    Tensor library_workspace;
+    if (library > 0) library_workspace = Tensor::empty({library}, MemCategory::workspace, DType::u8);
   });
 }
 

@@ -113,6 +113,10 @@ class CudaBackend final : public Backend {
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);  // teardown: errors have nobody to tell
     release_scratch();
     release_chunks();
+    if (lt_workspace_ != nullptr) {
+      memory_->deallocate(lt_workspace_, cuda::kLtWorkspaceBytes);
+      MemoryTracker::global().on_free(MemCategory::workspace, static_cast<int64_t>(cuda::kLtWorkspaceBytes));
+    }
     if (counters_ != nullptr) {
       memory_->deallocate(counters_, kCountersBytes);
       if (counters_tracked_) MemoryTracker::global().on_free(MemCategory::workspace, kCountersBytes);
@@ -165,6 +169,7 @@ class CudaBackend final : public Backend {
     return pool ? pool->free_bytes() : -1;  // planning: no device
   }
   void* cuda_stream() const override { return stream_; }
+  int64_t library_workspace_bytes() const override { return static_cast<int64_t>(cuda::kLtWorkspaceBytes); }
   int64_t device_used_bytes() override {
     size_t free_bytes = 0, total = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
@@ -177,12 +182,12 @@ class CudaBackend final : public Backend {
   }
   void linear_forward(const float* x, const float* w, const float* b, float* y, float* pre_gelu, int64_t rows,
                       int64_t in, int64_t out) override {
-    if (!cuda::linear_lt(x, w, b, y, pre_gelu, rows, in, out, stream_))
+    if (!cuda::linear_lt(x, w, b, y, pre_gelu, rows, in, out, lt_workspace(), stream_))
       Backend::linear_forward(x, w, b, y, pre_gelu, rows, in, out);
   }
   void linear_dx_dgelu(const float* dy, const float* w, const float* pre, float* dx, int64_t rows, int64_t in,
                        int64_t out) override {
-    if (!cuda::linear_dx_dgelu_lt(dy, w, pre, dx, rows, in, out, stream_))
+    if (!cuda::linear_dx_dgelu_lt(dy, w, pre, dx, rows, in, out, lt_workspace(), stream_))
       Backend::linear_dx_dgelu(dy, w, pre, dx, rows, in, out);
   }
   void fill(float* x, float value, int64_t n) override {
@@ -535,6 +540,15 @@ class CudaBackend final : public Backend {
     std::memcpy(&value, read_back_, sizeof(T));
     return value;
   }
+  /// cuBLASLt's workspace, taken from the pool at the first call and kept: counted as workspace
+  /// whether or not the tracker is paused (the planner counts it: library_workspace_bytes).
+  cuda::LtWorkspace lt_workspace() {
+    if (lt_workspace_ == nullptr) {
+      lt_workspace_ = memory_->allocate(cuda::kLtWorkspaceBytes);
+      MemoryTracker::global().on_alloc(MemCategory::workspace, static_cast<int64_t>(cuda::kLtWorkspaceBytes));
+    }
+    return {lt_workspace_, cuda::kLtWorkspaceBytes};
+  }
   /// Device scratch of at least n doubles for one operation's temporaries (grown on demand,
   /// counted as workspace). From this backend's own memory, not the global backend's
   /// (Tensor::empty): a CudaBackend that is not the run's backend (the GPU tests make one)
@@ -613,6 +627,7 @@ class CudaBackend final : public Backend {
   std::shared_ptr<DeviceMemory> memory_;
   std::shared_ptr<DeviceMemory> staging_;  // pinned; null in planning mode (plain host memory)
   void* read_back_ = nullptr;              // kReadBackBytes of staging_, for read_back
+  void* lt_workspace_ = nullptr;           // in memory_: lt_workspace()
   double* scratch_ = nullptr;              // in memory_
   size_t scratch_bytes_ = 0;
   bool scratch_tracked_ = false;

@@ -3,8 +3,8 @@
 // major, D (out, rows) = op(W) (out, in) X (in, rows) with W stored (in, out) and transposed.
 // Handles are per thread and device (handle_cache.h); descriptors are made per call (host work
 // of microseconds against a GEMM's device time); the heuristic's answer, tens of microseconds
-// of host time, is kept per thread for each problem (shape, epilogue, compute type, device and
-// the operands' alignments, which the algorithm may rely on).
+// of host time, is kept per thread for each problem (shape, epilogue, compute type, device,
+// the alignments the algorithm may rely on and the workspace offered).
 #include <cublasLt.h>
 
 #include <climits>
@@ -76,12 +76,15 @@ struct LtProblem {
   cublasLtEpilogue_t epilogue;
   const float* bias;
   float* aux;
+  LtWorkspace ws;
 };
 
 /// What the heuristic's answer depends on: the problem's shape and epilogue, the compute type,
-/// the device and the alignments the preference states.
-using HeuristicKey =
-    std::tuple<bool, int64_t, int64_t, int64_t, int, bool, bool, int, int, uint32_t, uint32_t, uint32_t>;
+/// the device, the alignments the preference states, the bias's and auxiliary buffer's (the
+/// heuristic may infer an alignment from the pointers in the descriptor, which it does not
+/// dereference), and the workspace it may use.
+using HeuristicKey = std::tuple<bool, int64_t, int64_t, int64_t, int, bool, bool, int, int, uint32_t, uint32_t,
+                                uint32_t, uint32_t, uint32_t, size_t>;
 
 HeuristicKey key_of(const LtProblem& p) {
   int device = 0;
@@ -97,7 +100,10 @@ HeuristicKey key_of(const LtProblem& p) {
           device,
           alignment_of(p.A),
           alignment_of(p.B),
-          alignment_of(p.D)};
+          alignment_of(p.D),
+          alignment_of(p.bias),
+          alignment_of(p.aux),
+          p.ws.bytes};
 }
 
 /// The heuristic's first algorithm for p's key (nullptr: none offered), asked once per thread.
@@ -136,9 +142,9 @@ bool run_lt(const LtProblem& p, cudaStream_t stream) {
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c.b, CUDA_R_32F, p.k, p.n, p.k));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c.d, CUDA_R_32F, p.m, p.n, p.m));
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&c.pref));
-  const uint64_t no_workspace = 0;  // nothing the planner does not count
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(c.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &no_workspace,
-                                                    sizeof(no_workspace)));
+  const uint64_t workspace_bytes = p.ws.bytes;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(c.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
+                                                    sizeof(workspace_bytes)));
   set_alignment(c.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, p.A);
   set_alignment(c.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, p.B);
   set_alignment(c.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, p.D);
@@ -147,8 +153,8 @@ bool run_lt(const LtProblem& p, cudaStream_t stream) {
   const cublasLtMatmulAlgo_t* algo = cached_algo(h, p, c);
   if (algo == nullptr) return false;
   const float alpha = 1.f, beta = 0.f;
-  CUBLAS_CHECK(
-      cublasLtMatmul(h, c.desc, &alpha, p.A, c.a, p.B, c.b, &beta, p.D, c.d, p.D, c.d, algo, nullptr, 0, stream));
+  CUBLAS_CHECK(cublasLtMatmul(h, c.desc, &alpha, p.A, c.a, p.B, c.b, &beta, p.D, c.d, p.D, c.d, algo, p.ws.data,
+                              p.ws.bytes, stream));
   return true;
 }
 
@@ -159,7 +165,7 @@ bool fits_int(int64_t v) { return v > 0 && v <= INT_MAX; }
 int64_t lt_heuristic_queries() { return lt_heuristic_queries_; }
 
 bool linear_lt(const float* x, const float* w, const float* b, float* y, float* pre, int64_t rows, int64_t in,
-               int64_t out, cudaStream_t stream) {
+               int64_t out, LtWorkspace ws, cudaStream_t stream) {
   if ((b == nullptr && pre == nullptr) || !fits_int(rows) || !fits_int(in) || !fits_int(out)) return false;
   if (pre != nullptr && out % 8 != 0) return false;  // the library's rule for the GELU input's ld
   // The bias and the GELU input have no alignment preference to state: run only on the
@@ -169,14 +175,15 @@ bool linear_lt(const float* x, const float* w, const float* b, float* y, float* 
   const cublasLtEpilogue_t epilogue = pre == nullptr ? CUBLASLT_EPILOGUE_BIAS
                                       : b != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
                                                      : CUBLASLT_EPILOGUE_GELU_AUX;
-  return run_lt({true, out, rows, in, w, x, y, epilogue, b, pre}, stream);
+  return run_lt({true, out, rows, in, w, x, y, epilogue, b, pre, ws}, stream);
 }
 
 bool linear_dx_dgelu_lt(const float* dy, const float* w, const float* pre, float* dx, int64_t rows, int64_t in,
-                        int64_t out, cudaStream_t stream) {
+                        int64_t out, LtWorkspace ws, cudaStream_t stream) {
   if (!fits_int(rows) || !fits_int(in) || !fits_int(out) || in % 8 != 0 || alignment_of(pre) < 16) return false;
   // dx^T (in, rows) = W^T (in, out) dy^T (out, rows): W stored (in, out) column-major, as is.
-  return run_lt({false, in, rows, out, w, dy, dx, CUBLASLT_EPILOGUE_DGELU, nullptr, const_cast<float*>(pre)}, stream);
+  return run_lt({false, in, rows, out, w, dy, dx, CUBLASLT_EPILOGUE_DGELU, nullptr, const_cast<float*>(pre), ws},
+                stream);
 }
 
 }  // namespace subdp::cuda

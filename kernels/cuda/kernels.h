@@ -293,6 +293,16 @@ void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const f
 void sgemm_strided_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
                            int64_t stride_a, const float* B, int ldb, int64_t stride_b, float beta, float* C, int ldc,
                            int64_t stride_c, int batch, cudaStream_t stream);
+/// cuBLASLt's workspace for linear_lt and linear_dx_dgelu_lt: device memory, 256-byte
+/// aligned, `bytes` long (0: none; the heuristic then offers only algorithms that need none).
+/// The heuristic may choose split-K or stream-K algorithms that use it.
+struct LtWorkspace {
+  void* data = nullptr;
+  size_t bytes = 0;
+};
+/// The workspace the CUDA backend gives cuBLASLt: 32 MiB, cuBLAS's recommendation for Hopper
+/// (cuBLAS documentation, cublasSetWorkspace; PyTorch's cuBLASLt workspace on sm_90).
+constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
 /// A linear layer's forward as one cuBLASLt GEMM (gemm_lt.cpp), row-major, float32, in the
 /// precision set_gemm_math chose: y (rows, out) = x (rows, in) . w^T (in, out) + b (b: out
 /// floats, or null), and with pre (rows, out) not null: pre = that, y = gelu(pre) (tanh form),
@@ -300,17 +310,18 @@ void sgemm_strided_batched(bool trans_a, bool trans_b, int M, int N, int K, floa
 /// the fusion has nothing to fuse (no bias, no GELU), a size is 0, `out` is not a multiple of 8
 /// under GELU (the library's rule for pre's leading dimension), b or pre is not 16-byte aligned,
 /// or cuBLASLt offers no algorithm:
-/// the caller then runs sgemm and its own kernels. No workspace.
+/// the caller then runs sgemm and its own kernels. ws: the workspace cuBLASLt may use.
 bool linear_lt(const float* x, const float* w, const float* b, float* y, float* pre, int64_t rows, int64_t in,
-               int64_t out, cudaStream_t stream);
+               int64_t out, LtWorkspace ws, cudaStream_t stream);
 /// A linear layer's input gradient through the GELU before it, as one cuBLASLt GEMM with the
 /// DGELU epilogue: dx (rows, in) = (dy (rows, out) . w (out, in)) * gelu'(pre), pre (rows, in)
 /// the GELU's input. Returns false, having done nothing, where a size is 0, `in` is not a
 /// multiple of 8, pre is not 16-byte aligned or cuBLASLt offers no algorithm.
 bool linear_dx_dgelu_lt(const float* dy, const float* w, const float* pre, float* dx, int64_t rows, int64_t in,
-                        int64_t out, cudaStream_t stream);
+                        int64_t out, LtWorkspace ws, cudaStream_t stream);
 /// cuBLASLt heuristic queries the calling thread has made (linear_lt and linear_dx_dgelu_lt
-/// ask once per problem: shape, epilogue, compute type, device and operand alignments).
+/// ask once per problem: shape, epilogue, compute type, device, the operands', bias's and
+/// auxiliary buffer's alignments and the workspace offered).
 int64_t lt_heuristic_queries();
 /// bf16 GEMM (cublasGemmEx, fp32 accumulation: CUBLAS_COMPUTE_32F), bf16 or fp32 output.
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda, const bf16* B, int ldb,

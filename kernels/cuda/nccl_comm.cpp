@@ -64,7 +64,10 @@ std::string describe_entry(const std::string& entry) {
   return fmt::format("host {}: {} visible GPU(s){}", f[0], f[2], f.size() > 3 && !f[3].empty() ? ", " + f[3] : "");
 }
 
-/// Picks this rank's GPU and checks, identically on every rank, that each rank has its own.
+/// Picks this rank's GPU and checks, identically on every rank, that each rank has its own:
+/// the local rank's device, modulo the devices this process sees (a launcher that binds one
+/// GPU per rank, through CUDA_VISIBLE_DEVICES as Slurm's --gpus-per-task does, leaves every
+/// rank one device, its own). Two ranks of a host on one GPU (its PCI bus id) are refused.
 int choose_device(Communicator& bootstrap) {
   const std::string host = host_name();
   const std::vector<std::string> hosts = bootstrap.allgather(host);
@@ -73,30 +76,26 @@ int choose_device(Communicator& bootstrap) {
   std::string why;
   const int count = cuda::device_count(&why);
   std::string mine = host + "|none|" + std::to_string(count) + "|" + why;
-  if (local < count) {
-    CUDA_CHECK(cudaSetDevice(local));
+  const int device = count > 0 ? local % count : -1;
+  if (device >= 0) {
+    CUDA_CHECK(cudaSetDevice(device));
     char bus[64] = {0};
-    CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof(bus), local));
+    CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof(bus), device));
     mine = host + "|gpu|" + bus;
   }
   const std::vector<std::string> all = bootstrap.allgather(mine);
   for (size_t r = 0; r < all.size(); ++r) {
-    if (all[r].find("|none|0|") != std::string::npos)
+    if (all[r].find("|none|") != std::string::npos)
       throw Error(fmt::format("[device] type = \"cuda\": no CUDA device was found on rank {} ({}); use \"cpu\"", r,
                               describe_entry(all[r])));
-    if (all[r].find("|none|") != std::string::npos)
-      throw Error(
-          fmt::format("NCCL 2.28 refuses two ranks on one GPU: run W = 1 or --simulate-rank "
-                      "(rank {} has no GPU of its own: {}, fewer than its host's ranks)",
-                      r, describe_entry(all[r])));
     for (size_t q = 0; q < r; ++q)
       if (all[q] == all[r])
         throw Error(
-            fmt::format("NCCL 2.28 refuses two ranks on one GPU: run W = 1 or --simulate-rank "
-                        "(ranks {} and {} both map to {})",
-                        q, r, all[r]));
+            fmt::format("NCCL 2.28 refuses two ranks on one GPU: run W = 1 or --simulate-rank, or give each rank a "
+                        "GPU of its own (ranks {} and {} both map to {})",
+                        q, r, describe_entry(all[r])));
   }
-  return local;
+  return device;
 }
 
 /// The end of the last collective any communicator of one world (the world and its subgroups)
@@ -207,9 +206,11 @@ class NcclComm final : public NcclCommunicator {
         [&] { NCCL_CHECK(ncclAllReduce(data, data, static_cast<size_t>(n), ncclDouble, ncclMax, comm_, stream_)); });
   }
   void reduce_sum(const float* data, float* recv, int64_t n, int root) override {
-    const bool root_recv = rank_ == root && recv != data;
-    if (!on_device(data, n) || (root_recv && !is_device_pointer(recv)))
-      return bootstrap_->reduce_sum(data, recv, n, root);
+    // The transport follows data alone: the root's recv, which only the root sees, must not
+    // send it to MPI while the other ranks enter ncclReduce (a hang).
+    if (!on_device(data, n)) return bootstrap_->reduce_sum(data, recv, n, root);
+    SUBDP_CHECK(rank_ != root || recv == data || is_device_pointer(recv),
+                "NCCL reduce_sum: device data into a host recv on the root (rank {}): pass device memory", rank_);
     enqueue([&] {
       NCCL_CHECK(ncclReduce(data, rank_ == root ? recv : const_cast<float*>(data), static_cast<size_t>(n), ncclFloat,
                             ncclSum, root, comm_, stream_));

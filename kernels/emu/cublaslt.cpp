@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <initializer_list>
 #include <string>
@@ -157,6 +158,49 @@ bool device_extent(Problem& p, const char* name, const void* ptr, size_t bytes) 
 }
 
 /// The heuristic's algorithm runs only on matrices aligned as its preference promised.
+/// The slot of cublasLtMatmulAlgo_t::data holding the workspace bytes the algorithm needs
+/// (slots 0-3: the alignments it assumes), and the most it takes of what it is offered.
+constexpr int kAlgoWorkspaceSlot = 4;
+constexpr uint64_t kAlgoWorkspaceBytes = uint64_t{1} << 20;
+/// The slots holding the bias's and the auxiliary buffer's alignment the algorithm assumes.
+constexpr int kAlgoBiasAlignmentSlot = 5, kAlgoAuxAlignmentSlot = 6;
+
+/// The largest power of two up to 256 dividing p's address (256 for null: nothing assumed).
+uint64_t pointer_alignment(const void* p) {
+  uint64_t a = 256;
+  while (a > 1 && reinterpret_cast<uintptr_t>(p) % a != 0) a /= 2;
+  return a;
+}
+
+/// False (p's error set) when the descriptor's bias or auxiliary pointer is aligned to less
+/// than the algorithm assumed when the heuristic chose it.
+bool epilogue_pointers_as_assumed(const cublasLtMatmulAlgo_t& algo, const LtMatmulDesc& d, Problem& p) {
+  const struct {
+    const void* ptr;
+    int slot;
+    const char* name;
+  } pointers[] = {{d.bias, kAlgoBiasAlignmentSlot, "the bias"}, {d.aux, kAlgoAuxAlignmentSlot, "the auxiliary buffer"}};
+  for (const auto& e : pointers)
+    if (pointer_alignment(e.ptr) < algo.data[e.slot])
+      return p.fail(CUBLAS_STATUS_NOT_SUPPORTED,
+                    std::string(e.name) + " is aligned to less than the " + std::to_string(algo.data[e.slot]) +
+                        " bytes the algorithm assumed (the heuristic saw another pointer)");
+  return true;
+}
+
+/// False (p's error set) when the workspace is smaller than the algorithm's need, or not
+/// 256-byte aligned (cuBLASLt's rule for cublasLtMatmul's workspace pointer).
+bool workspace_fits(const cublasLtMatmulAlgo_t& algo, const void* workspace, size_t bytes, Problem& p) {
+  const uint64_t need = algo.data[kAlgoWorkspaceSlot];
+  if (need == 0) return true;
+  if (bytes < need)
+    return p.fail(CUBLAS_STATUS_NOT_SUPPORTED, "the algorithm needs " + std::to_string(need) + " bytes of workspace, " +
+                                                   std::to_string(bytes) + " given");
+  if (reinterpret_cast<uintptr_t>(workspace) % 256 != 0)
+    return p.fail(CUBLAS_STATUS_INVALID_VALUE, "the workspace is not 256-byte aligned");
+  return true;
+}
+
 bool aligned_as_assumed(const cublasLtMatmulAlgo_t& algo, std::initializer_list<const void*> ptrs, Problem& p) {
   const char* names[] = {"A", "B", "C", "D"};
   int i = 0;
@@ -362,8 +406,17 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
   *returned = 0;
   Problem p;
   if (!check_problem(desc, Adesc, Bdesc, Cdesc, Ddesc, p)) return refuse(p.code, p.error);
-  results[0] = cublasLtMatmulHeuristicResult_t{};  // one algorithm, which needs no workspace
+  // One algorithm. Offered a workspace, it takes some of it, as a split-K or stream-K kernel
+  // would: cublasLtMatmul then needs that much, and scribbles on it.
+  results[0] = cublasLtMatmulHeuristicResult_t{};
   for (int i = 0; i < 4; ++i) results[0].algo.data[i] = pref->min_alignment[i];  // what it assumes
+  results[0].algo.data[kAlgoWorkspaceSlot] = std::min<uint64_t>(pref->max_workspace, kAlgoWorkspaceBytes);
+  // The bias and auxiliary pointers in the descriptor: not read here, but their values tell
+  // the heuristic what alignment to expect of them (cuBLASLt's documentation of the epilogue
+  // pointers), so the algorithm assumes it.
+  results[0].algo.data[kAlgoBiasAlignmentSlot] = pointer_alignment(desc->bias);
+  results[0].algo.data[kAlgoAuxAlignmentSlot] = pointer_alignment(desc->aux);
+  results[0].workspaceSize = results[0].algo.data[kAlgoWorkspaceSlot];
   results[0].state = CUBLAS_STATUS_SUCCESS;
   results[0].wavesCount = 1.f;
   *returned = 1;
@@ -399,10 +452,16 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
                   "cublasLtMatmul: the emulator applies bias and aux epilogues to one "
                   "matrix, not a batch");
   if (algo != nullptr && !aligned_as_assumed(*algo, {A, B, C, D}, p)) return refuse(p.code, p.error);
+  if (algo != nullptr && !workspace_fits(*algo, workspace, workspaceSize, p)) return refuse(p.code, p.error);
+  if (algo != nullptr && !epilogue_pointers_as_assumed(*algo, d, p)) return refuse(p.code, p.error);
   Stream* s = stream_of(stream);
   if (s == nullptr) return refuse(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmul: destroyed stream");
   if (p.m == 0 || p.n == 0) return CUBLAS_STATUS_SUCCESS;
+  const size_t scribbled = algo != nullptr ? algo->data[kAlgoWorkspaceSlot] : 0;
   enqueue(s, "cublasLtMatmul", [=] {
+    // The algorithm's partial sums: NaN bytes over the workspace it took, so that a tensor
+    // sharing it is lost in stream order, as on a device.
+    if (scribbled > 0) std::memset(workspace, 0xff, scribbled);
     for (int i = 0; i < p.batch; ++i) run_one(d, p, al, be, A, a, B, b, C, c, D, dd, i);
   });
   return CUBLAS_STATUS_SUCCESS;

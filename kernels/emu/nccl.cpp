@@ -5,6 +5,7 @@
 #include "kernels/emu/nccl.h"
 
 #include <mpi.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <climits>
@@ -16,6 +17,7 @@
 
 #include "kernels/emu/errors.h"
 #include "kernels/emu/memory.h"
+#include "kernels/emu/runtime.h"
 #include "kernels/emu/streams.h"
 
 struct ncclComm {
@@ -174,6 +176,29 @@ ncclResult_t queue(const Call& call, size_t count, ncclDataType_t type, int op, 
   return sticky_error() == cudaSuccess ? ncclSuccess : fail(ncclUnhandledCudaError, error_string(sticky_error()));
 }
 
+/// NCCL's refusal of two ranks of one host on one GPU ("Duplicate GPU detected"): every rank
+/// of c gathers each rank's host and current device's PCI bus id. Empty when each has its own.
+std::string duplicate_gpu(const ncclComm& c) {
+  constexpr int kEntry = 128;
+  char mine[kEntry] = {0}, bus[32] = {0};
+  int device = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetPCIBusId(bus, sizeof(bus), device);
+  gethostname(mine, kEntry / 2);
+  mine[kEntry / 2 - 1] = '\0';
+  std::strncat(mine, " GPU ", kEntry - std::strlen(mine) - 1);
+  std::strncat(mine, bus, kEntry - std::strlen(mine) - 1);
+  std::vector<char> all(static_cast<size_t>(kEntry) * c.size);
+  if (EMU_MPI_CHECK(MPI_Allgather(mine, kEntry, MPI_CHAR, all.data(), kEntry, MPI_CHAR, c.mpi)))
+    return error_string(sticky_error());
+  for (int r = 0; r < c.size; ++r)
+    for (int q = 0; q < r; ++q)
+      if (std::strncmp(&all[q * kEntry], &all[r * kEntry], kEntry) == 0)
+        return "ncclCommInitRank: Duplicate GPU detected: rank " + std::to_string(q) + " and rank " +
+               std::to_string(r) + " both on " + std::string(&all[r * kEntry]);
+  return {};
+}
+
 }  // namespace
 
 ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
@@ -204,6 +229,11 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId,
     if (EMU_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, 0, rank, &c->mpi))) {
       delete c;
       return fail(ncclSystemError, error_string(sticky_error()));
+    }
+    if (const std::string why = duplicate_gpu(*c); !why.empty()) {
+      MPI_Comm_free(&c->mpi);
+      delete c;
+      return fail(ncclInvalidUsage, why);
     }
   }
   *comm = c;

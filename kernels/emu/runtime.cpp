@@ -34,11 +34,38 @@ const std::thread::id g_host_thread = std::this_thread::get_id();
 /// (OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS, SLURM_NTASKS_PER_NODE), so that several
 /// ranks under mpirun each find a device of their own, as on a GPU node. Each process
 /// emulates only the device it uses; its memory is the one pool.
-int device_count() {
+int machine_devices() {
   for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"})
     if (const char* v = std::getenv(var)) return std::max(1, std::atoi(v));
   return 1;
 }
+
+/// The machine's devices this process sees, as CUDA numbers them: CUDA_VISIBLE_DEVICES's
+/// list of indices when set (renumbered from 0, up to the first entry that is not a device,
+/// as the runtime does; a launcher binding one GPU per rank, as Slurm's --gpus-per-task does,
+/// leaves each rank a device 0 of its own), else all of them.
+const std::vector<int>& visible_devices() {
+  static const std::vector<int> visible = [] {
+    std::vector<int> v;
+    const int machine = machine_devices();
+    const char* list = std::getenv("CUDA_VISIBLE_DEVICES");
+    if (list == nullptr) {
+      for (int d = 0; d < machine; ++d) v.push_back(d);
+      return v;
+    }
+    for (const char* at = list; *at != '\0';) {
+      char* end = nullptr;
+      const long d = std::strtol(at, &end, 10);
+      if (end == at || d < 0 || d >= machine || (*end != ',' && *end != '\0')) break;
+      v.push_back(static_cast<int>(d));
+      at = *end == ',' ? end + 1 : end;
+    }
+    return v;
+  }();
+  return visible;
+}
+
+int device_count() { return static_cast<int>(visible_devices().size()); }
 
 bool valid_device(int device) { return device >= 0 && device < device_count(); }
 
@@ -137,6 +164,7 @@ const char* cudaGetErrorName(cudaError_t error) { return error_name(error); }
 
 cudaError_t cudaGetDeviceCount(int* count) {
   *count = device_count();
+  if (*count == 0) return set_error(cudaErrorNoDevice, "cudaGetDeviceCount: CUDA_VISIBLE_DEVICES names no device");
   return cudaSuccess;
 }
 
@@ -174,7 +202,8 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
 
 cudaError_t cudaDeviceGetPCIBusId(char* pciBusId, int len, int device) {
   if (!valid_device(device)) return set_error(cudaErrorInvalidDevice, "cudaDeviceGetPCIBusId: no such device");
-  std::snprintf(pciBusId, static_cast<size_t>(len), "0000:%02x:00.0", device);
+  // The machine's index, not the process's number: two processes seeing one GPU agree on it.
+  std::snprintf(pciBusId, static_cast<size_t>(len), "0000:%02x:00.0", visible_devices()[device]);
   return cudaSuccess;
 }
 

@@ -3,6 +3,9 @@
 // in place and out of place as NCCL allows, on a world communicator and on ncclCommSplit
 // children; a result read on another stream only once ordered after the collective; then a
 // collective issued differently on one rank must be an error on every rank, not a hang.
+// Each rank takes the device of its MPI rank, as a real program must (NCCL refuses two ranks
+// of one host on one GPU). With the argument "duplicate", every rank stays on device 0 and
+// ncclCommInitRank must refuse, as NCCL does ("Duplicate GPU detected").
 // Prints "ok" lines; exits 1 on the first wrong value.
 #define OMPI_SKIP_MPICXX 1
 #include <cuda_runtime.h>
@@ -132,6 +135,17 @@ int main(int argc, char** argv) {
   if (g_rank == 0) check(ncclGetUniqueId(&id), "ncclGetUniqueId");
   check_mpi(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD), "MPI_Bcast");
   ncclComm_t world = nullptr;
+  if (argc > 1 && std::string(argv[1]) == "duplicate") {
+    const ncclResult_t r = ncclCommInitRank(&world, size, id, g_rank);
+    const std::string why = ncclGetLastError(nullptr);
+    expect(r == ncclInvalidUsage, "ranks sharing device 0 were not refused");
+    expect(why.find("Duplicate GPU detected: rank 0 and rank 1 both on") != std::string::npos,
+           "the refusal does not say why: " + why);
+    if (g_rank == 0) std::printf("ok: ranks of one host on one GPU are refused\n");
+    check_mpi(MPI_Finalize(), "MPI_Finalize");
+    return 0;
+  }
+  expect(cudaSetDevice(g_rank) == cudaSuccess, "cudaSetDevice to the rank's device");
   check(ncclCommInitRank(&world, size, id, g_rank), "ncclCommInitRank");
   collectives(world, "world");
   stream_order(world);

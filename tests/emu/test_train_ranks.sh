@@ -51,6 +51,29 @@ done
 for r in 0 1 2 3; do $CHECK close-losses "$WORK/relayout-cuda-$r.jsonl" "$WORK/relayout-cpu-$r.jsonl" "$TOL"; done
 echo "ok: resume under NCCL, and a DP checkpoint resumed into forward masking on the device"
 
+# One GPU per rank through CUDA_VISIBLE_DEVICES (as Slurm's --gpus-per-task binds them): each
+# rank sees one device 0, its own, and trains as ranks that see every device do, bit for bit.
+# (Before, rank 1 looked for a device 1 and was refused as "two ranks on one GPU".) Two ranks
+# bound to one GPU, and ranks that see none, are refused by name.
+visible() {  # visible DEVICES_OF_RANK_0 DEVICES_OF_RANK_1 TAG: GPT DP on 2 ranks over NCCL
+  local tag=$3
+  timeout 600 mpirun -np 2 --oversubscribe --mca btl "$BTL" bash -c \
+    'v=("$1" "$2"); shift 2; CUDA_VISIBLE_DEVICES=${v[$OMPI_COMM_WORLD_RANK]} exec "$@"' _ "$1" "$2" \
+    "$SUBDP" train "$WORK/gpt.toml" --set device.type=cuda --set parallel.backend=nccl --set train.steps=2 \
+    --set log.metrics_file="$WORK/$tag-{rank}.jsonl"
+}
+run_ranks 2 train "$WORK/gpt.toml" --set device.type=cuda --set parallel.backend=nccl --set train.steps=2 \
+  --set log.metrics_file="$WORK/visible-all-{rank}.jsonl" >/dev/null
+visible 0 1 visible-own >/dev/null
+for r in 0 1; do $CHECK same-tail "$WORK/visible-all-$r.jsonl" "$WORK/visible-own-$r.jsonl"; done
+out=$(visible 0 0 visible-shared 2>&1) && { echo "FAIL: two ranks bound to one GPU were accepted"; exit 1; }
+grep -q "NCCL 2.28 refuses two ranks on one GPU: .*(ranks 0 and 1 both map to host .*: GPU 0000:00:00.0)" <<<"$out" ||
+  { echo "FAIL: two ranks on one GPU not named: $out"; exit 1; }
+out=$(visible "" "" visible-none 2>&1) && { echo "FAIL: ranks without a visible GPU were accepted"; exit 1; }
+grep -q 'no CUDA device was found on rank 0 (host .*: 0 visible GPU(s), no CUDA-capable device is detected' <<<"$out" ||
+  { echo "FAIL: no device not named: $out"; exit 1; }
+echo "ok: one GPU per rank through CUDA_VISIBLE_DEVICES; two ranks on one GPU and none refused by name"
+
 # ZeRO-2 on 2 ranks over NCCL: the block hooks count into the step's counters too, and the
 # step's flags are all-reduced on the device before the counters are read, so a step without
 # a log line has 1, the read. (2 while the flags went through the host, 7 while each block

@@ -95,8 +95,17 @@ inline double rel_error(const std::vector<float>& a, const std::vector<float>& b
   return scale == 0 ? diff : diff / scale;
 }
 
+#ifdef SUBDP_CUDA_EMULATED
+/// The emulated device (kernels/emu): its cuBLAS rounds operands exactly as it models, so
+/// tests may hold it to that model; a real device is held to what the library documents.
+constexpr bool kEmulated = true;
+#else
+constexpr bool kEmulated = false;
+#endif
 constexpr double kF32Tol = 1e-5;
 constexpr double kBf16Tol = 1e-2;
+/// TF32 (10 mantissa bits): an operand off by 2^-11 rounded, 2^-10 truncated.
+constexpr double kTf32Tol = 2e-3;
 
 #define EXPECT_REL(gpu, cpu, tol) EXPECT_LT(::subdp::gpu_test::rel_error((gpu), (cpu)), (tol))
 

@@ -23,9 +23,12 @@ float gelu_grad(float x) {
 }
 
 /// The descriptors of one column-major problem D (m, n) = op(A) op(B) with A stored (k, m)
-/// (transposed, as subdp's row-major weights appear to cuBLAS) and B stored (k, n).
+/// (transposed, as subdp's row-major weights appear to cuBLAS) and B stored (k, n), run with a
+/// workspace as the backend's (32 MiB; some epilogues' algorithms may need one on a device).
 struct LtProblem {
+  static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
   int m, n, k;
+  Dev<unsigned char> workspace{kWorkspaceBytes};
   cublasLtHandle_t handle = nullptr;
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
@@ -54,7 +57,8 @@ struct LtProblem {
   }
   cublasStatus_t run(const void* A, const void* B, void* D, float beta = 0.f) {
     const float alpha = 1.f;
-    return cublasLtMatmul(handle, desc, &alpha, A, a, B, b, &beta, D, d, D, d, nullptr, nullptr, 0, nullptr);
+    return cublasLtMatmul(handle, desc, &alpha, A, a, B, b, &beta, D, d, D, d, nullptr, workspace.get(),
+                          kWorkspaceBytes, nullptr);
   }
 };
 
