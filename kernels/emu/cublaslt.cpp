@@ -3,9 +3,9 @@
 // and computed on OpenBLAS with the epilogue applied in float, then stored as D's type.
 #include "kernels/emu/cublaslt.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <algorithm>
 #include <cstring>
 #include <initializer_list>
 #include <string>
@@ -157,7 +157,6 @@ bool device_extent(Problem& p, const char* name, const void* ptr, size_t bytes) 
                                                  describe_region(ptr, bytes) + ", not device memory");
 }
 
-/// The heuristic's algorithm runs only on matrices aligned as its preference promised.
 /// The slot of cublasLtMatmulAlgo_t::data holding the workspace bytes the algorithm needs
 /// (slots 0-3: the alignments it assumes), and the most it takes of what it is offered.
 constexpr int kAlgoWorkspaceSlot = 4;
@@ -201,6 +200,7 @@ bool workspace_fits(const cublasLtMatmulAlgo_t& algo, const void* workspace, siz
   return true;
 }
 
+/// The heuristic's algorithm runs only on matrices aligned as its preference promised.
 bool aligned_as_assumed(const cublasLtMatmulAlgo_t& algo, std::initializer_list<const void*> ptrs, Problem& p) {
   const char* names[] = {"A", "B", "C", "D"};
   int i = 0;
