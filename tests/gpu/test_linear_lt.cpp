@@ -9,6 +9,8 @@
 // there, not failed.
 #include <gtest/gtest.h>
 
+#include <memory>
+
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cuda/kernels.h"
@@ -19,11 +21,16 @@ namespace {
 
 class LinearLt : public GpuTest {
  protected:
+  void SetUp() override {
+    GpuTest::SetUp();
+    if (IsSkipped()) return;  // no device: nothing to allocate (the fixture's members come first)
+    workspace_ = std::make_unique<Dev<unsigned char>>(cuda::kLtWorkspaceBytes);
+  }
   /// The workspace cuBLASLt may use, as large as the backend's.
-  cuda::LtWorkspace ws() const { return {workspace_.get(), cuda::kLtWorkspaceBytes}; }
+  cuda::LtWorkspace ws() const { return {workspace_->get(), cuda::kLtWorkspaceBytes}; }
 
  private:
-  Dev<unsigned char> workspace_{cuda::kLtWorkspaceBytes};
+  std::unique_ptr<Dev<unsigned char>> workspace_;
 };
 
 /// Skips (on a device) or fails (on the emulator, whose heuristic always answers) when
