@@ -24,7 +24,7 @@ one_rank llama llama-gqa-sgd --set model.kv_heads=2 "${sgd[@]}"  # grouped-query
 # the GPT and the LLaMA over these 4 steps, at losses near ln V, which a wrong GEMM or head
 # moves by far more), and neither the fp32 bits nor, for bf16, the TF32 bits. The ResNet's
 # convolutions run the batched GEMM, the GPT's and the LLaMA's linear layers the single one;
-# the chaotic ResNet (above) one step only (bf16: 2.7e-4; its second loss is 1.2 % off). The
+# the chaotic ResNet (train_common.sh) one step only (bf16: 2.7e-4; its second loss is 1.2 % off). The
 # language models run 2 heads of 16 columns here, so that bf16 runs attention on tensor cores
 # (widths that are multiples of 16; measured 4.6e-5 and 2.7e-5 against fp32).
 for model in gpt llama resnet; do

@@ -30,7 +30,7 @@ several 2 llama llama-np2-fwd-neuron --set parallel.subnetworks=2 --set mask.kee
   --set mask.regime=forward --set mask.granularity=neuron
 several 4 gpt gpt-np4-redeal "${masked[@]}" "${sgd[@]}" --set mask.regime=forward --set mask.redeal_every=2
 several 4 resnet resnet-np4-alignment "${masked[@]}" --set mask.regime=forward --set log.alignment_every=1
-# AdamW under NCCL: its updates show in the losses (weights: see the SGD note above).
+# AdamW under NCCL: its updates show in the losses (weights: see the SGD note in train_common.sh).
 LOSSES_ONLY=1 several 4 gpt gpt-np4-adamw-fwd-block "${masked[@]}" --set mask.regime=forward
 
 # Resume on the device under NCCL: 4 ranks of forward block masking stopped at step 2 and
@@ -55,15 +55,14 @@ echo "ok: resume under NCCL, and a DP checkpoint resumed into forward masking on
 # rank sees one device 0, its own, and trains as ranks that see every device do, bit for bit.
 # (Before, rank 1 looked for a device 1 and was refused as "two ranks on one GPU".) Two ranks
 # bound to one GPU, and ranks that see none, are refused by name.
+gpt_dp2=(train "$WORK/gpt.toml" --set device.type=cuda --set parallel.backend=nccl --set train.steps=2)
 visible() {  # visible DEVICES_OF_RANK_0 DEVICES_OF_RANK_1 TAG: GPT DP on 2 ranks over NCCL
   local tag=$3
   timeout 600 mpirun -np 2 --oversubscribe --mca btl "$BTL" bash -c \
     'v=("$1" "$2"); shift 2; CUDA_VISIBLE_DEVICES=${v[$OMPI_COMM_WORLD_RANK]} exec "$@"' _ "$1" "$2" \
-    "$SUBDP" train "$WORK/gpt.toml" --set device.type=cuda --set parallel.backend=nccl --set train.steps=2 \
-    --set log.metrics_file="$WORK/$tag-{rank}.jsonl"
+    "$SUBDP" "${gpt_dp2[@]}" --set log.metrics_file="$WORK/$tag-{rank}.jsonl"
 }
-run_ranks 2 train "$WORK/gpt.toml" --set device.type=cuda --set parallel.backend=nccl --set train.steps=2 \
-  --set log.metrics_file="$WORK/visible-all-{rank}.jsonl" >/dev/null
+run_ranks 2 "${gpt_dp2[@]}" --set log.metrics_file="$WORK/visible-all-{rank}.jsonl" >/dev/null
 visible 0 1 visible-own >/dev/null
 for r in 0 1; do $CHECK same-tail "$WORK/visible-all-$r.jsonl" "$WORK/visible-own-$r.jsonl"; done
 out=$(visible 0 0 visible-shared 2>&1) && { echo "FAIL: two ranks bound to one GPU were accepted"; exit 1; }

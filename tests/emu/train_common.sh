@@ -34,7 +34,7 @@ sed -i "s|^name = \"fashion_mnist\"|&\npath = \"$WORK/fmnist\"|" "$WORK/mlp.toml
 sed -i "s/^steps = 4$/steps = 2/" "$WORK/resnet.toml"
 # On 4 ranks even two steps are too many: under forward block masking the CPU's own two
 # convolution algorithms (Winograd F(2x2, 3x3) and F(4x4, 3x3)) end 5e-3 apart in a BatchNorm
-# bias, and the device matches the second to 1e-6. The runs under mpirun below train the
+# bias, and the device matches the second to 1e-6. The runs under mpirun (test_train_ranks.sh) train the
 # ResNet one step: its loss within TOL, the weights after one update within RESNET_STEP_TOL (a
 # BatchNorm bias's gradient is a sum over the batch's 1,568 positions per channel that cancels:
 # blocks.2.b2.bias differs by 1.07e-3 of the tensor's largest value under forward neuron
@@ -85,7 +85,7 @@ one_of_four() {
 # The weights are compared under SGD: AdamW divides each gradient element by its own running
 # magnitude, so an element that is rounding noise on both backends moves by up to lr on
 # either (the GPT's qkv.bias: 7e-4 of the tensor's largest value after 4 steps). AdamW runs
-# in every 1-of-4 layout below, where its updates show in the losses.
+# in every 1-of-4 layout (test_train_layouts.sh), where its updates show in the losses.
 sgd=(--set optim.name=sgd --set optim.lr=0.05 --set optim.momentum=0.9)
 
 masked=(--set parallel.subnetworks=4 --set mask.keep=0.5)
