@@ -4,11 +4,14 @@
 // Handles are per thread and device (handle_cache.h); descriptors are made per call (host work
 // of microseconds against a GEMM's device time); the heuristic's answer, tens of microseconds
 // of host time, is kept per thread for each problem (shape, epilogue, compute type, device,
-// the alignments the algorithm may rely on and the workspace offered).
+// the alignments the algorithm may rely on and the workspace offered). An algorithm that
+// cublasLtMatmul refuses (NOT_SUPPORTED) is forgotten with a warning and the caller runs its
+// unfused path, as PyTorch's gemm_and_bias does, rather than stopping the run.
 #include <cublasLt.h>
 
 #include <climits>
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <tuple>
 
@@ -21,6 +24,7 @@ namespace subdp::cuda {
 namespace {
 
 thread_local int64_t lt_heuristic_queries_ = 0;  // lt_heuristic_queries()
+thread_local int64_t lt_matmul_refusals_ = 0;    // lt_matmul_refusals()
 
 cublasLtHandle_t lt_handle() { return thread_device_handle<cublasLtHandle_t, &cublasLtCreate, &cublasLtDestroy>(); }
 
@@ -106,12 +110,15 @@ HeuristicKey key_of(const LtProblem& p) {
           p.ws.bytes};
 }
 
-/// The heuristic's first algorithm for p's key (nullptr: none offered), asked once per thread.
-const cublasLtMatmulAlgo_t* cached_algo(cublasLtHandle_t h, const LtProblem& p, const LtCall& c) {
-  struct Answer {
-    bool found;
-    cublasLtMatmulAlgo_t algo;
-  };
+/// The heuristic's answer for one key: its first algorithm, or none (`found` false: none
+/// offered, or cublasLtMatmul refused the one offered).
+struct Answer {
+  bool found;
+  cublasLtMatmulAlgo_t algo;
+};
+
+/// The heuristic's answer for p's key, asked once per thread.
+Answer& cached_answer(cublasLtHandle_t h, const LtProblem& p, const LtCall& c) {
   thread_local std::map<HeuristicKey, Answer> answers;
   const HeuristicKey key = key_of(p);
   auto it = answers.find(key);
@@ -123,10 +130,23 @@ const cublasLtMatmulAlgo_t* cached_algo(cublasLtHandle_t h, const LtProblem& p, 
     ++lt_heuristic_queries_;
     it = answers.emplace(key, Answer{st == CUBLAS_STATUS_SUCCESS && found > 0, result.algo}).first;
   }
-  return it->second.found ? &it->second.algo : nullptr;
+  return it->second;
 }
 
-/// Runs p through the heuristic's first algorithm; false when cuBLASLt offers none.
+/// Forgets the refused algorithm (the key's calls go unfused from now on) and says so once.
+void forget_refused(Answer& answer, const LtProblem& p) {
+  answer.found = false;
+  ++lt_matmul_refusals_;
+  std::fprintf(stderr,
+               "subdp: warning: cublasLtMatmul refused (NOT_SUPPORTED) the algorithm its heuristic chose for a "
+               "(%lld x %lld x %lld) GEMM with epilogue %d; that layer runs unfused (GEMM, then its own bias / GELU "
+               "kernels) from now on\n",
+               static_cast<long long>(p.m), static_cast<long long>(p.n), static_cast<long long>(p.k),
+               static_cast<int>(p.epilogue));
+}
+
+/// Runs p through the heuristic's first algorithm; false, having queued nothing, when cuBLASLt
+/// offers none or refuses it.
 bool run_lt(const LtProblem& p, cudaStream_t stream) {
   LtCall c;
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&c.desc, compute_type(), CUDA_R_32F));
@@ -150,11 +170,16 @@ bool run_lt(const LtProblem& p, cudaStream_t stream) {
   set_alignment(c.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, p.D);
   set_alignment(c.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, p.D);
   cublasLtHandle_t h = lt_handle();
-  const cublasLtMatmulAlgo_t* algo = cached_algo(h, p, c);
-  if (algo == nullptr) return false;
+  Answer& answer = cached_answer(h, p, c);
+  if (!answer.found) return false;
   const float alpha = 1.f, beta = 0.f;
-  CUBLAS_CHECK(cublasLtMatmul(h, c.desc, &alpha, p.A, c.a, p.B, c.b, &beta, p.D, c.d, p.D, c.d, algo, p.ws.data,
-                              p.ws.bytes, stream));
+  const cublasStatus_t st = cublasLtMatmul(h, c.desc, &alpha, p.A, c.a, p.B, c.b, &beta, p.D, c.d, p.D, c.d,
+                                           &answer.algo, p.ws.data, p.ws.bytes, stream);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED) {
+    forget_refused(answer, p);
+    return false;
+  }
+  CUBLAS_CHECK(st);
   return true;
 }
 
@@ -163,6 +188,7 @@ bool fits_int(int64_t v) { return v > 0 && v <= INT_MAX; }
 }  // namespace
 
 int64_t lt_heuristic_queries() { return lt_heuristic_queries_; }
+int64_t lt_matmul_refusals() { return lt_matmul_refusals_; }
 
 bool linear_lt(const float* x, const float* w, const float* b, float* y, float* pre, int64_t rows, int64_t in,
                int64_t out, LtWorkspace ws, cudaStream_t stream) {

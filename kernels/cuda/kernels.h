@@ -309,20 +309,24 @@ constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
 /// by the epilogues BIAS, GELU_AUX_BIAS or GELU_AUX. Returns false, having done nothing, where
 /// the fusion has nothing to fuse (no bias, no GELU), a size is 0, `out` is not a multiple of 8
 /// under GELU (the library's rule for pre's leading dimension), b or pre is not 16-byte aligned,
-/// or cuBLASLt offers no algorithm:
+/// or cuBLASLt offers no algorithm or refuses the one it offered (lt_matmul_refusals):
 /// the caller then runs sgemm and its own kernels. ws: the workspace cuBLASLt may use.
 bool linear_lt(const float* x, const float* w, const float* b, float* y, float* pre, int64_t rows, int64_t in,
                int64_t out, LtWorkspace ws, cudaStream_t stream);
 /// A linear layer's input gradient through the GELU before it, as one cuBLASLt GEMM with the
 /// DGELU epilogue: dx (rows, in) = (dy (rows, out) . w (out, in)) * gelu'(pre), pre (rows, in)
 /// the GELU's input. Returns false, having done nothing, where a size is 0, `in` is not a
-/// multiple of 8, pre is not 16-byte aligned or cuBLASLt offers no algorithm.
+/// multiple of 8, pre is not 16-byte aligned or cuBLASLt offers or runs no algorithm.
 bool linear_dx_dgelu_lt(const float* dy, const float* w, const float* pre, float* dx, int64_t rows, int64_t in,
                         int64_t out, LtWorkspace ws, cudaStream_t stream);
 /// cuBLASLt heuristic queries the calling thread has made (linear_lt and linear_dx_dgelu_lt
 /// ask once per problem: shape, epilogue, compute type, device, the operands', bias's and
 /// auxiliary buffer's alignments and the workspace offered).
 int64_t lt_heuristic_queries();
+/// Algorithms the calling thread's cublasLtMatmul refused (NOT_SUPPORTED) after its heuristic
+/// offered them: linear_lt and linear_dx_dgelu_lt then returned false (the caller's unfused
+/// path ran), warned once on stderr, and decline that problem from then on.
+int64_t lt_matmul_refusals();
 /// bf16 GEMM (cublasGemmEx, fp32 accumulation: CUBLAS_COMPUTE_32F), bf16 or fp32 output.
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const bf16* A, int lda, const bf16* B, int ldb,
           float beta, bf16* C, int ldc, cudaStream_t stream);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <string>
@@ -53,6 +54,14 @@ cublasStatus_t refuse(cublasStatus_t code, const std::string& why) {
   std::fprintf(stderr, "subdp CUDA emulator: %s\n", why.c_str());
   set_error(cudaErrorInvalidValue, why);
   return code;
+}
+
+/// SUBDP_EMU_LT_REFUSE_MATMUL=1 (read per call): cublasLtMatmul answers NOT_SUPPORTED for any
+/// algorithm the heuristic gave, as the library may for one it will not run after all, so a
+/// test can see what the caller then does.
+bool refuse_every_algorithm() {
+  const char* v = std::getenv("SUBDP_EMU_LT_REFUSE_MATMUL");
+  return v != nullptr && std::strcmp(v, "1") == 0;
 }
 
 /// Copies an attribute's value, checking its size as the library does.
@@ -454,6 +463,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   if (algo != nullptr && !aligned_as_assumed(*algo, {A, B, C, D}, p)) return refuse(p.code, p.error);
   if (algo != nullptr && !workspace_fits(*algo, workspace, workspaceSize, p)) return refuse(p.code, p.error);
   if (algo != nullptr && !epilogue_pointers_as_assumed(*algo, d, p)) return refuse(p.code, p.error);
+  if (algo != nullptr && refuse_every_algorithm()) {  // no CUDA error: the library sets none
+    std::fprintf(stderr, "subdp CUDA emulator: cublasLtMatmul: SUBDP_EMU_LT_REFUSE_MATMUL refuses the algorithm\n");
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
   Stream* s = stream_of(stream);
   if (s == nullptr) return refuse(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmul: destroyed stream");
   if (p.m == 0 || p.n == 0) return CUBLAS_STATUS_SUCCESS;

@@ -45,6 +45,18 @@ for model in gpt llama resnet; do
   ! $CHECK same-tail "$WORK/$model-tf32-0.jsonl" "$WORK/$model-bf16-0.jsonl" >/dev/null 2>&1 ||
     { echo "FAIL: $model at precision = bf16 gave the TF32 losses bit for bit"; exit 1; }
 done
+# cublasLtMatmul refusing the heuristic's algorithm (the emulator's SUBDP_EMU_LT_REFUSE_MATMUL,
+# as the library may answer NOT_SUPPORTED): the GPT's fused layers warn once per problem and
+# run unfused (sgemm, then the bias / GELU kernels), and train to the fused run's losses (the
+# same float operations in the same order: bit for bit, measured).
+SUBDP_EMU_LT_REFUSE_MATMUL=1 "$SUBDP" train "$WORK/gpt.toml" --set device.type=cuda --set device.precision=fp32 \
+  "${sgd[@]}" --set model.heads=2 --set log.metrics_file="$WORK/gpt-refused-{rank}.jsonl" \
+  >/dev/null 2>"$WORK/gpt-refused.err" ||
+  { cat "$WORK/gpt-refused.err"; echo "FAIL: the GPT stopped on refused cuBLASLt algorithms"; exit 1; }
+grep -q "warning: cublasLtMatmul refused (NOT_SUPPORTED)" "$WORK/gpt-refused.err" ||
+  { cat "$WORK/gpt-refused.err"; echo "FAIL: no warning for the refused cuBLASLt algorithms"; exit 1; }
+$CHECK same-losses "$WORK/gpt-fp32-0.jsonl" "$WORK/gpt-refused-0.jsonl"
+echo "ok: refused cuBLASLt algorithms: the GPT trains unfused to the fused losses, with a warning"
 # bf16 activations: the MLP pre-activations, q, k, v and the attention output the blocks keep
 # (the GPT's fc_pre, the LLaMA's gate and up) are bf16, the planner counts them to the byte,
 # alone and under recompute, and the saving is exactly theirs (rows 4 x 32 = 128, 4 blocks, 2

@@ -9,6 +9,7 @@
 // there, not failed.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <memory>
 
 #include "kernels/cpu/elementwise.h"
@@ -35,11 +36,11 @@ class LinearLt : public GpuTest {
 
 /// Skips (on a device) or fails (on the emulator, whose heuristic always answers) when
 /// cuBLASLt offered no algorithm for a fused call on unaligned operands.
-#define ASSERT_FUSED(call)                                                                  \
-  do {                                                                                      \
-    const bool fused_ = (call);                                                             \
-    if (!fused_ && !kEmulated) GTEST_SKIP() << "cuBLASLt offers no algorithm here: " #call; \
-    ASSERT_TRUE(fused_) << #call;                                                           \
+#define ASSERT_FUSED(call)                                                                          \
+  do {                                                                                              \
+    const bool fused_ = (call);                                                                     \
+    if (!fused_ && !kEmulated) GTEST_SKIP() << "cuBLASLt offers or runs no algorithm here: " #call; \
+    ASSERT_TRUE(fused_) << #call;                                                                   \
   } while (0)
 
 struct LinearCase {
@@ -169,6 +170,30 @@ TEST_F(LinearLt, HeuristicAskedAgainForALessAlignedBias) {
   ASSERT_FUSED(cuda::linear_lt(dx, dw, db_shifted.get() + 4, dy, nullptr, rows, in, out, ws(), stream));
   EXPECT_EQ(cuda::lt_heuristic_queries(), before + 2);
   EXPECT_REL(dy.download(), aligned, kF32Tol);
+}
+
+// cublasLtMatmul refusing the algorithm its heuristic offered (the emulator's
+// SUBDP_EMU_LT_REFUSE_MATMUL): false, nothing queued, no CUDA error left behind, one refusal
+// counted; the problem is then declined without asking the heuristic or the library again.
+TEST_F(LinearLt, ARefusedAlgorithmIsDeclinedAndForgotten) {
+  if (!kEmulated) GTEST_SKIP() << "the refusal is the emulator's (SUBDP_EMU_LT_REFUSE_MATMUL)";
+  const int rows = 13, in = 16, out = 32;  // a shape no other test asks for
+  const size_t ny = static_cast<size_t>(rows) * out;
+  Dev<float> dx(random_vec(static_cast<size_t>(rows) * in, 65)), dw(random_vec(static_cast<size_t>(out) * in, 66));
+  Dev<float> db(random_vec(out, 67)), dy(ny);
+  dy.upload(std::vector<float>(ny, 7.f));
+  const int64_t queries = cuda::lt_heuristic_queries(), refusals = cuda::lt_matmul_refusals();
+  ASSERT_EQ(setenv("SUBDP_EMU_LT_REFUSE_MATMUL", "1", 1), 0);
+  const bool refused_call = cuda::linear_lt(dx, dw, db, dy, nullptr, rows, in, out, ws(), stream);
+  ASSERT_EQ(unsetenv("SUBDP_EMU_LT_REFUSE_MATMUL"), 0);
+  EXPECT_FALSE(refused_call);
+  EXPECT_EQ(cuda::lt_matmul_refusals(), refusals + 1);
+  EXPECT_FALSE(cuda::linear_lt(dx, dw, db, dy, nullptr, rows, in, out, ws(), stream));  // forgotten
+  EXPECT_EQ(cuda::lt_heuristic_queries(), queries + 1);
+  EXPECT_EQ(cuda::lt_matmul_refusals(), refusals + 1);
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(dy.download(), std::vector<float>(ny, 7.f));
 }
 
 // Nothing to fuse, an empty problem, a GELU input whose leading dimension the library refuses
