@@ -22,7 +22,7 @@ class BatchNorm2d;
 struct BlockHooks {
   std::function<void(int)> before_forward;   // b ascending, every forward (FSDP: gather b's values)
   std::function<void(int)> before_backward;  // b descending, before any recompute (FSDP: gather again)
-  std::function<void(int)> after_backward;   // b descending: b's gradients are final (ZeRO-2, FSDP)
+  std::function<void(int)> after_backward;   // b descending: b's gradients are final (ZeRO-2, FSDP, overlap)
 };
 
 /// A trainable model on one rank. Activations are allocated once for `max_batch`.
@@ -65,7 +65,7 @@ class Model {
   /// Evaluation forwards run every block unscaled. Errors for a model without blocks.
   void set_dropped_blocks(const std::vector<char>& dropped, const std::vector<char>& dense, float scale);
 
-  /// The calls around each block (BlockHooks); the trainer sets them for ZeRO-2 and FSDP.
+  /// The calls around each block (BlockHooks); the trainer sets them for ZeRO-2, FSDP and overlap.
   void set_block_hooks(BlockHooks hooks) { hooks_ = std::move(hooks); }
   /// True when a forward pass gathers block values (FSDP): a collective on every rank.
   bool gathers_blocks() const { return static_cast<bool>(hooks_.before_forward); }
