@@ -23,7 +23,7 @@ objects=() pids=()
 for src in "${sources[@]}"; do
   obj="$out/obj/$(basename "$(dirname "$src")")_$(basename "$src" .cpp).o"
   objects+=("$obj")
-  [[ -f $obj && ! $src -nt $obj ]] && continue
+  [[ -f $obj && ! $src -nt $obj && -z $(find "$root/engine" -name '*.h' -newer "$obj" -print -quit) ]] && continue
   clang++ "${flags[@]/fuzzer,/fuzzer-no-link,}" -c "$src" -o "$obj" &
   pids+=($!)
   if ((${#pids[@]} == $(nproc))); then  # a batch per core count; a failed compile stops here
@@ -35,6 +35,7 @@ for pid in "${pids[@]}"; do wait "$pid"; done
 for target in ${SUBDP_FUZZ_TARGETS:-config idx cifar tokens text safetensors}; do
   bin="$out/fuzz_$target"
   stale=0
+  [[ -f $bin && -n $(find "$root/engine" -name '*.h' -newer "$bin" -print -quit) ]] && stale=1  # a header changed
   for dep in "$root/tests/fuzz/fuzz_readers.cpp" "${objects[@]}"; do [[ $dep -nt $bin ]] && stale=1; done
   if [[ ! -x $bin || $stale == 1 ]]; then
     clang++ "${flags[@]}" -DSUBDP_FUZZ_TARGET="\"$target\"" "$root/tests/fuzz/fuzz_readers.cpp" "${objects[@]}" \
