@@ -28,6 +28,9 @@ namespace subdp {
 /// Units: attention heads and MLP hidden neurons per block (neuron level); whole blocks
 /// (block level). Errors name the [model] key (width not divisible by heads, ...).
 ModelUnits gpt_units(const ModelConfig& c);
+/// The GPT for `mask` with activations for max_batch sequences of model.context tokens;
+/// batches are (B, T) int32 tokens and next tokens. recompute_blocks: train.recompute =
+/// "blocks". Errors as gpt_units, naming the [model] key.
 std::unique_ptr<Model> make_gpt(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed,
                                 bool recompute_blocks = false, ParamLayout layout = ParamLayout::per_param);
 

@@ -13,10 +13,14 @@
 
 namespace subdp {
 
+/// Units: the neurons of every other hidden layer (the 1st, 3rd, ...; neuron level: a neuron's
+/// incoming row, bias and outgoing column; the MLP has no blocks). Allocates nothing.
 ModelUnits mlp_units(const ModelConfig& c);
 
 class Mlp : public Model {
  public:
+  /// The MLP for `mask` with activations for max_batch images of model.in_channels x
+  /// model.image_size^2 (flattened); batches are (N, C, H, W) floats and int32 labels.
   Mlp(const ModelConfig& c, const SubnetMask& mask, int max_batch, uint64_t seed);
   void enqueue_forward(const Batch& batch, bool training) override;
   void backward() override;

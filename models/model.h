@@ -28,6 +28,9 @@ struct BlockHooks {
 /// A trainable model on one rank. Activations are allocated once for `max_batch`.
 class Model {
  public:
+  /// Parameters laid out under `mask` (kept by reference: it must outlive the model), their
+  /// initial values drawn from `seed` (train.seed; the same full tensor on every rank, whatever
+  /// its mask: engine/subnet/param.h, init_value), stored per parameter or in one arena.
   Model(const SubnetMask& mask, uint64_t seed, ParamLayout layout = ParamLayout::per_param)
       : mask_(mask), params_(mask_, seed, layout) {}
   virtual ~Model() = default;
@@ -139,11 +142,11 @@ class Model {
   float drop_scale_ = 1.f;
 };
 
-/// Maskable units of the model the config describes (no allocation). Errors name the key.
 /// Stops with an error naming what a forward pass's counters found wrong (embedding ids
 /// outside their table).
 void check_forward_counters(const StepCounters& counters);
 
+/// Maskable units of the model the config describes (no allocation). Errors name the key.
 ModelUnits model_units(const ModelConfig& config);
 
 /// Builds the local model for `mask` with activations for `max_batch` examples.

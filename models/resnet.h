@@ -17,6 +17,8 @@
 
 namespace subdp {
 
+/// Units: each basic block's inner channels (neuron level: a conv1 output channel with its bn1
+/// slice and conv2's input slice); whole basic blocks (block level). Allocates nothing.
 ModelUnits resnet_units(const ModelConfig& c);
 
 /// Scratch shared by all blocks. grad, (N, max C*H*W) floats: in the backward pass each

@@ -30,6 +30,8 @@ struct MemStats {
 class MemoryTracker {
  public:
   static MemoryTracker& global();
+  /// Counts `bytes` allocated (freed) in category c: the current and peak bytes per category
+  /// and in total. Tensors and backends call these, and do not while the tracker is paused.
   void on_alloc(MemCategory c, int64_t bytes);
   void on_free(MemCategory c, int64_t bytes);
   /// Resets every peak to the current value (e.g. after start-up).

@@ -76,15 +76,18 @@ class Tensor {
   /// backend whose memory is the host's); otherwise go through copy_from or HostCopy.
   bool on_host() const;
 
-  /// Pointers into the tensor's memory: host pointers only where on_host(); otherwise device
-  /// pointers for Backend operations and collectives (never dereference them on the host).
+  /// Pointers into the tensor's memory, numel() elements: host pointers only where on_host();
+  /// otherwise device pointers for Backend operations and collectives (never dereference them
+  /// on the host). An internal error (a bug, not bad input) for an undefined tensor or, from
+  /// f32() / i32(), another dtype.
   float* f32() const;
   int32_t* i32() const;
   void* raw() const;
 
   /// Same storage, new shape with the same number of elements. Throws on mismatch.
   Tensor view(const Shape& shape) const;
-  /// Rows [begin, end) of the first dimension, sharing storage.
+  /// Rows [begin, end) of the first dimension, sharing storage. Throws when the range is not
+  /// within [0, dim(0)] or the tensor has no dimension.
   Tensor slice0(int64_t begin, int64_t end) const;
   /// Zero-fills (memset on the host, Backend::zero on a device).
   void zero_() const;

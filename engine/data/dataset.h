@@ -45,9 +45,12 @@ ImageDataset load_mnist_dir(const std::string& dir, bool train);
 /// Errors: missing batch, size not a multiple of 3073 bytes, label > 9.
 ImageDataset load_cifar10_dir(const std::string& dir, bool train);
 
-/// Per-channel statistics of a dataset (mean, std), for normalisation.
+/// Per-channel statistics of a dataset for normalisation: mean and population standard
+/// deviation (over n H W values) of each channel, written into `mean` and `stddev` (resized to
+/// the channel count). Errors: an empty dataset, or images.size() != n C H W.
 void channel_stats(const ImageDataset& d, std::vector<float>& mean, std::vector<float>& stddev);
-/// x = (x - mean[c]) / std[c] in place.
+/// x = (x - mean[c]) / std[c] in place. Errors: mean or stddev not one value per channel, a
+/// stddev <= 0, images.size() != n C H W.
 void normalize(ImageDataset& d, const std::vector<float>& mean, const std::vector<float>& stddev);
 
 /// A token stream: bytes of a text file (vocab 256) or the tokens of token shards.
@@ -76,9 +79,12 @@ TokenStream load_token_shards(const std::string& path, int vocab);
 /// identical on every rank whatever the data size.
 class EpochSampler {
  public:
+  /// Errors: batch <= 0, rank outside [0, world), n < 0.
   EpochSampler(int64_t n, int batch, int rank, int world, uint64_t seed);
+  /// Errors ("dataset too small", naming train.batch_size) when n < batch x world.
   int64_t steps_per_epoch() const;
-  /// Example indices (batch) of this rank at (epoch, step within epoch).
+  /// Example indices (batch) of this rank at (epoch, step within epoch). Errors: epoch < 0,
+  /// step outside [0, steps_per_epoch()).
   std::vector<int64_t> batch_indices(int64_t epoch, int64_t step) const;
 
  private:
@@ -94,6 +100,7 @@ class EpochSampler {
 /// resuming at a step reproduces the same batches.
 class WindowSampler {
  public:
+  /// Errors: T or batch <= 0, rank < 0, a stream shorter than T + 2 tokens.
   WindowSampler(int64_t n_tokens, int T, int batch, int rank, uint64_t seed);
   /// Start offsets (batch) of windows for this rank at global step `step`.
   std::vector<int64_t> starts(int64_t step) const;

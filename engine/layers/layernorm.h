@@ -8,6 +8,7 @@ namespace subdp {
 
 class LayerNorm {
  public:
+  /// gamma `<name>.weight` (C) = 1 and beta `<name>.bias` (C) = 0, as torch.nn.LayerNorm.
   LayerNorm(ParamSet& ps, const std::string& name, int C, int block = -1);
   int channels() const { return static_cast<int>(gamma->local_shape.at(0)); }
   /// Allocates (rows) mean / rstd kept for backward (activations).

@@ -28,6 +28,8 @@ class Optimizer {
   virtual bool sharded() const = 0;
   /// State tensors per parameter (SGD with momentum 1, without 0; AdamW 2), same on every rank.
   virtual int num_states() const = 0;
+  /// Updates applied so far (AdamW's bias-correction t after the update: 1 after the first),
+  /// checkpointed as CheckpointInfo::optimizer_steps and restored on resume.
   virtual int64_t steps_taken() const = 0;
   virtual void set_steps_taken(int64_t t) = 0;
   /// The parameters it updates (trainable ones holding a gradient), in state order.
@@ -47,7 +49,9 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimConfig& config, std::vector
 
 /// Learning rate at optimizer step `step` (0-based) of `total`: linear warm-up over
 /// warmup_steps from lr/warmup to lr, then cosine decay to lr * min_lr_ratio (schedule
-/// "cosine") or constant. `base_lr` already includes any world-size scaling (Goyal et al. 2017).
+/// "cosine") or constant. Cosine (Loshchilov & Hutter 2017, SGDR, one cycle): floor + (lr -
+/// floor) (1 + cos(pi p)) / 2, p = (step - warmup) / max(1, total - warmup) clamped to 1, floor
+/// = lr * min_lr_ratio. `base_lr` already includes any world-size scaling (Goyal et al. 2017).
 double learning_rate(const OptimConfig& config, double base_lr, int64_t step, int64_t total);
 
 }  // namespace subdp

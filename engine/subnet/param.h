@@ -112,6 +112,8 @@ enum class ParamLayout {
 /// Owns a model's parameters with stable addresses, in creation order (identical on every rank).
 class ParamSet {
  public:
+  /// mask: kept by reference (must outlive the set); seed: train.seed, from which every
+  /// parameter's full initial tensor is drawn (init_value).
   ParamSet(const SubnetMask& mask, uint64_t seed, ParamLayout layout = ParamLayout::per_param)
       : mask_(mask), seed_(seed), layout_(layout) {}
   /// Creates a parameter: local shape from the mask, initialised values, a zeroed gradient
@@ -124,8 +126,12 @@ class ParamSet {
   /// and points each trained block parameter into them, once every parameter exists
   /// (make_model calls it; a no-op for ParamLayout::per_param).
   void allocate_shared_blocks();
+  /// The trainable parameters, in creation order, including those this rank holds no
+  /// gradient for (Param::trained false; Optimizer::params() holds only the trained ones).
   std::vector<Param*> trainable();
+  /// The non-trainable ones (BatchNorm running statistics), in creation order.
   std::vector<Param*> buffers();
+  /// Every parameter, in creation order.
   std::vector<Param*> all();
   const SubnetMask& mask() const { return mask_; }
 
@@ -181,7 +187,10 @@ std::string locate_nonfinite(const Param& p, const float* data);
 /// non-finite count reads (Backend::count_nonfinite_spans). The gradients must be allocated.
 std::vector<FloatSpan> grad_spans(const std::vector<Param*>& params);
 
-/// Deterministic initial value of element `full_index` of parameter `name`.
+/// Deterministic initial value of element `full_index` (row-major in the full, unmasked
+/// shape) of parameter `name`, so every rank and layout draws the same full tensor: a key
+/// mix64-hashed from seed, the name's bytes and the index gives u in (0, 1); uniform:
+/// (2u - 1) a; normal: a sqrt(-2 ln u1) cos(2 pi u2) (Box-Muller, two keyed draws); constant: a.
 float init_value(uint64_t seed, const std::string& name, int64_t full_index, InitSpec init);
 
 }  // namespace subdp

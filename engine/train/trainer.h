@@ -38,6 +38,10 @@ class Trainer {
   /// Builds everything; collective over `world`. Errors name the config key.
   Trainer(const Config& config, std::unique_ptr<Communicator> world, const TrainOptions& options);
   /// Runs the configured number of steps; prints progress and the final summary line.
+  /// Returns the process's exit status: 0 when the run finished (a stop signal at the last
+  /// step included), kExitStopped (75) when a stop signal ended it early with a checkpoint
+  /// written, 128 + the signal's number when there was no checkpoint.dir to write to.
+  /// Errors (bad data, non-finite values, lost ranks) are thrown as Error.
   int run();
 
  private:

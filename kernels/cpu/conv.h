@@ -39,8 +39,9 @@ void global_avg_pool_forward(const float* x, float* y, int N, int C, int HW);
 /// dx (N, C, HW) = dy (N, C) / HW broadcast.
 void global_avg_pool_backward(const float* dy, float* dx, int N, int C, int HW);
 
-/// 2-D max pooling, square window k, stride s, no padding: x (N, C, H, W) -> y (N, C, Ho, Wo);
-/// argmax (N, C, Ho, Wo) records the flat input index of each maximum for the backward pass.
+/// 2-D max pooling, square window k, stride s, no padding: x (N, C, H, W) -> y (N, C, Ho, Wo),
+/// Ho = (H - k) / s + 1, Wo = (W - k) / s + 1; argmax (N, C, Ho, Wo) records each maximum's
+/// index within its (H, W) plane (i * W + j) for the backward pass.
 void max_pool_forward(const float* x, float* y, int32_t* argmax, int N, int C, int H, int W, int k, int s);
 /// dx (N, C, H, W) = scatter of dy through argmax (dx zeroed first).
 void max_pool_backward(const float* dy, const int32_t* argmax, float* dx, int N, int C, int H, int W, int Ho, int Wo);

@@ -22,6 +22,8 @@ struct HeadViewOf {
 };
 using HeadView = HeadViewOf<float>;
 
+/// The view of query head h of sequence b (HeadViewOf above). KV: the key / value heads,
+/// AttentionShape::kv_heads() (never 0: H / KV divides).
 template <class In>
 __device__ inline HeadViewOf<In> head_view(const In* qkv, int T, int H, int KV, int hd, int b, int h) {
   const int64_t C = static_cast<int64_t>(H) * hd, ld = static_cast<int64_t>(H + 2 * KV) * hd;

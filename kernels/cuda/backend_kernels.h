@@ -35,7 +35,8 @@ struct CountSpan {
   const float* x;
   int64_t n;
 };
-/// *count += number of non-finite values in all `count` spans (null x or n <= 0 count nothing),
+/// *out += number of non-finite values in the `count` spans of the host array `spans` (null x
+/// or n <= 0 count nothing),
 /// in one launch per kNonfiniteSpansPerLaunch spans: the spans travel as the kernel's argument,
 /// so nothing is uploaded or allocated and nothing synchronises (integer atomics: the same
 /// total in any order).

@@ -169,8 +169,10 @@ void embedding_forward(const int32_t* ids, const float* w, float* y, int64_t row
                        bool accumulate, cudaStream_t stream);
 /// Bytes of workspace embedding_backward needs for `rows` ids.
 size_t embedding_backward_workspace_bytes(int64_t rows);
-/// dw[ids[r]] += dy[r] for every row: rows are sorted by id (stable radix sort) and each id's
-/// rows summed in row order, so the result is deterministic (no float atomics).
+/// dw[ids[r]] += dy[r] for every row, dy (rows, C), dw (num, C): rows are sorted by id (stable
+/// radix sort) and each id's rows summed in row order, so the result is deterministic (no
+/// float atomics). A row whose id lies outside [0, num) is skipped. ws: ws_bytes of device
+/// memory; throws (cudaErrorInvalidValue) when ws_bytes < embedding_backward_workspace_bytes.
 void embedding_backward(const int32_t* ids, const float* dy, float* dw, int64_t rows, int64_t C, int64_t num, void* ws,
                         size_t ws_bytes, cudaStream_t stream);
 
