@@ -30,7 +30,7 @@ class Model {
  public:
   /// Parameters laid out under `mask` (kept by reference: it must outlive the model), their
   /// initial values drawn from `seed` (train.seed; the same full tensor on every rank, whatever
-  /// its mask: engine/subnet/param.h, init_value), stored per parameter or in one arena.
+  /// its mask: engine/subnet/param.h, init_value), laid out as `layout` says (ParamLayout).
   Model(const SubnetMask& mask, uint64_t seed, ParamLayout layout = ParamLayout::per_param)
       : mask_(mask), params_(mask_, seed, layout) {}
   virtual ~Model() = default;
