@@ -57,6 +57,8 @@ struct SubnetworkPlan {
   bool masked() const { return regime != Regime::none; }
   /// Effective keep ratio c / S (each unit's probability of being kept by a subnetwork).
   double keep() const { return static_cast<double>(c) / S; }
+  /// True when holder group `group` (an index into groups) lists subnetwork s; throws
+  /// std::out_of_range for a group index outside groups.
   bool group_has(int group, int s) const;
   /// True when subnetwork s keeps unit `unit` of layer `layer` (always true when unmasked).
   bool keeps_unit(int s, int layer, int unit) const;

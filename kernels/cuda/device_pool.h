@@ -33,6 +33,7 @@ class ArenaAllocator {
   size_t capacity() const { return capacity_; }
   /// Rounded bytes in live blocks.
   size_t used() const { return used_; }
+  /// Bytes of the largest free block (what one allocation can still get).
   size_t largest_free() const;
   size_t live_blocks() const { return live_.size(); }
   size_t free_blocks() const { return free_.size(); }
@@ -48,6 +49,7 @@ class ArenaAllocator {
 class DevicePool {
  public:
   /// Selects `device` (cudaSetDevice) and reserves `bytes` there with one cudaMalloc.
+  /// Throws (CUDA_CHECK, naming the call) when either fails, e.g. too little device memory.
   DevicePool(int device, size_t bytes);
   ~DevicePool();
   DevicePool(const DevicePool&) = delete;
@@ -61,10 +63,12 @@ class DevicePool {
 
   int device() const { return device_; }
   size_t capacity() const { return arena_.capacity(); }
+  /// Bytes in live blocks, each rounded up to 256 (the tracker counts the requested bytes).
   size_t used() const { return arena_.used(); }
   const ArenaAllocator& arena() const { return arena_; }
 
   /// The process-wide pool (one per rank): created by init_global, gone after shutdown_global.
+  /// init_global throws when a pool exists already; global() throws before init_global.
   static void init_global(int device, size_t bytes);
   static DevicePool& global();
   static bool has_global();
