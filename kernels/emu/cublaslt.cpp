@@ -6,13 +6,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <string>
 #include <vector>
 
 #include "kernels/emu/blas_ref.h"
+#include "kernels/emu/env.h"
 #include "kernels/emu/errors.h"
 #include "kernels/emu/memory.h"
 #include "kernels/emu/streams.h"
@@ -59,10 +59,7 @@ cublasStatus_t refuse(cublasStatus_t code, const std::string& why) {
 /// SUBDP_EMU_LT_REFUSE_MATMUL=1 (read per call): cublasLtMatmul answers NOT_SUPPORTED for any
 /// algorithm the heuristic gave, as the library may for one it will not run after all, so a
 /// test can see what the caller then does.
-bool refuse_every_algorithm() {
-  const char* v = std::getenv("SUBDP_EMU_LT_REFUSE_MATMUL");
-  return v != nullptr && std::strcmp(v, "1") == 0;
-}
+bool refuse_every_algorithm() { return env_flag("SUBDP_EMU_LT_REFUSE_MATMUL"); }
 
 /// Copies an attribute's value, checking its size as the library does.
 template <class T>

@@ -3,10 +3,10 @@
 // kernel).
 #pragma once
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <map>
 #include <string>
+
+#include "kernels/emu/env.h"
 
 namespace subdp::emu {
 
@@ -16,10 +16,7 @@ namespace subdp::emu {
 /// the emulator's host calls come from one thread.
 class ExitCount {
  public:
-  ExitCount(const char* env, const char* what) : what_(what) {
-    const char* v = std::getenv(env);
-    enabled_ = v != nullptr && std::strcmp(v, "1") == 0;
-  }
+  ExitCount(const char* env, const char* what) : what_(what), enabled_(env_flag(env)) {}
   ~ExitCount() {
     if (!enabled_) return;
     std::fprintf(stderr, "subdp-emu: %s: %lld\n", what_, count_);
