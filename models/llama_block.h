@@ -53,6 +53,10 @@ int64_t llama_scratch_width(int64_t C, int64_t H, int64_t A, bool recompute);
 
 class LlamaBlock {
  public:
+  /// Block `index` of model c: registers its parameters in ps under "layers.<index>." (the
+  /// usual LLaMA names), none when forward masking drops it, and under neuron masking only the
+  /// heads and SwiGLU neurons the mask gives this rank. Allocates its kept activations unless
+  /// spec.shared is set.
   LlamaBlock(ParamSet& ps, const SubnetMask& mask, const ModelConfig& c, int index, const LlamaBlockSpec& spec);
   /// False when forward masking drops the block (identity, no parameters).
   bool present() const { return norm1_ != nullptr; }
@@ -61,13 +65,16 @@ class LlamaBlock {
     skipped_ = skipped;
     step_scale_ = scale;
   }
+  /// True when the block computes in this step: present and not skipped by stochastic depth.
   bool runs() const { return present() && !skipped_; }
   /// x (B, T, C) -> block output (B, T, C); x itself when the block does not run.
   const float* forward(const float* x, int B, int T, LlamaScratch& s);
   /// dres (B, T, C): gradient of the block output on entry, of its input x on exit. Overwrites
   /// the stored gate and up: once per forward.
   void backward(const float* x, float* dres, int B, int T, LlamaScratch& s) const;
+  /// Local SwiGLU width H (kept neurons under neuron masking); 0 for a dropped block.
   int64_t hidden() const { return present() ? w1_->out() : 0; }
+  /// Local attention width A = local query heads * head dim; 0 for a dropped block.
   int64_t attn_width() const { return present() ? static_cast<int64_t>(attn_->local_heads()) * (C_ / heads_) : 0; }
 
  private:

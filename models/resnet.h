@@ -72,10 +72,15 @@ class BasicBlock {
     skipped_ = skipped;
     step_scale_ = scale;
   }
+  /// Floats of the block input for batch N: N * cin * H * W.
   int64_t in_elems(int N) const { return static_cast<int64_t>(N) * cin_ * H_ * W_; }
+  /// Floats of the larger of its input and output for batch N (sizes ResNetScratch::grad).
   int64_t max_elems(int N) const;
+  /// Conv workspace floats its present convs need at batch N (the largest; 0 when none).
   int64_t workspace_floats(int N) const;
+  /// Appends its present BatchNorms (bn1, bn2, the projection's) to out, in that order.
   void collect_batchnorms(std::vector<BatchNorm2d*>& out) const;
+  /// Output height and width (H, W halved, rounded up, at stride 2).
   int Ho() const { return Ho_; }
   int Wo() const { return Wo_; }
 

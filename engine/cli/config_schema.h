@@ -20,9 +20,11 @@ struct ChoiceRef {
   size_t count;
   std::function<size_t()> get;
   std::function<void(size_t)> set;
+  /// The enum's spellings in index order (error messages list them).
   std::vector<std::string> spellings() const { return {names, names + count}; }
 };
 
+/// The ChoiceRef of enum field e (Choices<E> spells it); e must outlive the ChoiceRef.
 template <class E>
 ChoiceRef choice(E& e) {
   const auto& names = Choices<E>::names;
@@ -39,15 +41,21 @@ struct Rule {
   bool nonempty = false;  // lists: at least one element
 };
 
+/// No constraint.
 Rule any();
+/// value >= lo.
 Rule at_least(double lo);
+/// value > lo.
 Rule above(double lo);
+/// lo <= value <= hi, each end excluded when its *_open flag is set.
 Rule range(double lo, double hi, bool lo_open, bool hi_open);
 /// lo <= value <= hi. The upper bounds on sizes are sanity limits far above any model this
 /// engine trains; they keep the shape arithmetic (int, int64) from overflowing.
 Rule between(double lo, double hi);
+/// A list of at least one element, each satisfying `element`.
 Rule nonempty_list(Rule element);
 
+/// One key: table.key in TOML (and --set), the Config member it writes, its rule.
 struct Field {
   const char* table;
   const char* key;

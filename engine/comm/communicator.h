@@ -22,12 +22,15 @@ inline const char* name_of(CommKind kind) {
 class Communicator {
  public:
   virtual ~Communicator() = default;
+  /// This process's rank in the communicator, 0 <= rank() < size().
   virtual int rank() const = 0;
+  /// Number of ranks (world size for the world communicator, holders for a holder group).
   virtual int size() const = 0;
   /// In-place sum all-reduce of n float32 values.
   virtual void allreduce_sum(float* data, int64_t n) = 0;
-  /// In-place sum / max all-reduce of n float64 values (metrics, norms, hashes).
+  /// In-place sum all-reduce of n float64 values (metrics, norms, hashes).
   virtual void allreduce_sum(double* data, int64_t n) = 0;
+  /// In-place max all-reduce of n float64 values (the step's device flags, peak bytes, counts).
   virtual void allreduce_max(double* data, int64_t n) = 0;
   /// allreduce_sum that may still be running when it returns (parallel.overlap on a device):
   /// NCCL orders it after the work already queued on the compute stream, but the compute
@@ -53,6 +56,7 @@ class Communicator {
   virtual void broadcast(void* data, int64_t bytes, int root) = 0;
   /// Gathers every rank's variable-size byte block to all ranks, in rank order.
   virtual std::vector<std::string> allgather(const std::string& mine) = 0;
+  /// Returns on every rank once every rank has entered it (watchdog-guarded like a collective).
   virtual void barrier() = 0;
   /// Collective over this communicator: returns a communicator over `ranks` (sorted ranks
   /// of this communicator) on members, nullptr elsewhere.
@@ -81,6 +85,8 @@ bool launched_by_mpi();
 struct LauncherLayout {
   int size = 1, rank = 0;
 };
+/// The launcher's layout (see LauncherLayout); never throws: {1, 0} when no
+/// launcher set its variables or they disagree (a rank outside [0, size)).
 LauncherLayout launcher_layout();
 
 /// Initialises MPI (once) and returns the world communicator. Errors name the MPI call.
