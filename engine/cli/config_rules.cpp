@@ -59,6 +59,74 @@ void check_transformer_units(const ModelConfig& m, const std::string& path) {
               llama ? "ffn_width" : "width or mlp_ratio");
 }
 
+/// Sizes the engine's arithmetic holds: GEMM dimensions are 32-bit (BLAS, cuBLAS), and a
+/// rank's bytes, summed in int64 by the planner and the tracker, stay far below 2^63. Past
+/// these a plan would print wrapped figures and a run would compute on truncated shapes.
+constexpr long double kMaxGemmDim = 2147483647.0L;           // INT32_MAX
+constexpr long double kMaxRankBytes = 72057594037927936.0L;  // 2^56 bytes (64 PiB): 128x below 2^63
+
+/// A generous upper estimate of one rank's bytes under plain DP, float32 (parameters with
+/// gradients and two optimizer moments, every activation kept, attention probabilities
+/// stored, im2col columns), in long double so that it cannot overflow: an order-of-magnitude
+/// guard, not a plan.
+long double estimated_rank_bytes(const Config& c) {
+  const ModelConfig& m = c.model;
+  const long double B = c.train.batch_size, pixels = static_cast<long double>(m.image_size) * m.image_size;
+  long double params = 0, per_sample = 0;
+  if (m.name == ModelKind::gpt || m.name == ModelKind::llama) {
+    const long double C = m.width, T = m.context, V = m.vocab, L = m.depth, H = m.heads;
+    const long double F = m.name == ModelKind::llama ? llama_ffn_width(m) : static_cast<long double>(m.mlp_ratio) * C;
+    params = 2 * V * C + T * C + L * (4 * C * C + 3 * C * F + 4 * C);
+    per_sample = T * (2 * V + L * (H * T + 16 * C + 4 * F));
+  } else if (m.name == ModelKind::resnet) {
+    const long double wmax = *std::max_element(m.widths.begin(), m.widths.end());
+    const long double stages = static_cast<long double>(m.widths.size());
+    params = 9 * wmax * wmax * 2 * m.blocks_per_stage * stages + 9 * m.in_channels * wmax + wmax * m.classes;
+    per_sample = pixels * (m.in_channels + 9 * wmax * (2 + 8 * m.blocks_per_stage * stages));
+  } else {
+    long double prev = m.in_channels * pixels;
+    per_sample = prev;
+    for (long double w : m.hidden) {
+      params += prev * w + w;
+      per_sample += 4 * w;
+      prev = w;
+    }
+    params += prev * m.classes;
+    per_sample += 2 * m.classes;
+  }
+  return 4 * (4 * params + B * per_sample);
+}
+
+/// Refuses sizes past the engine's arithmetic (kMaxGemmDim, kMaxRankBytes), naming the keys.
+void check_shape_arithmetic(const Config& c, const std::string& path) {
+  const ModelConfig& m = c.model;
+  if (m.name == ModelKind::gpt || m.name == ModelKind::llama) {
+    const long double rows = static_cast<long double>(c.train.batch_size) * m.context;
+    SUBDP_CHECK(rows <= kMaxGemmDim,
+                "{}: [train] batch_size x [model] context = {} x {} = {:.0f} rows: a GEMM's row count is 32-bit "
+                "(at most 2^31 - 1 = 2147483647); lower batch_size or context",
+                path, c.train.batch_size, m.context, static_cast<double>(rows));
+  }
+  if (m.name == ModelKind::resnet) {  // a sample's largest (C, H, W) activation: stage s at image / 2^s
+    long double res = m.image_size, sample = static_cast<long double>(m.in_channels) * res * res;
+    for (size_t s = 0; s < m.widths.size(); ++s) {
+      if (s > 0) res = std::floor((res - 1) / 2) + 1;
+      sample = std::max(sample, m.widths[s] * res * res);
+    }
+    SUBDP_CHECK(sample <= kMaxGemmDim,
+                "{}: [model] image_size = {} with widths up to {}: a sample's largest activation holds {:.0f} values, "
+                "and per-sample sizes are 32-bit (at most 2^31 - 1); lower image_size or widths",
+                path, m.image_size, *std::max_element(m.widths.begin(), m.widths.end()), static_cast<double>(sample));
+  }
+  const long double bytes = estimated_rank_bytes(c);
+  SUBDP_CHECK(
+      bytes <= kMaxRankBytes,
+      "{}: [model] sizes with [train] batch_size = {} need about {:.3g} bytes per rank, past 2^56 (64 PiB), where "
+      "the planner's int64 byte sums are no longer safe (and no device holds it); lower batch_size or the "
+      "model's sizes",
+      path, c.train.batch_size, static_cast<double>(bytes));
+}
+
 /// Rules between [train], [model], [mask] and [parallel]: loop length, model features, coverage.
 void check_model_and_masking(const Config& c, const std::string& path) {
   const auto& t = c.train;
@@ -188,6 +256,7 @@ void check_overlap(const Config& c, const std::string& path) {
 
 void check_config_rules(const Config& c, const std::string& path) {
   check_model_and_masking(c, path);
+  check_shape_arithmetic(c, path);
   check_features(c, path);
   check_overlap(c, path);
 }

@@ -50,7 +50,8 @@ Rule above(double lo);
 /// lo <= value <= hi, each end excluded when its *_open flag is set.
 Rule range(double lo, double hi, bool lo_open, bool hi_open);
 /// lo <= value <= hi. The upper bounds on sizes are sanity limits far above any model this
-/// engine trains; they keep the shape arithmetic (int, int64) from overflowing.
+/// engine trains; with the cross-key size rules (config_rules.cpp: 32-bit GEMM rows and
+/// per-sample sizes, a rank's bytes below 2^56) they keep the shape arithmetic from overflowing.
 Rule between(double lo, double hi);
 /// A list of at least one element, each satisfying `element`.
 Rule nonempty_list(Rule element);

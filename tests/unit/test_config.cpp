@@ -353,6 +353,19 @@ INSTANTIATE_TEST_SUITE_P(
                   S + "[model]\nname = \"llama\"\nwidth = 32\nheads = 4\ndepth = 4096\nffn_width = 16777216\n",
                   {},
                   {"[model] depth x (heads + ffn_width) = 4096 x (4 + 16777216)", "at most 67108864"}},
+        ErrorCase{"gemm_rows_32bit",  // plan printed wrapped byte counts
+                  S + "[model]\nname = \"llama\"\ncontext = 1048576\n",
+                  {"train.batch_size=2048"},
+                  {"batch_size x [model] context = 2048 x 1048576 = 2147483648 rows", "2^31 - 1"}},
+        ErrorCase{"rank_bytes_past_2_56",  // plan printed a total below its own activations
+                  S + "[model]\nname = \"llama\"\ncontext = 1048576\nwidth = 65536\nheads = 512\ndepth = "
+                      "4096\nffn_width = 64\n",
+                  {"train.batch_size=1"},
+                  {"batch_size = 1 need about", "bytes per rank, past 2^56"}},
+        ErrorCase{"resnet_sample_32bit",
+                  S + "[model]\nname = \"resnet\"\nimage_size = 16384\nwidths = [64, 128]\n",
+                  {},
+                  {"[model] image_size = 16384 with widths up to 128", "17179869184 values", "2^31 - 1"}},
         ErrorCase{"kv_heads_gpt",
                   S + "[model]\nname = \"gpt\"\nkv_heads = 2\n",
                   {},
