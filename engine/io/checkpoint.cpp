@@ -120,12 +120,30 @@ std::string verify_checkpoint_files(const std::string& path) {
   }
 }
 
+constexpr int64_t kCheckpointFixedBytes = 2 * 65536;  // the manifest (the config's text), both files' headers
+/// A tensor's float32 data and its header entry (name, dtype, shape, offsets), generously.
+int64_t tensor_entry_bytes(int64_t elements, size_t name_length) {
+  return elements * 4 + 128 + 2 * static_cast<int64_t>(name_length);
+}
+
 }  // namespace
 
 int64_t checkpoint_bytes(const std::vector<NamedTensor>& model, const std::vector<NamedTensor>& optimizer) {
-  int64_t bytes = 2 * 65536;  // manifest (the config's text) and the two files' headers, generously
+  int64_t bytes = kCheckpointFixedBytes;
   for (const auto* tensors : {&model, &optimizer})
-    for (const NamedTensor& t : *tensors) bytes += static_cast<int64_t>(t.data.size()) * 4 + 128 + 2 * t.name.size();
+    for (const NamedTensor& t : *tensors)
+      bytes += tensor_entry_bytes(static_cast<int64_t>(t.data.size()), t.name.size());
+  return bytes;
+}
+
+int64_t checkpoint_bytes(const std::vector<FullTensorSpec>& specs, int states) {
+  int64_t bytes = kCheckpointFixedBytes;
+  for (const FullTensorSpec& s : specs) {
+    int64_t n = 1;
+    for (int64_t d : s.shape) n *= d;
+    const int copies = 1 + (s.trainable ? states : 0);  // the values, then "<name>::k" per state
+    bytes += copies * tensor_entry_bytes(n, s.name.size() + 4);
+  }
   return bytes;
 }
 

@@ -71,6 +71,10 @@ void prune_checkpoints(const std::string& dir, int keep_last, CheckpointLedger& 
 
 /// Bytes the safetensors files of a checkpoint of these tensors take (data, headers, manifest).
 int64_t checkpoint_bytes(const std::vector<NamedTensor>& model, const std::vector<NamedTensor>& optimizer);
+/// The same from the full model's specs before any tensor is gathered: each tensor's values
+/// and, for trainable ones, `states` optimizer states (Optimizer::num_states). At least the
+/// figure the save computes (state names counted 4 characters longer).
+int64_t checkpoint_bytes(const std::vector<FullTensorSpec>& specs, int states);
 
 /// Throws when `free_bytes` (statvfs of dir) is less than `needed` (bytes), naming dir, both
 /// figures in MiB, and the room keep_last + 1 checkpoints need (the oldest of the keep_last kept

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <cstdio>
 #include <iostream>
+#include <iterator>
 #include <limits>
 
 #include "engine/core/backend.h"
@@ -39,6 +40,21 @@ int threads_per_rank(int configured) {
   return std::max<int>(1, static_cast<int>(cores / local_ranks()));
 }
 
+/// Refuses a metrics path that names a folder ("runs/", ".", an existing folder): on several
+/// ranks the ".rank<r>" suffix would turn it into hidden files inside it, on one rank the
+/// folder would be created before the open failed. Checked alike for every world size.
+void check_not_a_folder(const std::string& path) {
+  namespace fs = std::filesystem;
+  const std::string name = fs::path(path).filename().string();
+  std::error_code ec;
+  SUBDP_CHECK(!name.empty() && name != "." && name != ".." && !fs::is_directory(path, ec),
+              "log.metrics_file = \"{}\": names a folder, expected a file path (e.g. \"{}\")", path,
+              (fs::path(path) / "metrics.jsonl").lexically_normal().string());
+}
+
+/// The metrics file of `rank`: every "{rank}" in the pattern replaced, or, without one, the
+/// pattern itself at world size 1 and pattern + ".rank<r>" above. Errors: a pattern naming a
+/// folder (check_not_a_folder).
 std::string metrics_path(const std::string& pattern, int rank, int world) {
   std::string p = pattern;
   bool templated = false;
@@ -46,8 +62,26 @@ std::string metrics_path(const std::string& pattern, int rank, int world) {
     p.replace(at, 6, std::to_string(rank));  // every occurrence
     templated = true;
   }
+  check_not_a_folder(p);
   if (templated) return p;
   return world > 1 ? p + ".rank" + std::to_string(rank) : p;
+}
+
+/// Refuses a metrics file inside a folder of checkpoint.dir (a step-<n> folder, its
+/// temporary): checkpoint.keep_last deletes those folders, and the records with them.
+void check_outside_checkpoint_folders(const std::string& metrics, const std::string& checkpoint_dir) {
+  namespace fs = std::filesystem;
+  if (checkpoint_dir.empty()) return;
+  std::error_code ec;
+  const fs::path dir = fs::weakly_canonical(checkpoint_dir, ec);
+  const fs::path file = fs::weakly_canonical(metrics, ec);
+  if (ec) return;  // unresolvable: the open names the problem
+  const fs::path rel = file.lexically_relative(dir);
+  const bool inside_a_folder = !rel.empty() && *rel.begin() != ".." && std::distance(rel.begin(), rel.end()) > 1;
+  SUBDP_CHECK(!inside_a_folder,
+              "log.metrics_file = \"{}\" is inside a folder of checkpoint.dir = \"{}\", whose checkpoint folders "
+              "the run replaces and deletes (checkpoint.keep_last); write the metrics beside them or elsewhere",
+              metrics, checkpoint_dir);
 }
 
 }  // namespace
@@ -87,6 +121,7 @@ Trainer::Trainer(const Config& config, std::unique_ptr<Communicator> world, cons
   total_steps_ = config_.train.epochs > 0 ? config_.train.epochs * steps_per_epoch_ : config_.train.steps;
   base_lr_ = config_.optim.lr * (config_.optim.lr_scaling == LrScaling::linear ? layout_.world : 1);
   if (!config_.checkpoint.resume.empty()) resume();
+  check_checkpoint_room();
   // After resume: the file keeps the steps up to the resumed one, so every step appears once
   // (resumed at the last step, run() evaluates it again: its eval record is written anew).
   if (!config_.log.metrics_file.empty())
@@ -131,10 +166,30 @@ void Trainer::prepare_outputs() {
       checkpoint_lock_ = std::make_unique<DirectoryLock>(config_.checkpoint.dir, "checkpoint.dir");
       if (config_.checkpoint.resume.empty()) check_fresh_checkpoint_dir(config_.checkpoint.dir);
     }
-    if (!config_.log.metrics_file.empty())
-      check_writable_file(metrics_path(config_.log.metrics_file, layout_.rank, layout_.world), "log.metrics_file");
+    if (!config_.log.metrics_file.empty()) {
+      const std::string path = metrics_path(config_.log.metrics_file, layout_.rank, layout_.world);
+      check_outside_checkpoint_folders(path, config_.checkpoint.dir);
+      check_writable_file(path, "log.metrics_file");
+    }
   } catch (const Error& e) {
     error = e.what();
+  }
+  stop_on_any_error(world_->allgather(error));
+}
+
+void Trainer::check_checkpoint_room() {
+  // The first save comes checkpoint.every steps on, or at the end of the run: a file system
+  // without room for one checkpoint is named now, not after the training the save would end.
+  std::string error;
+  if (layout_.rank == 0 && !config_.checkpoint.dir.empty() && step_ < total_steps_) {
+    const int64_t every = config_.checkpoint.every;
+    const int64_t first_save = every > 0 ? std::min(total_steps_, (step_ / every + 1) * every) : total_steps_;
+    try {
+      check_free_space(config_.checkpoint.dir, first_save, checkpoint_bytes(specs_, optimizer_->num_states()),
+                       free_disk_bytes(config_.checkpoint.dir), config_.checkpoint.keep_last);
+    } catch (const Error& e) {
+      error = e.what();
+    }
   }
   stop_on_any_error(world_->allgather(error));
 }
@@ -338,15 +393,27 @@ void Trainer::print_eval(const EvalResult& full, const EvalResult& sub) {
 }
 
 void Trainer::print_memory_comparison() {
-  const MemStats& mem = MemoryTracker::global().stats();
+  // Planned peaks side by side (what `subdp plan` prints, and what the budget check holds
+  // against the free memory), then what is allocated before the first step: a device
+  // library's workspace (cuBLASLt's) and the passes' transients come later, so that row is
+  // not this layout's footprint.
+  const auto row = [](const char* label, const int64_t* bytes, int64_t total) {
+    std::printf("  %-26s", label);
+    for (int c = 0; c < kNumMemCategories; ++c) std::printf(" %12lld", static_cast<long long>(bytes[c]));
+    std::printf(" %12lld", static_cast<long long>(total));
+  };
+  const MemStats planned = predict_rank_memory(config_, layout_.world, layout_.rank);
+  const MemStats& now = MemoryTracker::global().stats();
   std::printf("memory on rank %-3d (bytes)   ", layout_.rank);
   for (int c = 0; c < kNumMemCategories; ++c) std::printf(" %12s", category_name(static_cast<MemCategory>(c)));
-  std::printf(" %12s\n  this layout                ", "total");
-  for (int c = 0; c < kNumMemCategories; ++c) std::printf(" %12lld", static_cast<long long>(mem.current[c]));
-  std::printf(" %12lld\n  plain DP                   ", static_cast<long long>(mem.total_current));
-  for (int c = 0; c < kNumMemCategories; ++c) std::printf(" %12lld", static_cast<long long>(dp_footprint_.peak[c]));
-  std::printf(" %12lld  (this layout: %.2fx DP)\n", static_cast<long long>(dp_footprint_.total_peak),
-              static_cast<double>(mem.total_current) / std::max<int64_t>(1, dp_footprint_.total_peak));
+  std::printf(" %12s\n", "total");
+  row("this layout, planned peak", planned.peak.data(), planned.total_peak);
+  std::printf("  (%.2fx DP)\n",
+              static_cast<double>(planned.total_peak) / std::max<int64_t>(1, dp_footprint_.total_peak));
+  row("plain DP, planned peak", dp_footprint_.peak.data(), dp_footprint_.total_peak);
+  std::printf("\n");
+  row("allocated before step 1", now.current.data(), now.total_current);
+  std::printf("\n");
 }
 
 }  // namespace subdp

@@ -173,6 +173,9 @@ class Trainer {
   /// Collective: loads the checkpoint (read on rank 0) into every rank's layout.
   void resume();
   void print_memory_comparison();
+  /// Before step 1 (rank 0): throws on every rank when checkpoint.dir's file system has no
+  /// room for one checkpoint (check_free_space), instead of at the first save.
+  void check_checkpoint_room();
   /// The eval line (rank 0) and the metrics file's eval record (every rank that writes one).
   void print_eval(const EvalResult& full, const EvalResult& subnetworks);
   /// Collective (the largest peak): the final record in the metrics file and the memory and

@@ -74,8 +74,14 @@ for model in gpt llama; do
         --set train.recompute=$rc --json >"$WORK/plan-$model-$p-$rc.json"
     done
     "$SUBDP" train "$WORK/$model.toml" --set device.type=cuda --set device.precision=bf16 --set model.heads=2 \
-      --set train.recompute=$rc --set log.metrics_file="$WORK/$model-bf16-$rc-{rank}.jsonl" >/dev/null
+      --set train.recompute=$rc --set log.metrics_file="$WORK/$model-bf16-$rc-{rank}.jsonl" >"$WORK/$model-bf16-$rc.out"
     $CHECK planned-peaks "$WORK/plan-$model-bf16-$rc.json" $row "$WORK/$model-bf16-$rc-0.jsonl" 0 activations
+    # The start-up table's total for this layout is the plan's (it printed the bytes allocated
+    # before step 1, without cuBLASLt's workspace: "0.08x DP" for plain DP).
+    printed=$(awk '/this layout, planned peak/ {print $(NF - 2)}' "$WORK/$model-bf16-$rc.out")
+    planned=$($CHECK plan-total "$WORK/plan-$model-bf16-$rc.json" $row)
+    [[ -n $printed && $printed == "$planned" ]] ||
+      { echo "FAIL: $model $rc: the start-up table says $printed bytes, the plan $planned"; exit 1; }
     [[ $rc == blocks ]] && continue  # the recompute set is one block's: its saving is a quarter of the above
     saved=$(($(act_bytes "$WORK/plan-$model-fp32-$rc.json" $row) - $(act_bytes "$WORK/plan-$model-bf16-$rc.json" $row)))
     expected=$(($([[ $model == gpt ]] && echo 131072 || echo 196608) + 98304 + 32768 + 65536 - 49152))

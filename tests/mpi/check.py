@@ -35,6 +35,7 @@ Memory and the planner (tests/mpi/check_plan.py; PLAN: a file holding `subdp pla
   check.py sharded PLAIN SHARDED PLAN RANK REGIME TAG SHARD ZERO1
                                             ZeRO-1 / ZeRO-2 / FSDP against the unsharded run (test_zero.sh)
   check.py plan-field PLAN KEY.KEY...       prints one value (JSON for lists and objects)
+  check.py plan-total PLAN ROW              prints ROW's total bytes (ROW as for planned-peaks)
   check.py plan-peak PLAN [GiB]             largest per-rank total (subnetwork or baseline rows, else plain DP)
   check.py one-plan PLAN W                  PLAN is one plan object, for world W
   check.py planned-peaks PLAN ROW METRICS TOL [CATEGORY]

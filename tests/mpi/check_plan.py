@@ -137,6 +137,7 @@ def sharded(plain, shard_metrics, plan, rank, regime, tag, shard, zero1):
 COMMANDS = {
     "plan-field": lambda a: plan_field(*a),
     "plan-peak": lambda a: plan_peak(*a),
+    "plan-total": lambda a: print(plan_row(read_plan(a[0]), a[1])["total"]),
     "one-plan": lambda a: one_plan(*a),
     "planned-peaks": lambda a: planned_peaks(a[0], a[1], a[2], float(a[3]), a[4] if len(a) > 4 else None),
     "budget-fits": lambda a: budget_fits(a[0], int(a[1]), a[2]),

@@ -6,7 +6,9 @@
 # checkpoint of another format stops resume "auto" naming it and is never pruned; (4) a disk
 # with room for one checkpoint: the second is refused before writing, with the bytes needed
 # and free and the room keep_last + 1 need, and the first stays; (5) a folder as the config file;
-# (6) a fresh run into a folder of checkpoints; (7) a FIFO or a live run's file as the metrics file.
+# (6) a fresh run into a folder of checkpoints, (6b) a folder, or a file inside a checkpoint
+# folder, as the metrics file; (7) a FIFO or a live run's file as the metrics file. (4) also
+# runs a disk without room for one checkpoint: refused before step 1.
 source "$(dirname "$0")/common.sh"
 sed -i 's/^steps = 8/steps = 40/' "$WORK/mlp.toml"
 local_run() { "$SUBDP" train "$WORK/mlp.toml" --set parallel.backend=local "$@"; }
@@ -39,7 +41,7 @@ expect_fail "checkpoint.dir = \"$WORK/file/ck\": cannot create the folder" local
 expect_fail "checkpoint.dir = \"$WORK/file\": " local_run --set checkpoint.dir="$WORK/file"
 expect_fail "log.metrics_file = \"$WORK/file/m.jsonl\"" local_run --set log.metrics_file="$WORK/file/m.jsonl"
 mkdir -p "$WORK/m-1.jsonl"  # rank 1's metrics path is a folder; rank 0's is fine
-expect_fail "log.metrics_file = \"$WORK/m-1.jsonl\": is a directory, expected a file path (on rank 1)" \
+expect_fail "log.metrics_file = \"$WORK/m-1.jsonl\": names a folder, expected a file path" \
   run_ranks 2 train "$WORK/mlp.toml" --set log.metrics_file="$WORK/m-{rank}.jsonl"
 mkdir -p "$WORK/ro" "$WORK/small"
 if mount -t tmpfs -o ro,size=1m tmpfs "$WORK/ro" 2>/dev/null; then
@@ -88,6 +90,10 @@ if mount -t tmpfs -o size=1200k tmpfs "$WORK/small" 2>/dev/null; then
   umount "$WORK/small"
   [[ $listing == $'step-00000020\nsubdp.lock' ]] || { echo "FAIL: left in the folder: $listing"; exit 1; }
   echo "ok: a full disk: refused before writing, figures given, the step-20 checkpoint kept"
+  # Room for none: refused before step 1 (it was found at the first save, after the training).
+  mount -t tmpfs -o size=400k tmpfs "$WORK/small"
+  expect_fail "the checkpoint of step 40 needs" local_run --set checkpoint.dir="$WORK/small/ck"
+  umount "$WORK/small"
 else
   echo "note: cannot mount tmpfs here: the full-disk case is not run (CheckpointSpace.* covers its message)"
 fi
@@ -104,6 +110,15 @@ expect_fail "already holds 2 checkpoint(s) of an earlier run (step-00000010 .. s
   local_run --set checkpoint.dir="$WORK/prev" --set checkpoint.every=10 --set checkpoint.keep_last=1
 [[ $(ls "$WORK/prev" | tr '\n' ' ') == "step-00000010 step-00000020 subdp.lock " ]] ||
   { echo "FAIL: the earlier checkpoints changed: $(ls "$WORK/prev")"; exit 1; }
+
+# (6b) The metrics file as a folder is refused on one rank and on two (two wrote hidden
+# ".rank<r>" files inside it), and inside a checkpoint folder, which keep_last deletes.
+expect_fail "log.metrics_file = \"$WORK/\": names a folder, expected a file path" \
+  run_ranks 2 train "$WORK/mlp.toml" --set log.metrics_file="$WORK/"
+expect_fail "log.metrics_file = \"$WORK/newdir/\": names a folder" local_run --set log.metrics_file="$WORK/newdir/"
+[[ ! -e "$WORK/newdir" ]] || { echo "FAIL: the refused folder was created"; exit 1; }
+expect_fail "is inside a folder of checkpoint.dir = \"$WORK/prev\"" local_run --set checkpoint.dir="$WORK/prev" \
+  --set checkpoint.resume=auto --set log.metrics_file="$WORK/prev/step-00000020/m.jsonl"
 
 # (7) The metrics file: a FIFO is refused (its open would block for ever), and a second run
 # on a file a live run writes is refused before it cuts anything.

@@ -175,6 +175,20 @@ TEST(CheckpointSpace, RefusedWithBothFiguresAndTheRoomForKeepLastPlusOne) {
   EXPECT_GE(checkpoint_bytes({big}, {big}), 8000);
 }
 
+TEST(CheckpointSpace, TheStartUpEstimateCoversTheSavesFigure) {
+  // Before step 1 the trainer sizes the checkpoint from the specs: each trainable tensor's
+  // values and its optimizer states ("<name>::k"), a buffer's values alone.
+  const std::vector<FullTensorSpec> specs = {{"w", {30, 40}, true}, {"running_mean", {40}, false}};
+  std::vector<NamedTensor> model = {{"w", {30, 40}, std::vector<float>(1200)},
+                                    {"running_mean", {40}, std::vector<float>(40)}};
+  std::vector<NamedTensor> opt = {{"w::0", {30, 40}, std::vector<float>(1200)},
+                                  {"w::1", {30, 40}, std::vector<float>(1200)}};
+  const int64_t saved = checkpoint_bytes(model, opt), estimated = checkpoint_bytes(specs, 2);
+  EXPECT_GE(estimated, saved);
+  EXPECT_LE(estimated, saved + 64);  // names counted 4 characters longer, no more
+  EXPECT_EQ(checkpoint_bytes(specs, 0), checkpoint_bytes(model, {}) + 2 * 4 * 2);
+}
+
 std::vector<int64_t> steps_in(const fs::path& path) {
   std::ifstream in(path);
   std::vector<int64_t> steps;
