@@ -47,10 +47,15 @@ void check_model_keys_apply(const ModelConfig& m, const std::string& path) {
 /// 10x the largest published LLaMA (126 blocks x (128 heads + 53,248 neurons) = 6.7M).
 constexpr int64_t kMaxTransformerUnits = int64_t{1} << 26;
 
+/// A GPT's or LLaMA's MLP hidden width: SwiGLU's llama_ffn_width, or mlp_ratio x width.
+int64_t transformer_hidden(const ModelConfig& m) {
+  return m.name == ModelKind::llama ? llama_ffn_width(m) : int64_t{m.mlp_ratio} * m.width;
+}
+
 void check_transformer_units(const ModelConfig& m, const std::string& path) {
   if (m.name != ModelKind::gpt && m.name != ModelKind::llama) return;
   const bool llama = m.name == ModelKind::llama;
-  const int64_t hidden = llama ? llama_ffn_width(m) : int64_t{m.mlp_ratio} * m.width;
+  const int64_t hidden = transformer_hidden(m);
   const int64_t units = int64_t{m.depth} * (m.heads + hidden);
   SUBDP_CHECK(units <= kMaxTransformerUnits,
               "{}: [model] depth x (heads + {}) = {} x ({} + {}) = {} heads and neurons; subdp plans at most {} "
@@ -75,7 +80,7 @@ long double estimated_rank_bytes(const Config& c) {
   long double params = 0, per_sample = 0;
   if (m.name == ModelKind::gpt || m.name == ModelKind::llama) {
     const long double C = m.width, T = m.context, V = m.vocab, L = m.depth, H = m.heads;
-    const long double F = m.name == ModelKind::llama ? llama_ffn_width(m) : static_cast<long double>(m.mlp_ratio) * C;
+    const long double F = transformer_hidden(m);
     params = 2 * V * C + T * C + L * (4 * C * C + 3 * C * F + 4 * C);
     per_sample = T * (2 * V + L * (H * T + 16 * C + 4 * F));
   } else if (m.name == ModelKind::resnet) {

@@ -13,6 +13,7 @@
 #include <sys/statvfs.h>
 
 #include "engine/core/error.h"
+#include "engine/core/tensor.h"
 
 namespace fs = std::filesystem;
 
@@ -139,10 +140,8 @@ int64_t checkpoint_bytes(const std::vector<NamedTensor>& model, const std::vecto
 int64_t checkpoint_bytes(const std::vector<FullTensorSpec>& specs, int states) {
   int64_t bytes = kCheckpointFixedBytes;
   for (const FullTensorSpec& s : specs) {
-    int64_t n = 1;
-    for (int64_t d : s.shape) n *= d;
     const int copies = 1 + (s.trainable ? states : 0);  // the values, then "<name>::k" per state
-    bytes += copies * tensor_entry_bytes(n, s.name.size() + 4);
+    bytes += copies * tensor_entry_bytes(shape_numel(s.shape), s.name.size() + 4);
   }
   return bytes;
 }

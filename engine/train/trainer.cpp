@@ -133,8 +133,11 @@ void Trainer::check_memory_budget() {
   // Every rank measures before any rank allocates (the allgather orders it): no rank's model
   // is counted against another's share of the host.
   std::string error;
+  // One dry run serves the budget check and rank 0's start-up table (print_memory_comparison).
+  if (!config_.train.allow_overcommit || prints_)
+    layout_footprint_ = predict_rank_memory(config_, layout_.world, layout_.rank);
   if (!config_.train.allow_overcommit) {
-    const int64_t predicted = predict_rank_memory(config_, layout_.world, layout_.rank).total_peak;
+    const int64_t predicted = layout_footprint_.total_peak;
     std::string where;
     int64_t available = backend().device_free_bytes();
     if (available >= 0) {
@@ -402,7 +405,7 @@ void Trainer::print_memory_comparison() {
     for (int c = 0; c < kNumMemCategories; ++c) std::printf(" %12lld", static_cast<long long>(bytes[c]));
     std::printf(" %12lld", static_cast<long long>(total));
   };
-  const MemStats planned = predict_rank_memory(config_, layout_.world, layout_.rank);
+  const MemStats& planned = layout_footprint_;
   const MemStats& now = MemoryTracker::global().stats();
   std::printf("memory on rank %-3d (bytes)   ", layout_.rank);
   for (int c = 0; c < kNumMemCategories; ++c) std::printf(" %12s", category_name(static_cast<MemCategory>(c)));

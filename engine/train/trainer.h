@@ -200,6 +200,7 @@ class Trainer {
   std::unique_ptr<DirectoryLock> checkpoint_lock_;  // rank 0 with checkpoint.dir: held for the run
   CheckpointLedger checkpoints_;                    // rank 0: what keep_last may delete
   MemStats dp_footprint_;
+  MemStats layout_footprint_;  // this rank's planned bytes (check_memory_budget), when checked or printed
   int64_t step_ = 0, total_steps_ = 0, steps_per_epoch_ = 0;
   int64_t last_saved_step_ = -1;
   int64_t skipped_in_a_row_ = 0;  // consecutive steps skipped for non-finite values
