@@ -25,6 +25,10 @@ struct AttentionShape {
   int64_t qkv_width() const { return static_cast<int64_t>(H + 2 * kv_heads()) * hd; }
 };
 
+/// Widest head the CUDA attention kernels are compiled for (their per-thread rows are that many
+/// floats); the config rules refuse a wider one on device.type = "cuda" before a run starts.
+constexpr int kCudaMaxAttentionHeadDim = 128;
+
 /// One contiguous run of an optimizer update, n floats each, in backend memory: values w,
 /// gradient g, and the state: s0 (SGD's momentum buffer, null without momentum; AdamW's
 /// first moment m) and s1 (AdamW's second moment v; null for SGD).

@@ -8,6 +8,7 @@
 
 #include "engine/core/error.h"
 #include "engine/train/stop_signals.h"
+#include "kernels/shapes.h"
 
 namespace subdp {
 namespace {
@@ -257,6 +258,22 @@ void check_overlap(const Config& c, const std::string& path) {
               path, c.parallel.backend);
 }
 
+/// The data the model reads, and the CUDA attention's widest head: refused here, naming the
+/// file, rather than when the run builds its data source or its first attention layer.
+void check_data_and_device(const Config& c, const std::string& path) {
+  const bool tokens = c.data.name == DatasetKind::text || c.data.name == DatasetKind::token_shards;
+  SUBDP_CHECK(tokens == is_language_model(c.model.name), "{}: [data] name = \"{}\" with [model] name = \"{}\": {}",
+              path, c.data.name, c.model.name,
+              tokens ? "token data needs model.name = \"gpt\" or \"llama\""
+                     : "a language model needs data.name = \"text\" or \"token_shards\"");
+  if (c.device.type != DeviceType::cuda || !is_language_model(c.model.name)) return;
+  const int hd = c.model.width / c.model.heads;
+  SUBDP_CHECK(hd <= kCudaMaxAttentionHeadDim,
+              "{}: [model] width / heads = {} / {}: a head of {} columns; the CUDA attention takes at most {} "
+              "(more heads, or device.type = \"cpu\")",
+              path, c.model.width, c.model.heads, hd, kCudaMaxAttentionHeadDim);
+}
+
 }  // namespace
 
 void check_config_rules(const Config& c, const std::string& path) {
@@ -264,6 +281,7 @@ void check_config_rules(const Config& c, const std::string& path) {
   check_shape_arithmetic(c, path);
   check_features(c, path);
   check_overlap(c, path);
+  check_data_and_device(c, path);
 }
 
 }  // namespace subdp

@@ -242,6 +242,10 @@ struct Config {
   std::string source;  // file the config came from (for messages)
 };
 
+/// "<source>: ", the prefix of a message about this config's keys found after loading (by the
+/// run, against its world size); empty for a config built in code.
+inline std::string config_origin(const Config& c) { return c.source.empty() ? std::string() : c.source + ": "; }
+
 /// Loads a TOML file, applies "--set table.key=value" overrides, validates every key
 /// (unknown key, wrong type, out-of-range value: subdp::Error naming file and key).
 Config load_config(const std::string& path, const std::vector<std::string>& overrides);

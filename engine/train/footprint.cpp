@@ -17,7 +17,8 @@ OverlapMode overlap_mode_of(const Config& c) {
 
 MemStats predict_rank_memory(const Config& c, int world, int rank) {
   const int S = c.parallel.subnetworks;
-  SUBDP_CHECK(world % S == 0, "parallel.subnetworks = {} does not divide the world size W = {}", S, world);
+  SUBDP_CHECK(world % S == 0, "{}[parallel] subnetworks = {} does not divide the world size W = {}", config_origin(c),
+              S, world);
   const ModelUnits units = model_units(c.model);
   const SubnetworkPlan plan = make_plan(units, c.mask, S);
   Layout layout{world, S, rank};

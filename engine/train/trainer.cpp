@@ -99,8 +99,8 @@ Trainer::Trainer(const Config& config, std::unique_ptr<Communicator> world, cons
   prints_ = layout_.rank == 0 || world_->simulated();
   layout_.S = config_.parallel.subnetworks;
   SUBDP_CHECK(layout_.world % layout_.S == 0,
-              "parallel.subnetworks = {} does not divide the world size W = {}: W must be S x R replicas", layout_.S,
-              layout_.world);
+              "{}[parallel] subnetworks = {} does not divide the world size W = {}: W must be S x R replicas",
+              config_origin(config_), layout_.S, layout_.world);
   units_ = model_units(config_.model);
   plan_ = make_plan(units_, config_.mask, layout_.S);
   check_layout_agreement();

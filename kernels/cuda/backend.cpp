@@ -114,6 +114,7 @@ class CudaBackend final : public Backend {
     release_scratch();
     release_chunks();
     if (lt_workspace_ != nullptr) {
+      cuda::set_gemm_workspace(stream_, {});
       memory_->deallocate(lt_workspace_, cuda::kLtWorkspaceBytes);
       MemoryTracker::global().on_free(MemCategory::workspace, static_cast<int64_t>(cuda::kLtWorkspaceBytes));
     }
@@ -178,7 +179,7 @@ class CudaBackend final : public Backend {
 
   void sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
              float beta, float* C, int ldc) override {
-    cuda::sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, stream_);
+    cuda::sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, gemm_stream());
   }
   void linear_forward(const float* x, const float* w, const float* b, float* y, float* pre_gelu, int64_t rows,
                       int64_t in, int64_t out) override {
@@ -352,9 +353,9 @@ class CudaBackend final : public Backend {
     const auto* a = static_cast<const cuda::bf16*>(A);
     const auto* b = static_cast<const cuda::bf16*>(B);
     if (c_bf16)
-      cuda::gemm(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, static_cast<cuda::bf16*>(C), ldc, stream_);
+      cuda::gemm(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, static_cast<cuda::bf16*>(C), ldc, gemm_stream());
     else
-      cuda::gemm(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, static_cast<float*>(C), ldc, stream_);
+      cuda::gemm(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, static_cast<float*>(C), ldc, gemm_stream());
   }
 
   void batchnorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
@@ -404,12 +405,12 @@ class CudaBackend final : public Backend {
     return cuda::conv2d_workspace_floats(s, chunk(s)) + input_floats(s);
   }
   void conv2d_forward(const ConvShape& s, const float* x, const float* w, float* y, float* ws) override {
-    cuda::conv2d_forward(s, x, w, y, ws, chunk(s), stream_);
+    cuda::conv2d_forward(s, x, w, y, ws, chunk(s), gemm_stream());
   }
   void conv2d_backward(const ConvShape& s, const float* x, const float* w, const float* dy, float* dx, float* dw,
                        int dw_cout, int dw_cin, float* ws, bool accumulate_dx) override {
     float* dx_tmp = accumulate_dx && dx ? ws + cuda::conv2d_workspace_floats(s, chunk(s)) : nullptr;
-    cuda::conv2d_backward(s, x, w, dy, dx_tmp ? dx_tmp : dx, dw, dw_cout, dw_cin, ws, chunk(s), stream_);
+    cuda::conv2d_backward(s, x, w, dy, dx_tmp ? dx_tmp : dx, dw, dw_cout, dw_cin, ws, chunk(s), gemm_stream());
     if (dx_tmp) cuda::axpy(1.f, dx_tmp, dx, input_floats(s), stream_);
   }
   void global_avg_pool_forward(const float* x, float* y, int N, int C, int HW) override {
@@ -540,14 +541,22 @@ class CudaBackend final : public Backend {
     std::memcpy(&value, read_back_, sizeof(T));
     return value;
   }
-  /// cuBLASLt's workspace, taken from the pool at the first call and kept: counted as workspace
-  /// whether or not the tracker is paused (the planner counts it: library_workspace_bytes).
+  /// The libraries' workspace, cuBLASLt's and cuBLAS's on this stream (one stream orders their
+  /// use of it), taken from the pool at the first GEMM and kept: counted as workspace whether or
+  /// not the tracker is paused (the planner counts it: library_workspace_bytes).
   cuda::LtWorkspace lt_workspace() {
     if (lt_workspace_ == nullptr) {
       lt_workspace_ = memory_->allocate(cuda::kLtWorkspaceBytes);
       MemoryTracker::global().on_alloc(MemCategory::workspace, static_cast<int64_t>(cuda::kLtWorkspaceBytes));
+      cuda::set_gemm_workspace(stream_, {lt_workspace_, cuda::kLtWorkspaceBytes});
     }
     return {lt_workspace_, cuda::kLtWorkspaceBytes};
+  }
+  /// The stream for a cuBLAS call, its workspace set first (else cuBLAS would take its default
+  /// pool outside this backend's pool, where neither the tracker nor the planner sees it).
+  cudaStream_t gemm_stream() {
+    lt_workspace();
+    return stream_;
   }
   /// Device scratch of at least n doubles for one operation's temporaries (grown on demand,
   /// counted as workspace). From this backend's own memory, not the global backend's

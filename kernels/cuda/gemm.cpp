@@ -1,11 +1,15 @@
 // Row-major GEMM through cuBLAS (column-major): a row-major C = op(A) op(B) is the
 // column-major C^T = op(B)^T op(A)^T, so each call passes B before A and swaps M and N.
 // Handles are per thread and device (handle_cache.h), bound to the caller's stream on every
-// call. The float32 GEMMs run in the precision set_gemm_math chose: fp32, TF32 (the math
-// mode) or bf16 (cublasGemmEx's compute type).
+// call, with the stream's workspace (set_gemm_workspace) if it has one. The float32 GEMMs run in the precision
+// set_gemm_math chose: fp32, TF32 (the math mode) or bf16 (cublasGemmEx's compute type).
 #include <cublas_v2.h>
 
+#include <algorithm>
 #include <atomic>
+#include <mutex>
+#include <utility>
+#include <vector>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/handle_cache.h"
@@ -19,11 +23,32 @@ cublasOperation_t op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
 std::atomic<GemmMath> g_math{GemmMath::fp32};
 
-/// The handle on `stream`, in the math mode set_gemm_math chose (set on every call: a
-/// host-side field, and the handles are per thread).
+/// set_gemm_workspace's table: few streams (one per backend), so a vector.
+struct StreamWorkspaces {
+  std::mutex mutex;
+  std::vector<std::pair<cudaStream_t, LtWorkspace>> entries;
+};
+StreamWorkspaces& stream_workspaces() {
+  static StreamWorkspaces table;
+  return table;
+}
+
+LtWorkspace workspace_of(cudaStream_t stream) {
+  StreamWorkspaces& t = stream_workspaces();
+  std::lock_guard<std::mutex> lock(t.mutex);
+  for (const auto& [s, ws] : t.entries)
+    if (s == stream) return ws;
+  return {};
+}
+
+/// The handle on `stream`, with its workspace, in the math mode set_gemm_math chose (all set
+/// on every call: the handles are per thread, and cublasSetStream resets the workspace to the
+/// default pool).
 cublasHandle_t bound_handle(cudaStream_t stream) {
   cublasHandle_t h = cublas_handle();
   CUBLAS_CHECK(cublasSetStream(h, stream));
+  if (const LtWorkspace ws = workspace_of(stream); ws.data != nullptr)
+    CUBLAS_CHECK(cublasSetWorkspace(h, ws.data, ws.bytes));
   CUBLAS_CHECK(cublasSetMathMode(h, g_math == GemmMath::tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
   return h;
 }
@@ -37,6 +62,14 @@ void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, con
 }
 
 }  // namespace
+
+void set_gemm_workspace(cudaStream_t stream, LtWorkspace ws) {
+  StreamWorkspaces& t = stream_workspaces();
+  std::lock_guard<std::mutex> lock(t.mutex);
+  auto& e = t.entries;
+  e.erase(std::remove_if(e.begin(), e.end(), [&](const auto& entry) { return entry.first == stream; }), e.end());
+  if (ws.data != nullptr) e.emplace_back(stream, ws);
+}
 
 void set_gemm_math(GemmMath math) { g_math = math; }
 GemmMath gemm_math() { return g_math; }

@@ -179,7 +179,7 @@ void embedding_backward(const int32_t* ids, const float* dy, float* dw, int64_t 
 // ---- attention (attention.cu) ----------------------------------------------------------
 
 /// Widest head the attention kernels are compiled for (their per-thread rows are HD floats).
-constexpr int kMaxAttentionHeadDim = 128;
+constexpr int kMaxAttentionHeadDim = kCudaMaxAttentionHeadDim;
 /// Floats of workspace attention_backward needs: the log-sum-exp and rowsum(dy * y) of each
 /// (sequence, head, row), 2 B H T; no (T, T) matrix.
 int64_t attention_workspace_floats(const AttentionShape& s);
@@ -305,6 +305,13 @@ struct LtWorkspace {
 /// The workspace the CUDA backend gives cuBLASLt: 32 MiB, cuBLAS's recommendation for Hopper
 /// (cuBLAS documentation, cublasSetWorkspace; PyTorch's cuBLASLt workspace on sm_90).
 constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
+/// From now on cuBLAS's GEMMs on `stream` (sgemm, sgemm_strided_batched, gemm) use `ws` as
+/// their workspace (cublasSetWorkspace), not the library's default pool, which cuBLAS would
+/// otherwise take from device memory outside the caller's pool, uncounted by the planner. The
+/// caller keeps ws alive while GEMMs run on the stream, and shares it only with work ordered on
+/// that stream (cuBLASLt's calls there may use the same bytes). An empty ws (data null) forgets
+/// the stream's workspace.
+void set_gemm_workspace(cudaStream_t stream, LtWorkspace ws);
 /// A linear layer's forward as one cuBLASLt GEMM (gemm_lt.cpp), row-major, float32, in the
 /// precision set_gemm_math chose: y (rows, out) = x (rows, in) . w^T (in, out) + b (b: out
 /// floats, or null), and with pre (rows, out) not null: pre = that, y = gelu(pre) (tanh form),

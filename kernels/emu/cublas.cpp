@@ -6,13 +6,16 @@
 // as the tensor cores read them.
 #include "kernels/emu/cublas.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "kernels/emu/blas_ref.h"
 #include "kernels/emu/errors.h"
 #include "kernels/emu/memory.h"
+#include "kernels/emu/runtime.h"
 #include "kernels/emu/streams.h"
 
 namespace subdp::emu {
@@ -20,6 +23,10 @@ namespace subdp::emu {
 struct BlasHandle {
   cudaStream_t stream = nullptr;
   cublasMath_t math = CUBLAS_DEFAULT_MATH;
+  void* workspace = nullptr;  // cublasSetWorkspace's, in use until the next cublasSetStream
+  size_t workspace_bytes = 0;
+  bool user_workspace = false;
+  void* default_pool = nullptr;  // the library's own, taken at the first GEMM that needs it
 };
 
 }  // namespace subdp::emu
@@ -27,6 +34,14 @@ struct BlasHandle {
 using namespace subdp::emu;
 
 namespace {
+
+/// The library's default workspace pool: the size of CUBLAS_WORKSPACE_CONFIG's documented
+/// default (":4096:2:16:8", 2 x 4 MiB + 8 x 16 KiB). Device memory outside any pool of the
+/// caller's, as on a GPU, where it shows only in cudaMemGetInfo.
+constexpr size_t kDefaultPoolBytes = 2 * (size_t{4096} << 10) + 8 * (size_t{16} << 10);
+/// How much of a caller's workspace a GEMM overwrites (its split-K partial sums), in stream
+/// order, so that a tensor sharing the workspace is lost as on a device.
+constexpr size_t kScribbledBytes = size_t{1} << 20;
 
 cublasStatus_t invalid(const char* call, const std::string& why) {
   std::fprintf(stderr, "subdp CUDA emulator: %s: %s\n", call, why.c_str());
@@ -109,8 +124,14 @@ cublasStatus_t run_gemm(cublasHandle_t handle, const GemmArgs& g, const float* a
   if (st != CUBLAS_STATUS_SUCCESS || g.m == 0 || g.n == 0 || g.batch == 0) return st;
   Stream* s = stream_or_null(handle);
   if (s == nullptr) return invalid(g.call, "the handle's stream was destroyed");
+  void* scribbled = handle->user_workspace ? handle->workspace : nullptr;
+  const size_t scribbled_bytes = std::min(handle->workspace_bytes, kScribbledBytes);
+  if (!handle->user_workspace && handle->default_pool == nullptr &&
+      cudaMalloc(&handle->default_pool, kDefaultPoolBytes) != cudaSuccess)
+    return CUBLAS_STATUS_ALLOC_FAILED;
   const float al = *alpha, be = *beta;
-  enqueue(s, g.call, [g, al, be] {
+  enqueue(s, g.call, [g, al, be, scribbled, scribbled_bytes] {
+    if (scribbled != nullptr) std::memset(scribbled, 0xff, scribbled_bytes);
     for (int i = 0; i < g.batch; ++i) {
       const std::vector<float> fa = entry_floats(g.a, g.at, i, g.compute, true);
       const std::vector<float> fb = entry_floats(g.b, g.bt, i, g.compute, true);
@@ -133,6 +154,7 @@ cublasStatus_t cublasCreate(cublasHandle_t* handle) {
 
 cublasStatus_t cublasDestroy(cublasHandle_t handle) {
   if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (handle->default_pool != nullptr) cudaFree(handle->default_pool);  // at thread exit: nobody to tell
   delete handle;
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -141,6 +163,23 @@ cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream) {
   if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
   if (stream_of(stream) == nullptr) return invalid("cublasSetStream", "destroyed stream");
   handle->stream = stream;
+  handle->user_workspace = false;  // cuBLAS: "unconditionally resets" it to the default pool
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetWorkspace(cublasHandle_t handle, void* workspace, size_t workspaceSizeInBytes) {
+  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (workspaceSizeInBytes > 0) {
+    if (reinterpret_cast<uintptr_t>(workspace) % 256 != 0)
+      return invalid("cublasSetWorkspace", "the workspace is not 256-byte aligned");
+    if (region_of(workspace, workspaceSizeInBytes) != Region::device)
+      return invalid("cublasSetWorkspace", "the workspace (" + std::to_string(workspaceSizeInBytes) + " bytes) is " +
+                                               describe_region(workspace, workspaceSizeInBytes) +
+                                               ", not device memory");
+  }
+  handle->workspace = workspace;
+  handle->workspace_bytes = workspaceSizeInBytes;
+  handle->user_workspace = true;
   return CUBLAS_STATUS_SUCCESS;
 }
 

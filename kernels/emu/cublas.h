@@ -4,6 +4,7 @@
 // Matrix pointers must be device memory covering every element the call reads or writes;
 // alpha and beta are host pointers (CUBLAS_POINTER_MODE_HOST, the default).
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels/emu/types.h"
@@ -41,6 +42,11 @@ cublasStatus_t cublasCreate(cublasHandle_t* handle);
 cublasStatus_t cublasDestroy(cublasHandle_t handle);
 cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream);
 cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode);
+/// The handle's workspace becomes [workspace, workspace + bytes), device memory 256-byte
+/// aligned (cuBLAS's rule), for the calls on its current stream; cublasSetStream resets it to
+/// the library's default pool, which the emulator, as cuBLAS, takes from device memory
+/// (cudaMalloc) at the first GEMM that uses it and frees with the handle.
+cublasStatus_t cublasSetWorkspace(cublasHandle_t handle, void* workspace, size_t workspaceSizeInBytes);
 const char* cublasGetStatusString(cublasStatus_t status);
 
 cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,

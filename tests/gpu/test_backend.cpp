@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <thread>
 
 #include "engine/core/backend.h"
 #include "tests/gpu/gpu_test_util.h"
@@ -39,6 +40,25 @@ TEST_F(CudaBackendStep, EveryModelAndRegimeMatchesTheCpuBackend) {
     for (size_t i = 0; i < cpu.grads.size(); ++i)
       EXPECT_LT(relative_error(gpu.grads[i], cpu.grads[i]), 1e-4) << "gradient " << i;
   }
+}
+
+// cuBLAS takes a default workspace pool from device memory at a handle's first GEMM unless the
+// handle has a workspace of the caller's: memory outside the backend's pool, which the planner
+// and the tracker never see. Every model's step must leave the device's used bytes as they were.
+TEST_F(CudaBackendStep, GemmsTakeNoDeviceMemoryOutsideTheBackendsPool) {
+  // A thread of its own: its cuBLAS handles are new, so no earlier test's GEMM took the pool.
+  std::thread([] {
+    const std::vector<test::BackendCase> cases = test::backend_cases();  // host batches: before the switch
+    set_backend(make_backend(DeviceType::cuda));
+    const int64_t before = backend().device_used_bytes();
+    for (const test::BackendCase& c : cases) {
+      if (c.regime != MaskRegime::none) continue;
+      SCOPED_TRACE(c.label());
+      test::backend_step(c);
+      EXPECT_EQ(backend().device_used_bytes(), before);
+    }
+    set_backend(make_cpu_backend());
+  }).join();
 }
 
 }  // namespace

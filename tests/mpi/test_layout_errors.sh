@@ -11,7 +11,7 @@ expect_error() {  # expect_error PATTERN NP ARGS...
   if ! grep -q -- "$pattern" <<<"$out"; then echo "FAIL: no '$pattern' in:"; echo "$out" | tail -5; exit 1; fi
   echo "ok: $pattern"
 }
-expect_error "does not divide the world size" 3 "$SUBDP" train "$WORK/mlp.toml" --set parallel.subnetworks=2 \
+expect_error "mlp.toml: \[parallel\] subnetworks = 2 does not divide the world size W = 3" 3 "$SUBDP" train "$WORK/mlp.toml" --set parallel.subnetworks=2 \
   --set mask.regime=forward --set mask.granularity=neuron --set mask.keep=0.5
 expect_error "must be a whole number" 4 "$SUBDP" train "$WORK/mlp.toml" --set parallel.subnetworks=4 \
   --set mask.regime=forward --set mask.granularity=neuron --set mask.keep=0.3

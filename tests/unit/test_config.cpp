@@ -362,6 +362,18 @@ INSTANTIATE_TEST_SUITE_P(
                       "4096\nffn_width = 64\n",
                   {"train.batch_size=1"},
                   {"batch_size = 1 need about", "bytes per rank, past 2^56"}},
+        ErrorCase{"token_data_for_an_image_model",  // was found only when the data source was built
+                  S + "[data]\nname = \"text\"\n",
+                  {},
+                  {"configs/x.toml", "[data] name = \"text\" with [model] name = \"mlp\"", "token data needs"}},
+        ErrorCase{"image_data_for_a_language_model",
+                  S + "[model]\nname = \"llama\"\n[data]\nname = \"cifar10\"\n",
+                  {},
+                  {"configs/x.toml", "[data] name = \"cifar10\" with [model] name = \"llama\"", "\"token_shards\""}},
+        ErrorCase{"cuda_head_wider_than_its_attention",  // was found at the first attention layer
+                  S + "[model]\nname = \"gpt\"\nwidth = 512\nheads = 2\n[data]\nname = \"text\"\n",
+                  {"device.type=cuda"},
+                  {"configs/x.toml", "width / heads = 512 / 2", "a head of 256 columns", "at most 128"}},
         ErrorCase{"resnet_sample_32bit",
                   S + "[model]\nname = \"resnet\"\nimage_size = 16384\nwidths = [64, 128]\n",
                   {},
