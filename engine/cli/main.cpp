@@ -338,20 +338,32 @@ int run(int argc, char** argv) {
   return 2;
 }
 
+/// rc, once stdout is flushed; 1 (unless rc is already an error) when anything written to it was
+/// lost: `subdp plan --json > out.json` on a full disk left a truncated file and exit 0.
+int with_stdout_flushed(int rc) {
+  const int err = std::fflush(stdout) != 0 ? errno : 0;  // std::cout writes through stdout's buffer
+  if (!std::ferror(stdout)) return rc;
+  std::fprintf(stderr, "subdp: error: writing the standard output failed: %s\n",
+               err != 0 ? std::strerror(err) : "an earlier write was lost");
+  return rc == 0 ? 1 : rc;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const subdp::Error& e) {
-    std::fprintf(stderr, "subdp: error: %s\n", e.what());
-  } catch (const std::bad_alloc&) {
-    std::fprintf(stderr,
-                 "subdp: error: out of host memory (std::bad_alloc): the configuration's sizes ([model] keys, "
-                 "train.batch_size) need more memory than this process can get; `subdp plan CONFIG` prints the "
-                 "bytes a run needs\n");
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "subdp: error: %s\n", e.what());
-  }
-  return 1;
+  return with_stdout_flushed([&] {
+    try {
+      return run(argc, argv);
+    } catch (const subdp::Error& e) {
+      std::fprintf(stderr, "subdp: error: %s\n", e.what());
+    } catch (const std::bad_alloc&) {
+      std::fprintf(stderr,
+                   "subdp: error: out of host memory (std::bad_alloc): the configuration's sizes ([model] keys, "
+                   "train.batch_size) need more memory than this process can get; `subdp plan CONFIG` prints the "
+                   "bytes a run needs\n");
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "subdp: error: %s\n", e.what());
+    }
+    return 1;
+  }());
 }

@@ -61,10 +61,31 @@ class Communicator {
   /// Collective over this communicator: returns a communicator over `ranks` (sorted ranks
   /// of this communicator) on members, nullptr elsewhere.
   virtual std::unique_ptr<Communicator> subgroup(const std::vector<int>& ranks) = 0;
+  /// Lets this rank's waits in later collectives run extra_s seconds past
+  /// parallel.collective_timeout_s (0: no more), naming `why` (a literal) if they time out:
+  /// rank 0's checkpoint I/O, which the other ranks wait on. Default: nothing (no watchdog).
+  virtual void allow_longer_waits(double extra_s, const char* why) {
+    (void)extra_s;
+    (void)why;
+  }
   /// Which implementation this is.
   virtual CommKind kind() const = 0;
   /// True for --simulate-rank's communicator: collectives return this rank's own data.
   bool simulated() const { return kind() == CommKind::simulated; }
+};
+
+/// Communicator::allow_longer_waits for a scope (every rank of the communicator makes one).
+class LongerWaits {
+ public:
+  LongerWaits(Communicator& comm, double extra_s, const char* why) : comm_(comm) {
+    comm_.allow_longer_waits(extra_s, why);
+  }
+  ~LongerWaits() { comm_.allow_longer_waits(0, nullptr); }
+  LongerWaits(const LongerWaits&) = delete;
+  LongerWaits& operator=(const LongerWaits&) = delete;
+
+ private:
+  Communicator& comm_;
 };
 
 /// Offset of segment r of `counts` (the sum of counts[0..r)); checks counts.size() == size.

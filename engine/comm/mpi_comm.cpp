@@ -116,6 +116,7 @@ class MpiCommunicator : public Communicator {
     CollectiveWatchdog::Guard guard(*watchdog_, "MPI_Barrier");
     MPI_CHECK(MPI_Barrier(comm_));
   }
+  void allow_longer_waits(double extra_s, const char* why) override { watchdog_->allow_longer(extra_s, why); }
   std::unique_ptr<Communicator> subgroup(const std::vector<int>& ranks) override {
     bool member = false;
     for (int r : ranks) member |= r == rank_;

@@ -46,6 +46,11 @@ void CollectiveWatchdog::set_device_probe(std::function<bool()> collective_runni
 
 CollectiveWatchdog::Guard::~Guard() { w_.what_ = nullptr; }
 
+void CollectiveWatchdog::allow_longer(double extra_s, const char* why) {
+  extra_why_ = extra_s > 0 ? why : nullptr;
+  extra_s_ = extra_s > 0 ? extra_s : 0;
+}
+
 void CollectiveWatchdog::watch() {
   std::unique_lock<std::mutex> lock(mutex_);
   int64_t last_tick = now_ns();
@@ -65,11 +70,13 @@ void CollectiveWatchdog::watch() {
       continue;
     }
     const double waited = (now - since_ns_ - (stopped_ns_ - stopped_at_start_ns_)) * 1e-9;
-    if (waited < timeout_s_) continue;
+    const double extra = extra_s_;
+    if (waited < timeout_s_ + extra) continue;
+    const char* why = extra_why_;
     std::fprintf(stderr,
-                 "subdp: error on rank %d: collective %s has waited %.1f s (parallel.collective_timeout_s = %g): "
+                 "subdp: error on rank %d: collective %s has waited %.1f s (parallel.collective_timeout_s = %g%s%s%s): "
                  "a peer rank is lost or stuck%s; exiting so the job does not hang\n",
-                 rank_, what, waited, timeout_s_,
+                 rank_, what, waited, timeout_s_, why ? ", and " : "", why ? why : "", why ? " allowed more" : "",
                  timed_by_probe ? " (timed from the tick that saw the collective begin on the device)" : "");
     std::fflush(stderr);
     std::_Exit(3);  // MPI_Abort is not callable from this thread; mpirun tears down the job

@@ -42,6 +42,11 @@ class CollectiveWatchdog {
   /// watchdog; without one the whole wait is timed.
   void set_device_probe(std::function<bool()> collective_running);
 
+  /// From now on a wait may run extra_s seconds past the timeout (0: none again), and a timeout
+  /// names `why` (a literal): rank 0 writing or reading a checkpoint, which its peers wait on in
+  /// their next collective, can take longer than any collective should on a slow file system.
+  void allow_longer(double extra_s, const char* why);
+
  private:
   void watch();
   /// Adds to stopped_ns_ the part of a gap between two ticks beyond kStoppedGap: the thread,
@@ -52,6 +57,8 @@ class CollectiveWatchdog {
   std::atomic<const char*> what_{nullptr};
   std::atomic<bool> device_wait_{false};
   std::function<bool()> device_probe_;
+  std::atomic<double> extra_s_{0};
+  std::atomic<const char*> extra_why_{nullptr};
   std::atomic<int64_t> since_ns_{0};
   std::atomic<int64_t> stopped_ns_{0};           // total time the process was stopped
   std::atomic<int64_t> stopped_at_start_ns_{0};  // stopped_ns_ when the collective began

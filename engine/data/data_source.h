@@ -1,6 +1,8 @@
 // Batches for training and evaluation, built from the [data] config: each rank reads its
 // own disjoint share of the training split; evaluation walks the held-out split.
 #pragma once
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "engine/config/config.h"
@@ -24,7 +26,14 @@ class DataSource {
   virtual Batch make_batch() const = 0;
   /// Short description ("fashion_mnist: 60000 train / 10000 test, 1x28x28").
   virtual std::string describe() const = 0;
+  /// CRC32 of every value the source loaded (both splits, labels included): each rank reads
+  /// data.path itself, and the ranks compare this at start-up (a partial or stale node-local
+  /// copy would otherwise train on other data, or fail later in a misleading collective).
+  virtual uint32_t content_crc32() const = 0;
 };
+
+/// zlib's CRC32 of n bytes at p, continuing `crc` (0 to start); any n.
+uint32_t crc32_bytes(uint32_t crc, const void* p, size_t n);
 
 /// Builds the source named in config.data for rank `rank` of `world`. Errors reading the
 /// files (missing, empty, corrupt) name the key: "data.path: <path>: <what>" (or

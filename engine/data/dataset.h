@@ -18,7 +18,8 @@ std::vector<uint8_t> read_file_bytes(const std::string& path, bool gunzip);
 /// Labelled images, float32 NCHW in [0, 1] (or normalised), labels in [0, classes).
 struct ImageDataset {
   int64_t n = 0;
-  int channels = 0, height = 0, width = 0, classes = 10;
+  int channels = 0, height = 0, width = 0,
+      classes = 10;             // CIFAR-10: its format's 10; IDX: 1 + the largest label the file holds
   std::vector<float> images;    // (n, channels, height, width)
   std::vector<int32_t> labels;  // (n)
   /// Files the labels came from: (path, index of its first label), in order.

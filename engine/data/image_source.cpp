@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstring>
 #include <tuple>
+#include <utility>
 
 #include "engine/data/dataset.h"
 #include "engine/data/data_source.h"
@@ -37,9 +38,15 @@ class ImageSource : public DataSource {
                   "data.path = \"{}\": the {} split holds no images (its files {} count 0); a run needs "
                   "both splits",
                   dir, split, files);
-    SUBDP_CHECK(train_.channels == c.model.in_channels && train_.height == c.model.image_size,
-                "data.name = \"{}\" has {}x{}x{} images but the model expects in_channels = {}, image_size = {}",
-                c.data.name, train_.channels, train_.height, train_.width, c.model.in_channels, c.model.image_size);
+    // Each split, every side: a batch holds in_channels x image_size^2 floats a sample, and a
+    // sample of another size would be copied past it (or leave part of it stale).
+    const int side = c.model.image_size;
+    for (const auto& [split, d] : {std::pair{"train", &train_}, std::pair{"test", &test_}})
+      SUBDP_CHECK(d->channels == c.model.in_channels && d->height == side && d->width == side,
+                  "data.path = \"{}\": the {} split has {}x{}x{} images (channels x height x width), but the model "
+                  "expects {}x{}x{} ([model] in_channels = {}, image_size = {})",
+                  dir, split, d->channels, d->height, d->width, c.model.in_channels, side, side, c.model.in_channels,
+                  side);
     check_labels(train_, c.model.classes, "train");
     check_labels(test_, c.model.classes, "test");
     if (c.data.normalize) {
@@ -66,6 +73,14 @@ class ImageSource : public DataSource {
     for (int64_t k = i * batch_size_; k < std::min(n, (i + 1) * batch_size_); ++k)
       idx.push_back(k * shares + share_rank);
     fill(test_, idx, b);
+  }
+  uint32_t content_crc32() const override {
+    uint32_t crc = 0;
+    for (const ImageDataset* d : {&train_, &test_}) {
+      crc = crc32_bytes(crc, d->images.data(), d->images.size() * sizeof(float));
+      crc = crc32_bytes(crc, d->labels.data(), d->labels.size() * sizeof(int32_t));
+    }
+    return crc;
   }
   std::string describe() const override {
     return fmt::format("{}: {} train / {} test, {}x{}x{}", name_, train_.n, test_.n, train_.channels, train_.height,

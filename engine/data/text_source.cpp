@@ -80,6 +80,9 @@ class TextSource : public DataSource {
     fill(tokens_.data() + n_train_, eval_sampler_->starts(i * shares + share_rank), b);
   }
 
+  uint32_t content_crc32() const override {
+    return crc32_bytes(0, tokens_.data(), tokens_.size() * sizeof(tokens_[0]));
+  }
   std::string describe() const override {
     return fmt::format("{} {}: {} train / {} validation tokens, windows of {}", name_, path_, n_train_,
                        static_cast<int64_t>(tokens_.size()) - n_train_, T_);

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <utility>
 
 #include <sys/statvfs.h>
 
@@ -25,20 +26,33 @@ constexpr const char* kFormat = "subdp-checkpoint-v1";
 
 std::string step_name(int64_t step) { return fmt::format("step-{:08d}", step); }
 
-std::vector<fs::path> complete_checkpoints(const std::string& dir) {
-  std::vector<fs::path> out;
-  if (!fs::is_directory(dir)) return out;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    const std::string n = e.path().filename().string();
-    if (e.is_directory() && n.rfind("step-", 0) == 0 && n.find(".tmp") == std::string::npos) out.push_back(e.path());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
+/// The step of a folder named step-N (N digits only, as save_checkpoint names them), or -1 for
+/// any other name: a copy named step-best or step-00000004.keep is the user's, which "auto"
+/// never resumes from and keep_last never deletes.
+int64_t folder_step(const std::string& name) {
+  if (name.size() <= 5 || name.size() > 5 + 18 || name.rfind("step-", 0) != 0 ||
+      name.find_first_not_of("0123456789", 5) != std::string::npos)
+    return -1;
+  return std::stoll(name.substr(5));  // 18 digits fit
 }
 
 /// True for a folder named step-N, N digits only: the names "auto" orders checkpoints by.
-bool is_step_folder(const std::string& name) {
-  return name.size() > 5 && name.rfind("step-", 0) == 0 && name.find_first_not_of("0123456789", 5) == std::string::npos;
+bool is_step_folder(const std::string& name) { return folder_step(name) >= 0; }
+
+/// The complete checkpoints save_checkpoint wrote in dir (step-N folders; step-N.tmp is one
+/// being written), oldest first by N.
+std::vector<fs::path> complete_checkpoints(const std::string& dir) {
+  std::vector<std::pair<int64_t, fs::path>> found;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return {};
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const int64_t step = folder_step(e.path().filename().string());
+    if (step >= 0 && e.is_directory(ec)) found.emplace_back(step, e.path());
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<fs::path> out;
+  for (auto& [step, path] : found) out.push_back(std::move(path));
+  return out;
 }
 
 /// "step-A", or "step-A .. step-B": the first and last of sorted checkpoint folders (not empty).
@@ -287,8 +301,7 @@ void check_fresh_checkpoint_dir(const std::string& dir) {
 void check_no_later_checkpoints(const std::string& dir, const std::string& resume, int64_t step) {
   std::vector<fs::path> later;
   for (const fs::path& p : complete_checkpoints(dir)) {
-    const std::string n = p.filename().string();
-    if (is_step_folder(n) && n.size() < 24 && std::stoll(n.substr(5)) > step) later.push_back(p);  // 18 digits fit
+    if (folder_step(p.filename().string()) > step) later.push_back(p);
   }
   if (later.empty()) return;
   throw Error(fmt::format(

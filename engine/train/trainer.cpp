@@ -108,6 +108,7 @@ Trainer::Trainer(const Config& config, std::unique_ptr<Communicator> world, cons
   prepare_outputs();
   build_local_model();
   data_ = make_data_source(config_, layout_.rank, layout_.world);
+  check_data_agreement();
   batch_ = data_->make_batch();
   Config dp = config_;
   dp.parallel.subnetworks = 1;
@@ -236,6 +237,17 @@ void Trainer::report_overlap() const {
   else
     std::printf("overlap: %d of rank %d's %d all-reduce messages start during the backward pass\n", early, layout_.rank,
                 total);
+}
+
+void Trainer::check_data_agreement() {
+  const std::string mine = fmt::format("{} (CRC32 {:08x})", data_->describe(), data_->content_crc32());
+  const auto all = world_->allgather(mine);
+  for (int r = 1; r < static_cast<int>(all.size()); ++r)
+    SUBDP_CHECK(all[r] == all[0],
+                "rank {} loaded other data than rank 0 from the same [data] keys: \"{}\" on rank {}, \"{}\" on rank 0; "
+                "each rank reads data.path itself, so its files must be the same on every node (a partial or stale "
+                "node-local copy?)",
+                r, all[r], r, all[0]);
 }
 
 void Trainer::check_layout_agreement() {

@@ -58,6 +58,9 @@ class Trainer {
   /// Collective: moves every slice and its optimizer state to its holders under the plan of
   /// `deal`; the old model is freed before the new one is built (trainer_redeal.cpp).
   void redeal(int64_t deal);
+  /// Collective: every rank loaded the same data (its description and content CRC32), else
+  /// throws on every rank naming the first rank that differs and both descriptions.
+  void check_data_agreement();
   void check_layout_agreement();
   /// Collective, before the model is built: refuses (every rank, with both figures) when the
   /// plan's bytes for a rank exceed the memory available to it, unless train.allow_overcommit.
@@ -161,6 +164,10 @@ class Trainer {
   /// Writes the step's metrics line and, every log.every steps, the progress line.
   void record(const StepFigures& f);
   void save(bool final);
+  /// Seconds the other ranks may wait past parallel.collective_timeout_s while rank 0 writes or
+  /// reads a checkpoint: its bytes (checkpoint_bytes) at a slow file system's 10 MB/s. Only
+  /// bounds how late a rank 0 stuck in its I/O is noticed.
+  double checkpoint_io_allowance_s() const;
   /// What rank 0 read for a resume: the full model, its optimizer state, the manifest, and
   /// whether the checkpoint is checkpoint.dir's own (a save at its step would rewrite it).
   struct ResumeSource {

@@ -165,10 +165,24 @@ nlohmann::json Trainer::measure_alignment() {
   return out;
 }
 
+namespace {
+
+/// The slowest storage a checkpoint is expected on (a busy network file system), bytes/s.
+constexpr double kSlowStorageBytesPerS = 10e6;
+
+}  // namespace
+
+double Trainer::checkpoint_io_allowance_s() const {
+  return static_cast<double>(checkpoint_bytes(specs_, optimizer_->num_states())) / kSlowStorageBytesPerS;
+}
+
 void Trainer::save(bool final) {
   settle_updates();  // never a checkpoint of an update that wrote a non-finite value
   last_saved_step_ = step_;
   auto tensors = gather_full(*model_, optimizer_.get(), *sync_, *world_, specs_);
+  // The other ranks wait for rank 0's write in the barrier below: a slow file system is not a
+  // lost peer (a 680 MB checkpoint took more than a 1 s collective_timeout_s).
+  LongerWaits io(*world_, checkpoint_io_allowance_s(), "rank 0's checkpoint write");
   if (layout_.rank == 0) {
     std::vector<NamedTensor> model, opt;
     for (auto& t : tensors) (t.name.find("::") == std::string::npos ? model : opt).push_back(std::move(t));
@@ -269,14 +283,18 @@ void Trainer::resume() {
   const OptimizerLoad policy = config_.checkpoint.reset_optimizer ? OptimizerLoad::reset : OptimizerLoad::require;
   ResumeSource src;
   std::string error;
-  if (layout_.rank == 0) {
-    try {
-      src = read_resume_source(policy);
-    } catch (const Error& e) {
-      error = e.what();
+  std::vector<std::string> errors;
+  {
+    LongerWaits io(*world_, checkpoint_io_allowance_s(), "rank 0's checkpoint read");  // as in save
+    if (layout_.rank == 0) {
+      try {
+        src = read_resume_source(policy);
+      } catch (const Error& e) {
+        error = e.what();
+      }
     }
+    errors = world_->allgather(error);
   }
-  auto errors = world_->allgather(error);
   SUBDP_CHECK(errors[0].empty(), "{}", errors[0]);
   CheckpointInfo& info = src.info;
   std::vector<NamedTensor>& full = src.full;

@@ -244,6 +244,10 @@ class NcclComm final : public NcclCommunicator {
     }
     bootstrap_->barrier();
   }
+  void allow_longer_waits(double extra_s, const char* why) override {
+    bootstrap_->allow_longer_waits(extra_s, why);          // its host collectives
+    if (watchdog_) watchdog_->allow_longer(extra_s, why);  // the waits on the collective stream
+  }
   std::unique_ptr<Communicator> subgroup(const std::vector<int>& ranks) override {
     const bool member = std::find(ranks.begin(), ranks.end(), rank_) != ranks.end();
     // Two collectives in the same order on every rank: the bootstrap split, then NCCL's.

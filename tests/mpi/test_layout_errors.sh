@@ -142,3 +142,32 @@ echo "ok: subdp --version"
 and j["drop_probability"] == 0.25 and j["plan"]["regime"] == "none"))' ||
   { echo "FAIL: plan --json under stochastic depth lacks mask_regime / drop_probability"; exit 1; }
 echo "ok: plan --json under stochastic depth"
+# Output that cannot be written (a full disk) is an error: `plan --json > out.json` left a
+# truncated file and exit 0.
+if [[ -w /dev/full ]]; then
+  rc=0
+  out=$("$SUBDP" plan "$WORK/gpt.toml" --json 2>&1 >/dev/full) || rc=$?
+  if [[ $rc != 1 || $out != *"writing the standard output failed: No space left on device"* ]]; then
+    echo "FAIL: plan --json > /dev/full gave exit $rc: $out"
+    exit 1
+  fi
+  echo "ok: a lost standard output is an error"
+fi
+# parity-dump of a diverging run: an internal assertion, and a losses.json holding "-nan".
+rc=0
+out=$("$SUBDP" parity-dump "$WORK/gpt.toml" "$WORK/pd" --steps 4 --set optim.name=sgd --set optim.lr=1e30 2>&1) || rc=$?
+if [[ $rc != 1 || $out != *"parity-dump: step 2 diverged (loss -nan"* || -e $WORK/pd/losses.json ]]; then
+  echo "FAIL: parity-dump of a diverging run gave exit $rc: $out"
+  exit 1
+fi
+echo "ok: parity-dump of a diverging run"
+# Each rank reads data.path itself: a relative path in another working directory stands for a
+# node-local copy that is partial (the same config text on both ranks). The ranks counted other
+# steps per epoch, then failed in a misleading collective (or, by steps, trained silently).
+mkdir -p "$WORK/node0" "$WORK/node1"
+cp "$ROOT/tests/parity/gpt_text.txt" "$WORK/node0/text.txt"
+head -c 3000 "$ROOT/tests/parity/gpt_text.txt" > "$WORK/node1/text.txt"
+sed "s|^path = .*|path = \"text.txt\"|" "$WORK/gpt.toml" > "$WORK/gpt_relative.toml"
+expect_error "rank 1 loaded other data than rank 0 from the same \[data\] keys: \"text text.txt: 2700 train" 1 \
+  --wdir "$WORK/node0" "$SUBDP" train "$WORK/gpt_relative.toml" : -np 1 --wdir "$WORK/node1" "$SUBDP" train \
+  "$WORK/gpt_relative.toml"

@@ -253,10 +253,43 @@ TEST_F(DataIdx, LabelCountMismatch) {
                {"labels-file", "truncated", "3 labels"});
 }
 
-TEST_F(DataIdx, LabelOutOfRange) {
-  write_bytes(path("img"), idx_images(3, 2, 2));
-  write_bytes(path("labels-file"), idx_labels({0, 10, 2}));
-  expect_error([&] { subdp::load_idx_pair(path("img"), path("labels-file")); }, {"labels-file", "label 10", "index 1"});
+// IDX labels are any byte (EMNIST has 47 classes): [model] classes decides which are valid
+// (the reader refused labels >= 10, blaming the file, whatever classes said).
+TEST_F(DataIdx, LabelsAreCheckedAgainstTheModelsClasses) {
+  write_bytes(path("train-images-idx3-ubyte"), idx_images(3, 28, 28));
+  write_bytes(path("train-labels-idx1-ubyte"), idx_labels({0, 46, 2}));
+  write_bytes(path("t10k-images-idx3-ubyte"), idx_images(2, 28, 28));
+  write_bytes(path("t10k-labels-idx1-ubyte"), idx_labels({1, 45}));
+  subdp::Config c;
+  c.data.name = subdp::DatasetKind::mnist;
+  c.data.path = dir_.string();
+  c.model.classes = 47;
+  EXPECT_NO_THROW(subdp::make_data_source(c, 0, 1));
+  c.model.classes = 10;
+  expect_error([&] { subdp::make_data_source(c, 0, 1); },
+               {"train-labels-idx1-ubyte", "label 46", "[model] classes = 10", "this dataset has 47 classes"});
+}
+
+// Images of another size than the model's: a wider train split segfaulted at the first batch,
+// a larger test split at the evaluation, and a smaller one gave a meaningless accuracy, exit 0.
+TEST_F(DataIdx, ImagesOfAnotherSizeAreRefusedNamingTheSplit) {
+  struct Case {
+    uint32_t train_rows, train_cols, test_side;
+    std::string split, sizes;
+  };
+  for (const Case& k : {Case{28, 56, 28, "train", "1x28x56"}, Case{28, 28, 56, "test", "1x56x56"},
+                        Case{28, 28, 14, "test", "1x14x14"}}) {
+    write_bytes(path("train-images-idx3-ubyte"), idx_images(4, k.train_rows, k.train_cols));
+    write_bytes(path("train-labels-idx1-ubyte"), idx_labels({1, 2, 3, 4}));
+    write_bytes(path("t10k-images-idx3-ubyte"), idx_images(2, k.test_side, k.test_side));
+    write_bytes(path("t10k-labels-idx1-ubyte"), idx_labels({5, 6}));
+    subdp::Config c;
+    c.data.name = subdp::DatasetKind::fashion_mnist;
+    c.data.path = dir_.string();
+    expect_error([&] { subdp::make_data_source(c, 0, 1); },
+                 {"data.path = \"" + dir_.string() + "\"", "the " + k.split + " split has " + k.sizes + " images",
+                  "expects 1x28x28", "image_size = 28"});
+  }
 }
 
 TEST_F(DataIdx, MissingFile) {

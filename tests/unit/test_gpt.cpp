@@ -803,6 +803,14 @@ TEST(Sample, RefusesTensorsOfTheWrongShapeOrAnExtraTensor) {
   const std::string e = sample_error(c, extra);
   EXPECT_NE(e.find("holds tensor lm_head.weight (2, 2) that the model does not have"), std::string::npos) << e;
   EXPECT_EQ(sample_error(c, good), "(accepted)");
+  // Finite weights that overflow in the forward pass (a diverged run's): the NaN logits made
+  // every draw fail, and sample printed the least likely byte, exit 0.
+  auto huge = good;
+  for (auto& t : huge)
+    if (t.name == "wte.weight") std::fill(t.data.begin(), t.data.end(), 1e38f);
+  const std::string overflow = sample_error(c, huge);
+  EXPECT_NE(overflow.find("at output token 0 is"), std::string::npos) << overflow;
+  EXPECT_NE(overflow.find("overflow in the forward pass"), std::string::npos) << overflow;
 }
 
 }  // namespace

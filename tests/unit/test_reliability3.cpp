@@ -155,6 +155,25 @@ TEST(CheckpointFormats, PruningDeletesOnlyWhatItWroteOrVerified) {
   fs::remove_all(dir);
 }
 
+// A user's copy (step-best, step-00000004.keep) sorted among the checkpoints by name: "auto"
+// resumed from step-best although step 4 was newer, and keep_last deleted the copies.
+// Folders named otherwise than step-N are left alone; step-N are ordered by N, not by name.
+TEST(CheckpointFormats, CopiesOfOtherNamesAreNeitherResumedNorPruned) {
+  const fs::path dir = fresh_dir("subdp_test_copies_ckpt");
+  save_step(dir, 2, 9);
+  fs::copy(dir / "step-00000002", dir / "step-best");
+  save_step(dir, 4, 9);
+  fs::copy(dir / "step-00000004", dir / "step-00000004.keep");
+  EXPECT_EQ(newest_checkpoint(dir.string()), (dir / "step-00000004").string());
+  save_step(dir, 123456789, 1);  // 9 digits: after step-00000004, though it sorts before it by name
+  EXPECT_EQ(newest_checkpoint(dir.string()), (dir / "step-123456789").string());
+  EXPECT_FALSE(fs::exists(dir / "step-00000002"));
+  EXPECT_FALSE(fs::exists(dir / "step-00000004"));
+  EXPECT_TRUE(fs::exists(dir / "step-best" / "manifest.json"));
+  EXPECT_TRUE(fs::exists(dir / "step-00000004.keep" / "manifest.json"));
+  fs::remove_all(dir);
+}
+
 TEST(CheckpointSpace, RefusedWithBothFiguresAndTheRoomForKeepLastPlusOne) {
   const std::string e = error_of([] { check_free_space("/data/ckpt", 40, 300 << 20, 200 << 20, 3); });
   EXPECT_TRUE(contains(e, "checkpoint.dir = \"/data/ckpt\"")) << e;

@@ -60,5 +60,28 @@ TEST(Watchdog, HostCollectiveTimedFromItsCall) {
       testing::ExitedWithCode(3), "collective MPI_Allreduce has waited [0-9.]+ s");
 }
 
+/// A barrier's wait of `wait` under a 1 s watchdog that allows `extra_s` more for rank 0's
+/// checkpoint write; exits 0 if the watchdog lets it end.
+void barrier_during_a_write(double extra_s, milliseconds wait) {
+  CollectiveWatchdog watchdog(1.0, 0);
+  watchdog.allow_longer(extra_s, "rank 0's checkpoint write");
+  {
+    CollectiveWatchdog::Guard guard(watchdog, "MPI_Barrier");
+    std::this_thread::sleep_for(wait);
+  }
+  std::_Exit(0);
+}
+
+TEST(Watchdog, AnAllowanceLetsAWaitRunLongerAndTheTimeoutNamesIt) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  // Rank 0's checkpoint write kept its peers in a barrier past a 1 s limit: with 1.5 s allowed
+  // more, a 2 s wait ends normally.
+  EXPECT_EXIT(barrier_during_a_write(1.5, milliseconds(2000)), testing::ExitedWithCode(0), "");
+  // A wait past both still ends the process, naming the allowance.
+  EXPECT_EXIT(barrier_during_a_write(1.0, milliseconds(10000)), testing::ExitedWithCode(3),
+              "collective MPI_Barrier has waited [0-9.]+ s \\(parallel.collective_timeout_s = 1, and rank 0's "
+              "checkpoint write allowed more\\)");
+}
+
 }  // namespace
 }  // namespace subdp

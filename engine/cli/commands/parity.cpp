@@ -1,6 +1,6 @@
 // run_parity_dump: what the PyTorch parity tests compare against (tests/parity/).
+#include <cmath>
 #include <filesystem>
-#include <fstream>
 
 #include "engine/core/backend.h"
 #include "engine/cli/commands.h"
@@ -75,17 +75,23 @@ int run_parity_dump(const Config& config, const std::string& out_dir, int steps)
     outputs.push_back(named("grad." + p->name, p->full_shape, host_values(p->grad).data()));
   save_safetensors(out_dir + "/outputs.safetensors", outputs);
   // Optimizer steps on the same batch (the update itself is compared through the losses).
+  // Each step's loss and update must be finite (a JSON file holds no NaN, and the next forward
+  // asserts that the update's non-finite count was read); written once, whole, at the end.
   auto opt = make_optimizer(config.optim, model->params().trainable());
-  std::ofstream losses(out_dir + "/losses.json");
-  losses << "[";
+  std::string losses = "[";
   for (int s = 0; s < steps; ++s) {
     model->zero_grad();
     const double l = model->forward(batch, true, nullptr);
     model->backward();
     opt->step(config.optim.lr);
-    losses << (s ? ", " : "") << fmt::format("{:.9g}", l);
+    const StepCounters c = backend().take_counters();
+    SUBDP_CHECK(std::isfinite(l) && c.nonfinite_writes == 0,
+                "parity-dump: step {} diverged (loss {}, {} non-finite values written by the update; optim.lr = {}): "
+                "nothing to compare, {} not written",
+                s + 1, l, c.nonfinite_writes, config.optim.lr, out_dir + "/losses.json");
+    losses += (s ? ", " : "") + fmt::format("{:.9g}", l);
   }
-  losses << "]\n";
+  write_file_atomic(out_dir + "/losses.json", losses + "]\n");
   return 0;
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <iostream>
 #include <map>
 #include <vector>
 
@@ -32,6 +33,7 @@ std::string checkpoint_path(const std::string& path) {
               "{}: a file, not a checkpoint directory (name the step-N folder or a checkpoint.dir)", path);
   const std::string newest = newest_checkpoint(path, nullptr, /*for_resume=*/false);
   SUBDP_CHECK(!newest.empty(), "{}: neither a checkpoint (no manifest.json) nor a directory holding one", path);
+  std::cerr << "sample: " << path << ": its newest checkpoint, " << newest << "\n";  // stdout is the text
   return newest;
 }
 
@@ -150,6 +152,13 @@ int run_sample(const std::string& checkpoint, const std::string& prompt, int tok
   for (int i = 0; i < tokens; ++i) {
     const int len = std::min<int>(T, static_cast<int>(ids.size()));      // crop to the context
     const std::vector<float> logits = last_logits(*model, ids, len, V);  // (V)
+    // Finite weights can still overflow (a checkpoint of a diverging run): a NaN logit would
+    // make every draw fail and print the least likely byte, exit 0.
+    const auto bad = std::find_if_not(logits.begin(), logits.begin() + bytes, [](float x) { return std::isfinite(x); });
+    SUBDP_CHECK(bad == logits.begin() + bytes,
+                "{}: the logit of byte {} at output token {} is {}: the checkpoint's weights overflow in the forward "
+                "pass (a diverged run?); sample an earlier checkpoint",
+                path, bad - logits.begin(), i, *bad);
     const int next = next_token(logits.data(), bytes, temperature, top_k, mix64(seed) ^ static_cast<uint64_t>(i));
     ids.push_back(next);
     std::fputc(next, stdout);
