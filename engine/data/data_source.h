@@ -3,6 +3,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 
 #include "engine/config/config.h"
@@ -44,15 +45,21 @@ std::unique_ptr<DataSource> make_data_source(const Config& config, int rank, int
 /// (B, T) int32 tokens and targets for gpt and llama, else (N, C, H, W) float32 images and (N) int32 labels.
 Batch allocate_batch(const Config& config);
 
-/// Runs load(); an Error it throws is rethrown with the data.path key in front.
+/// Runs load(); an Error or std::filesystem error it throws is rethrown as an Error with the
+/// data.path key in front.
 template <class Load>
 auto with_data_path_key(const Config& c, Load&& load) -> decltype(load()) {
+  const auto keyed = [&](const char* what) {
+    return Error((c.data.path.empty() ? std::string("data.path (default for ") + name_of(c.data.name) + "): "
+                                      : std::string("data.path: ")) +
+                 what);
+  };
   try {
     return load();
   } catch (const Error& e) {
-    throw Error((c.data.path.empty() ? std::string("data.path (default for ") + name_of(c.data.name) + "): "
-                                     : std::string("data.path: ")) +
-                e.what());
+    throw keyed(e.what());
+  } catch (const std::filesystem::filesystem_error& e) {  // a symlink loop in a shard folder, ...
+    throw keyed(e.what());
   }
 }
 

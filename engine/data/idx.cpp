@@ -22,7 +22,9 @@ constexpr uint32_t kMaxSide = 1u << 16;                   // implausible image s
 /// Raw bytes of a file exactly as stored. Errors name the path.
 std::vector<uint8_t> read_raw(const std::string& path) {
   std::error_code ec;
-  SUBDP_CHECK(fs::exists(path, ec), "{}: file not found", path);
+  const bool exists = fs::exists(path, ec);
+  SUBDP_CHECK(!ec, "{}: {}", path, ec.message());  // a symlink loop, a folder it may not enter: not "not found"
+  SUBDP_CHECK(exists, "{}: file not found", path);
   SUBDP_CHECK(!fs::is_directory(path, ec), "{}: is a directory, expected a file", path);
   // A device or FIFO may never end (/dev/zero) or be read once only: refused, not read.
   SUBDP_CHECK(fs::is_regular_file(path, ec), "{}: not a regular file (a device, FIFO or socket); copy it to a file",

@@ -52,8 +52,10 @@ class ImageSource : public DataSource {
     if (c.data.normalize) {
       std::vector<float> mean, stddev;
       channel_stats(train_, mean, stddev);  // train statistics, applied to both splits
-      normalize(train_, mean, stddev);
-      normalize(test_, mean, stddev);
+      with_data_path_key(c, [&] {
+        normalize(train_, mean, stddev);
+        normalize(test_, mean, stddev);
+      });
     }
     sampler_ = EpochSampler(train_.n, batch_size_, rank, world, c.train.seed);
   }

@@ -39,7 +39,10 @@ void normalize(ImageDataset& d, const std::vector<float>& mean, const std::vecto
   SUBDP_CHECK(static_cast<int>(mean.size()) == d.channels && static_cast<int>(stddev.size()) == d.channels,
               "normalize: {} means and {} stddevs for {} channels", mean.size(), stddev.size(), d.channels);
   for (int c = 0; c < d.channels; ++c)
-    SUBDP_CHECK(stddev[c] > 0.0f, "normalize: stddev of channel {} is {}, must be > 0", c, stddev[c]);
+    SUBDP_CHECK(stddev[c] > 0.0f,
+                "normalize: stddev of channel {} is {}, must be > 0 (every training image holds one value there); "
+                "set data.normalize = false to train on the values as they are",
+                c, stddev[c]);
   SUBDP_CHECK(static_cast<int64_t>(d.images.size()) == d.n * d.sample_size(),
               "normalize: {} image values, expected n x C x H x W = {}", d.images.size(), d.n * d.sample_size());
   const int64_t plane = static_cast<int64_t>(d.height) * d.width;

@@ -76,6 +76,11 @@ TokenStream load_token_shards(const std::string& path, int vocab) {
   TokenStream s;
   s.vocab = vocab;
   const std::vector<std::string> shards = shard_paths(path);
+  // A folder's *_val_* shards are held out: one alone would leave nothing to train on.
+  SUBDP_CHECK(shards.size() > 1 || !fs::is_directory(path) || !is_val_shard(shards[0]),
+              "{}: its only *.bin shard, {}, is a validation shard (*_val_*), which a folder's shards hold out; add "
+              "training shards, or name the file itself as data.path to split it by data.val_fraction",
+              path, shards[0]);
   for (const auto& shard : shards) {
     if (s.val_begin < 0 && shards.size() > 1 && is_val_shard(shard))
       s.val_begin = static_cast<int64_t>(s.tokens.size());

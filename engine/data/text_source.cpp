@@ -44,6 +44,8 @@ class TextSource : public DataSource {
     const int64_t n_val =
         s.val_begin >= 0 ? n - s.val_begin : static_cast<int64_t>(static_cast<double>(n) * c.data.val_fraction);
     const int64_t need = static_cast<int64_t>(T_) + 2;  // one window of T+1 and a start to draw
+    SUBDP_CHECK(n >= 2 * need, "{}: {} tokens; a run needs at least 2 x (context + 2) = {}, a window for each split",
+                path_, n, 2 * need);
     const std::string split = s.val_begin >= 0 ? std::string("the *_val_* shards")
                                                : fmt::format("data.val_fraction = {}", c.data.val_fraction);
     SUBDP_CHECK(n - n_val >= need, "{}: {} tokens leave {} for training after {}; need at least context + 2 = {}",

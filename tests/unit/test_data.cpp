@@ -442,6 +442,58 @@ TEST_F(DataText, ProcFileReadWholeDeviceRefused) {
   expect_error([&] { subdp::load_text_bytes(dir_.string()); }, {"is a directory"});
 }
 
+// A folder whose only shard is a validation shard: it trained on 90 % of the held-out shard.
+// Named itself, the file is split by data.val_fraction as any single shard.
+TEST_F(DataTokens, AFolderOfOneValidationShardIsRefused) {
+  write_bytes(path("web_val_000000.bin"), shard({7, 8, 9}));
+  expect_error([&] { subdp::load_token_shards(dir_.string(), 100); },
+               {"its only *.bin shard", "web_val_000000.bin", "is a validation shard"});
+  EXPECT_EQ(subdp::load_token_shards(path("web_val_000000.bin"), 100).tokens.size(), 3u);
+}
+
+// A symlink loop was "file not found", and in a folder of shards std::filesystem's own error
+// without the data.path key.
+TEST_F(DataTokens, SymlinkLoopsAreNamedWithTheKey) {
+  fs::create_symlink(path("loop1"), path("loop2"));
+  fs::create_symlink(path("loop2"), path("loop1"));
+  expect_error([&] { subdp::load_text_bytes(path("loop1")); }, {"loop1", "symbolic links"});
+  write_bytes(path("a_train.bin"), shard({1, 2, 3}));
+  subdp::Config c;
+  c.model.name = subdp::ModelKind::gpt;
+  c.data.name = subdp::DatasetKind::token_shards;
+  c.data.path = dir_.string();
+  expect_error([&] { subdp::make_data_source(c, 0, 1); }, {"data.path: ", "symbolic links"});
+}
+
+// 30 bytes with context 16: "raise data.val_fraction", which could not help.
+TEST_F(DataText, TooShortForBothSplitsSaysWhatItNeeds) {
+  write_bytes(path("t.txt"), Bytes(30, 'a'));
+  subdp::Config c;
+  c.model.name = subdp::ModelKind::gpt;
+  c.model.context = 16;
+  c.data.name = subdp::DatasetKind::text;
+  c.data.path = path("t.txt");
+  expect_error([&] { subdp::make_data_source(c, 0, 1); }, {"t.txt: 30 tokens", "at least 2 x (context + 2) = 36"});
+}
+
+// Images of one value everywhere: "normalize: stddev of channel 0 is 0" without the key or a way out.
+TEST_F(DataIdx, ConstantImagesNameTheKeyAndTheWayOut) {
+  Bytes flat = idx_images(0, 28, 28);
+  flat[7] = 4;  // 4 images (big-endian count), every pixel 0
+  flat.resize(flat.size() + 4 * 28 * 28, 0);
+  write_bytes(path("train-images-idx3-ubyte"), flat);
+  write_bytes(path("train-labels-idx1-ubyte"), idx_labels({1, 2, 3, 4}));
+  write_bytes(path("t10k-images-idx3-ubyte"), idx_images(2, 28, 28));
+  write_bytes(path("t10k-labels-idx1-ubyte"), idx_labels({5, 6}));
+  subdp::Config c;
+  c.data.name = subdp::DatasetKind::fashion_mnist;
+  c.data.path = dir_.string();
+  expect_error([&] { subdp::make_data_source(c, 0, 1); },
+               {"data.path: normalize: stddev of channel 0 is 0", "data.normalize = false"});
+  c.data.normalize = false;
+  EXPECT_NO_THROW(subdp::make_data_source(c, 0, 1));
+}
+
 // ---------------------------------------------------------------- normalisation
 
 TEST(DataNormalize, StatsThenNormalizeGivesZeroMeanUnitStd) {
