@@ -77,6 +77,11 @@ void check_outside_checkpoint_folders(const std::string& metrics, const std::str
   const fs::path file = fs::weakly_canonical(metrics, ec);
   if (ec) return;  // unresolvable: the open names the problem
   const fs::path rel = file.lexically_relative(dir);
+  // The folder's lock: the open would fail naming this run's own lock as "another run".
+  SUBDP_CHECK(rel != "subdp.lock",
+              "log.metrics_file = \"{}\" is the lock file of checkpoint.dir = \"{}\" (subdp.lock, which the run "
+              "holds); name another file",
+              metrics, checkpoint_dir);
   const bool inside_a_folder = !rel.empty() && *rel.begin() != ".." && std::distance(rel.begin(), rel.end()) > 1;
   SUBDP_CHECK(!inside_a_folder,
               "log.metrics_file = \"{}\" is inside a folder of checkpoint.dir = \"{}\", whose checkpoint folders "

@@ -119,6 +119,8 @@ expect_fail "log.metrics_file = \"$WORK/newdir/\": names a folder" local_run --s
 [[ ! -e "$WORK/newdir" ]] || { echo "FAIL: the refused folder was created"; exit 1; }
 expect_fail "is inside a folder of checkpoint.dir = \"$WORK/prev\"" local_run --set checkpoint.dir="$WORK/prev" \
   --set checkpoint.resume=auto --set log.metrics_file="$WORK/prev/step-00000020/m.jsonl"
+expect_fail "is the lock file of checkpoint.dir = \"$WORK/prev\"" local_run --set checkpoint.dir="$WORK/prev" \
+  --set checkpoint.resume=auto --set log.metrics_file="$WORK/prev/subdp.lock"
 
 # (7) The metrics file: a FIFO is refused (its open would block for ever), and a second run
 # on a file a live run writes is refused before it cuts anything.
