@@ -261,7 +261,7 @@ void check_overlap(const Config& c, const std::string& path) {
 /// The data the model reads, and the CUDA attention's widest head: refused here, naming the
 /// file, rather than when the run builds its data source or its first attention layer.
 void check_data_and_device(const Config& c, const std::string& path) {
-  const bool tokens = c.data.name == DatasetKind::text || c.data.name == DatasetKind::token_shards;
+  const bool tokens = is_token_data(c.data.name);
   SUBDP_CHECK(tokens == is_language_model(c.model.name), "{}: [data] name = \"{}\" with [model] name = \"{}\": {}",
               path, c.data.name, c.model.name,
               tokens ? "token data needs model.name = \"gpt\" or \"llama\""

@@ -51,6 +51,8 @@ SUBDP_CHOICES(ModelKind, "mlp", "resnet", "gpt", "llama");
 inline bool is_language_model(ModelKind m) { return m == ModelKind::gpt || m == ModelKind::llama; }
 enum class DatasetKind { fashion_mnist, mnist, cifar10, text, token_shards };
 SUBDP_CHOICES(DatasetKind, "fashion_mnist", "mnist", "cifar10", "text", "token_shards");
+/// True for the token data the language models read (text bytes, llm.c token shards).
+inline bool is_token_data(DatasetKind d) { return d == DatasetKind::text || d == DatasetKind::token_shards; }
 /// train.nonfinite: what a step whose loss or gradient is not finite does.
 enum class NonfinitePolicy { stop, skip };
 SUBDP_CHOICES(NonfinitePolicy, "stop", "skip");

@@ -112,8 +112,7 @@ class ImageSource : public DataSource {
 }  // namespace
 
 std::unique_ptr<DataSource> make_data_source(const Config& c, int rank, int world) {
-  if (c.data.name == DatasetKind::text || c.data.name == DatasetKind::token_shards)
-    return make_text_source(c, rank, world);
+  if (is_token_data(c.data.name)) return make_text_source(c, rank, world);
   SUBDP_CHECK(!is_language_model(c.model.name),
               "model.name = \"{}\" needs data.name = \"text\" or \"token_shards\", not \"{}\"", c.model.name,
               c.data.name);

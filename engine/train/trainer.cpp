@@ -381,7 +381,7 @@ int Trainer::stop_for_signal() {
 }
 
 void Trainer::print_eval(const EvalResult& full, const EvalResult& sub) {
-  const bool text = config_.data.name == DatasetKind::text || config_.data.name == DatasetKind::token_shards;
+  const bool text = is_token_data(config_.data.name);
   const char* bits_name = config_.data.name == DatasetKind::text ? "bits_per_byte" : "bits_per_token";
   // A share with no examples gives 0/0; print it as "nan", not "-nan".
   auto shown = [](double v) { return std::isnan(v) ? std::numeric_limits<double>::quiet_NaN() : v; };
