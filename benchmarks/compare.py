@@ -10,7 +10,8 @@ every rank's per-step metrics (log.metrics_file) and the evaluation lines, and w
                       all-reduced per step per rank, final train loss, final full-model eval
   OUT/steps.csv.gz    every step of every run and rank: every key of the metrics lines
                       (benchmarks/pack_metrics.py packs them; the per-run JSON lines are removed,
-                      except those of runs not finished: no done.json)
+                      except those of runs not finished: no done.json; no other file under OUT is
+                      read or removed)
   OUT/evals.csv       every evaluation of every run (full model, and subnetworks' own share)
   OUT/runs.csv        one row per run and seed: budget, steps, FLOPs, peak and predicted bytes,
                       bytes all-reduced and broadcast per step, step and wall time, losses and accuracies
@@ -20,7 +21,8 @@ every rank's per-step metrics (log.metrics_file) and the evaluation lines, and w
                       rank: the FLOP-matched comparison), OUT/eval.png
   OUT/<run>/          command.txt (the command, then "# <binary> built from commit C"), done.json
                       (command, commit, wall_s), plan.txt (the planner's command, then its --json
-                      output), stdout.txt, stderr.txt; metrics-{rank}.jsonl until packed
+                      output), config.toml (the config's text as the run started), stdout.txt,
+                      stderr.txt; metrics-{rank}.jsonl until packed
 
 Recorded commands name paths relative to the repository root (they ran from it; a --out
 outside the repository is written $OUT): the binary as build/subdp (or its path in the
@@ -58,7 +60,8 @@ quality as mean +- std, and the plots draw the mean with a band of one standard 
 
 A table too long for one sitting: rerun the same command with --reuse (finished runs are
 kept while their recorded command is unchanged, with the plan.txt of the binary that trained
-them; a reused run of another commit than the binary's is named in summary.md's notes);
+them; a reused run of another commit than the binary's is named in summary.md's notes; a run
+made from another text of the config is refused, naming its copy);
 --finished-only trains nothing and summarises what has finished, naming the rest. With
 --checkpoint-every N a run interrupted by a stop signal to compare.py (a session's end, a
 preempted job) also resumes from its last checkpoint instead of starting over: SIGTERM,
@@ -80,6 +83,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import budget
@@ -134,6 +138,8 @@ class Stopped(Exception):
 
 STOPPED_EXIT = 75  # subdp train's exit after a graceful stop with a checkpoint (and compare.py's)
 CHECKPOINTS = "checkpoints"  # an unfinished run's checkpoint folder, inside its run folder
+CONFIG_COPY = "config.toml"  # the config's text as a run started, inside its run folder (--reuse compares it)
+KILL_AFTER_S = 15  # a run past --timeout: seconds between SIGTERM to mpirun and SIGKILL
 running = None  # the training run in flight (subprocess.Popen), for the stop-signal handler
 stop_requested = False  # a stop signal came: no further run starts
 checkpointing = False  # --checkpoint-every > 0 (what a stop signal saves)
@@ -201,6 +207,11 @@ def plan_runs(regimes, keeps, S):
         if base not in REGIMES or any(modifier_sets(m) is None for m in mods):
             raise SystemExit(f"compare.py: unknown regime '{name}' (expected one of {', '.join(REGIMES)}, optionally "
                              f"+{' +'.join([*MODIFIERS, 'redealK'])}; name@keep for one run)")
+        keys = [sets[0].partition("=")[0] for sets in map(modifier_sets, mods)]
+        clash = next((k for k in keys if keys.count(k) > 1), None)
+        if clash:
+            raise SystemExit(f"compare.py: regime '{name}': two modifiers set {clash} (only the last would apply; "
+                             "write one of them)")
         if base in WHOLE_MODEL and any(m.startswith("redeal") for m in mods):
             raise SystemExit(f"compare.py: regime '{name}': {base} has no subnetwork plan to re-deal (redealK applies "
                              f"to fwd-/bwd- regimes)")
@@ -339,12 +350,31 @@ def train_command(args, regime, keep, run_dir, steps, eval_every, extra=()):
 
 
 def reusable(args, run_dir, shown):
-    """True under --reuse when run_dir holds a finished run of exactly the recorded command shown."""
+    """True under --reuse when run_dir holds a finished run of exactly the recorded command shown,
+    made from the config's present text (Failure when it was made from another)."""
     done = os.path.join(run_dir, "done.json")
     if not (args.reuse and os.path.exists(done)):
         return False
     with open(done) as f:
-        return json.load(f).get("command") == shown
+        same = json.load(f).get("command") == shown
+    if same:
+        check_same_config(args, run_dir)
+    return same
+
+
+def check_same_config(args, run_dir):
+    """Raises Failure when run_dir's copy of the config (CONFIG_COPY, written as the run started)
+    differs from args.config now: the command names the file, not its text, and --reuse would
+    otherwise put runs of two configs in one table. Runs made before the copy existed pass."""
+    copy = os.path.join(run_dir, CONFIG_COPY)
+    if not os.path.exists(copy):
+        return
+    with open(copy, "rb") as then, open(args.config, "rb") as now:
+        if then.read() == now.read():
+            return
+    raise Failure(f"{run_dir} holds a run of another text of {args.config} (the run's copy: {copy}): reusing it would "
+                  "put runs of two configs in one table; use another --out, or remove that run's folder to train it "
+                  "again")
 
 
 def checkpoint_sets(args, run_dir):
@@ -384,9 +414,12 @@ def resumable(args, run_dir, shown):
         return False
     try:
         with open(os.path.join(run_dir, "command.txt")) as f:
-            return f.readline().rstrip("\n") == shlex.join(shown)
+            same = f.readline().rstrip("\n") == shlex.join(shown)
     except OSError:
         return False
+    if same:
+        check_same_config(args, run_dir)
+    return same
 
 
 def earlier_wall(run_dir):
@@ -407,6 +440,7 @@ def start_afresh(args, run_dir, shown):
     shutil.rmtree(os.path.join(run_dir, CHECKPOINTS), ignore_errors=True)
     with open(os.path.join(run_dir, "command.txt"), "w") as f:
         f.write(shlex.join(shown) + f"\n# {args.shown_binary} built from commit {args.commit}\n")
+    shutil.copyfile(args.config, os.path.join(run_dir, CONFIG_COPY))  # what --reuse compares
 
 
 def run_streaming(args, name, cmd, run_dir, append):
@@ -419,18 +453,37 @@ def run_streaming(args, name, cmd, run_dir, append):
             running = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=mpi_env(), bufsize=1)
         except OSError as e:
             raise Failure(f"run '{name}' could not start ({e}): {shlex.join(cmd)}")
-        for line in running.stdout:
-            out.write(line.replace(ROOT + os.sep, ""))  # paths as results record them (checkpoints)
-            out.flush()
-            if args.verbose or line.startswith(("eval ", "final ")):
-                print(f"[{name}] {line}", end="", flush=True)
+        # A thread copies the output, so that --timeout counts while the run prints (or hangs).
+        copier = threading.Thread(target=copy_output, args=(args, name, running.stdout, out), daemon=True)
+        copier.start()
         try:
             rc = running.wait(timeout=args.timeout if args.timeout > 0 else None)
         except subprocess.TimeoutExpired:
-            running.kill()
+            stop_past_timeout(running)
             rc = "timeout"
+        copier.join(timeout=30)
         running = None
     return rc
+
+
+def copy_output(args, name, stream, out):
+    """Copies a run's stdout into out, echoing the evaluation lines (all with --verbose)."""
+    for line in stream:
+        out.write(line.replace(ROOT + os.sep, ""))  # paths as results record them (checkpoints)
+        out.flush()
+        if args.verbose or line.startswith(("eval ", "final ")):
+            print(f"[{name}] {line}", end="", flush=True)
+
+
+def stop_past_timeout(proc):
+    """Ends a run past --timeout: SIGTERM to mpirun, which ends its ranks (no orphan holds the
+    cores), then SIGKILL if it is still there after KILL_AFTER_S seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=KILL_AFTER_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def train(args, name, regime, keep, run_dir, steps, eval_every, extra=()):
@@ -463,7 +516,8 @@ def train(args, name, regime, keep, run_dir, steps, eval_every, extra=()):
     if rc != 0:
         out, err = (os.path.join(run_dir, f) for f in ("stdout.txt", "stderr.txt"))
         tail = open(err).read().strip().splitlines()[-15:] + open(out).read().strip().splitlines()[-5:]
-        raise Failure(f"run '{name}' failed (exit {rc}) after {wall:.0f} s: {shlex.join(cmd)}\n"
+        why = f"ran past --timeout {args.timeout:g} s and was stopped" if rc == "timeout" else f"failed (exit {rc})"
+        raise Failure(f"run '{name}' {why} after {wall:.0f} s: {shlex.join(cmd)}\n"
                       f"  output in {run_dir}/stdout.txt and stderr.txt; last lines:\n    " + "\n    ".join(tail))
     with open(os.path.join(run_dir, "done.json"), "w") as f:
         json.dump({"command": shown, "commit": args.commit, "wall_s": wall}, f)
@@ -789,8 +843,20 @@ def config_value(config, sets, table, key, default):
     for s in sets:
         k, _, v = s.partition("=")
         if k.strip() == f"{table}.{key}":
-            value = type(default)(v.strip().strip('"'))
+            try:
+                value = type(default)(toml_scalar(v.strip()))
+            except (TypeError, ValueError):
+                raise Failure(f"--set {s}: {table}.{key} must be a {type(default).__name__}")
     return value
+
+
+def toml_scalar(text):
+    """A --set value as subdp reads it: a TOML value (0x10, 1_000, 1e-3, "text"), else the bare word."""
+    try:
+        import tomllib
+        return tomllib.loads("v = " + text)["v"]
+    except Exception:
+        return text.strip('"')
 
 
 def unfinished(a, run_dir):
@@ -991,7 +1057,7 @@ def main(argv=None):
         print("compare.py: error: no run was made" + "".join("\n  " + n for n in notes), file=sys.stderr)
         return 1
     write_csvs(a, runs_data, summaries)
-    pack_metrics.pack(a.out, skip=unfinished_runs(a.out))
+    pack_metrics.pack(a.out, skip=unfinished_runs(a.out), runs_only=True)
     plots(a.out, runs_data, summaries, a.title)
     text = write_summary(a, summaries, notes)
     print()

@@ -25,6 +25,7 @@ import gzip
 import io
 import json
 import os
+import re
 import sys
 
 PACKED = "steps.csv.gz"
@@ -38,7 +39,15 @@ def _all_records(path):
     lines = text.split("\n")
     if lines and lines[-1].strip():
         lines = lines[:-1]  # no newline: a half record
-    return [json.loads(line) for line in filter(str.strip, lines)]
+    records = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{number}: not a metrics record ({e.msg}): not a file log.metrics_file wrote")
+    return records
 
 
 def read_records(path):
@@ -121,20 +130,29 @@ def rows_of(folder, run, file, events=False):
     return [unflatten({k: v for k, v in r.items() if k not in ("run", "file") and v is not None}) for r in rows]
 
 
-def metrics_files(folder):
+RUN_METRICS = re.compile(r"metrics-[0-9]+\.jsonl")  # compare.py's per-rank files in its run folders
+
+
+def metrics_files(folder, runs_only=False):
+    """Every *.jsonl (and *.jsonl.rankN) below FOLDER; with runs_only, only compare.py's own:
+    metrics-N.jsonl in a run folder (one holding its command.txt)."""
     found = []
     for dirpath, _, files in os.walk(folder):
+        if runs_only and "command.txt" not in files:
+            continue
         for name in sorted(files):
-            if name.endswith(".jsonl") or ".jsonl.rank" in name:
+            if RUN_METRICS.fullmatch(name) if runs_only else name.endswith(".jsonl") or ".jsonl.rank" in name:
                 found.append(os.path.join(dirpath, name))
     return sorted(found)
 
 
-def pack(folder, skip=()):
+def pack(folder, skip=(), runs_only=False):
     """Packs FOLDER's metrics files into FOLDER/steps.csv.gz; returns the rows added.
     skip: run folders (relative to FOLDER) whose metrics files and packed rows are left as
-    they are: runs still training, whose ranks append to those files."""
-    files = [p for p in metrics_files(folder) if os.path.relpath(os.path.dirname(p), folder) not in skip]
+    they are: runs still training, whose ranks append to those files. runs_only: compare.py's
+    files alone (metrics_files), so that no other file under FOLDER is packed and removed.
+    Raises ValueError naming a file that is not JSON lines, before anything is written."""
+    files = [p for p in metrics_files(folder, runs_only) if os.path.relpath(os.path.dirname(p), folder) not in skip]
     if not files:
         return 0
     runs = {os.path.relpath(os.path.dirname(p), folder) for p in files}

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <functional>
 #include <optional>
+#include <utility>
 #include <set>
 #include <sstream>
 #include <variant>
@@ -73,19 +74,57 @@ std::string type_name(const toml::node& n) {
   }
 }
 
+/// The code point of the UTF-8 sequence that starts at s[i] and its length in bytes; length 0
+/// where the bytes there are not UTF-8 (RFC 3629: no overlong forms, surrogates or code points
+/// past U+10FFFF).
+std::pair<char32_t, int> utf8_at(const std::string& s, size_t i) {
+  const auto byte = [&](size_t k) { return k < s.size() ? static_cast<unsigned char>(s[k]) : 0u; };
+  const unsigned lead = byte(i);
+  const int n = lead >= 0xF0 && lead <= 0xF4 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC2 && lead <= 0xDF ? 2 : 0;
+  if (n == 0 || lead > 0xF4) return {0, 0};
+  char32_t cp = lead & (0x7Fu >> n);
+  for (int k = 1; k < n; ++k) {
+    if ((byte(i + k) & 0xC0u) != 0x80u) return {0, 0};
+    cp = (cp << 6) | (byte(i + k) & 0x3Fu);
+  }
+  const char32_t least[] = {0, 0, 0x80, 0x800, 0x10000};
+  if (cp < least[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return {0, 0};
+  return {cp, n};
+}
+
+bool valid_utf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const int n = static_cast<unsigned char>(s[i]) < 0x80 ? 1 : utf8_at(s, i).second;
+    if (n == 0) return false;
+    i += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+/// s as a TOML basic string of ASCII only: other characters as \uXXXX or \UXXXXXXXX escapes,
+/// so that the canonical config text a checkpoint keeps parses again (configs must be ASCII:
+/// check_ascii). s must be UTF-8 (parse_override_value checks a --set value's).
 std::string quote(const std::string& s) {
   std::string out = "\"";
-  for (unsigned char ch : s) {
-    if (ch == '"' || ch == '\\')
+  for (size_t i = 0; i < s.size(); ++i) {
+    const unsigned char ch = static_cast<unsigned char>(s[i]);
+    if (ch == '"' || ch == '\\') {
       out += {'\\', static_cast<char>(ch)};
-    else if (ch == '\n')
+    } else if (ch == '\n') {
       out += "\\n";
-    else if (ch == '\t')
+    } else if (ch == '\t') {
       out += "\\t";
-    else if (ch < 0x20 || ch == 0x7f)
+    } else if (ch < 0x20 || ch == 0x7f) {
       out += fmt::format("\\u{:04X}", ch);
-    else
+    } else if (ch >= 0x80) {
+      const auto [cp, n] = utf8_at(s, i);
+      SUBDP_ASSERT(n > 0);
+      out += cp <= 0xFFFF ? fmt::format("\\u{:04X}", static_cast<uint32_t>(cp))
+                          : fmt::format("\\U{:08X}", static_cast<uint32_t>(cp));
+      i += static_cast<size_t>(n - 1);
+    } else {
       out += static_cast<char>(ch);
+    }
   }
   return out + "\"";
 }
@@ -256,7 +295,8 @@ void check_ascii(const std::string& text, const std::string& path) {
     if (static_cast<unsigned char>(ch) >= 0x80)
       throw subdp::Error(
           fmt::format("{}:{}: non-ASCII byte in the config: subdp configs must be ASCII "
-                      "(a limitation of the TOML parser it uses)",
+                      "(a limitation of the TOML parser it uses); write other characters in a string as "
+                      "\\uXXXX escapes (\"m\\u00E9triques.jsonl\")",
                       path, line));
   }
 }
@@ -282,6 +322,8 @@ toml::table parse_override_value(const std::string& text, bool string_key, const
                   spec, text);
     }
   }
+  // A bare word is kept as it is: any UTF-8 (a path of José's), written back as escapes.
+  SUBDP_CHECK(valid_utf8(text), "--set {}: the value is not valid UTF-8", spec);
   toml::table t;
   t.insert_or_assign("v", text);
   return t;

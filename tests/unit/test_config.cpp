@@ -1,6 +1,7 @@
 // Config parsing: defaults, overrides, canonical output and the error table.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -101,6 +102,31 @@ TEST(Config, OverridesApply) {
   EXPECT_EQ(c.log.metrics_file, "");
   EXPECT_TRUE(c.optim.nesterov);
   EXPECT_EQ(c.parallel.subnetworks, 2);
+}
+
+// A bare --set word may be any UTF-8 (a path in a user's own language): the canonical text a
+// checkpoint keeps writes it as \u / \U escapes, ASCII that parses back to the same bytes
+// (before, `sample` of such a run's checkpoint refused its manifest as non-ASCII). Bytes
+// that are not UTF-8 are refused naming the key; a file's non-ASCII byte is refused with the
+// escape as the way out, and the escape reads as the character.
+TEST(Config, UnicodeValuesRoundTripAsAsciiEscapes) {
+  const std::string path = "m\xc3\xa9triques-\xe2\x82\xac-\xf0\x9f\x98\x80.jsonl";  // é, €, U+1F600
+  const Config c = parse_config(kMinimal, "x.toml", {"log.metrics_file=" + path});
+  EXPECT_EQ(c.log.metrics_file, path);
+  const std::string text = config_to_toml(c);
+  EXPECT_NE(text.find("\"m\\u00E9triques-\\u20AC-\\U0001F600.jsonl\""), std::string::npos) << text;
+  EXPECT_TRUE(std::all_of(text.begin(), text.end(), [](char ch) { return static_cast<unsigned char>(ch) < 0x80; }));
+  EXPECT_EQ(parse_config(text, "manifest.json", {}).log.metrics_file, path);
+  for (const std::string bad : {"a\xff", "a\xc3", "\xc0\xaf", "\xed\xa0\x80"}) {  // stray, cut, overlong, surrogate
+    const std::string msg = error_of(kMinimal, {"log.metrics_file=" + bad});
+    EXPECT_NE(msg.find("--set log.metrics_file="), std::string::npos) << msg;
+    EXPECT_NE(msg.find("is not valid UTF-8"), std::string::npos) << msg;
+  }
+  const std::string msg = error_of(std::string(kMinimal) + "[log]\nmetrics_file = \"" + path + "\"\n");
+  EXPECT_NE(msg.find("configs/x.toml:4: non-ASCII byte"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("\\uXXXX escapes"), std::string::npos) << msg;
+  EXPECT_EQ(parse_config(std::string(kMinimal) + "[log]\nmetrics_file = \"\\u00E9\"\n", "x.toml", {}).log.metrics_file,
+            "\xc3\xa9");
 }
 
 TEST(Config, OverrideCanSetStepsWhenFileHasNone) {
