@@ -127,6 +127,7 @@ Trainer::Trainer(const Config& config, std::unique_ptr<Communicator> world, cons
   total_steps_ = config_.train.epochs > 0 ? config_.train.epochs * steps_per_epoch_ : config_.train.steps;
   base_lr_ = config_.optim.lr * (config_.optim.lr_scaling == LrScaling::linear ? layout_.world : 1);
   if (!config_.checkpoint.resume.empty()) resume();
+  if (step_ == 0) report_short_schedule();
   check_checkpoint_room();
   // After resume: the file keeps the steps up to the resumed one, so every step appears once
   // (resumed at the last step, run() evaluates it again: its eval record is written anew).
@@ -222,6 +223,19 @@ void Trainer::build_local_model() {
   // ZeRO-2 / FSDP / overlap: the sync's collectives inside the passes, each block's gradients counted first.
   model_->set_block_hooks(sync_->block_hooks());
   if (step_ == 0) report_overlap();
+}
+
+void Trainer::report_short_schedule() const {
+  const int64_t warmup = config_.optim.warmup_steps;
+  if (!prints_ || warmup < total_steps_) return;
+  // The warm-up's last rate is base_lr * total / warmup (optimizer.cpp's linear ramp).
+  std::fputs(
+      fmt::format("subdp: warning: optim.warmup_steps = {} is not shorter than the run ({} steps): the learning "
+                  "rate rises to {:.3g} at most and never reaches {:.3g} (optim.lr{})\n",
+                  warmup, total_steps_, base_lr_ * static_cast<double>(total_steps_) / static_cast<double>(warmup),
+                  base_lr_, config_.optim.lr_scaling == LrScaling::linear ? " x W" : "")
+          .c_str(),
+      stderr);
 }
 
 void Trainer::report_overlap() const {

@@ -50,6 +50,9 @@ class Trainer {
   /// parallel.overlap: how many all-reduce messages start during the backward pass (rank 0), or
   /// a warning when none can.
   void report_overlap() const;
+  /// A warning (rank 0, before step 1) when optim.warmup_steps is not shorter than the run: the
+  /// learning rate would never reach optim.lr.
+  void report_short_schedule() const;
   /// Frees model_, sync_ and optimizer_, then builds them for `plan` (collective): the device
   /// never holds two models. The optimizer starts at step 0 with zero state.
   void replace_plan(SubnetworkPlan plan);

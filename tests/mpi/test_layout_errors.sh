@@ -171,3 +171,12 @@ sed "s|^path = .*|path = \"text.txt\"|" "$WORK/gpt.toml" > "$WORK/gpt_relative.t
 expect_error "rank 1 loaded other data than rank 0 from the same \[data\] keys: \"text text.txt: 2700 train" 1 \
   --wdir "$WORK/node0" "$SUBDP" train "$WORK/gpt_relative.toml" : -np 1 --wdir "$WORK/node1" "$SUBDP" train \
   "$WORK/gpt_relative.toml"
+
+# A warm-up as long as the run (or longer) never reaches optim.lr: a warning before step 1 (it
+# trained at lr ~ 0 without a word); one shorter than the run gives none.
+out=$("$SUBDP" train "$WORK/gpt.toml" --set train.steps=2 --set optim.warmup_steps=1000 2>&1 >/dev/null)
+[[ $out == *"optim.warmup_steps = 1000 is not shorter than the run (2 steps): the learning rate rises to 2e-06 at most"* ]] ||
+  { echo "FAIL: no warning for a warm-up longer than the run: $out"; exit 1; }
+out=$("$SUBDP" train "$WORK/gpt.toml" --set train.steps=2 --set optim.warmup_steps=1 2>&1 >/dev/null)
+[[ $out != *"warmup_steps"* ]] || { echo "FAIL: a warning for a warm-up shorter than the run: $out"; exit 1; }
+echo "ok: a warm-up as long as the run is warned of"
