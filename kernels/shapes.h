@@ -25,6 +25,20 @@ struct AttentionShape {
   int64_t qkv_width() const { return static_cast<int64_t>(H + 2 * kv_heads()) * hd; }
 };
 
+/// What an attention forward keeps for its backward, so that the backward need not run the
+/// forward again for its statistics (FlashAttention-2's L and O: Dao, arXiv:2307.08691,
+/// algorithm 2): lse (B, H, T) floats, each query row's log-sum-exp as the backend's forward
+/// wrote it (in the backend's own form: CUDA's tensor-core kernels keep it in base 2), and y,
+/// the forward's output as kept, (B, T, H*hd) rows of float32 or bf16 (y_bf16) whose values
+/// times y_scale are the attention output (a layer keeps head_scale times it: y_scale =
+/// 1 / head_scale). The backward then forms delta = rowsum(dy * output) from them.
+struct AttentionKept {
+  const float* lse = nullptr;
+  const void* y = nullptr;
+  bool y_bf16 = false;
+  float y_scale = 1.f;
+};
+
 /// Widest head the CUDA attention kernels are compiled for (their per-thread rows are that many
 /// floats); the config rules refuse a wider one on device.type = "cuda" before a run starts.
 constexpr int kCudaMaxAttentionHeadDim = 128;

@@ -6,7 +6,8 @@
 # gemm_summary.md (per layer and pass: milliseconds in each mode, and what storing bf16
 # operands would gain against today's bf16, with and without converting the activation first).
 # Its last rows time attention's forward and backward (f32 fp32: CUDA cores, what precision
-# fp32 runs; f32 bf16: tensor cores, what precision bf16 runs) and PyTorch's (column PyTorch).
+# fp32 runs; f32 bf16: tensor cores, what precision bf16 runs; backward from the forward's kept
+# statistics, backward-recompute without them) and PyTorch's (column PyTorch).
 # SUBDP_GPU_REHEARSAL=1: the small shapes, for the emulated device.
 set -euo pipefail
 BIN=$1
@@ -30,7 +31,8 @@ ms = {(r["layer"], r["pass"], r["operands"], r["math"], r["out"]): float(r["ms"]
 print("GEMMs of GPT-2 small's layers (ms per call, shapes in gemm.csv; f32 = float32 operands as subdp passes them today, "
       "bf16 = operands stored in bf16; gain = today's bf16 over stored bf16, and over stored bf16 "
       "plus converting the activation operand; attention: CUDA cores under fp32, tensor cores under bf16, "
-      "subdp's backward including the forward pass its statistics come from, PyTorch's not):")
+      "subdp's backward from the forward's kept log-sum-exp and output as PyTorch's, backward-recompute "
+      "with the forward run again for them, as a layer keeping only some output columns runs it):")
 print()
 print("| layer | pass | f32 fp32 | f32 tf32 | f32 bf16 (today) | bf16 stored | convert | gain | gain with convert | PyTorch |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")

@@ -13,11 +13,12 @@
 //   convert: cuda::to_bf16 of the pass's activation operand (the pass's first operand, rows x
 //     width floats): what converting on the fly would add per GEMM.
 // And causal attention at GPT-2 small's shape (B 8, T 1024, H 12, head width 64; --small: B 2,
-// T 128, H 2, width 64), layer "attention", pass forward or backward: CUDA cores in float32
-// (attention.cu, math fp32: what precision fp32 / tf32 run) and tensor cores (attention_tc.cu,
-// math bf16); rate in TFLOP/s of the causal products, 2 B H T^2 hd forward and 2.5 times that
-// backward (FlashAttention-2's count; the backward's own recomputation not counted: its time
-// includes the forward pass that gives it each row's log-sum-exp and delta).
+// T 128, H 2, width 64), layer "attention", pass forward, backward (from the forward's kept
+// log-sum-exp and output, as training runs it) or backward-recompute (the forward run again
+// for each row's log-sum-exp and delta): CUDA cores in float32 (attention.cu, math fp32: what
+// precision fp32 / tf32 run) and tensor cores (attention_tc.cu, math bf16); rate in TFLOP/s
+// of the causal products, 2 B H T^2 hd forward and 2.5 times that backward
+// (FlashAttention-2's count; the backward's own recomputation not counted).
 // Time: the mean of N back-to-back calls between two cudaDeviceSynchronize, by the host clock,
 // after 2 unmeasured calls (heuristics, handles). GPT-2 small: rows = B T = 8 x 1024, C = 768,
 // V = 50304; --small: rows 128, C 64, V 512 (the emulated device's rehearsal).
@@ -164,28 +165,41 @@ void bench_layer(const Layer& l, int rows, int reps) {
 }
 
 /// Times attention's forward and backward at shape s, on CUDA cores and on tensor cores (where
-/// the shape allows them): four CSV rows, ms per call and TFLOP/s of the causal products.
+/// the shape allows them): CSV rows of ms per call and TFLOP/s of the causal products. The
+/// backward as training runs it ("backward": from the forward's kept log-sum-exp and output)
+/// and with its statistics recomputed ("backward-recompute": a layer keeping only some of its
+/// output's columns), both counted as 2.5 forwards (FlashAttention-2's convention).
 void bench_attention(const subdp::cuda::AttentionShape& s, int reps) {
   const int64_t qkv_n = int64_t{s.B} * s.T * s.qkv_width(), y_n = int64_t{s.B} * s.T * s.width();
   DeviceArray<float> qkv(qkv_n), y(y_n), dy(y_n), dqkv(qkv_n), ws(subdp::cuda::attention_tc_workspace_floats(s));
+  DeviceArray<float> lse(int64_t{s.B} * s.H * s.T);
   fill_random(qkv.p, qkv_n, 5);
   fill_random(dy.p, y_n, 6);
   const Layer l{"attention", s.hd, s.hd};
   const double flops = 2.0 * s.B * s.H * static_cast<double>(s.T) * s.T * s.hd;
   const Pass forward{"forward", false, true, s.T, s.T, s.hd, 0, 0, 0, 0};
   const Pass backward{"backward", false, false, s.T, s.T, s.hd, 0, 0, 0, 0};
-  const double f32 = seconds_per_call([&] { subdp::cuda::attention_forward(s, qkv.p, y.p, nullptr, nullptr); }, reps);
-  print_row(l, forward, "f32", "fp32", "f32", f32, flops / f32 / 1e12);
-  const double b32 =
-      seconds_per_call([&] { subdp::cuda::attention_backward(s, qkv.p, dy.p, dqkv.p, ws.p, nullptr); }, reps);
-  print_row(l, backward, "f32", "fp32", "f32", b32, 2.5 * flops / b32 / 1e12);
+  const Pass recompute{"backward-recompute", false, false, s.T, s.T, s.hd, 0, 0, 0, 0};
+  const subdp::AttentionKept kept{lse.p, y.p, false, 1.f};
+  const auto rows = [&](const char* math, auto&& fwd, auto&& bwd) {
+    const double f = seconds_per_call([&] { fwd(lse.p); }, reps);  // keeping lse, as training does
+    print_row(l, forward, "f32", math, "f32", f, flops / f / 1e12);
+    const double b = seconds_per_call([&] { bwd(&kept); }, reps);
+    print_row(l, backward, "f32", math, "f32", b, 2.5 * flops / b / 1e12);
+    const double r = seconds_per_call([&] { bwd(nullptr); }, reps);
+    print_row(l, recompute, "f32", math, "f32", r, 2.5 * flops / r / 1e12);
+  };
+  rows(
+      "fp32", [&](float* keep) { subdp::cuda::attention_forward(s, qkv.p, y.p, keep, nullptr); },
+      [&](const subdp::AttentionKept* k) {
+        subdp::cuda::attention_backward(s, qkv.p, dy.p, dqkv.p, ws.p, nullptr, k);
+      });
   if (!subdp::cuda::attention_tc_supported(s)) return;  // the _tc calls would launch nothing: no rows
-  const double f16 =
-      seconds_per_call([&] { subdp::cuda::attention_forward_tc(s, qkv.p, y.p, nullptr, nullptr); }, reps);
-  print_row(l, forward, "f32", "bf16", "f32", f16, flops / f16 / 1e12);
-  const double b16 =
-      seconds_per_call([&] { subdp::cuda::attention_backward_tc(s, qkv.p, dy.p, dqkv.p, ws.p, nullptr); }, reps);
-  print_row(l, backward, "f32", "bf16", "f32", b16, 2.5 * flops / b16 / 1e12);
+  rows(
+      "bf16", [&](float* keep) { subdp::cuda::attention_forward_tc(s, qkv.p, y.p, keep, nullptr, true); },
+      [&](const subdp::AttentionKept* k) {
+        subdp::cuda::attention_backward_tc(s, qkv.p, dy.p, dqkv.p, ws.p, nullptr, k);
+      });
 }
 
 int run(int argc, char** argv) {

@@ -90,9 +90,13 @@ void Backend::gelu_backward_bf16(const void*, const float*, float*, int64_t) { n
 void Backend::swiglu_keep_bf16(const void*, float*, void*, int64_t) { no_bf16(*this); }
 void Backend::swiglu_forward_bf16(const void*, const void*, float*, int64_t) { no_bf16(*this); }
 void Backend::swiglu_backward_bf16(const void*, const void*, const float*, float*, float*, int64_t) { no_bf16(*this); }
+bool Backend::attention_keeps_statistics(const AttentionShape&) const { return false; }
 bool Backend::attention_reads_bf16(const AttentionShape&) const { return false; }
-void Backend::attention_forward_bf16(const AttentionShape&, const void*, float*, float*, int) { no_bf16(*this); }
-void Backend::attention_backward_bf16(const AttentionShape&, const void*, const float*, float*, float*, int) {
+void Backend::attention_forward_bf16(const AttentionShape&, const void*, float*, float*, float*, int) {
+  no_bf16(*this);
+}
+void Backend::attention_backward_bf16(const AttentionShape&, const void*, const float*, const AttentionKept*, float*,
+                                      float*, int) {
   no_bf16(*this);
 }
 

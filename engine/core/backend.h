@@ -231,19 +231,29 @@ class Backend {
 
   // ---- causal self-attention (kernels/cpu/attention.h); workspace sizes in floats.
   virtual int64_t attention_workspace_floats(const AttentionShape& s, int slots) = 0;
-  virtual void attention_forward(const AttentionShape& s, const float* qkv, float* att, float* y, float* ws,
+  /// lse: null, or (where attention_keeps_statistics(s)) B H T floats in which the forward
+  /// writes what AttentionKept::lse holds for the backward.
+  virtual void attention_forward(const AttentionShape& s, const float* qkv, float* att, float* y, float* lse, float* ws,
                                  int slots) = 0;
+  /// kept: null (the backward recomputes the forward's statistics), or (where
+  /// attention_keeps_statistics(s)) what the forward kept: its lse and output.
   virtual void attention_backward(const AttentionShape& s, const float* qkv, const float* att, const float* dy,
-                                  float* dqkv, float* ws, int slots) = 0;
+                                  const AttentionKept* kept, float* dqkv, float* ws, int slots) = 0;
+  /// True when the forward can keep each row's log-sum-exp (B H T floats) so that the backward,
+  /// given it and the forward's output, skips running the forward again (CUDA); false where
+  /// the backward recomputes its statistics either way (CPU: from a (T, T) block in the
+  /// workspace), and lse and kept must then be null.
+  virtual bool attention_keeps_statistics(const AttentionShape& s) const;
   /// True when the two calls below take shape s (CUDA under precision = "bf16", tensor-core
   /// head widths); elsewhere false, and a layer keeping q, k, v in bf16 converts them first.
   virtual bool attention_reads_bf16(const AttentionShape& s) const;
   /// attention_forward / attention_backward (att unused) over qkv as bf16 rows (a layer's kept
   /// copy, 2-byte values): no float32 copy, no conversion pass; y, dy, dqkv float32. Throw
   /// where attention_reads_bf16(s) is false.
-  virtual void attention_forward_bf16(const AttentionShape& s, const void* qkv, float* y, float* ws, int slots);
-  virtual void attention_backward_bf16(const AttentionShape& s, const void* qkv, const float* dy, float* dqkv,
-                                       float* ws, int slots);
+  virtual void attention_forward_bf16(const AttentionShape& s, const void* qkv, float* y, float* lse, float* ws,
+                                      int slots);
+  virtual void attention_backward_bf16(const AttentionShape& s, const void* qkv, const float* dy,
+                                       const AttentionKept* kept, float* dqkv, float* ws, int slots);
 
   // ---- optimizer updates (kernels/cpu/optimizer.h) over many contiguous runs (UpdateRun:
   // s0 = SGD's momentum buffer or null, s1 unused; s0 = AdamW's m, s1 = v). Each adds the

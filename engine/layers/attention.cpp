@@ -74,14 +74,19 @@ CausalSelfAttention::CausalSelfAttention(ParamSet& ps, const AttentionSpec& spec
     SUBDP_ASSERT(!spec.y_area && y_kept_cols >= 0 && y_kept_cols <= Ck);
     y_kept_cols_ = y_scratch ? y_kept_cols : Ck;
     if (y_kept_cols_ > 0) y_kept_ = stored(nullptr, y_kept_cols_, DType::bf16);
-    return;
+  } else {
+    y_ = y_scratch ? y_scratch->slice0(0, max_rows * Ck).view({max_rows, Ck}) : stored(spec.y_area, Ck, DType::f32);
+    if (y_scratch) {
+      SUBDP_ASSERT(y_kept_cols >= 0 && y_kept_cols <= Ck);
+      y_kept_cols_ = y_kept_cols;
+      if (y_kept_cols > 0) y_kept_ = stored(spec.y_area, y_kept_cols, DType::f32);
+    }
   }
-  y_ = y_scratch ? y_scratch->slice0(0, max_rows * Ck).view({max_rows, Ck}) : stored(spec.y_area, Ck, DType::f32);
-  if (y_scratch) {
-    SUBDP_ASSERT(y_kept_cols >= 0 && y_kept_cols <= Ck);
-    y_kept_cols_ = y_kept_cols;
-    if (y_kept_cols > 0) y_kept_ = stored(spec.y_area, y_kept_cols, DType::f32);
-  }
+  // The backward's statistics from the forward (the backend's choice): the rows' log-sum-exp
+  // kept here, and delta from the kept output, which must then hold every column.
+  const bool whole_output = y_kept_.defined() ? y_kept_cols_ == Ck : !y_scratch;
+  if (Ck > 0 && whole_output && backend().attention_keeps_statistics(shape(static_cast<int>(max_rows / T), T)))
+    lse_ = Tensor::empty({max_rows * local_heads_}, MemCategory::activations);
 }
 
 void CausalSelfAttention::forward(const float* x, float* out, int B, int T, AttentionScratch& s) {
@@ -102,12 +107,13 @@ void CausalSelfAttention::forward(const float* x, float* out, int B, int T, Atte
   rotate_qk(qkv, rows, T, false);
   // (B, T, Ck); kept bf16: in the scratch's first floats, where x may be (read by the qkv GEMM)
   float* y = half ? s.grads.f32() : y_.f32();
+  float* lse = lse_.defined() ? lse_.f32() : nullptr;         // (B, Hk, T)
   if (half && backend().attention_reads_bf16(shape(B, T))) {  // the kernels read the kept copy itself
     backend().to_bf16(qkv, qkv_.raw(), rows * cols);
-    backend().attention_forward_bf16(shape(B, T), qkv_.raw(), y, s.ws.f32(), s.slots);
+    backend().attention_forward_bf16(shape(B, T), qkv_.raw(), y, lse, s.ws.f32(), s.slots);
   } else {
     if (half) backend().round_keep_bf16(qkv, qkv_.raw(), rows * cols);  // the kernels read the kept values
-    backend().attention_forward(shape(B, T), qkv, nullptr, y, s.ws.f32(), s.slots);
+    backend().attention_forward(shape(B, T), qkv, nullptr, y, lse, s.ws.f32(), s.slots);
   }
   FlopCounter::count() += 4LL * B * local_heads_ * T * T * hd_;
   if (head_scale_ != 1.f) backend().scale(y, head_scale_, rows * Ck);
@@ -141,10 +147,12 @@ void CausalSelfAttention::backward(const float* x, const float* dout, float* dx,
   if (head_scale_ != 1.f) backend().scale(dy, head_scale_, rows * Ck);
   float* dqkv = dy + rows * Ck;  // (B, T, qkv_cols)
   const int64_t cols = qkv_cols();
+  const AttentionKept kept = kept_statistics();
+  const AttentionKept* from_forward = lse_.defined() ? &kept : nullptr;
   if (kept_bf16() && backend().attention_reads_bf16(shape(B, T)))
-    backend().attention_backward_bf16(shape(B, T), qkv_.raw(), dy, dqkv, s.ws.f32(), s.slots);
+    backend().attention_backward_bf16(shape(B, T), qkv_.raw(), dy, from_forward, dqkv, s.ws.f32(), s.slots);
   else
-    backend().attention_backward(shape(B, T), qkv_f32(rows, s), nullptr, dy, dqkv, s.ws.f32(), s.slots);
+    backend().attention_backward(shape(B, T), qkv_f32(rows, s), nullptr, dy, from_forward, dqkv, s.ws.f32(), s.slots);
   FlopCounter::count() += 10LL * B * local_heads_ * T * T * hd_;  // 8 plus the recomputed q k^T
   rotate_qk(dqkv, rows, T, true);                                 // d(q, k before RoPE) = R^T d(q, k after)
   if (qkv_weight->grad.defined() && local_kv_heads_ != local_heads_) {
@@ -165,6 +173,12 @@ void CausalSelfAttention::backward(const float* x, const float* dout, float* dx,
   // dx (rows, C) = dqkv (rows, cols) . Wqkv (cols, C)
   backend().sgemm(false, false, rows, C_, cols, 1.f, dqkv, cols, qkv_weight->value.f32(), C_, 0.f, dx, C_);
   FlopCounter::add_gemm(rows, C_, cols);
+}
+
+AttentionKept CausalSelfAttention::kept_statistics() const {
+  if (!lse_.defined()) return {};
+  const Tensor& y = y_kept_.defined() ? y_kept_ : y_;  // every column (the constructor's test)
+  return {lse_.f32(), y.raw(), y.dtype() == DType::bf16, 1.f / head_scale_};
 }
 
 const float* CausalSelfAttention::qkv_f32(int64_t rows, const AttentionScratch& s) const {

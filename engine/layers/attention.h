@@ -100,7 +100,9 @@ class CausalSelfAttention {
   /// out (B, T, C) = proj(attention(x (B, T, C))), proj bias included. Stores qkv and y; the
   /// attention probabilities (B, Hk, T, T) are formed in s.ws and recomputed in backward, so
   /// they cost no activation memory (B*Hk*T*T floats, as many as the MLP's GELU input at
-  /// T = 128, 8 heads, C = 256, mlp_ratio 4) for 2*B*Hk*T*T*hd more FLOPs.
+  /// T = 128, 8 heads, C = 256, mlp_ratio 4) for 2*B*Hk*T*T*hd more FLOPs. Where the backend
+  /// keeps statistics (CUDA) and y is kept whole, also each row's log-sum-exp (B*Hk*T floats),
+  /// which spares the backward the forward's products again.
   void forward(const float* x, float* out, int B, int T, AttentionScratch& s);
   /// dout (B, T, C) -> dx (B, T, C) written; accumulates held parameter gradients (kept prefix).
   /// dx may be dout: dout is read (by proj's backward) before dx is written.
@@ -115,6 +117,9 @@ class CausalSelfAttention {
   /// The kept q, k, v (rows, qkv_cols()) as floats: qkv_ itself, or (bf16 kept) converted into
   /// s.qkv_f32.
   const float* qkv_f32(int64_t rows, const AttentionScratch& s) const;
+  /// What the forward kept for the backward's statistics (lse_ and the whole kept output); empty
+  /// when lse_ is undefined.
+  AttentionKept kept_statistics() const;
   /// RoPE on the q and k sections of qkv (rows, qkv_cols()), in place; inverse for their gradients.
   void rotate_qk(float* qkv, int64_t rows, int T, bool inverse) const;
   /// This call's geometry for the kernels.
@@ -127,6 +132,8 @@ class CausalSelfAttention {
                    // undefined with bf16 q, k, v kept
   Tensor y_kept_;  // (B, T, y_kept_cols_) stored prefix of y when y_ is shared; bf16 with q, k, v
   int64_t y_kept_cols_ = 0;
+  Tensor lse_;  // (B, Hk, T) the rows' log-sum-exp, where the backend keeps statistics and the
+                // layer its whole output (y_ own, or y_kept_ of every column); else undefined
 };
 
 }  // namespace subdp

@@ -13,6 +13,7 @@
 
 #include "engine/core/backend.h"
 #include "engine/core/device_memory.h"
+#include "engine/core/error.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/conv.h"
 #include "kernels/cpu/elementwise.h"
@@ -242,13 +243,16 @@ class CpuBackend final : public Backend {
   int64_t attention_workspace_floats(const AttentionShape& s, int slots) override {
     return cpu::attention_workspace_floats(s, slots);
   }
-  void attention_forward(const AttentionShape& s, const float* qkv, float* att, float* y, float* ws,
+  // The CPU keeps no statistics (attention_keeps_statistics is false): lse and kept are null.
+  void attention_forward(const AttentionShape& s, const float* qkv, float* att, float* y, float* lse, float* ws,
                          int slots) override {
+    SUBDP_ASSERT(lse == nullptr);
     auto in = access_.open();
     cpu::attention_forward(s, qkv, att, y, ws, slots);
   }
-  void attention_backward(const AttentionShape& s, const float* qkv, const float* att, const float* dy, float* dqkv,
-                          float* ws, int slots) override {
+  void attention_backward(const AttentionShape& s, const float* qkv, const float* att, const float* dy,
+                          const AttentionKept* kept, float* dqkv, float* ws, int slots) override {
+    SUBDP_ASSERT(kept == nullptr);
     auto in = access_.open();
     cpu::attention_backward(s, qkv, att, dy, dqkv, ws, slots);
   }

@@ -4,8 +4,9 @@
 // their dot products summed across the lanes) owns one query (or key) row of one (sequence,
 // head); the block's 64 rows share each tile of the other side's rows in shared memory, and
 // tiles that the causal mask hides wholly are never loaded. Softmax is online (a running max
-// and sum per row), so the forward keeps only its output, and the backward recomputes
-// probabilities from the row's log-sum-exp. Grouped-query attention: a query head reads its
+// and sum per row), so the forward keeps only its output and each row's log-sum-exp, and the
+// backward recomputes probabilities from it (and, given the kept output, forms delta in one
+// pass: attention_delta; without them it runs the forward again). Grouped-query attention: a query head reads its
 // key / value head's rows, and a key / value head's dk, dv sum its query heads in order.
 // Every sum runs in a fixed order and no kernel uses atomics: a run repeats bit for bit. The
 // CPU attention (kernels/cpu/attention.cpp) is the reference. A row's lanes deal its columns
@@ -285,7 +286,46 @@ void check_groups(const AttentionShape& s) {
                                 " key / value heads do not divide " + std::to_string(s.H) + " query heads");
 }
 
+/// attention_delta's rows: row r = (b T + t) H + h of y and dy (hd values each) gives delta at
+/// (b H + h) T + t. One warp a row (blockDim a multiple of 32), its lanes over the columns.
+template <class Y>
+__global__ void attention_delta_kernel(const Y* y, float y_scale, const float* dy, float* delta, bf16* dy16,
+                                       int64_t rows, int T, int H, int hd) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  for (int64_t r = detail::grid_first() / 32; r < rows; r += detail::grid_stride() / 32) {  // the same r across a warp
+    const int64_t at = r * hd;
+    float part = 0.f;
+    for (int d = lane; d < hd; d += 32) {
+      const float g = dy[at + d];
+      part += g * detail::to_f(y[at + d]);
+      if (dy16) dy16[at + d] = __float2bfloat16(g);
+    }
+    const float sum = detail::warp_sum(part);
+    if (lane != 0) continue;
+    const int64_t bt = r / H, h = r % H, b = bt / T, t = bt % T;
+    delta[(b * H + h) * T + t] = y_scale * sum;
+  }
+}
+
 }  // namespace
+
+void attention_delta(const AttentionShape& s, const AttentionKept& kept, const float* dy, float* delta, bf16* dy16,
+                     cudaStream_t stream) {
+  if (empty(s)) return;
+  if (!kept.lse || !kept.y) throw std::invalid_argument("attention_delta: the kept statistics need lse and y");
+  const int64_t rows = static_cast<int64_t>(s.B) * s.T * s.H;
+  const int blocks = detail::blocks_for(rows * 32);
+  const auto launch = [&](auto* y) {
+    using Y = std::remove_const_t<std::remove_pointer_t<decltype(y)>>;
+    SUBDP_LAUNCH(blocks, detail::kThreads, 0, stream, attention_delta_kernel<Y>)
+    (y, kept.y_scale, dy, delta, dy16, rows, s.T, s.H, s.hd);
+    CUDA_CHECK_LAUNCH();
+  };
+  if (kept.y_bf16)
+    launch(static_cast<const bf16*>(kept.y));
+  else
+    launch(static_cast<const float*>(kept.y));
+}
 
 int64_t attention_workspace_floats(const AttentionShape& s) {
   return 2 * static_cast<int64_t>(s.B) * s.H * s.T;  // lse and delta
@@ -303,17 +343,21 @@ void attention_forward(const AttentionShape& s, const float* qkv, float* y, floa
 }
 
 void attention_backward(const AttentionShape& s, const float* qkv, const float* dy, float* dqkv, float* ws,
-                        cudaStream_t stream) {
+                        cudaStream_t stream, const AttentionKept* kept) {
   if (empty(s)) return;
   check_groups(s);
-  float* lse = ws;
+  float* stats_lse = ws;
   float* delta = ws + static_cast<int64_t>(s.B) * s.H * s.T;
+  if (kept) attention_delta(s, *kept, dy, delta, nullptr, stream);
+  const float* lse = kept ? kept->lse : stats_lse;
   with_head_dim(s.hd, [&](auto tag) {
     constexpr int HD = decltype(tag)::value;
     const float scale = scale_of(s);
-    SUBDP_LAUNCH(grid_of(s, s.H), kRowsPerBlock * row_lanes<HD>(), 0, stream, flash_forward_kernel<HD, true>)
-    (qkv, dy, nullptr, lse, delta, s.T, s.H, s.kv_heads(), s.hd, scale);
-    CUDA_CHECK_LAUNCH();
+    if (!kept) {  // the forward again, for the rows' log-sum-exp and delta
+      SUBDP_LAUNCH(grid_of(s, s.H), kRowsPerBlock * row_lanes<HD>(), 0, stream, flash_forward_kernel<HD, true>)
+      (qkv, dy, nullptr, stats_lse, delta, s.T, s.H, s.kv_heads(), s.hd, scale);
+      CUDA_CHECK_LAUNCH();
+    }
     SUBDP_LAUNCH(grid_of(s, s.kv_heads()), kRowsPerBlock * row_lanes<HD>(), 0, stream, flash_backward_dkdv_kernel<HD>)
     (qkv, dy, lse, delta, dqkv, s.T, s.H, s.kv_heads(), s.hd, scale);
     CUDA_CHECK_LAUNCH();

@@ -82,12 +82,14 @@ __device__ void tile_softmax(float (&s)[ForwardLayout<HD>::BC / 8][4], RowState<
   }
 }
 
-/// Writes this lane's two rows: y, or with kForBackward the rows' base-2 log-sum-exp lse2
-/// (of the base-2 scores), delta = rowsum(dy * y) and dy16 (unless null), dy rounded to bf16. The
-/// head width is a multiple of 16 (supported), so a lane's column pairs 2t, 2t + 1 are whole.
+/// Writes this lane's two rows: y and (unless null) the rows' log-sum-exp, natural or in base 2
+/// (lse_base2: the backward kernels' form, kept for them), or with kForBackward the rows'
+/// base-2 log-sum-exp lse2 (of the base-2 scores), delta = rowsum(dy * y) and dy16 (unless
+/// null), dy rounded to bf16. The head width is a multiple of 16 (supported), so a lane's
+/// column pairs 2t, 2t + 1 are whole.
 template <int HD, bool kForBackward, class In>
 __device__ void finish_rows(RowState<HD>& st, const HeadViewOf<In>& v, const float* dy, float* y, float* lse,
-                            float* delta, __nv_bfloat16* dy16, int i0, int T, int hd) {
+                            float* delta, __nv_bfloat16* dy16, int i0, int T, int hd, bool lse_base2) {
   const int t = lane_place().t;
   for (int r = 0; r < 2; ++r) {
     const int i = i0 + 8 * r;
@@ -117,7 +119,8 @@ __device__ void finish_rows(RowState<HD>& st, const HeadViewOf<In>& v, const flo
       lse[v.stat + i] = st.m[r] + log2f(l);  // base 2: the backward kernels' form
       delta[v.stat + i] = part;
     } else if (lse) {
-      lse[v.stat + i] = (st.m[r] + log2f(l)) / kLog2e;  // natural log
+      const float lse2 = st.m[r] + log2f(l);               // as the statistics pass's, bit for bit
+      lse[v.stat + i] = lse_base2 ? lse2 : lse2 / kLog2e;  // else the natural log
     }
   }
 }
@@ -125,7 +128,7 @@ __device__ void finish_rows(RowState<HD>& st, const HeadViewOf<In>& v, const flo
 template <int HD, bool kForBackward, class In>
 __global__ void __launch_bounds__(128)
     flash_forward_tc_kernel(const In* qkv, const float* dy, float* y, float* lse, float* delta, __nv_bfloat16* dy16,
-                            int T, int H, int KV, int hd, float scale) {
+                            int T, int H, int KV, int hd, float scale, bool lse_base2) {
   using L = ForwardLayout<HD>;
   alignas(16) __shared__ unsigned char smem[L::bytes];
   auto* qs = reinterpret_cast<__nv_bfloat16*>(smem);
@@ -175,16 +178,16 @@ __global__ void __launch_bounds__(128)
     __syncthreads();                            // V(j) has landed
     if (active) mma_cols(st.o, pa, vs, L::LD);  // O += P V
   }
-  finish_rows<HD, kForBackward>(st, v, dy, y, lse, delta, dy16, i0, T, hd);
+  finish_rows<HD, kForBackward>(st, v, dy, y, lse, delta, dy16, i0, T, hd, lse_base2);
 }
 
 template <int HD, bool kForBackward, class In>
 void launch(const AttentionShape& s, const In* qkv, const float* dy, float* y, float* lse, float* delta,
-            __nv_bfloat16* dy16, cudaStream_t stream) {
+            __nv_bfloat16* dy16, cudaStream_t stream, bool lse_base2 = false) {
   constexpr int BR = ForwardLayout<HD>::BR;
   const dim3 grid(static_cast<unsigned>((s.T + BR - 1) / BR), static_cast<unsigned>(s.B * s.H));
   SUBDP_LAUNCH(grid, 128, 0, stream, flash_forward_tc_kernel<HD, kForBackward, In>)
-  (qkv, dy, y, lse, delta, dy16, s.T, s.H, s.kv_heads(), s.hd, 1.f / std::sqrt(static_cast<float>(s.hd)));
+  (qkv, dy, y, lse, delta, dy16, s.T, s.H, s.kv_heads(), s.hd, 1.f / std::sqrt(static_cast<float>(s.hd)), lse_base2);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -203,11 +206,12 @@ template void attention_stats(const AttentionShape&, const bf16*, const float*, 
 namespace {
 
 template <class In>
-bool forward(const AttentionShape& s, const In* qkv, float* y, float* lse, cudaStream_t stream) {
+bool forward(const AttentionShape& s, const In* qkv, float* y, float* lse, cudaStream_t stream, bool lse_base2) {
   if (!supported(s)) return false;
   if (s.B <= 0 || s.T <= 0 || s.H <= 0) return true;
-  with_width(s.hd,
-             [&](auto tag) { launch<decltype(tag)::value, false>(s, qkv, nullptr, y, lse, nullptr, nullptr, stream); });
+  with_width(s.hd, [&](auto tag) {
+    launch<decltype(tag)::value, false>(s, qkv, nullptr, y, lse, nullptr, nullptr, stream, lse_base2);
+  });
   return true;
 }
 
@@ -217,12 +221,14 @@ bool forward(const AttentionShape& s, const In* qkv, float* y, float* lse, cudaS
 
 bool attention_tc_supported(const AttentionShape& s) { return tc::supported(s); }
 
-bool attention_forward_tc(const AttentionShape& s, const float* qkv, float* y, float* lse, cudaStream_t stream) {
-  return tc::forward(s, qkv, y, lse, stream);
+bool attention_forward_tc(const AttentionShape& s, const float* qkv, float* y, float* lse, cudaStream_t stream,
+                          bool lse_base2) {
+  return tc::forward(s, qkv, y, lse, stream, lse_base2);
 }
 
-bool attention_forward_tc(const AttentionShape& s, const bf16* qkv, float* y, float* lse, cudaStream_t stream) {
-  return tc::forward(s, qkv, y, lse, stream);
+bool attention_forward_tc(const AttentionShape& s, const bf16* qkv, float* y, float* lse, cudaStream_t stream,
+                          bool lse_base2) {
+  return tc::forward(s, qkv, y, lse, stream, lse_base2);
 }
 
 }  // namespace subdp::cuda

@@ -1,9 +1,10 @@
 // Causal self-attention backward on tensor cores (precision = "bf16"): FlashAttention's
 // backward (Dao et al., arXiv:2205.14135, algorithm 2) split as attention.cu splits it, into a
 // dk / dv kernel over key rows and a dq kernel over query rows, so nothing is summed with
-// atomics and a run repeats bit for bit. The statistics come from the tensor-core forward
-// (tc::attention_stats: each row's log-sum-exp in base 2, delta = rowsum(dy * y), and dy
-// rounded to bf16 once, so that the kernels stage its tiles with cp.async as they do q, k, v).
+// atomics and a run repeats bit for bit. The statistics come from the tensor-core forward:
+// each row's log-sum-exp in base 2 as it kept it, with delta = rowsum(dy * y) from its kept
+// output (attention_delta), or both from the forward run again (tc::attention_stats); and dy
+// is rounded to bf16 once, so that the kernels stage its tiles with cp.async as they do q, k, v.
 //
 // Each warp keeps its 16 rows' operands (K and V, or Q and dy) and its accumulators (dK and
 // dV, or dQ) in registers for the whole kernel (attention_tc.cuh). Per tile of the other
@@ -305,14 +306,21 @@ struct BackwardWorkspace {
         dy16(reinterpret_cast<__nv_bfloat16*>(ws + stats_floats(s))) {}
 };
 
+/// kept: the forward's base-2 log-sum-exp and its kept output stand in for the statistics
+/// pass (the forward's products again): delta and dy16 from one pass over y and dy.
 template <class In>
-bool backward(const AttentionShape& s, const In* qkv, const float* dy, float* dqkv, float* ws, cudaStream_t stream) {
+bool backward(const AttentionShape& s, const In* qkv, const float* dy, float* dqkv, float* ws, cudaStream_t stream,
+              const AttentionKept* kept) {
   if (!supported(s)) return false;
   if (s.B <= 0 || s.T <= 0 || s.H <= 0) return true;
   const BackwardWorkspace w(s, ws);
-  attention_stats(s, qkv, dy, w.lse2, w.delta, w.dy16, stream);
+  if (kept)
+    attention_delta(s, *kept, dy, w.delta, w.dy16, stream);
+  else
+    attention_stats(s, qkv, dy, w.lse2, w.delta, w.dy16, stream);
+  const float* lse2 = kept ? kept->lse : w.lse2;
   with_width(s.hd,
-             [&](auto tag) { launch_backward<decltype(tag)::value>(s, qkv, w.dy16, dqkv, w.lse2, w.delta, stream); });
+             [&](auto tag) { launch_backward<decltype(tag)::value>(s, qkv, w.dy16, dqkv, lse2, w.delta, stream); });
   return true;
 }
 
@@ -323,13 +331,13 @@ bool backward(const AttentionShape& s, const In* qkv, const float* dy, float* dq
 int64_t attention_tc_workspace_floats(const AttentionShape& s) { return tc::BackwardWorkspace::floats(s); }
 
 bool attention_backward_tc(const AttentionShape& s, const float* qkv, const float* dy, float* dqkv, float* ws,
-                           cudaStream_t stream) {
-  return tc::backward(s, qkv, dy, dqkv, ws, stream);
+                           cudaStream_t stream, const AttentionKept* kept) {
+  return tc::backward(s, qkv, dy, dqkv, ws, stream, kept);
 }
 
 bool attention_backward_tc(const AttentionShape& s, const bf16* qkv, const float* dy, float* dqkv, float* ws,
-                           cudaStream_t stream) {
-  return tc::backward(s, qkv, dy, dqkv, ws, stream);
+                           cudaStream_t stream, const AttentionKept* kept) {
+  return tc::backward(s, qkv, dy, dqkv, ws, stream, kept);
 }
 
 }  // namespace subdp::cuda

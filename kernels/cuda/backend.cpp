@@ -421,36 +421,38 @@ class CudaBackend final : public Backend {
   }
 
   // Flash attention (attention.cu): the layer keeps no probabilities and neither does the
-  // workspace; the backward recomputes each row's log-sum-exp into it (2 B H T floats). Under
-  // bf16 both run on tensor cores where the head width allows (attention_tc*.cu), whose
-  // backward also keeps dy in bf16 there (B T C / 2 floats more).
+  // workspace. The forward keeps each row's log-sum-exp for the backward (B H T floats, the
+  // layer's), which forms delta from the layer's kept output; without them (a layer that keeps
+  // only some of its output's columns) the backward runs the forward again for both, into the
+  // workspace (2 B H T floats). Under bf16 both run on tensor cores where the head width
+  // allows (attention_tc*.cu), whose log-sum-exp is in base 2 and whose backward also keeps dy
+  // in bf16 there (B T C / 2 floats more).
   int64_t attention_workspace_floats(const AttentionShape& s, int) override {
     SUBDP_CHECK(s.hd >= 1 && s.hd <= cuda::kMaxAttentionHeadDim,
                 "[model] width / heads: a head of {} columns; the CUDA attention takes 1 to {}", s.hd,
                 cuda::kMaxAttentionHeadDim);
-    return precision() == Precision::bf16 && cuda::attention_tc_supported(s) ? cuda::attention_tc_workspace_floats(s)
-                                                                             : cuda::attention_workspace_floats(s);
+    return tensor_cores(s) ? cuda::attention_tc_workspace_floats(s) : cuda::attention_workspace_floats(s);
   }
-  void attention_forward(const AttentionShape& s, const float* qkv, float*, float* y, float*, int) override {
-    if (precision() == Precision::bf16 && cuda::attention_forward_tc(s, qkv, y, nullptr, stream_)) return;
-    cuda::attention_forward(s, qkv, y, nullptr, stream_);
+  void attention_forward(const AttentionShape& s, const float* qkv, float*, float* y, float* lse, float*,
+                         int) override {
+    if (tensor_cores(s) && cuda::attention_forward_tc(s, qkv, y, lse, stream_, /*lse_base2=*/true)) return;
+    cuda::attention_forward(s, qkv, y, lse, stream_);
   }
-  void attention_backward(const AttentionShape& s, const float* qkv, const float*, const float* dy, float* dqkv,
-                          float* ws, int) override {
-    if (precision() == Precision::bf16 && cuda::attention_backward_tc(s, qkv, dy, dqkv, ws, stream_)) return;
-    cuda::attention_backward(s, qkv, dy, dqkv, ws, stream_);
+  void attention_backward(const AttentionShape& s, const float* qkv, const float*, const float* dy,
+                          const AttentionKept* kept, float* dqkv, float* ws, int) override {
+    if (tensor_cores(s) && cuda::attention_backward_tc(s, qkv, dy, dqkv, ws, stream_, kept)) return;
+    cuda::attention_backward(s, qkv, dy, dqkv, ws, stream_, kept);
   }
-  bool attention_reads_bf16(const AttentionShape& s) const override {
-    return precision() == Precision::bf16 && cuda::attention_tc_supported(s);
-  }
-  void attention_forward_bf16(const AttentionShape& s, const void* qkv, float* y, float*, int) override {
+  bool attention_keeps_statistics(const AttentionShape&) const override { return true; }
+  bool attention_reads_bf16(const AttentionShape& s) const override { return tensor_cores(s); }
+  void attention_forward_bf16(const AttentionShape& s, const void* qkv, float* y, float* lse, float*, int) override {
     SUBDP_ASSERT(attention_reads_bf16(s));
-    cuda::attention_forward_tc(s, static_cast<const cuda::bf16*>(qkv), y, nullptr, stream_);
+    cuda::attention_forward_tc(s, static_cast<const cuda::bf16*>(qkv), y, lse, stream_, /*lse_base2=*/true);
   }
-  void attention_backward_bf16(const AttentionShape& s, const void* qkv, const float* dy, float* dqkv, float* ws,
-                               int) override {
+  void attention_backward_bf16(const AttentionShape& s, const void* qkv, const float* dy, const AttentionKept* kept,
+                               float* dqkv, float* ws, int) override {
     SUBDP_ASSERT(attention_reads_bf16(s));
-    cuda::attention_backward_tc(s, static_cast<const cuda::bf16*>(qkv), dy, dqkv, ws, stream_);
+    cuda::attention_backward_tc(s, static_cast<const cuda::bf16*>(qkv), dy, dqkv, ws, stream_, kept);
   }
 
   // Multi-tensor: every run's chunks in one launch, counting its non-finite writes into the
@@ -499,6 +501,12 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  /// True when shape s's attention runs on tensor cores (precision bf16, a head width they
+  /// take): the forward and the backward decide alike, so the kept log-sum-exp's form (base 2
+  /// there, natural on CUDA cores) is the one the backward reads.
+  bool tensor_cores(const AttentionShape& s) const {
+    return precision() == Precision::bf16 && cuda::attention_tc_supported(s);
+  }
   /// The fused cross-entropy over float or bf16 logits: per-row losses and hits in the scratch,
   /// added to the counters in a fixed order.
   template <class T>

@@ -190,19 +190,23 @@ int64_t attention_workspace_floats(const AttentionShape& s);
 void attention_forward(const AttentionShape& s, const float* qkv, float* y, float* lse, cudaStream_t stream);
 /// attention_forward on tensor cores (attention_tc.cu, precision = "bf16"): q, k, v and the
 /// probabilities rounded to bf16, products summed in float; y and lse as attention_forward's
-/// within bf16 rounding. Returns false (nothing launched) unless hd is a multiple of 16 up to
-/// kMaxAttentionHeadDim and KV divides H.
-bool attention_forward_tc(const AttentionShape& s, const float* qkv, float* y, float* lse, cudaStream_t stream);
+/// within bf16 rounding, lse in base 2 (the form attention_backward_tc reads from
+/// AttentionKept::lse, bit for bit what its own statistics pass computes) when lse_base2.
+/// Returns false (nothing launched) unless hd is a multiple of 16 up to kMaxAttentionHeadDim
+/// and KV divides H.
+bool attention_forward_tc(const AttentionShape& s, const float* qkv, float* y, float* lse, cudaStream_t stream,
+                          bool lse_base2 = false);
 /// Floats of workspace attention_backward_tc needs: attention_workspace_floats(s) (rounded
 /// up to 16 bytes) for the statistics, then dy rounded to bf16, B T H*hd / 2 floats.
 int64_t attention_tc_workspace_floats(const AttentionShape& s);
 /// attention_backward on tensor cores (attention_tc_backward.cu, precision = "bf16"): the
-/// statistics and a bf16 copy of dy from the tensor-core forward, then dk / dv and dq with q,
-/// k, v, dy and the probabilities and score gradients rounded to bf16, float sums; ws:
-/// attention_tc_workspace_floats(s) floats, 16-byte aligned. Returns false (nothing
+/// statistics and a bf16 copy of dy from the tensor-core forward run again (or, with kept, the
+/// forward's base-2 log-sum-exp and delta from its kept output: attention_delta), then dk / dv
+/// and dq with q, k, v, dy and the probabilities and score gradients rounded to bf16, float
+/// sums; ws: attention_tc_workspace_floats(s) floats, 16-byte aligned. Returns false (nothing
 /// launched) where attention_forward_tc would.
 bool attention_backward_tc(const AttentionShape& s, const float* qkv, const float* dy, float* dqkv, float* ws,
-                           cudaStream_t stream);
+                           cudaStream_t stream, const AttentionKept* kept = nullptr);
 /// True when the tensor-core kernels take shape s: hd a multiple of 16 up to
 /// kMaxAttentionHeadDim, KV dividing H (where attention_forward_tc would not return false).
 bool attention_tc_supported(const AttentionShape& s);
@@ -210,15 +214,23 @@ bool attention_tc_supported(const AttentionShape& s);
 /// rows, the layer's kept copy: no float32 copy of them and no conversion pass. Bit for bit
 /// the float overloads' results on that copy's float values (the kernels round what they load
 /// to bf16 either way); dqkv, dy, y and lse stay float32. Same returns.
-bool attention_forward_tc(const AttentionShape& s, const bf16* qkv, float* y, float* lse, cudaStream_t stream);
+bool attention_forward_tc(const AttentionShape& s, const bf16* qkv, float* y, float* lse, cudaStream_t stream,
+                          bool lse_base2 = false);
 bool attention_backward_tc(const AttentionShape& s, const bf16* qkv, const float* dy, float* dqkv, float* ws,
-                           cudaStream_t stream);
+                           cudaStream_t stream, const AttentionKept* kept = nullptr);
 /// Backward of attention_forward, as cpu::attention_backward: dqkv (B, T, (H + 2 KV)*hd)
 /// written from dy (B, T, H*hd); recomputes the forward's statistics into ws
-/// (attention_workspace_floats(s) floats). A key / value head sums its query heads' shares in
-/// head order. Deterministic (no atomics).
+/// (attention_workspace_floats(s) floats), or with kept takes the forward's log-sum-exp
+/// (natural log, as attention_forward writes it) and forms delta from its kept output
+/// (attention_delta), one pass over y and dy instead of the forward's products. A key / value
+/// head sums its query heads' shares in head order. Deterministic (no atomics).
 void attention_backward(const AttentionShape& s, const float* qkv, const float* dy, float* dqkv, float* ws,
-                        cudaStream_t stream);
+                        cudaStream_t stream, const AttentionKept* kept = nullptr);
+/// delta (B, H, T) = kept.y_scale * rowsum(dy * kept.y) per (sequence, head, row), dy and
+/// kept.y (B, T, H*hd) rows (kept.y float32 or bf16); dy16 (unless null) = dy rounded to bf16,
+/// as the tensor-core statistics pass writes it. One warp a row: a fixed order, deterministic.
+void attention_delta(const AttentionShape& s, const AttentionKept& kept, const float* dy, float* delta, bf16* dy16,
+                     cudaStream_t stream);
 
 // ---- convolution and pooling (conv.cu) -------------------------------------------------
 

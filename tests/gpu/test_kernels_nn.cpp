@@ -201,6 +201,28 @@ TEST_F(LayerKernels, Embedding) {
   EXPECT_EQ(ddw.download(), first);
 }
 
+/// "B T H hd KV = ..." of an attention shape, for a test's trace.
+std::string describe(const cpu::AttentionShape& s) {
+  return "B T H hd KV = " + std::to_string(s.B) + " " + std::to_string(s.T) + " " + std::to_string(s.H) + " " +
+         std::to_string(s.hd) + " " + std::to_string(s.kv_heads());
+}
+
+/// Inputs rounded to bf16 (q, k, v uniform in [-2, 2) from seed, dy in [-1, 1) from seed + 1)
+/// and the CPU attention's y and dqkv on them: what the tensor-core paths are held to.
+struct CpuAttentionCase {
+  std::vector<float> qkv, dy, y, dqkv;
+};
+CpuAttentionCase cpu_attention_on_bf16(const cpu::AttentionShape& s, uint32_t seed) {
+  const int64_t qkv_n = static_cast<int64_t>(s.B) * s.T * s.qkv_width(),
+                y_n = static_cast<int64_t>(s.B) * s.T * s.width();
+  CpuAttentionCase c{round_bf16(random_vec(qkv_n, seed, -2.f, 2.f)), round_bf16(random_vec(y_n, seed + 1)),
+                     std::vector<float>(y_n), std::vector<float>(qkv_n)};
+  std::vector<float> ws(cpu::attention_workspace_floats(s, 1));
+  cpu::attention_forward(s, c.qkv.data(), nullptr, c.y.data(), ws.data(), 1);
+  cpu::attention_backward(s, c.qkv.data(), nullptr, c.dy.data(), c.dqkv.data(), ws.data(), 1);
+  return c;
+}
+
 /// Row log-sum-exp of the scaled causal scores, (B, H, T), in double: the flash forward's
 /// statistic.
 std::vector<float> reference_lse(const cpu::AttentionShape& s, const std::vector<float>& qkv) {
@@ -236,8 +258,7 @@ TEST_F(LayerKernels, FlashAttentionMatchesCpu) {
                                         {2, 20, 3, 5},     {1, 65, 1, 33},     {1, 33, 2, 100},
                                         {2, 70, 4, 16, 2}, {1, 130, 6, 32, 2}, {2, 37, 4, 64, 1}};
   for (const auto& s : shapes) {
-    SCOPED_TRACE("B T H hd KV = " + std::to_string(s.B) + " " + std::to_string(s.T) + " " + std::to_string(s.H) + " " +
-                 std::to_string(s.hd) + " " + std::to_string(s.kv_heads()));
+    SCOPED_TRACE(describe(s));
     const int64_t qkv_n = static_cast<int64_t>(s.B) * s.T * s.qkv_width(),
                   y_n = static_cast<int64_t>(s.B) * s.T * s.width();
     const auto qkv = random_vec(qkv_n, 60, -2.f, 2.f), dy = random_vec(y_n, 61);
@@ -271,14 +292,11 @@ TEST_F(LayerKernels, TensorCoreAttentionMatchesCpuOnBf16Inputs) {  // float or b
   const cpu::AttentionShape shapes[] = {{3, 37, 4, 16},    {2, 130, 2, 64},    {1, 70, 2, 128},   {1, 65, 2, 48},
                                         {2, 70, 4, 16, 2}, {1, 130, 6, 32, 2}, {2, 37, 4, 64, 1}, {1, 1, 1, 32}};
   for (const auto& s : shapes) {
-    SCOPED_TRACE("B T H hd KV = " + std::to_string(s.B) + " " + std::to_string(s.T) + " " + std::to_string(s.H) + " " +
-                 std::to_string(s.hd) + " " + std::to_string(s.kv_heads()));
+    SCOPED_TRACE(describe(s));
     const int64_t qkv_n = static_cast<int64_t>(s.B) * s.T * s.qkv_width(),
                   y_n = static_cast<int64_t>(s.B) * s.T * s.width(), lse_n = static_cast<int64_t>(s.B) * s.H * s.T;
-    const auto qkv = round_bf16(random_vec(qkv_n, 62, -2.f, 2.f)), dy_in = round_bf16(random_vec(y_n, 63));
-    std::vector<float> y(y_n), dqkv(qkv_n), ws(cpu::attention_workspace_floats(s, 1));
-    cpu::attention_forward(s, qkv.data(), nullptr, y.data(), ws.data(), 1);
-    cpu::attention_backward(s, qkv.data(), nullptr, dy_in.data(), dqkv.data(), ws.data(), 1);
+    const CpuAttentionCase ref = cpu_attention_on_bf16(s, 62);
+    const std::vector<float>&qkv = ref.qkv, &dy_in = ref.dy, &y = ref.y, &dqkv = ref.dqkv;
     Dev<float> dq(qkv), dy(std::vector<float>(y_n, std::nanf(""))), dlse(std::vector<float>(lse_n, std::nanf("")));
     ASSERT_TRUE(cuda::attention_forward_tc(s, dq, dy, dlse, stream));
     const auto first = dy.download();
@@ -306,6 +324,54 @@ TEST_F(LayerKernels, TensorCoreAttentionMatchesCpuOnBf16Inputs) {  // float or b
   }
   Dev<float> qkv(std::vector<float>(3 * 33, 0.f)), y(33);
   EXPECT_FALSE(cuda::attention_forward_tc({1, 1, 1, 33}, qkv, y, nullptr, stream));  // not a multiple of 16
+}
+
+// The backward from what the forward kept (each row's log-sum-exp and the output:
+// FlashAttention-2's L and O) instead of the forward run again: the CPU's gradient within each
+// path's tolerance, on CUDA cores (natural log-sum-exp) and tensor cores (base 2); the same
+// bits from an output kept scaled by 4 with y_scale 1/4 (a forward-masked layer keeps
+// head_scale times it); within the tolerance from an output kept in bf16 (the layer's copy
+// under precision = "bf16"). Inputs rounded to bf16, so the tensor-core path is compared
+// with the CPU on the values it reads.
+TEST_F(LayerKernels, AttentionBackwardFromKeptStatisticsMatchesCpu) {
+  const cpu::AttentionShape shapes[] = {
+      {2, 130, 2, 64}, {1, 65, 1, 33}, {2, 70, 4, 16, 2}, {2, 37, 4, 64, 1}, {1, 70, 2, 128}};
+  for (const auto& s : shapes) {
+    SCOPED_TRACE(describe(s));
+    const int64_t qkv_n = static_cast<int64_t>(s.B) * s.T * s.qkv_width(),
+                  y_n = static_cast<int64_t>(s.B) * s.T * s.width(), lse_n = static_cast<int64_t>(s.B) * s.H * s.T;
+    const CpuAttentionCase ref = cpu_attention_on_bf16(s, 66);
+    const std::vector<float>&qkv = ref.qkv, &dy_in = ref.dy, &want = ref.dqkv;
+    const std::vector<float> nan(qkv_n, std::nanf(""));
+    for (const bool tc : {false, true}) {
+      if (tc && !cuda::attention_tc_supported(s)) continue;
+      SCOPED_TRACE(tc ? "tensor cores" : "CUDA cores");
+      Dev<float> dq(qkv), y(std::vector<float>(y_n, std::nanf(""))), lse(std::vector<float>(lse_n, std::nanf("")));
+      Dev<float> ddy(dy_in), ddq(nan), dws(cuda::attention_tc_workspace_floats(s));
+      if (tc)
+        ASSERT_TRUE(cuda::attention_forward_tc(s, dq, y, lse, stream, /*lse_base2=*/true));
+      else
+        cuda::attention_forward(s, dq, y, lse, stream);
+      const auto backward = [&](const void* kept_y, bool y_bf16, float y_scale) {
+        const AttentionKept kept{lse, kept_y, y_bf16, y_scale};
+        ddq.upload(nan);  // every element must be written
+        if (tc)
+          EXPECT_TRUE(cuda::attention_backward_tc(s, dq, ddy, ddq, dws, stream, &kept));
+        else
+          cuda::attention_backward(s, dq, ddy, ddq, dws, stream, &kept);
+        return ddq.download();
+      };
+      const double tol = tc ? 6e-3 : kF32Tol;
+      const auto grad = backward(y.get(), false, 1.f);
+      EXPECT_REL(grad, want, tol);
+      auto y4 = y.download();
+      for (float& v : y4) v *= 4.f;
+      const Dev<float> scaled(y4);
+      EXPECT_EQ(backward(scaled.get(), false, 0.25f), grad);
+      const DevBf16 y16(y.download());
+      EXPECT_REL(backward(y16.get(), true, 1.f), want, tc ? 6e-3 : 4e-3);
+    }
+  }
 }
 
 // The tensor-core kernels load their tiles 16 bytes at a time where q, k, v and dy allow it,
