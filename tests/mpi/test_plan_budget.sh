@@ -27,3 +27,9 @@ while read -r name bytes; do
   [[ $got == "$bytes" ]] || { echo "FAIL: $name: listed $bytes bytes, planned alone $got"; exit 1; }
 done < "$WORK/budget.names"
 echo "ok: every listed combination's bytes equal its own plan"
+
+# A budget too small for a batch of 1: the table says none (it printed "0"), the JSON keeps 0.
+out=$("$SUBDP" plan "$WORK/gpt.toml" --world 4 $mask --budget 1KiB)
+grep -q "plain DP .*largest batch/rank that fits: none (not even a batch of 1 per rank)" <<<"$out" ||
+  { echo "FAIL: a budget of 1 KiB: $(grep 'plain DP' <<<"$out")"; exit 1; }
+echo "ok: a budget too small for one sample per rank reads none"

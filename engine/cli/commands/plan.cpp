@@ -199,6 +199,7 @@ BudgetAnswer answer_budget(const Config& config, int world, double budget) {
 }
 
 std::string batch_text(int batch) {
+  if (batch == 0) return "none (not even a batch of 1 per rank)";
   return batch >= kMaxBatchSearched ? fmt::format("{} or more (the search's limit)", batch) : std::to_string(batch);
 }
 
