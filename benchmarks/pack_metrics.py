@@ -14,13 +14,17 @@ FOLDER/steps.csv.gz, one row per (file, step), with columns
            the step records first, then the eval and final records (their "event" column set)
 
 then the JSON-lines files and the uncompressed FOLDER/steps.csv (compare.py's older copy of
-the same rows) are removed. The gzip stream is written with mtime 0, so packing the same
-metrics twice gives the same bytes. Rows already in steps.csv.gz are kept, except every row
-of a run (folder) with metrics files found again: a run made anew replaces all its rows, also
-when it now has fewer ranks. read_rows() gives the rows back as dicts of the
+the same rows, told by its run, step and loss columns) are removed. The gzip stream is written
+with mtime 0, so packing the same metrics twice gives the same bytes. Rows already in
+steps.csv.gz are kept, except those of each file found again (compare.py: every row of a run
+folder with files found again, so a run made anew with fewer ranks replaces them all).
+Refused, before anything is written, naming the file: a metrics file a live run still holds
+(its lock), and a JSON-lines file whose records are not metrics records (a dataset).
+read_rows() gives the rows back as dicts of the
 original JSON keys; rows_of() one file's step records (or its eval and final records).
 """
 import csv
+import fcntl
 import gzip
 import io
 import json
@@ -48,6 +52,27 @@ def _all_records(path):
         except json.JSONDecodeError as e:
             raise ValueError(f"{path}:{number}: not a metrics record ({e.msg}): not a file log.metrics_file wrote")
     return records
+
+
+def check_metrics_file(path, records):
+    """Raises ValueError unless every record is a metrics record (a "step", or an "event"): a
+    JSON-lines file of another kind (a dataset) would otherwise be packed into one row and
+    removed."""
+    other = next((i for i, r in enumerate(records, 1) if not isinstance(r, dict) or
+                  ("step" not in r and "event" not in r)), None)
+    if other is not None:
+        raise ValueError(f"{path}: record {other} has neither a step nor an event: not a file log.metrics_file wrote")
+
+
+def in_use(path):
+    """True when a live run holds the file's lock (subdp flocks its metrics file while it writes)."""
+    with open(path, "rb") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+    return False
 
 
 def read_records(path):
@@ -155,15 +180,24 @@ def pack(folder, skip=(), runs_only=False):
     files = [p for p in metrics_files(folder, runs_only) if os.path.relpath(os.path.dirname(p), folder) not in skip]
     if not files:
         return 0
-    runs = {os.path.relpath(os.path.dirname(p), folder) for p in files}
-    # Rows packed before stay, except every row of a run with files found again (made anew).
-    rows = [{k: ("" if v is None else v) for k, v in r.items()} for r in read_rows(folder) if r["run"] not in runs]
+    live = [p for p in files if in_use(p)]
+    if live:
+        raise ValueError(f"{live[0]}: a live run is writing it (it holds the file's lock); pack when the run has "
+                         "ended, or the records written after the pack would be lost")
+    keys = {(os.path.relpath(os.path.dirname(p), folder), os.path.basename(p)) for p in files}
+    runs = {run for run, _ in keys}
+    # Rows packed before stay, except those made anew: compare.py's run folders are its own, so
+    # every row of a run found again goes (a rerun may have fewer ranks); elsewhere only the rows
+    # of the files found again (another file packed into the folder earlier stays).
+    stale = (lambda r: r["run"] in runs) if runs_only else (lambda r: (r["run"], r["file"]) in keys)
+    rows = [{k: ("" if v is None else v) for k, v in r.items()} for r in read_rows(folder) if not stale(r)]
     added = 0
     for path in files:
         run = os.path.relpath(os.path.dirname(path), folder)
-        key = (run, os.path.basename(path))
+        records = _all_records(path)
+        check_metrics_file(path, records)
         for record in read_records(path) + read_events(path):
-            rows.append({"run": run, "file": key[1], **flatten(record)})
+            rows.append({"run": run, "file": os.path.basename(path), **flatten(record)})
             added += 1
     columns = ["run", "file"]
     for r in rows:
@@ -179,9 +213,17 @@ def pack(folder, skip=(), runs_only=False):
     for path in files:
         os.remove(path)
     old = os.path.join(folder, "steps.csv")
-    if os.path.exists(old):
+    if os.path.exists(old) and is_compare_copy(old):
         os.remove(old)
     return added
+
+
+def is_compare_copy(path):
+    """True when FOLDER/steps.csv is compare.py's older uncompressed copy of the packed rows
+    (its header has the run, step and loss columns), not a file of the user's."""
+    with open(path, newline="") as f:
+        header = next(csv.reader(f), [])
+    return {"run", "step", "loss"} <= set(header)
 
 
 def main(argv):
@@ -192,7 +234,11 @@ def main(argv):
         if not os.path.isdir(folder):
             print(f"pack_metrics.py: {folder}: not a folder", file=sys.stderr)
             return 2
-        print(f"{folder}: {pack(folder)} rows packed into {PACKED}")
+        try:
+            print(f"{folder}: {pack(folder)} rows packed into {PACKED}")
+        except (ValueError, OSError) as e:  # gzip.BadGzipFile is an OSError
+            print(f"pack_metrics.py: {folder}: {e}", file=sys.stderr)
+            return 1
     return 0
 
 
