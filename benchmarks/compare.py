@@ -108,6 +108,13 @@ MODIFIERS = {"recompute": ["train.recompute=blocks"], "zero1": ["parallel.shard=
              "zir": ["model.zero_init_residual=true"]}
 
 
+def modifier_clash(mods):
+    """Why known modifiers cannot combine (two set one key: only the last would apply), or None."""
+    keys = [sets[0].partition("=")[0] for sets in map(modifier_sets, mods)]
+    clash = next((k for k in keys if keys.count(k) > 1), None)
+    return f"two modifiers set {clash} (only the last would apply; write one of them)" if clash else None
+
+
 def modifier_sets(mod):
     """The config overrides of one modifier, or None when unknown. redealK (K a whole number
     >= 1, e.g. redeal50) re-deals the plan every K steps (mask.redeal_every = K)."""
@@ -207,11 +214,9 @@ def plan_runs(regimes, keeps, S):
         if base not in REGIMES or any(modifier_sets(m) is None for m in mods):
             raise SystemExit(f"compare.py: unknown regime '{name}' (expected one of {', '.join(REGIMES)}, optionally "
                              f"+{' +'.join([*MODIFIERS, 'redealK'])}; name@keep for one run)")
-        keys = [sets[0].partition("=")[0] for sets in map(modifier_sets, mods)]
-        clash = next((k for k in keys if keys.count(k) > 1), None)
+        clash = modifier_clash(mods)
         if clash:
-            raise SystemExit(f"compare.py: regime '{name}': two modifiers set {clash} (only the last would apply; "
-                             "write one of them)")
+            raise SystemExit(f"compare.py: regime '{name}': {clash}")
         if base in WHOLE_MODEL and any(m.startswith("redeal") for m in mods):
             raise SystemExit(f"compare.py: regime '{name}': {base} has no subnetwork plan to re-deal (redealK applies "
                              f"to fwd-/bwd- regimes)")

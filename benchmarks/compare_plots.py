@@ -30,6 +30,8 @@ def band(ax, x, ys, color, label, smooth_window=1, **kw):
     """Mean of ys (one array per seed) against x, with a +-1 std band when there are several."""
     ys = np.array([smooth(y, smooth_window) for y in ys])
     mean = ys.mean(axis=0)
+    if len(mean) < 20:  # a line of one point draws nothing: mark the points of short runs
+        kw.setdefault("marker", "o")
     ax.plot(x, mean, label=label, color=color, **kw)
     if len(ys) > 1:
         std = ys.std(axis=0, ddof=1)

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "parity"))
+import child  # noqa: E402
 import torch_peer  # noqa: E402
 from torch_peer import windows  # noqa: E402
 from parity import read as read_safetensors  # noqa: E402
@@ -33,16 +34,23 @@ def settings(path):
     with open(path, "rb") as f:
         c = tomllib.load(f)
     m, d, t, o = c.get("model", {}), c.get("data", {}), c.get("train", {}), c.get("optim", {})
-    ref = {"vocab": 256, "context": 128, "width": 256, "heads": 8, "depth": 6}
+    if m.get("name") != "gpt":
+        sys.exit(f"{path}: model.name = {m.get('name', 'mlp (the default)')!r}; the PyTorch twin is the reference GPT")
+    ref = {"vocab": 256, "context": 128, "width": 256, "heads": 8, "depth": 6, "mlp_ratio": 4}
     for k, v in ref.items():
         if m.get(k, v) != v:
             sys.exit(f"{path}: model.{k} = {m[k]}; the PyTorch twin is the reference GPT ({k} = {v})")
     if o.get("name") != "adamw":
         sys.exit(f"{path}: optim.name must be \"adamw\" for this comparison")
-    eval_every = t.get("eval_every", 0) or 200
+    if o.get("lr_scaling", "none") != "none":
+        sys.exit(f"{path}: optim.lr_scaling must be \"none\": the PyTorch twin trains one process at optim.lr")
+    if t.get("eval_every", 0) <= 0:
+        sys.exit(f"{path}: train.eval_every must be > 0: the curves are compared at its steps (0 means once an "
+                 "epoch to subdp)")
+    # subdp's defaults (configs/README.md) for the keys the config leaves out.
     return dict(path=os.path.join(ROOT, d["path"]) if not os.path.isabs(d["path"]) else d["path"],
-                val_fraction=d.get("val_fraction", 0.1), steps=t["steps"], batch=t.get("batch_size", 32),
-                eval_every=eval_every, eval_batches=t.get("eval_batches", 64), lr=o.get("lr", 0.1),
+                val_fraction=d.get("val_fraction", 0.1), steps=t["steps"], batch=t.get("batch_size", 128),
+                eval_every=t["eval_every"], eval_batches=t.get("eval_batches", 64), lr=o.get("lr", 0.05),
                 wd=o.get("weight_decay", 0.0), warmup=o.get("warmup_steps", 0), clip=o.get("grad_clip", 0.0),
                 min_lr_ratio=o.get("min_lr_ratio", 0.0), betas=(o.get("beta1", 0.9), o.get("beta2", 0.999)),
                 eps=o.get("eps", 1e-8), schedule=o.get("schedule", "cosine"), T=128)
@@ -64,9 +72,16 @@ def subdp_curve(args, s):
     metrics = args.subdp_metrics
     if not metrics:
         metrics = os.path.join(args.out, "subdp_metrics.jsonl")
-        with open(os.path.join(args.out, "subdp.log"), "w") as f:
-            subprocess.run([args.binary, "train", args.config, "--set", f"train.threads={args.threads}",
-                            "--set", f"log.metrics_file={metrics}"], check=True, stdout=f, stderr=subprocess.STDOUT)
+        log = os.path.join(args.out, "subdp.log")
+        with open(log, "w") as f:
+            # From the repository root, where settings() resolves a relative data.path too.
+            done = child.run([os.path.abspath(args.binary), "train", os.path.abspath(args.config), "--set",
+                                   f"train.threads={args.threads}", "--set", f"log.metrics_file={os.path.abspath(metrics)}"],
+                                  stdout=f, stderr=subprocess.STDOUT, cwd=ROOT)
+        if done.returncode != 0:
+            with open(log) as f:
+                tail = f.read().strip().splitlines()[-5:]
+            sys.exit(f"gpt_curve.py: subdp train failed (exit {done.returncode}); the end of {log}:\n  " + "\n  ".join(tail))
     points = {}
     with open(metrics) as f:
         for line in f:
@@ -80,7 +95,8 @@ def subdp_curve(args, s):
 
 def initial_weights(args):
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([args.binary, "parity-dump", args.config, tmp, "--steps", "1"], check=True,
+        child.run([os.path.abspath(args.binary), "parity-dump", os.path.abspath(args.config), tmp, "--steps", "1"],
+                       check=True, cwd=ROOT,
                        stdout=subprocess.DEVNULL)
         return read_safetensors(os.path.join(tmp, "weights.safetensors"))
 
@@ -172,4 +188,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(child.main_exits_cleanly("gpt_curve.py", main))

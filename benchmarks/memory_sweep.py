@@ -16,11 +16,13 @@ its commit column the binary's commit.
 import argparse
 import csv
 import os
+import re
 import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import child  # noqa: E402
 import compare  # noqa: E402
 
 ROOT = compare.ROOT
@@ -41,7 +43,7 @@ def measure(binary, config, sets, world, steps):
         for s in sets + [f"train.steps={steps}", "train.epochs=0", f"log.metrics_file={metrics}", "train.threads=1",
                          "train.eval_every=1000000", "train.eval_batches=1"]:
             cmd += ["--set", s]
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
+        child.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
         rows = compare.pack_metrics.read_records(os.path.join(tmp, "m-0.jsonl"))  # the steps' records
     peaks = {c: max(r["mem_peak"][c] for r in rows) for c in compare.CATEGORIES}
     return peaks, max(r["mem_total_peak"] for r in rows), recorded(cmd, binary, config, tmp)
@@ -60,12 +62,32 @@ def predict(binary, config, sets, world):
     cmd = [binary, "plan", config, "--world", str(world), "--json", "--set", "train.threads=1"]
     for s in sets:
         cmd += ["--set", s]
-    text = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=ROOT).stdout
+    text = child.run(cmd, check=True, capture_output=True, text=True, cwd=ROOT).stdout
     plan = compare.parse_plan(text)
     dp = plan["dp"]
     # Rank 0's row: subnetwork 0's under masking, the baseline's (dp+...) with one, else plain DP's.
     rank0 = next((r for r in plan["json"]["rows"] if r.get("subnetwork", 0) == 0), None)
     return (plan["rows"][rank0["label"]] if rank0 else dp), dp
+
+
+def check_args(p, a):
+    """Exits with argparse's usage error naming a world size, layout or folder the sweep cannot
+    take, before anything runs."""
+    if not re.fullmatch(r"[1-9][0-9]*(,[1-9][0-9]*)*", a.worlds):
+        p.error(f"--worlds {a.worlds!r}: expected a comma list of world sizes >= 1 (e.g. 8,16)")
+    for layout in a.layouts.split(","):
+        base, *mods = layout.split("+")
+        if base not in compare.REGIMES or any(compare.modifier_sets(m) is None for m in mods):
+            p.error(f"--layouts: unknown layout {layout!r} (expected one of {', '.join(compare.REGIMES)}, optionally "
+                    f"+{' +'.join([*compare.MODIFIERS, 'redealK'])}; no @keep here: --keep sets it)")
+        if compare.modifier_clash(mods):
+            p.error(f"--layouts: {layout}: {compare.modifier_clash(mods)}")
+    if a.steps < 1:
+        p.error(f"--steps must be at least 1 (got {a.steps})")
+    if os.path.exists(os.path.join(a.out, "memory.csv")):
+        p.error(f"--out {a.out} holds an earlier sweep (memory.csv): use another folder, or remove it first")
+    if os.path.exists(a.out) and not os.path.isdir(a.out):
+        p.error(f"--out {a.out} is a file, not a folder")
 
 
 def main(argv=None):
@@ -81,6 +103,7 @@ def main(argv=None):
     p.add_argument("--binary-commit", default="", help="the commit --binary was built from (as compare.py's)")
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
+    check_args(p, a)
     a.config = os.path.abspath(a.config)  # the runs start in the repository root
     a.binary = os.path.abspath(a.binary)
     commit = compare.binary_commit(a.binary, a.binary_commit)
@@ -115,4 +138,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(child.main_exits_cleanly("memory_sweep.py", main))

@@ -24,7 +24,14 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 model=${1:-}
 finished=()
-[[ ${2:-} == --finished-only ]] && finished=(--finished-only)
+case ${2:-} in
+  "") ;;
+  --finished-only) finished=(--finished-only) ;;
+  # Anything else (a typo, --help) would otherwise start hours of 4-rank training.
+  *) echo "benchmarks/protocol.sh: unknown option '$2' (expected --finished-only)" >&2
+     echo "usage: benchmarks/protocol.sh resnet|gpt|llama [--finished-only]" >&2; exit 2 ;;
+esac
+(($# <= 2)) || { echo "benchmarks/protocol.sh: too many arguments (expected at most 2)" >&2; exit 2; }
 binary=${SUBDP_BINARY:-$root/build/subdp}
 case $model in
   resnet) config=configs/resnet_fmnist.toml; steps=351; stem=resnet_fmnist ;;

@@ -50,6 +50,22 @@ def read_runs(folder):
     return rows
 
 
+def check_distinct(folders, rows):
+    """Raises SystemExit on a folder given twice, or a run and seed of one budget in two folders:
+    merged, it would count as more seeds and shrink the standard deviation."""
+    real = [os.path.realpath(f) for f in folders]
+    twice = next((f for f, r in zip(folders, real) if real.count(r) > 1), None)
+    if twice:
+        raise SystemExit(f"protocol_table.py: {twice} is given twice: its runs would count as more seeds")
+    seen = {}
+    for r in rows:
+        key = (r["match"], r["run"], r["seed"])
+        if key in seen:
+            raise SystemExit(f"protocol_table.py: run {r['run']} seed {r['seed']:g} of the {r['match']}-matched budget is "
+                             f"in both {seen[key]} and {r['folder']}: one table takes each run and seed once")
+        seen[key] = r["folder"]
+
+
 def stats(values):
     """(mean, sample std or nan for one value, n) over the finite values."""
     values = [v for v in values if not math.isnan(v)]
@@ -69,6 +85,9 @@ def groups(rows):
             continue
         steps = {r["steps"] for (m, _), rs in out.items() if m == match for r in rs}
         lender = next((rs for (m, b), rs in out.items() if b == "dp" and {r["steps"] for r in rs} == steps), None)
+        if not lender:
+            notes.append(f"no DP under the step-matched budget (no DP run of {', '.join(f'{int(n)}' for n in sorted(steps))} "
+                         "steps in these folders): its runs have no comparison against DP.")
         if lender:
             out[("steps", "dp")] = lender
             notes.append(f"DP under the step-matched budget: its {lender[0]['match']}-matched runs "
@@ -141,6 +160,7 @@ def main(argv=None):
     p.add_argument("--out", default="", help="folder for table.md and table.csv (default: print only)")
     a = p.parse_args(argv)
     rows = [r for folder in a.folders for r in read_runs(folder)]
+    check_distinct(a.folders, rows)
     grouped, notes = groups(rows)
     order = list(dict.fromkeys(r["base"] for r in rows))
     if "dp" in order:

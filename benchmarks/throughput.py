@@ -17,6 +17,8 @@ tokens/s.
 import argparse, json, os, statistics, subprocess, sys, tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+import child  # noqa: E402
 
 
 CONFIGS = {"mlp": "configs/mlp_fmnist.toml", "resnet": "configs/resnet_fmnist.toml", "gpt": "configs/gpt_brown.toml",
@@ -47,7 +49,7 @@ def subdp_rate(binary, model, batch, steps, warmup, threads, overrides=(), ranks
         if ranks > 1:
             cmd = ["mpirun", "-np", str(ranks), "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader"] + cmd
         env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=ROOT, env=env)  # configs name data/ from the root
+        child.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=ROOT, env=env)  # configs name data/ from the root
         rows = [r for r in map(json.loads, open(metrics.replace("{rank}", "0"))) if "event" not in r][warmup:]  # the steps
         step_s = sum(r["step_time_s"] for r in rows) / len(rows)
         flops = sum(r["flops"] for r in rows) / len(rows) * ranks
@@ -56,7 +58,10 @@ def subdp_rate(binary, model, batch, steps, warmup, threads, overrides=(), ranks
 
 def sgemm_rate(binary_dir, threads):
     probe = os.path.join(binary_dir, "subdp_gemm_rate")
-    out = subprocess.run([probe, "1024", "3"], check=True, capture_output=True, text=True,
+    if not os.access(probe, os.X_OK):
+        raise SystemExit(f"throughput.py: no sgemm probe at {probe}: it is looked for beside --binary (build it with "
+                         "the engine: cmake --build build --target subdp_gemm_rate, and copy it beside a copied binary)")
+    out = child.run([probe, "1024", "3"], check=True, capture_output=True, text=True,
                          env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
     return json.loads(out.stdout)["gflops"]
 
@@ -71,7 +76,7 @@ def peer_configs(threads):
 
 def torch_rate(model, batch, steps, warmup, threads, env=None, ranks=1):
     """The peer's rate at `batch` examples in all (DDP: batch // ranks per rank, threads // ranks each)."""
-    out = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "benchmarks", "torch_peer.py"), "--model", model,
+    out = child.run(["/usr/bin/python3", os.path.join(ROOT, "benchmarks", "torch_peer.py"), "--model", model,
                           "--batch", str(batch // ranks), "--steps", str(steps), "--warmup", str(warmup),
                           "--threads", str(max(1, threads // ranks)), "--ddp", str(ranks),
                           "--text", os.path.join(ROOT, "data", "brown", "brown.txt")],
@@ -98,6 +103,28 @@ def measure(a, model):
             "gemm": gemm, "of_sgemm": ours[best_ours]["gflops"] / gemm}
 
 
+# Keys the script sets itself, or that change what a step holds while the rate is credited at
+# --batch / --gpt-batch windows of 128 bytes and the peer trains the config's model as it is.
+OWN_KEYS = ("train.epochs", "train.steps", "train.batch_size", "train.threads", "train.eval_every", "optim.schedule",
+            "log.metrics_file", "log.every", "parallel.backend")
+
+
+def check_args(p, a):
+    """Exits with argparse's usage error naming a value the runs cannot take."""
+    for name, least in (("repeat", 1), ("steps", 1), ("warmup", 0), ("threads", 1), ("batch", 1), ("gpt_batch", 1)):
+        if getattr(a, name) < least:
+            p.error(f"--{name.replace('_', '-')} must be at least {least} (got {getattr(a, name)})")
+    unknown = [m for m in a.models.split(",") if m not in CONFIGS]
+    if unknown:
+        p.error(f"--models: unknown model '{unknown[0]}' (expected a comma-separated list of {', '.join(CONFIGS)})")
+    for kv in a.set:
+        key = kv.partition("=")[0].strip()
+        if key in OWN_KEYS or key.startswith(("model.", "data.")):
+            p.error(f"--set {kv}: {key} is the script's own or changes what a step holds (the rate is credited "
+                    "at --batch / --gpt-batch, and the peer trains the config's model): use the script's options, "
+                    "or settings of the engine alone (train.winograd_tile, train.recompute, ...)")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--binary", default=os.path.join(ROOT, "build", "subdp"))
@@ -112,9 +139,8 @@ def main():
     p.add_argument("--repeat", type=int, default=1,
                    help="measure each model this many times (subdp, then the peer, each time) and add a median row")
     a = p.parse_args()
-    if a.repeat < 1:
-        p.error("--repeat must be at least 1")
-    blas = subprocess.run([a.binary, "version"], check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    check_args(p, a)
+    blas = child.run([a.binary, "version"], check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
     print(f"BLAS: {blas}")
     print(f"OpenBLAS sgemm rate: 1024^3 products on {a.threads} threads, measured before each row")
     print(f"subdp overrides: {' '.join(a.set) or 'none'}")
@@ -142,4 +168,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(child.main_exits_cleanly("throughput.py", main))
