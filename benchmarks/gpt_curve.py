@@ -23,6 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "parity"))
 import child  # noqa: E402
+import pack_metrics  # noqa: E402
 import torch_peer  # noqa: E402
 from torch_peer import windows  # noqa: E402
 from parity import read as read_safetensors  # noqa: E402
@@ -83,11 +84,15 @@ def subdp_curve(args, s):
                 tail = f.read().strip().splitlines()[-5:]
             sys.exit(f"gpt_curve.py: subdp train failed (exit {done.returncode}); the end of {log}:\n  " + "\n  ".join(tail))
     points = {}
-    with open(metrics) as f:
-        for line in f:
-            record = json.loads(line)
-            if record.get("event") == "eval" and record.get("bits_per_byte") is not None:
-                points[int(record["step"])] = float(record["bits_per_byte"])
+    try:
+        records = pack_metrics.read_events(metrics, "eval")  # a half last line (a killed run) is dropped
+    except OSError as e:
+        sys.exit(f"gpt_curve.py: --subdp-metrics {metrics}: {e.strerror}")
+    except ValueError as e:
+        sys.exit(f"gpt_curve.py: {e}")
+    for record in records:
+        if record.get("bits_per_byte") is not None:
+            points[int(record["step"])] = float(record["bits_per_byte"])
     if not points:
         sys.exit(f"{metrics}: no eval records with bits_per_byte (a byte-level text run's metrics file)")
     return points
@@ -168,11 +173,16 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--tolerance", type=float, default=0.1, help="largest allowed gap, bits per byte")
     args = p.parse_args()
+    if args.threads < 1:
+        p.error(f"--threads must be at least 1 (got {args.threads})")
     os.makedirs(args.out, exist_ok=True)
     s = settings(args.config)
     ours = subdp_curve(args, s)
     theirs = torch_curve(args, s)
     steps = sorted(set(ours) & set(theirs))
+    if not steps:
+        sys.exit(f"gpt_curve.py: subdp's evaluations (steps {sorted(ours)[:5]}...) and the config's (every "
+                 f"{s['eval_every']} steps) share no step: --subdp-metrics must be a run of this config")
     rows = [(k, ours[k], theirs[k], ours[k] - theirs[k]) for k in steps]
     with open(os.path.join(args.out, "curve.csv"), "w", newline="") as f:
         w = csv.writer(f)

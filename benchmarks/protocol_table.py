@@ -39,6 +39,11 @@ def read_runs(folder):
         raise SystemExit(f"protocol_table.py: cannot read {path} ({e.strerror}); make it with benchmarks/compare.py")
     if not rows or "match" not in rows[0]:
         raise SystemExit(f"protocol_table.py: {path} has no runs (or no 'match' column: an older compare.py)")
+    # broadcast_bytes_per_step may be missing (an older compare.py's): it reads as nan.
+    needed = ("run", "base", "seed") + QUALITY + tuple(k for k in MEANS if k != "broadcast_bytes_per_step")
+    missing = [k for k in needed if k not in rows[0]]
+    if missing:
+        raise SystemExit(f"protocol_table.py: {path} has no {', '.join(missing)} column: not a runs.csv of compare.py")
     for r in rows:
         for k, v in r.items():
             if k not in ("run", "base", "regime", "match"):
@@ -159,6 +164,8 @@ def main(argv=None):
     p.add_argument("folders", nargs="+", help="compare.py output folders (each with runs.csv)")
     p.add_argument("--out", default="", help="folder for table.md and table.csv (default: print only)")
     a = p.parse_args(argv)
+    if a.out and os.path.exists(a.out) and not os.path.isdir(a.out):
+        p.error(f"--out {a.out} is a file, not a folder")
     rows = [r for folder in a.folders for r in read_runs(folder)]
     check_distinct(a.folders, rows)
     grouped, notes = groups(rows)
