@@ -77,8 +77,8 @@ def subdp_curve(args, s):
         with open(log, "w") as f:
             # From the repository root, where settings() resolves a relative data.path too.
             done = child.run([os.path.abspath(args.binary), "train", os.path.abspath(args.config), "--set",
-                                   f"train.threads={args.threads}", "--set", f"log.metrics_file={os.path.abspath(metrics)}"],
-                                  stdout=f, stderr=subprocess.STDOUT, cwd=ROOT)
+                              f"train.threads={args.threads}", "--set", f"log.metrics_file={os.path.abspath(metrics)}"],
+                             stdout=f, stderr=subprocess.STDOUT, cwd=ROOT)
         if done.returncode != 0:
             with open(log) as f:
                 tail = f.read().strip().splitlines()[-5:]
@@ -101,8 +101,7 @@ def subdp_curve(args, s):
 def initial_weights(args):
     with tempfile.TemporaryDirectory() as tmp:
         child.run([os.path.abspath(args.binary), "parity-dump", os.path.abspath(args.config), tmp, "--steps", "1"],
-                       check=True, cwd=ROOT,
-                       stdout=subprocess.DEVNULL)
+                  check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
         return read_safetensors(os.path.join(tmp, "weights.safetensors"))
 
 
