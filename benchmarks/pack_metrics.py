@@ -79,17 +79,27 @@ def read_records(path):
     """The step records of one log.metrics_file (those without an "event" key), one per step in
     step order: a step logged twice (an older engine's resume appended after the checkpoint's
     step) keeps its last record."""
-    by_step = {}
-    for record in _all_records(path):
-        if "event" not in record:
-            by_step[record.get("step")] = record
-    return [by_step[k] for k in sorted(by_step, key=lambda s: (s is None, s))]
+    return step_records(_all_records(path))
 
 
 def read_events(path, event=None):
     """The "eval" and "final" records of one log.metrics_file in file order (only `event`'s when
     given). Values the engine could not write as numbers (NaN) are null: None here."""
-    return [r for r in _all_records(path) if "event" in r and (event is None or r["event"] == event)]
+    return event_records(_all_records(path), event)
+
+
+def step_records(records):
+    """read_records() of a file's records already read."""
+    by_step = {}
+    for record in records:
+        if "event" not in record:
+            by_step[record.get("step")] = record
+    return [by_step[k] for k in sorted(by_step, key=lambda s: (s is None, s))]
+
+
+def event_records(records, event=None):
+    """read_events() of a file's records already read."""
+    return [r for r in records if "event" in r and (event is None or r["event"] == event)]
 
 
 def flatten(obj, prefix=""):
@@ -194,9 +204,9 @@ def pack(folder, skip=(), runs_only=False):
     added = 0
     for path in files:
         run = os.path.relpath(os.path.dirname(path), folder)
-        records = _all_records(path)
+        records = _all_records(path)  # read once: checked, then its steps and events
         check_metrics_file(path, records)
-        for record in read_records(path) + read_events(path):
+        for record in step_records(records) + event_records(records):
             rows.append({"run": run, "file": os.path.basename(path), **flatten(record)})
             added += 1
     columns = ["run", "file"]
