@@ -108,6 +108,12 @@ MODIFIERS = {"recompute": ["train.recompute=blocks"], "zero1": ["parallel.shard=
              "zir": ["model.zero_init_residual=true"]}
 
 
+def known_regime(name):
+    """True when name (no @keep) is a regime of REGIMES with known modifiers: base+mod+..."""
+    base, *mods = name.split("+")
+    return base in REGIMES and all(modifier_sets(m) is not None for m in mods)
+
+
 def modifier_clash(mods):
     """Why known modifiers cannot combine (two set one key: only the last would apply), or None."""
     keys = [sets[0].partition("=")[0] for sets in map(modifier_sets, mods)]
@@ -211,7 +217,7 @@ def plan_runs(regimes, keeps, S):
     for item in regimes:
         name, _, at = item.partition("@")
         base, *mods = name.split("+")
-        if base not in REGIMES or any(modifier_sets(m) is None for m in mods):
+        if not known_regime(name):
             raise SystemExit(f"compare.py: unknown regime '{name}' (expected one of {', '.join(REGIMES)}, optionally "
                              f"+{' +'.join([*MODIFIERS, 'redealK'])}; name@keep for one run)")
         clash = modifier_clash(mods)

@@ -76,12 +76,12 @@ def check_args(p, a):
     if not re.fullmatch(r"[1-9][0-9]*(,[1-9][0-9]*)*", a.worlds):
         p.error(f"--worlds {a.worlds!r}: expected a comma list of world sizes >= 1 (e.g. 8,16)")
     for layout in a.layouts.split(","):
-        base, *mods = layout.split("+")
-        if base not in compare.REGIMES or any(compare.modifier_sets(m) is None for m in mods):
+        if not compare.known_regime(layout):
             p.error(f"--layouts: unknown layout {layout!r} (expected one of {', '.join(compare.REGIMES)}, optionally "
                     f"+{' +'.join([*compare.MODIFIERS, 'redealK'])}; no @keep here: --keep sets it)")
-        if compare.modifier_clash(mods):
-            p.error(f"--layouts: {layout}: {compare.modifier_clash(mods)}")
+        clash = compare.modifier_clash(layout.split("+")[1:])
+        if clash:
+            p.error(f"--layouts: {layout}: {clash}")
     if a.steps < 1:
         p.error(f"--steps must be at least 1 (got {a.steps})")
     if os.path.exists(os.path.join(a.out, "memory.csv")):
