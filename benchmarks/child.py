@@ -44,6 +44,18 @@ def run(cmd, check=False, capture_output=False, **kwargs):
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
+def end(proc):
+    """Ends a child from the main flow (not a signal handler): SIGTERM (mpirun passes it to its
+    ranks, so no orphan holds the cores), then SIGKILL if it is still there after KILL_AFTER_S
+    seconds; reaped either way."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=KILL_AFTER_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def main_exits_cleanly(name, main):
     """Calls main() and returns its exit status; a child that failed (CalledProcessError, its own
     message already on stderr) ends the script with one line naming the command, not a

@@ -87,6 +87,7 @@ import threading
 import time
 
 import budget
+import child
 import pack_metrics
 from compare_plots import CATEGORIES, MIB, missing_modules, plots
 
@@ -152,7 +153,6 @@ class Stopped(Exception):
 STOPPED_EXIT = 75  # subdp train's exit after a graceful stop with a checkpoint (and compare.py's)
 CHECKPOINTS = "checkpoints"  # an unfinished run's checkpoint folder, inside its run folder
 CONFIG_COPY = "config.toml"  # the config's text as a run started, inside its run folder (--reuse compares it)
-KILL_AFTER_S = 15  # a run past --timeout: seconds between SIGTERM to mpirun and SIGKILL
 running = None  # the training run in flight (subprocess.Popen), for the stop-signal handler
 stop_requested = False  # a stop signal came: no further run starts
 checkpointing = False  # --checkpoint-every > 0 (what a stop signal saves)
@@ -470,7 +470,7 @@ def run_streaming(args, name, cmd, run_dir, append):
         try:
             rc = running.wait(timeout=args.timeout if args.timeout > 0 else None)
         except subprocess.TimeoutExpired:
-            stop_past_timeout(running)
+            child.end(running)  # SIGTERM to mpirun, SIGKILL after child.KILL_AFTER_S
             rc = "timeout"
         copier.join(timeout=30)
         running = None
@@ -484,17 +484,6 @@ def copy_output(args, name, stream, out):
         out.flush()
         if args.verbose or line.startswith(("eval ", "final ")):
             print(f"[{name}] {line}", end="", flush=True)
-
-
-def stop_past_timeout(proc):
-    """Ends a run past --timeout: SIGTERM to mpirun, which ends its ranks (no orphan holds the
-    cores), then SIGKILL if it is still there after KILL_AFTER_S seconds."""
-    proc.terminate()
-    try:
-        proc.wait(timeout=KILL_AFTER_S)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 def train(args, name, regime, keep, run_dir, steps, eval_every, extra=()):
